@@ -1,0 +1,83 @@
+# flyship: `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
+#   FLYDSL_PY   - the build Python (FlyDSL 0.5.0 + Triton 3.6 + torch CPU): runs flyc-build
+#   WORKLOAD_PY - the workload Python (torch + ninja, never flydsl): runs the loader
+PY          ?= python3.11
+FLYDSL_VENV ?= .venv-flydsl
+WORKLOAD_VENV ?= .venv-workload
+FLYDSL_PY   ?= $(FLYDSL_VENV)/bin/python
+WORKLOAD_PY ?= $(WORKLOAD_VENV)/bin/python
+TORCH_PIN   ?= torch==2.13.0
+ARCHS       ?= gfx942 gfx950
+JOBS        ?= 2
+BUNDLE      ?= artifacts/examples
+TRITON_BUNDLE ?= artifacts/triton
+SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PKGS    := llvm-22 lld-22 clang-22 rocm-device-libs libamdhip64-dev
+STAMP       := .dev
+
+export FLYSHIP_TEST_FLYDSL_PY := $(abspath $(FLYDSL_PY))
+
+.PHONY: all setup apt venvs install demo test test-build test-workload bundles gpu-check clean
+
+all: demo
+
+$(STAMP):
+	mkdir -p $(STAMP)
+
+# Debian packages pip has no equivalent for: LLVM 22 (knows gfx950; llvm-mc, ld.lld,
+# clang-offload-bundler), the AMDGPU device bitcode FlyDSL links against, HIP headers + libamdhip64.
+apt: $(STAMP)/apt.stamp
+$(STAMP)/apt.stamp: | $(STAMP)
+	@if [ -x /usr/lib/llvm-22/bin/llvm-mc ] && [ -d /usr/lib/x86_64-linux-gnu/amdgcn/bitcode ] \
+	   && [ -f /usr/include/hip/hip_runtime_api.h ]; then echo "apt: packages present"; \
+	 else $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PKGS); fi
+	touch $@
+
+$(FLYDSL_VENV)/.ok:
+	$(PY) -m venv $(FLYDSL_VENV)
+	$(FLYDSL_PY) -m pip install -q --upgrade pip
+	$(FLYDSL_PY) -m pip install -q $(TORCH_PIN)
+	$(FLYDSL_PY) -m pip install -q -r requirements/build.txt
+	touch $@
+
+$(WORKLOAD_VENV)/.ok:
+	$(PY) -m venv $(WORKLOAD_VENV)
+	$(WORKLOAD_PY) -m pip install -q --upgrade pip
+	$(WORKLOAD_PY) -m pip install -q $(TORCH_PIN)
+	$(WORKLOAD_PY) -m pip install -q -r requirements/workload.txt
+	touch $@
+
+venvs: $(FLYDSL_VENV)/.ok $(WORKLOAD_VENV)/.ok
+
+# flyship itself goes into both Pythons (pure Python; csrc/ ships as package data).
+install: apt venvs
+	$(FLYDSL_PY) -m pip install -q --no-deps --no-build-isolation --force-reinstall .
+	$(WORKLOAD_PY) -m pip install -q --no-deps --no-build-isolation --force-reinstall .
+
+setup: install
+
+# The main job end to end: build the FlyDSL example bundle for gfx942 + gfx950 in the FlyDSL Python,
+# then load it in the workload Python (no flydsl there) and show the handoff.
+demo: install
+	$(FLYDSL_VENV)/bin/flyc-build examples/flydsl/ops.py -o $(BUNDLE) $(addprefix --arch ,$(ARCHS)) \
+	    -j $(JOBS) --force --offload-bundle
+	$(WORKLOAD_PY) examples/demo_workload.py $(BUNDLE)
+
+bundles: install
+	$(FLYDSL_VENV)/bin/flyc-build examples/flydsl/ops.py -o $(BUNDLE) $(addprefix --arch ,$(ARCHS)) -j $(JOBS) --force
+	$(FLYDSL_VENV)/bin/flyc-build examples/triton/ops.py -o $(TRITON_BUNDLE) --arch sm_90 --arch gfx942 -j $(JOBS) --force
+
+# Tests are tiered: `compile` (FlyDSL + LLVM; runs in the build Python), `cpu`/`hip` (workload Python),
+# `gpu` (skipped here with the reason). The workload tier builds the bundles it needs through flyc-build.
+test: install
+	$(FLYDSL_PY) -m pytest -m compile tests
+	$(WORKLOAD_PY) -m pytest -m "not compile" tests
+
+gpu-check:
+	bash scripts/gpu_check.sh $(TRITON_BUNDLE)
+
+clean:
+	rm -rf build *.egg-info $(BUNDLE) $(TRITON_BUNDLE) .pytest_cache
+
+distclean: clean
+	rm -rf $(FLYDSL_VENV) $(WORKLOAD_VENV) $(STAMP)

@@ -1,0 +1,13 @@
+"""The bundle contract between the compile stage and the loader.
+
+Imported by both halves; depends only on the standard library plus msgpack and pyelftools (for
+reading code objects). Never imports flydsl, triton or torch.
+"""
+
+from .errors import BundleError, CodeObjectError, ExprError, ManifestVersionError
+from .manifest import MANIFEST_NAME, SCHEMA_VERSION, Manifest, read
+
+__all__ = [
+    "BundleError", "CodeObjectError", "ExprError", "ManifestVersionError",
+    "MANIFEST_NAME", "SCHEMA_VERSION", "Manifest", "read",
+]

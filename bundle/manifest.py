@@ -1,0 +1,607 @@
+"""The bundle manifest: a closed, versioned schema shared by the compile stage and the loader.
+
+``docs/bundle-format.md`` is the prose contract and ``schema.json`` beside this file the JSON Schema;
+this module is the one reader and writer. The manifest is sorted-key JSON, so a rebuild from the same
+inputs gives the same bytes. Reading refuses an unknown major version, naming both versions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from pathlib import Path
+from typing import Any, Optional
+
+from . import expr as _expr
+from .errors import BundleError, ManifestVersionError
+
+SCHEMA_MAJOR, SCHEMA_MINOR = 1, 0
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
+FORMAT_NAME = "flyship-bundle"
+MANIFEST_NAME = "manifest.json"
+
+# torch dtype name -> bytes per element.
+DTYPES: dict[str, int] = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+}
+# kernarg field types -> bytes.
+FIELD_TYPES: dict[str, int] = {
+    "ptr": 8, "i64": 8, "u64": 8, "i32": 4, "u32": 4, "i16": 2, "i8": 1,
+    "f64": 8, "f32": 4, "f16": 2, "bf16": 2,
+}
+FIELD_KINDS = ("pointer", "shape", "stride", "scalar", "expr", "constant", "null", "scratch")
+SCALAR_TYPES = ("int", "float", "bool")
+FRONTENDS = ("flydsl", "triton")
+CODE_OBJECT_FORMATS = ("hsaco", "cubin")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One input of an op, in the order of the op's torch schema.
+
+    Attributes:
+        name: argument name (a Python identifier).
+        kind: ``"tensor"``, or a scalar type ``"int"``, ``"float"``, ``"bool"``.
+        rank: number of dimensions (tensors only; 0 for scalars).
+        dtypes: dtypes some specialization accepts (tensors only), torch names such as ``"bfloat16"``.
+        default: default value of a scalar, or None.
+    """
+
+    name: str
+    kind: str
+    rank: int = 0
+    dtypes: tuple[str, ...] = ()
+    default: Optional[float | int | bool] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One output of an op, allocated fresh by the loader (or passed to the ``out`` variant).
+
+    Attributes:
+        name: output name.
+        shape: one expression per dimension over the inputs (see :mod:`flyship.bundle.expr`).
+        dtype: an input tensor's name (same dtype as that input) or a torch dtype name.
+    """
+
+    name: str
+    shape: tuple[str, ...]
+    dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    """What inputs a specialization accepts; the loader checks it per call.
+
+    Attributes:
+        dtypes: input tensor name -> required dtype.
+        constraints: boolean expressions that must all hold (shape rules, static strides, ...).
+        alignment: tensor name -> required data pointer alignment in bytes.
+    """
+
+    dtypes: dict[str, str]
+    constraints: tuple[str, ...] = ()
+    alignment: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernargField:
+    """One value the loader writes into the kernarg buffer.
+
+    Attributes:
+        offset: byte offset in the kernarg segment.
+        size: bytes written (``FIELD_TYPES[type]``).
+        kind: one of ``FIELD_KINDS``: ``pointer`` (a tensor's data pointer), ``shape`` / ``stride``
+            (``arg``'s size or stride, in elements, at ``dim``), ``scalar`` (scalar argument ``arg``),
+            ``expr`` (integer expression ``expr``), ``constant`` (``value``), ``null`` (a zero pointer),
+            ``scratch`` (pointer to ``bytes_per_program`` x grid programs of fresh device memory).
+        type: value type, a key of ``FIELD_TYPES``.
+        arg: the op argument (input or output name) the value comes from, if any.
+        dim: dimension for ``shape`` / ``stride``.
+        expr: expression for ``expr``.
+        value: literal for ``constant``.
+        bytes_per_program: for ``scratch``.
+        align: alignment in bytes for ``scratch``.
+        kernel_arg: the kernel parameter this field belongs to (metadata name or index), for people.
+    """
+
+    offset: int
+    size: int
+    kind: str
+    type: str
+    arg: Optional[str] = None
+    dim: Optional[int] = None
+    expr: Optional[str] = None
+    value: Optional[int | float] = None
+    bytes_per_program: Optional[int] = None
+    align: Optional[int] = None
+    kernel_arg: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class KernargLayout:
+    """The explicit kernel arguments as the loader packs them.
+
+    Attributes:
+        size: extent in bytes of the explicit arguments (end of the last one); what the loader passes
+            as ``HIP_LAUNCH_PARAM_BUFFER_SIZE`` / ``CU_LAUNCH_PARAM_BUFFER_SIZE``.
+        alignment: required alignment of the buffer in bytes.
+        fields: the values, sorted by offset, not overlapping.
+    """
+
+    size: int
+    alignment: int
+    fields: tuple[KernargField, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """Launch geometry.
+
+    Attributes:
+        grid: three expressions, the number of workgroups (blocks) in x, y, z.
+        block: workgroup size in work-items (threads), x, y, z.
+        dynamic_lds: expression for dynamic LDS / shared memory bytes.
+    """
+
+    grid: tuple[str, str, str]
+    block: tuple[int, int, int]
+    dynamic_lds: str = "0"
+
+
+@dataclasses.dataclass(frozen=True)
+class MetadataArg:
+    """One kernel argument from the code object's metadata (AMDGPU: ``amdhsa.kernels[].args[]``;
+    cubin: ``EIATTR_KPARAM_INFO``).
+
+    Attributes:
+        offset: byte offset in the kernarg segment (``.offset``).
+        size: bytes (``.size``).
+        value_kind: ``.value_kind`` (``global_buffer``, ``by_value``, ``hidden_*``...).
+        name: ``.name`` if the metadata has one.
+    """
+
+    offset: int
+    size: int
+    value_kind: str
+    name: Optional[str] = None
+
+    @property
+    def hidden(self) -> bool:
+        return self.value_kind.startswith("hidden_")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelMetadata:
+    """Resource and ABI facts read from the code object (AMDGPU Code Object V5+ metadata, LLVM
+    AMDGPUUsage "Code Object V3 Metadata" and later; for cubins, the ``.nv.info`` attributes).
+
+    Attributes:
+        kernarg_segment_size: ``.kernarg_segment_size``, bytes, hidden args included.
+        kernarg_segment_align: ``.kernarg_segment_align``, bytes.
+        group_segment_fixed_size: static LDS / shared memory, bytes.
+        private_segment_fixed_size: scratch per work-item, bytes.
+        sgpr_count: SGPRs (0 on NVIDIA).
+        vgpr_count: VGPRs (registers per thread on NVIDIA).
+        agpr_count: AccVGPRs (0 where the target has none).
+        wavefront_size: 64 or 32.
+        max_flat_workgroup_size: largest workgroup the code supports.
+        reqd_workgroup_size: required workgroup size, or None.
+        args: every kernel argument, hidden ones included.
+    """
+
+    kernarg_segment_size: int
+    kernarg_segment_align: int
+    group_segment_fixed_size: int
+    private_segment_fixed_size: int
+    sgpr_count: int
+    vgpr_count: int
+    agpr_count: int
+    wavefront_size: int
+    max_flat_workgroup_size: int
+    reqd_workgroup_size: Optional[tuple[int, int, int]]
+    args: tuple[MetadataArg, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class CodeObject:
+    """A code object file in the bundle.
+
+    Attributes:
+        file: path relative to the bundle root.
+        sha256: hex digest of the file.
+        format: ``hsaco`` (AMDGPU ELF) or ``cubin`` (NVIDIA ELF).
+        target: target ID it was built for (``gfx942``, ``gfx942:sramecc+:xnack-``, ``sm_90``).
+        symbol: kernel symbol (AMDGPU: the kernel descriptor is ``symbol + ".kd"``).
+        code_object_version: AMDHSA code object version (5, 6), or None for cubins.
+    """
+
+    file: str
+    sha256: str
+    format: str
+    target: str
+    symbol: str
+    code_object_version: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Proof:
+    """How the code object was shown equal to the frontend's own binary.
+
+    Attributes:
+        method: ``flydsl-binary`` (our assembly vs FlyDSL's ``gpu.binary``) or ``frontend-binary``
+            (the frontend's own binary shipped as is, e.g. Triton's cubin).
+        reference_sha256: digest of the frontend's own code object.
+        identical_sections: sections compared byte for byte and found identical.
+        kernel_descriptor: ``"identical"`` (all 64 bytes), ``"identical-but-entry-offset"`` (entry
+            offset differs but resolves to the same kernel code), or ``"n/a"``.
+        metadata: ``"equal"`` or ``"n/a"``.
+    """
+
+    method: str
+    reference_sha256: str
+    identical_sections: tuple[str, ...]
+    kernel_descriptor: str
+    metadata: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One specialization compiled for one target."""
+
+    target: str
+    code_object: CodeObject
+    metadata: KernelMetadata
+    kernargs: KernargLayout
+    launch: Launch
+    proof: Proof
+    toolchain: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """The concrete call the specialization was traced with, and the geometry it gave.
+
+    Attributes:
+        shapes: tensor name -> shape.
+        scalars: scalar name -> value.
+        grid: the launch grid the frontend computed for these shapes (checked against ``Launch.grid``).
+    """
+
+    shapes: dict[str, tuple[int, ...]]
+    scalars: dict[str, int | float | bool]
+    grid: tuple[int, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Specialization:
+    """A compiled form of an op for some inputs: a guard, and one variant per target."""
+
+    name: str
+    guard: Guard
+    example: Example
+    variants: tuple[Variant, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """A kernel exposed as one torch op.
+
+    Attributes:
+        name: op name (the torch op is ``torch.ops.<namespace>.<name>``).
+        frontend: ``flydsl`` or ``triton``.
+        doc: one-line description.
+        args: inputs, in schema order.
+        outputs: outputs, in order.
+        reference: name of the PyTorch reference function in the bundle's references module, or None.
+        specializations: tried in order; the first whose guard holds runs.
+    """
+
+    name: str
+    frontend: str
+    doc: str
+    args: tuple[Arg, ...]
+    outputs: tuple[Output, ...]
+    reference: Optional[str]
+    specializations: tuple[Specialization, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildInfo:
+    """Who built the bundle. No timestamps: rebuilding from the same inputs gives the same bytes.
+
+    Attributes:
+        flyship_version: version of flyship that wrote the bundle.
+        frontends: frontend name -> version (``{"flydsl": "0.5.0"}``).
+        python: build Python version (``"3.11.7"``).
+        tools: tool name -> ``"<version> (<path>)"`` for llvm-mc, ld.lld, clang-offload-bundler...
+    """
+
+    flyship_version: str
+    frontends: dict[str, str]
+    python: str
+    tools: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """The whole manifest (``manifest.json`` at the bundle root)."""
+
+    schema_version: str
+    namespace: str
+    build: BuildInfo
+    references: Optional[str]
+    ops: tuple[Op, ...]
+    offload_bundles: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def op(self, name: str) -> Op:
+        for o in self.ops:
+            if o.name == name:
+                return o
+        raise BundleError(f"manifest: no op named {name!r}; the bundle has {', '.join(o.name for o in self.ops)}")
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(sorted({v.target for o in self.ops for s in o.specializations for v in s.variants}))
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON <-> dataclasses
+
+
+def to_json_obj(obj: Any) -> Any:
+    """A manifest dataclass as plain JSON data (tuples as lists, every field present)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_json_obj(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_json_obj(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_json_obj(v) for k, v in obj.items()}
+    return obj
+
+
+def dumps(manifest: Manifest) -> str:
+    """Serialise to sorted-key JSON with a trailing newline (byte-stable)."""
+    return json.dumps(to_json_obj(manifest), sort_keys=True, indent=1, allow_nan=False) + "\n"
+
+
+def _from(cls: Any, data: Any, where: str, lenient: bool) -> Any:
+    """Build dataclass ``cls`` from JSON ``data``, checking keys and converting nested types."""
+    origin = typing.get_origin(cls)
+    if cls is Any:
+        return data
+    if origin is typing.Union:
+        members = [a for a in typing.get_args(cls) if a is not type(None)]
+        if data is None:
+            return None
+        if len(members) == 1:
+            return _from(members[0], data, where, lenient)
+        return data  # Union of plain scalars (int | float | bool)
+    if origin is tuple:
+        if not isinstance(data, list):
+            raise BundleError(f"manifest {where}: expected a list, got {type(data).__name__}")
+        args = typing.get_args(cls)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from(args[0], x, f"{where}[{i}]", lenient) for i, x in enumerate(data))
+        if len(args) != len(data):
+            raise BundleError(f"manifest {where}: expected {len(args)} items, got {len(data)}")
+        return tuple(_from(a, x, f"{where}[{i}]", lenient) for i, (a, x) in enumerate(zip(args, data)))
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise BundleError(f"manifest {where}: expected an object, got {type(data).__name__}")
+        _, vt = typing.get_args(cls)
+        return {k: _from(vt, v, f"{where}.{k}", lenient) for k, v in data.items()}
+    if dataclasses.is_dataclass(cls):
+        if not isinstance(data, dict):
+            raise BundleError(f"manifest {where}: expected an object for {cls.__name__}, got {type(data).__name__}")
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = set(data) - set(fields)
+        if unknown and not lenient:
+            raise BundleError(
+                f"manifest {where}: unknown keys {sorted(unknown)} for {cls.__name__}; "
+                f"expected only {sorted(fields)}"
+            )
+        kwargs = {}
+        for name, f in fields.items():
+            if name not in data:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise BundleError(f"manifest {where}: missing key {name!r} for {cls.__name__}")
+                continue
+            kwargs[name] = _from(hints[name], data[name], f"{where}.{name}", lenient)
+        return cls(**kwargs)
+    if cls in (int, str, bool):
+        if not isinstance(data, cls) or (cls is int and isinstance(data, bool)):
+            raise BundleError(f"manifest {where}: expected {cls.__name__}, got {data!r}")
+        return data
+    if cls is float:
+        if not isinstance(data, (int, float)) or isinstance(data, bool):
+            raise BundleError(f"manifest {where}: expected a number, got {data!r}")
+        return float(data)
+    return data
+
+
+def from_json_obj(data: Any) -> Manifest:
+    """Build a :class:`Manifest` from parsed JSON, checking the format and schema version.
+
+    Raises:
+        ManifestVersionError: the major version differs from ``SCHEMA_MAJOR``.
+        BundleError: a key is missing, unknown (for the same or an older minor version), or mistyped.
+    """
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        raise BundleError(
+            f"manifest: expected a JSON object with \"format\": {FORMAT_NAME!r}, "
+            f"got {str(data.get('format') if isinstance(data, dict) else type(data).__name__)!r}; "
+            "is this a flyship bundle?"
+        )
+    version = str(data.get("schema_version", ""))
+    try:
+        major, minor = (int(p) for p in version.split("."))
+    except ValueError:
+        raise BundleError(f"manifest: expected schema_version 'MAJOR.MINOR', got {version!r}") from None
+    if major != SCHEMA_MAJOR:
+        raise ManifestVersionError(
+            f"manifest: bundle schema version {version} is not readable by this flyship, which reads "
+            f"{SCHEMA_MAJOR}.x (up to {SCHEMA_VERSION}); rebuild the bundle with a matching flyship-build, "
+            "or install the flyship version that wrote it"
+        )
+    body = {k: v for k, v in data.items() if k != "format"}
+    return _from(Manifest, body, "", lenient=minor > SCHEMA_MINOR)
+
+
+def to_json_data(manifest: Manifest) -> dict:
+    """The manifest as the JSON object written to disk (with the ``format`` key)."""
+    out = to_json_obj(manifest)
+    out["format"] = FORMAT_NAME
+    return out
+
+
+def write(manifest: Manifest, path: Path) -> None:
+    """Write ``manifest.json`` (sorted keys, trailing newline)."""
+    Path(path).write_text(json.dumps(to_json_data(manifest), sort_keys=True, indent=1, allow_nan=False) + "\n")
+
+
+def read(path: Path | str) -> Manifest:
+    """Read and check a manifest file (or a bundle directory holding ``manifest.json``).
+
+    Raises:
+        BundleError: the file is missing, not JSON, or not a valid manifest; the message names the path.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / MANIFEST_NAME
+    if not p.is_file():
+        raise BundleError(f"read bundle: expected a manifest at {p}, found no file; pass a bundle directory "
+                          f"built by flyc-build (it holds {MANIFEST_NAME})")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise BundleError(f"read bundle: {p} is not valid JSON ({e}); the bundle is damaged, rebuild it") from None
+    try:
+        m = from_json_obj(data)
+    except BundleError as e:
+        raise type(e)(f"{p}: {e}") from None
+    check(m)
+    return m
+
+
+# ---------------------------------------------------------------------------------------------
+# Semantic checks (beyond the JSON Schema)
+
+
+def slots(op: Op) -> dict[str, _expr.Slot]:
+    """Argument name -> :class:`~flyship.bundle.expr.Slot` (inputs, then outputs)."""
+    out: dict[str, _expr.Slot] = {}
+    for i, a in enumerate(op.args):
+        out[a.name] = _expr.Slot(i, "tensor" if a.kind == "tensor" else a.kind, a.rank)
+    for j, o in enumerate(op.outputs):
+        out[o.name] = _expr.Slot(len(op.args) + j, "tensor", len(o.shape))
+    return out
+
+
+def check_layout(layout: KernargLayout, meta: KernelMetadata, where: str) -> None:
+    """Check that kernarg fields tile the metadata's explicit arguments exactly.
+
+    Every field lies inside one explicit argument; fields do not overlap; each explicit argument's
+    bytes are covered except alignment padding (a gap smaller than the next field's size inside a
+    by-value struct); ``layout.size`` is the end of the last explicit argument.
+
+    Raises:
+        BundleError: naming the field or argument, its offset and size.
+    """
+    explicit = sorted((a for a in meta.args if not a.hidden), key=lambda a: a.offset)
+    extent = max((a.offset + a.size for a in explicit), default=0)
+    if layout.size != extent:
+        raise BundleError(f"{where}: kernarg size {layout.size} != explicit-argument extent {extent} "
+                          "from the code object metadata")
+    fields = sorted(layout.fields, key=lambda f: f.offset)
+    prev_end = 0
+    for f in fields:
+        if f.kind not in FIELD_KINDS or f.type not in FIELD_TYPES or FIELD_TYPES[f.type] != f.size:
+            raise BundleError(f"{where}: field at offset {f.offset}: kind {f.kind!r} / type {f.type!r} / "
+                              f"size {f.size} are inconsistent")
+        if f.offset < prev_end:
+            raise BundleError(f"{where}: kernarg field at offset {f.offset} overlaps the previous one "
+                              f"(ends at {prev_end})")
+        prev_end = f.offset + f.size
+        owner = [a for a in explicit if a.offset <= f.offset and f.offset + f.size <= a.offset + a.size]
+        if not owner:
+            raise BundleError(f"{where}: kernarg field {f.kind} at offset {f.offset} (size {f.size}) lies "
+                              "outside every explicit kernel argument of the metadata")
+    for a in explicit:
+        inside = [f for f in fields if a.offset <= f.offset < a.offset + a.size]
+        if not inside:
+            raise BundleError(f"{where}: kernel argument {a.name or '?'} at offset {a.offset} (size {a.size}, "
+                              f"{a.value_kind}) has no kernarg field; the loader would leave it unset")
+        pos = a.offset
+        for f in inside:
+            gap = f.offset - pos
+            if gap < 0 or gap >= f.size:
+                raise BundleError(f"{where}: kernel argument {a.name or '?'} at offset {a.offset}: bytes "
+                                  f"{pos}..{f.offset} are neither a field nor alignment padding")
+            pos = f.offset + f.size
+        tail = a.offset + a.size - pos
+        if tail < 0 or tail >= max(f.size for f in inside):
+            raise BundleError(f"{where}: kernel argument {a.name or '?'} at offset {a.offset}: its last "
+                              f"{tail} bytes are not covered by a field")
+
+
+def check(m: Manifest) -> None:
+    """Semantic checks every manifest must pass (the JSON Schema covers the shapes of values).
+
+    Raises:
+        BundleError: naming op, specialization and target, and what is wrong.
+    """
+    from . import targets as _targets
+
+    if not m.namespace.isidentifier():
+        raise BundleError(f"manifest: namespace must be a Python identifier, got {m.namespace!r}")
+    seen_ops: set[str] = set()
+    for op in m.ops:
+        if op.name in seen_ops or not op.name.isidentifier():
+            raise BundleError(f"manifest: op name {op.name!r} is duplicated or not an identifier")
+        seen_ops.add(op.name)
+        names = [a.name for a in op.args] + [o.name for o in op.outputs]
+        if len(set(names)) != len(names):
+            raise BundleError(f"op {op.name}: argument names repeat: {names}")
+        sl = slots(op)
+        tensor_in = {a.name for a in op.args if a.kind == "tensor"}
+        for o in op.outputs:
+            if o.dtype not in DTYPES and o.dtype not in tensor_in:
+                raise BundleError(f"op {op.name}: output {o.name} dtype {o.dtype!r} is neither a dtype nor an "
+                                  f"input tensor ({', '.join(sorted(tensor_in))})")
+            for e in o.shape:
+                _expr.compile_program(e, {k: v for k, v in sl.items() if k not in {x.name for x in op.outputs}})
+        for s in op.specializations:
+            where = f"op {op.name} specialization {s.name}"
+            for t, d in s.guard.dtypes.items():
+                if t not in tensor_in or d not in DTYPES:
+                    raise BundleError(f"{where}: guard dtype {t}={d} names no input tensor or no known dtype")
+            for c in s.guard.constraints:
+                _expr.compile_program(c, sl)
+            if not s.variants:
+                raise BundleError(f"{where}: no compiled variants")
+            for v in s.variants:
+                vw = f"{where} target {v.target}"
+                _targets.parse_target(v.target)
+                check_layout(v.kernargs, v.metadata, vw)
+                for f in v.kernargs.fields:
+                    if f.kind in ("pointer", "shape", "stride", "scalar") and f.arg not in sl:
+                        raise BundleError(f"{vw}: kernarg field at {f.offset} names unknown argument {f.arg!r}")
+                    if f.kind == "expr":
+                        _expr.compile_program(f.expr or "", sl)
+                for e in v.launch.grid:
+                    _expr.compile_program(e, sl)
+                _expr.compile_program(v.launch.dynamic_lds, sl)
+                req = v.metadata.reqd_workgroup_size
+                if req is not None and tuple(req) != tuple(v.launch.block):
+                    raise BundleError(f"{vw}: launch block {list(v.launch.block)} differs from the code object's "
+                                      f"required workgroup size {list(req)}; the HIP runtime would silently "
+                                      "replace it, so this bundle is refused")
+                threads = v.launch.block[0] * v.launch.block[1] * v.launch.block[2]
+                if threads > v.metadata.max_flat_workgroup_size:
+                    raise BundleError(f"{vw}: block of {threads} work-items exceeds the kernel's max flat "
+                                      f"workgroup size {v.metadata.max_flat_workgroup_size}")

@@ -1,0 +1,173 @@
+"""GPU target IDs: parsing, compatibility rules and per-target limits.
+
+AMDGPU target IDs follow the LLVM AMDGPU usage document ("Target ID" section):
+``<processor>(:<feature>(+|-))*``, e.g. ``gfx942:sramecc+:xnack-``. A feature that a code object
+leaves unspecified runs under either setting of the device; a specified feature (``+`` or ``-``)
+must equal the device's. NVIDIA targets are written ``sm_<major><minor>[a]`` (``sm_90``, ``sm_90a``).
+A cubin for ``sm_XY`` runs on a device of the same major version and minor >= Y (CUDA binary
+compatibility, CUDA C++ Programming Guide "Binary Compatibility"); the arch-specific ``a`` variant
+runs only on exactly that device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from .errors import BundleError
+
+# Per-workgroup LDS (bytes) and wavefront size of the AMD processors we know. Sources: LLVM
+# AMDGPUUsage "Processors" table and the CDNA3 / CDNA4 ISA guides (64 KiB LDS on gfx942,
+# 160 KiB on gfx950).
+AMD_PROCESSORS: dict[str, dict[str, int]] = {
+    "gfx90a": {"lds_bytes": 64 * 1024, "wavefront_size": 64, "max_workgroup_size": 1024},
+    "gfx940": {"lds_bytes": 64 * 1024, "wavefront_size": 64, "max_workgroup_size": 1024},
+    "gfx941": {"lds_bytes": 64 * 1024, "wavefront_size": 64, "max_workgroup_size": 1024},
+    "gfx942": {"lds_bytes": 64 * 1024, "wavefront_size": 64, "max_workgroup_size": 1024},
+    "gfx950": {"lds_bytes": 160 * 1024, "wavefront_size": 64, "max_workgroup_size": 1024},
+    "gfx1100": {"lds_bytes": 64 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
+    "gfx1101": {"lds_bytes": 64 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
+    "gfx1200": {"lds_bytes": 64 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
+    "gfx1201": {"lds_bytes": 64 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
+}
+
+# NVIDIA: max shared memory per block (opt-in), warp size, threads per block. Source: CUDA C++
+# Programming Guide, "Technical Specifications per Compute Capability".
+NVIDIA_LIMITS: dict[int, dict[str, int]] = {
+    80: {"lds_bytes": 163 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
+    86: {"lds_bytes": 99 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
+    89: {"lds_bytes": 99 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
+    90: {"lds_bytes": 227 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
+    100: {"lds_bytes": 227 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
+    120: {"lds_bytes": 99 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
+}
+
+_AMD_RE = re.compile(r"^(gfx[0-9a-f]+)((?::[a-z0-9_]+[+-])*)$")
+_NV_RE = re.compile(r"^sm_(\d+)(a?)$")
+AMD_FEATURES = ("sramecc", "xnack")
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetID:
+    """A parsed GPU target ID.
+
+    Attributes:
+        vendor: ``"amd"`` or ``"nvidia"``.
+        processor: ``"gfx942"`` or ``"sm_90"`` (for NVIDIA: without the ``a`` suffix).
+        features: AMD target features as ``((name, "+"|"-"), ...)``, sorted; empty when unspecified.
+        arch_specific: NVIDIA ``sm_90a``-style arch-specific target.
+    """
+
+    vendor: str
+    processor: str
+    features: tuple[tuple[str, str], ...] = ()
+    arch_specific: bool = False
+
+    @property
+    def text(self) -> str:
+        if self.vendor == "nvidia":
+            return self.processor + ("a" if self.arch_specific else "")
+        return self.processor + "".join(f":{k}{v}" for k, v in self.features)
+
+    @property
+    def sm(self) -> int:
+        """NVIDIA compute capability as an integer (``sm_90`` -> 90)."""
+        if self.vendor != "nvidia":
+            raise BundleError(f"target {self.text}: expected an NVIDIA sm_XX target, got an AMD one")
+        return int(self.processor[3:])
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def parse_target(text: str) -> TargetID:
+    """Parse ``gfx942``, ``gfx942:sramecc+:xnack-``, ``sm_90`` or ``sm_90a``.
+
+    Raises:
+        BundleError: the text is not a target ID; the message lists the accepted forms.
+    """
+    t = text.strip()
+    m = _AMD_RE.match(t)
+    if m:
+        feats: dict[str, str] = {}
+        for part in filter(None, m.group(2).split(":")):
+            name, sign = part[:-1], part[-1]
+            if name not in AMD_FEATURES:
+                raise BundleError(
+                    f"target ID {text!r}: unknown feature {name!r}; expected one of {', '.join(AMD_FEATURES)}"
+                )
+            if name in feats:
+                raise BundleError(f"target ID {text!r}: feature {name!r} given twice")
+            feats[name] = sign
+        return TargetID("amd", m.group(1), tuple(sorted(feats.items())))
+    m = _NV_RE.match(t)
+    if m:
+        return TargetID("nvidia", f"sm_{m.group(1)}", (), bool(m.group(2)))
+    raise BundleError(
+        f"target ID {text!r}: expected an AMD target like 'gfx942' or 'gfx942:sramecc+:xnack-', "
+        f"or an NVIDIA one like 'sm_90'"
+    )
+
+
+def is_compatible(code_object: TargetID | str, device: TargetID | str) -> bool:
+    """Whether a code object built for ``code_object`` runs on a device whose target ID is ``device``.
+
+    AMD: same processor, and every feature the code object specifies equals the device's setting
+    (a feature the device does not report counts as unspecified: only an unspecified feature in
+    the code object matches it). NVIDIA: same major version and device minor >= code minor;
+    ``sm_XYa`` only on exactly ``sm_XY``.
+    """
+    co = parse_target(code_object) if isinstance(code_object, str) else code_object
+    dev = parse_target(device) if isinstance(device, str) else device
+    if co.vendor != dev.vendor:
+        return False
+    if co.vendor == "nvidia":
+        if co.arch_specific:
+            return co.sm == dev.sm
+        return co.sm // 10 == dev.sm // 10 and dev.sm % 10 >= co.sm % 10
+    if co.processor != dev.processor:
+        return False
+    dev_feats = dict(dev.features)
+    return all(dev_feats.get(name) == sign for name, sign in co.features)
+
+
+def compatibility_rank(code_object: TargetID, device: TargetID) -> int:
+    """Among compatible code objects, higher is a closer match (more features pinned, exact sm)."""
+    if code_object.vendor == "nvidia":
+        return 100 - (device.sm - code_object.sm) + (1 if code_object.arch_specific else 0)
+    return len(code_object.features)
+
+
+def limits(target: TargetID | str) -> dict[str, int]:
+    """Per-workgroup LDS bytes, wavefront size and max workgroup size of a target.
+
+    Raises:
+        BundleError: the processor is not one flyship knows limits for; lists the known ones.
+    """
+    t = parse_target(target) if isinstance(target, str) else target
+    if t.vendor == "amd":
+        if t.processor not in AMD_PROCESSORS:
+            raise BundleError(
+                f"target {t.text}: no known limits for processor {t.processor!r}; "
+                f"known AMD processors: {', '.join(sorted(AMD_PROCESSORS))}"
+            )
+        return dict(AMD_PROCESSORS[t.processor])
+    if t.sm not in NVIDIA_LIMITS:
+        raise BundleError(
+            f"target {t.text}: no known limits; known NVIDIA targets: "
+            f"{', '.join(f'sm_{k}' for k in sorted(NVIDIA_LIMITS))}"
+        )
+    return dict(NVIDIA_LIMITS[t.sm])
+
+
+def select(candidates: list[str], device: str) -> int | None:
+    """Index of the best code-object target in ``candidates`` for ``device``, or None if none runs."""
+    dev = parse_target(device)
+    best, best_rank = None, None
+    for i, c in enumerate(candidates):
+        co = parse_target(c)
+        if is_compatible(co, dev):
+            r = compatibility_rank(co, dev)
+            if best_rank is None or r > best_rank:
+                best, best_rank = i, r
+    return best

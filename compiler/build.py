@@ -1,0 +1,358 @@
+"""The compile stage, end to end: spec file -> per-target workers -> verified bundle on disk.
+
+Reads like its steps: :func:`plan` the tasks, :func:`run_tasks` in one process pool per target,
+:func:`assemble_manifest` from the results, :func:`write_bundle` atomically.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import concurrent.futures as cf
+import dataclasses
+import hashlib
+import multiprocessing
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from .. import __version__
+from ..bundle import expr as _expr
+from ..bundle import manifest as M
+from ..bundle import targets as _targets
+from .spec import OpDecl, Output, Scalar, SpecFile, Tensor
+from .worker import TaskResult, WorkerConfig, init_worker, load_spec_file, run_task
+
+
+class BuildError(RuntimeError):
+    """The build failed; nothing was written at the output path."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    """Options of one ``flyc-build`` run (the CLI parses into this).
+
+    Attributes:
+        spec_path: the spec file.
+        out_dir: bundle directory to create.
+        archs: target IDs (``gfx942``, ``gfx950``, ``sm_90``...).
+        jobs: worker processes in all (at least one per target).
+        force: replace an existing ``out_dir``.
+        keep_ir: also write each code object's ``.s``.
+        llvm_bin: folder with llvm-mc / ld.lld, searched first.
+        offload_bundle: also write one clang offload bundle per specialization holding every AMD target.
+        code_object_version: 5 or 6; None keeps what the frontend emitted.
+    """
+
+    spec_path: str
+    out_dir: str
+    archs: tuple[str, ...]
+    jobs: int = 1
+    force: bool = False
+    keep_ir: bool = False
+    llvm_bin: Optional[str] = None
+    offload_bundle: bool = False
+    code_object_version: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One line of the build's summary table."""
+
+    op: str
+    spec: str
+    target: str
+    vgprs: int
+    sgprs: int
+    lds: int
+    kernarg_bytes: int
+    seconds: float
+
+
+def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
+    """Parse the requested targets; unknown ones fail with the list of known processors."""
+    if not archs:
+        raise BuildError("flyc-build: expected at least one --arch (e.g. --arch gfx942 --arch gfx950)")
+    out = []
+    for a in archs:
+        try:
+            t = _targets.parse_target(a)
+            _targets.limits(t)
+        except M.BundleError as e:
+            raise BuildError(f"flyc-build: unknown arch {a!r}: {e}") from None
+        out.append(t)
+    return out
+
+
+def plan(sf: SpecFile, targets: list[_targets.TargetID]) -> list[tuple[str, str, str]]:
+    """(op, spec, target) tasks. FlyDSL ops build only for AMD targets."""
+    tasks = []
+    for op in sf.ops:
+        usable = [t for t in targets if op.frontend != "flydsl" or t.vendor == "amd"]
+        if not usable:
+            raise BuildError(f"flyc-build: op {op.name} ({op.frontend}) has no target among "
+                             f"{[t.text for t in targets]}; FlyDSL builds for AMD targets (gfx942, gfx950, ...)")
+        for s in op.specs:
+            for t in usable:
+                tasks.append((op.name, s.name, t.text))
+    return tasks
+
+
+def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: object, rocm_root: Optional[Path],
+              scratch: Path, progress: Callable[[str], None]) -> list[TaskResult]:
+    """Run the tasks in spawned worker processes, one pool per target; report each as it ends."""
+    by_target: dict[str, list[tuple[str, str]]] = {}
+    for o, s, t in tasks:
+        by_target.setdefault(t, []).append((o, s))
+    per_pool = max(1, opts.jobs // max(1, len(by_target)))
+    ctx = multiprocessing.get_context("spawn")
+    pools, futures = [], {}
+    results: list[TaskResult] = []
+    try:
+        for target, items in by_target.items():
+            cfg = WorkerConfig(spec_path=str(Path(opts.spec_path).resolve()), target=target,
+                               rocm_root=str(rocm_root) if rocm_root else None, toolchain=toolchain,
+                               code_object_version=opts.code_object_version, keep_ir=opts.keep_ir,
+                               scratch_root=str(scratch))
+            pool = cf.ProcessPoolExecutor(max_workers=min(per_pool, len(items)), mp_context=ctx,
+                                          initializer=init_worker, initargs=(cfg,))
+            pools.append(pool)
+            for o, s in items:
+                futures[pool.submit(run_task, o, s)] = (o, s, target)
+        done = 0
+        for fut in cf.as_completed(futures):
+            o, s, t = futures[fut]
+            done += 1
+            try:
+                r = fut.result()
+            except Exception as e:  # a worker died (e.g. a crash inside the DSL)
+                r = TaskResult(o, s, t, None, f"worker process failed: {type(e).__name__}: {e}")
+            results.append(r)
+            status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
+            progress(f"[{done}/{len(futures)}] {t:<8} {o}.{s}  {status}")
+    finally:
+        for p in pools:
+            p.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
+def check_resources(op: OpDecl, spec_allow_scratch: bool, spec_name: str, v) -> None:
+    """LDS within the target's per-workgroup limit; no scratch spills unless allowed."""
+    lim = _targets.limits(v.target)["lds_bytes"]
+    static = v.metadata.group_segment_fixed_size
+    if static > lim:
+        raise BuildError(f"op {op.name} spec {spec_name} target {v.target}: kernel {v.symbol} uses {static} bytes of "
+                         f"LDS, over the target's {lim}-byte per-workgroup limit")
+    if v.metadata.private_segment_fixed_size > 0 and not spec_allow_scratch:
+        raise BuildError(f"op {op.name} spec {spec_name} target {v.target}: kernel {v.symbol} spills to scratch "
+                         f"({v.metadata.private_segment_fixed_size} bytes per work-item); reduce register pressure "
+                         "or set Spec(allow_scratch=True)")
+
+
+def _fs_target(t: str) -> str:
+    return t.replace(":", "_")
+
+
+def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str, bytes]]:
+    files: dict[str, bytes] = {}
+    specs = []
+    dtypes_seen: dict[str, set] = {a.name: set() for a in op.args if isinstance(a, Tensor)}
+    for s in op.specs:
+        variants = []
+        derived: Optional[tuple[str, ...]] = None
+        alignment: dict[str, int] = {}
+        shapes = op.example_shapes(s)
+        scalars = {k: v for k, v in op.example_scalars(s).items()}
+        int_scalars = {k: v for k, v in scalars.items() if isinstance(v, int) and not isinstance(v, bool)}
+        example_grid = None
+        for (o, sn, t), v in sorted(results.items()):
+            if o != op.name or sn != s.name:
+                continue
+            check_resources(op, s.allow_scratch, s.name, v)
+            grid_here = tuple(_expr.evaluate_with_shapes(g, shapes, int_scalars) for g in v.launch.grid)
+            if grid_here != tuple(v.example_grid):
+                raise BuildError(f"op {op.name} spec {s.name} target {t}: the grid expressions {list(v.launch.grid)} "
+                                 f"give {list(grid_here)} at the example shapes but the frontend computed "
+                                 f"{list(v.example_grid)}")
+            example_grid = example_grid or grid_here
+            cons = tuple(sorted(set(_expr.canonical(c) for c in v.constraints)))
+            if derived is None:
+                derived = cons
+            elif derived != cons:
+                raise BuildError(f"op {op.name} spec {s.name}: targets disagree on the layout constraints "
+                                 f"({derived} vs {cons} for {t})")
+            for k, a in v.alignment.items():
+                alignment[k] = max(alignment.get(k, 1), a)
+            fname = f"{op.name}.{s.name}.{_fs_target(t)}.{v.format}"
+            files[fname] = v.code_object
+            if v.isa is not None:
+                files[f"{op.name}.{s.name}.{_fs_target(t)}.s"] = v.isa.encode()
+            variants.append(M.Variant(
+                target=t,
+                code_object=M.CodeObject(file=fname, sha256=hashlib.sha256(v.code_object).hexdigest(), format=v.format,
+                                         target=t, symbol=v.symbol, code_object_version=v.code_object_version),
+                metadata=v.metadata, kernargs=v.kernargs, launch=v.launch, proof=v.proof,
+                toolchain=dict(sorted(v.toolchain.items()))))
+        for k, d in s.dtypes.items():
+            dtypes_seen[k].add(d)
+        constraints = tuple(dict.fromkeys([_expr.canonical(c) for c in s.constraints] + list(derived or ())))
+        guard = M.Guard(dtypes=dict(sorted(s.dtypes.items())), constraints=constraints,
+                        alignment=dict(sorted(alignment.items())))
+        example = M.Example(shapes={k: tuple(v) for k, v in sorted(shapes.items())},
+                            scalars=dict(sorted(scalars.items())), grid=tuple(example_grid or (0, 0, 0)))
+        specs.append(M.Specialization(name=s.name, guard=guard, example=example,
+                                      variants=tuple(sorted(variants, key=lambda x: x.target))))
+    args = []
+    for a in op.args:
+        if isinstance(a, Tensor):
+            args.append(M.Arg(name=a.name, kind="tensor", rank=a.rank, dtypes=tuple(sorted(dtypes_seen[a.name]))))
+        elif isinstance(a, Scalar):
+            args.append(M.Arg(name=a.name, kind=a.type, default=a.default))
+    outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o)) for o in op.outputs)
+    return M.Op(name=op.name, frontend=op.frontend, doc=op.doc, args=tuple(args), outputs=outputs,
+                reference=op.reference, specializations=tuple(specs)), files
+
+
+def check_references_module(path: Path) -> None:
+    """The references module runs in the workload Python: it may import torch and the standard library only."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    allowed = {"torch", "math", "typing", "functools", "__future__", "numbers", "dataclasses"}
+    for node in ast.walk(tree):
+        mods = []
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            mods = [node.module or ""]
+        for m in mods:
+            if m.split(".")[0] not in allowed:
+                raise BuildError(f"references module {path}: imports {m!r}; it is copied into the bundle and run in "
+                                 f"the workload Python, so it may import only {', '.join(sorted(allowed))}")
+
+
+def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], frontends: dict[str, str],
+                      offload: dict[str, str]) -> tuple[M.Manifest, dict[str, bytes]]:
+    """Build the manifest (and the files it names) from every task's result."""
+    files: dict[str, bytes] = {}
+    ops = []
+    for op in sf.ops:
+        entry, f = _op_entry(op, {}, results)
+        ops.append(entry)
+        files.update(f)
+    refs = None
+    if sf.references:
+        rp = (Path(sf.path).parent / sf.references).resolve()
+        if not rp.is_file():
+            raise BuildError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
+        check_references_module(rp)
+        files["references.py"] = rp.read_bytes()
+        refs = "references.py"
+    m = M.Manifest(schema_version=M.SCHEMA_VERSION, namespace=sf.namespace,
+                   build=M.BuildInfo(flyship_version=__version__, frontends=dict(sorted(frontends.items())),
+                                     python=platform.python_version(), tools=dict(sorted(tools.items()))),
+                   references=refs, ops=tuple(ops), offload_bundles=dict(sorted(offload.items())))
+    M.check(m)
+    return m, files
+
+
+def write_bundle(m: M.Manifest, files: dict[str, bytes], out_dir: Path, force: bool) -> None:
+    """Write into a temporary sibling folder, then rename into place: a failure leaves nothing at ``out_dir``."""
+    out_dir = out_dir.resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        for name, data in sorted(files.items()):
+            (tmp / name).write_bytes(data)
+        M.write(m, tmp / M.MANIFEST_NAME)
+        M.read(tmp)  # what we wrote must read back
+        old = None
+        if out_dir.exists():
+            if not force:
+                raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            out_dir.rename(old)
+        tmp.rename(out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[Row]:
+    """Run the whole compile stage.
+
+    Returns:
+        One :class:`Row` per compiled variant, for the summary table.
+
+    Raises:
+        BuildError: anything that stops the build (unknown arch, tools missing, output exists, a kernel
+            failing to compile or prove); every failing task is listed. Nothing is written then.
+    """
+    from . import toolchain as _tc
+
+    targets = check_archs(opts.archs)
+    out_dir = Path(opts.out_dir)
+    if out_dir.exists() and not opts.force:
+        raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
+    amd = [t.text for t in targets if t.vendor == "amd"]
+    sf = _load_spec_for_planning(opts.spec_path, amd[0] if amd else None)
+    tasks = plan(sf, targets)
+    frontends_used = sorted({o.frontend for o in sf.ops})
+    toolchain, rocm_root = None, None
+    tools: dict[str, str] = {}
+    needs_llvm = any(o.frontend == "flydsl" for o in sf.ops) or opts.offload_bundle
+    with contextlib.ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flyc-build-")))
+        if needs_llvm and amd:
+            toolchain = _tc.find_toolchain(opts.llvm_bin)
+            _tc.check_targets(toolchain, amd)
+            rocm_root = stack.enter_context(_tc.rocm_root(toolchain))
+            tools = dict(toolchain.describe())
+        progress(f"flyc-build: {len(tasks)} kernels ({len(sf.ops)} ops) for {', '.join(t.text for t in targets)}, "
+                 f"jobs={opts.jobs}")
+        results = run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress)
+        failed = [r for r in results if r.error]
+        if failed:
+            lines = "\n".join(f"  {r.target} {r.op}.{r.spec}: {r.error}" for r in sorted(failed, key=lambda r: (
+                r.op, r.spec, r.target)))
+            raise BuildError(f"flyc-build: {len(failed)} of {len(results)} kernels failed; nothing was written:\n{lines}")
+        by_key = {(r.op, r.spec, r.target): r.variant for r in results}
+        frontends = {}
+        for fe in frontends_used:
+            for r in results:
+                if r.variant and r.variant.toolchain.get(fe):
+                    frontends[fe] = r.variant.toolchain[fe]
+        offload, extra_files = {}, {}
+        if opts.offload_bundle:
+            from . import offload as _off
+
+            for op in sf.ops:
+                for s in op.specs:
+                    cos = {t: v.code_object for (o, sn, t), v in by_key.items()
+                           if o == op.name and sn == s.name and v.format == "hsaco"}
+                    if not cos:
+                        continue
+                    path = scratch / f"{op.name}.{s.name}.offload"
+                    _off.make_offload_bundle(cos, toolchain, path)
+                    offload[f"{op.name}.{s.name}"] = path.name
+                    extra_files[path.name] = path.read_bytes()
+        m, files = assemble_manifest(sf, by_key, tools, frontends, offload)
+        files.update(extra_files)
+        write_bundle(m, files, out_dir, opts.force)
+    rows = [Row(o, s, t, v.metadata.vgpr_count, v.metadata.sgpr_count, v.metadata.group_segment_fixed_size,
+                v.kernargs.size, v.seconds) for (o, s, t), v in sorted(by_key.items())]
+    return rows
+
+
+def _load_spec_for_planning(path: str, amd_target: Optional[str]) -> SpecFile:
+    """Import the spec file in this process, only to list ops and specs (compiles happen in workers)."""
+    if amd_target:
+        os.environ.setdefault("FLYDSL_GPU_ARCH", amd_target.split(":")[0])
+    try:
+        return load_spec_file(path)
+    except Exception as e:
+        raise BuildError(f"flyc-build: {e}") from None

@@ -1,0 +1,54 @@
+"""``flyc-build``: the compile stage's command line (click). Parses into BuildOptions, calls build()."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .build import BuildError, BuildOptions, Row, build
+
+
+def format_table(rows: list[Row]) -> str:
+    """The summary table: op, spec, arch, VGPRs, SGPRs, LDS bytes, kernarg bytes, compile seconds."""
+    head = ("op", "spec", "arch", "VGPRs", "SGPRs", "LDS bytes", "kernarg bytes", "compile s")
+    body = [(r.op, r.spec, r.target, str(r.vgprs), str(r.sgprs), str(r.lds), str(r.kernarg_bytes), f"{r.seconds:.1f}")
+            for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(head, *body)]
+    line = lambda cells: "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([line(head), line(tuple("-" * w for w in widths)), *(line(b) for b in body)])
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Bundle folder to write.")
+@click.option("--arch", "archs", multiple=True, required=True,
+              help="Target ID to build for (repeatable): gfx942, gfx950, gfx942:sramecc+:xnack-, sm_90.")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, 256),
+              help="Worker processes in all (at least one per target).")
+@click.option("--force", is_flag=True, help="Replace an existing output folder.")
+@click.option("--keep-ir", is_flag=True, help="Also write each code object's assembly (.s).")
+@click.option("--llvm-bin", type=click.Path(file_okay=False), default=None,
+              help="Folder with llvm-mc and ld.lld, searched before ROCm and Debian installs.")
+@click.option("--offload-bundle", is_flag=True, help="Also write one clang offload bundle per specialization.")
+@click.option("--code-object-version", type=click.Choice(["5", "6"]), default=None,
+              help="AMDHSA code object version (default: what FlyDSL emitted; ROCm < 6.3 refuses 6).")
+def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, code_object_version) -> None:
+    """Compile the ops declared in SPEC into a verified bundle of code objects + manifest."""
+    opts = BuildOptions(spec_path=spec, out_dir=out_dir, archs=tuple(archs), jobs=jobs, force=force, keep_ir=keep_ir,
+                        llvm_bin=llvm_bin, offload_bundle=offload_bundle,
+                        code_object_version=int(code_object_version) if code_object_version else None)
+    try:
+        rows = build(opts)
+    except BuildError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    except Exception as e:  # toolchain/proof/spec errors carry their own wording
+        click.echo(f"error: {type(e).__name__}: {e}", err=True)
+        sys.exit(1)
+    click.echo(format_table(rows))
+    click.echo(f"\nwrote {out_dir}")
+
+
+if __name__ == "__main__":
+    main()

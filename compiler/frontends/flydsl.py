@@ -1,0 +1,166 @@
+"""FlyDSL frontend: trace a ``@flyc.jit`` launcher on the CPU, assemble its ISA, prove, bind kernargs.
+
+The only module that imports ``flydsl`` (lazily, inside the worker process of one target). Version
+facts (FIELD-NOTES, FlyDSL 0.1.5 ... 0.5.0): compile without a GPU with ``COMPILE_ONLY=1`` and CPU
+tensors as placeholders; the target comes from ``FLYDSL_GPU_ARCH`` (a bare ``ARCH`` overrides it, so
+both are set); ``FLYDSL_DUMP_IR=1`` + ``FLYDSL_DUMP_DIR`` write ``<dir>/<kernel>_0/NN_<stage>.mlir``,
+``NN_final_isa.s`` and ``NN_gpu_module_to_binary.mlir`` (FlyDSL's own code object). A missing ISA file
+is the only sign of a failed dump. The disk cache is turned off so every build really compiles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ...bundle.codeobject import CodeObjectFile
+from ...bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLayout, Launch
+from ..spec import OpDecl, Output, Scalar, Spec, Tensor
+from . import BuildContext, CompiledVariant, FrontendError
+from . import flydsl_ir
+
+ENV_DEFAULTS = {
+    "COMPILE_ONLY": "1",
+    "FLYDSL_DUMP_IR": "1",
+    "FLYDSL_RUNTIME_ENABLE_CACHE": "0",
+}
+
+
+def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> None:
+    """Set the process environment FlyDSL reads, before flydsl is imported (worker initializer)."""
+    processor = target.split(":")[0]
+    os.environ.update(ENV_DEFAULTS)
+    os.environ["FLYDSL_GPU_ARCH"] = processor
+    os.environ["ARCH"] = processor
+    os.environ["FLYDSL_RUNTIME_CACHE_DIR"] = str(cache_dir)
+    if rocm_root is not None:
+        os.environ["ROCM_PATH"] = str(rocm_root)
+
+
+def version() -> str:
+    from importlib.metadata import version as _v
+
+    return _v("flydsl")
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    if name not in DTYPES:
+        raise FrontendError(f"dtype {name!r}: expected one of {', '.join(DTYPES)}")
+    return getattr(torch, name)
+
+
+def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
+    """Placeholder CPU tensors and scalars in launcher order, plus constexpr keywords."""
+    import torch
+
+    shapes = op.example_shapes(spec)
+    scalars = op.example_scalars(spec)
+    pos: list[Any] = []
+    for a in op.args:
+        if isinstance(a, Tensor):
+            pos.append(torch.empty(shapes[a.name], dtype=_torch_dtype(spec.dtypes[a.name])))
+        elif isinstance(a, Output):
+            pos.append(torch.empty(shapes[a.name], dtype=_torch_dtype(op.output_dtype_for(a, spec))))
+        elif isinstance(a, Scalar):
+            if scalars[a.name] is None:
+                raise FrontendError(f"op {op.name} spec {spec.name}: scalar {a.name} needs an example value "
+                                    "(Spec(scalars=...) or Scalar(default=...))")
+            pos.append({"float": float, "int": int, "bool": bool}[a.type](scalars[a.name]))
+    return pos, dict(spec.constexprs)
+
+
+def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> Path:
+    """Run the launcher under COMPILE_ONLY with the IR dump on; return the kernel's dump folder."""
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["FLYDSL_DUMP_DIR"] = str(dump_dir)
+    pos, kw = _call_args(op, spec)
+    log = io.StringIO()  # FlyDSL prints a line per dumped stage; keep it for error reports only
+    try:
+        with contextlib.redirect_stdout(log):
+            op.kernel(*pos, **kw)
+    except Exception as e:  # the DSL's own message, with where it happened
+        raise FrontendError(f"op {op.name} spec {spec.name} target {target}: FlyDSL failed to trace/compile "
+                            f"launcher {getattr(op.kernel, '__name__', op.kernel)!r}: {type(e).__name__}: {e}") from None
+    dirs = [p for p in dump_dir.iterdir() if p.is_dir()]
+    if len(dirs) != 1:
+        raise FrontendError(f"op {op.name} spec {spec.name} target {target}: expected one kernel dump folder in "
+                            f"{dump_dir}, found {[p.name for p in dirs]}")
+    return dirs[0]
+
+
+def _one(kernel_dir: Path, pattern: str, what: str) -> Path:
+    found = sorted(kernel_dir.glob(pattern))
+    if not found:
+        raise FrontendError(f"FlyDSL dump {kernel_dir}: no {pattern} ({what}); FlyDSL writes it only when the "
+                            "compile reaches the binary step (is ROCM_PATH a toolkit with ld.lld and the AMDGPU "
+                            "bitcode?)")
+    return found[-1]
+
+
+def _layout(analysis: flydsl_ir.HostAnalysis, meta, where: str) -> KernargLayout:
+    """Place each kernel argument's fields at the metadata offset of that argument."""
+    explicit = [a for a in meta.args if not a.hidden]
+    if len(explicit) != len(analysis.kernel_args):
+        raise FrontendError(f"{where}: the code object has {len(explicit)} explicit kernel arguments but the launcher "
+                            f"passes {len(analysis.kernel_args)}")
+    fields = []
+    for i, (marg, plans, size) in enumerate(zip(explicit, analysis.kernel_args, analysis.kernel_arg_sizes)):
+        if marg.size != size:
+            raise FrontendError(f"{where}: kernel argument {i} is {marg.size} bytes in the code object metadata but "
+                                f"{size} bytes as FlyDSL lowered it")
+        for p in plans:
+            fields.append(KernargField(
+                offset=marg.offset + p.rel_offset, size=FIELD_TYPES[p.type], kind=p.kind, type=p.type, arg=p.arg,
+                dim=p.dim, expr=p.expr, kernel_arg=marg.name or f"arg{i}"))
+    extent = max((a.offset + a.size for a in explicit), default=0)
+    return KernargLayout(size=extent, alignment=max(8, meta.kernarg_segment_align), fields=tuple(fields))
+
+
+def compile_variant(op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> CompiledVariant:
+    """Compile one specialization of a FlyDSL op for one AMD target and prove the code object.
+
+    Returns:
+        A :class:`CompiledVariant` whose code object flyship assembled from FlyDSL's ``final_isa.s``
+        and proved equal to FlyDSL's own binary.
+
+    Raises:
+        FrontendError: trace/compile failure (with FlyDSL's message), or IR flyship cannot bind.
+        flyship.compiler.proof.ProofError: our code object differs from FlyDSL's.
+    """
+    from flydsl._mlir import ir
+    from flydsl.compiler.jit_function import _create_mlir_context
+
+    from .. import assemble as _assemble
+    from .. import proof as _proof
+
+    where = f"op {op.name} spec {spec.name} target {target}"
+    t0 = time.perf_counter()
+    kernel_dir = _trace(op, spec, target, ctx.workdir / "dump")
+    isa = _one(kernel_dir, "*_final_isa.s", "final ISA").read_text()
+    theirs_all = _proof.extract_flydsl_binary(_one(kernel_dir, "*_gpu_module_to_binary.mlir", "FlyDSL binary")
+                                              .read_text())
+    ours = _assemble.assemble(isa, target, ctx.toolchain, ctx.workdir / "asm",
+                              code_object_version=ctx.code_object_version)
+    co = CodeObjectFile(ours, f"{op.name}.{spec.name}.{target}")
+    launcher_name = getattr(op.kernel, "__name__", None) or getattr(getattr(op.kernel, "func", None), "__name__", None)
+    analysis = flydsl_ir.analyze(kernel_dir, op, spec, launcher_name, _create_mlir_context(), ir)
+    symbol = analysis.kernel_name
+    proof = _proof.prove(ours, theirs_all[0], symbol)
+    meta = co.kernel_metadata(symbol)
+    kernargs = _layout(analysis, meta, where)
+    launch = Launch(grid=analysis.grid, block=analysis.block, dynamic_lds=analysis.dynamic_lds)
+    alignment = {}
+    for a in op.args:
+        if isinstance(a, Tensor):
+            alignment[a.name] = a.alignment or DTYPES[spec.dtypes[a.name]]
+    return CompiledVariant(
+        target=target, code_object=ours, format="hsaco", symbol=symbol, code_object_version=co.code_object_version,
+        metadata=meta, kernargs=kernargs, launch=launch, proof=proof, toolchain={**ctx.toolchain.describe(), "flydsl": version()},
+        example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
+        isa=isa if ctx.keep_ir else None, seconds=time.perf_counter() - t0)

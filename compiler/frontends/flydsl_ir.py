@@ -1,0 +1,435 @@
+"""Read a FlyDSL launcher's host function from its IR dump: launch geometry and kernarg bindings.
+
+FlyDSL (>= 0.2) lowers a ``@flyc.jit`` launcher to a host ``func.func`` that takes each tensor as a
+pointer plus a packed by-value struct of its dynamic shape (i32/i64 each) and dynamic strides, computes
+the grid with plain ``arith`` ops over ``llvm.extractvalue`` of those structs, and ends in
+``gpu.launch_func ... blocks in (gx, gy, gz) threads in (bx, by, bz) args(...)``. This module walks that
+function with FlyDSL's own MLIR Python bindings and turns it into:
+
+* the grid as expressions over the op's arguments (``cdiv``-style arithmetic), evaluated here too by
+  interpreting the ops at the example shapes (the two must agree);
+* the block size (must be constant);
+* for each kernel argument, what the loader writes: a tensor's data pointer, a shape or stride entry
+  at its integer width, a runtime scalar, or an integer expression;
+* constraints implied by the tensor layouts: static shape / stride entries.
+
+Only ``flyship.compiler.frontends.flydsl`` calls this; it imports ``flydsl`` lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from ..spec import OpDecl, Output, Scalar, Spec, Tensor
+from . import FrontendError
+
+_MEMREF_RE = re.compile(r"^!fly\.memref<([^,]+),\s*([a-z_]+),\s*(.*)>$")
+_INT_W = {"i8": 1, "i16": 2, "i32": 4, "i64": 8}
+_SCALAR_FIELD = {"f32": "f32", "f64": "f64", "f16": "f16", "bf16": "bf16", "i32": "i32", "i64": "i64", "i1": "i8",
+                 "i8": "i8", "i16": "i16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutEntry:
+    """One shape or stride entry of a tensor layout: static value or dynamic with an integer width."""
+
+    static: int | None
+    width: str  # "i32" / "i64" for dynamic entries
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorLayout:
+    dtype: str
+    shape: tuple[LayoutEntry, ...]
+    stride: tuple[LayoutEntry, ...]
+
+    @property
+    def dynamic(self) -> bool:
+        return any(e.static is None for e in (*self.shape, *self.stride))
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldPlan:
+    """A kernarg value: offset relative to its kernel argument, and what goes there."""
+
+    rel_offset: int
+    kind: str  # pointer / shape / stride / scalar / expr
+    type: str
+    arg: str | None = None
+    dim: int | None = None
+    expr: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class HostAnalysis:
+    """What the launcher's host function says, in terms of the op's arguments."""
+
+    kernel_name: str
+    grid: tuple[str, str, str]
+    grid_at_example: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_lds: str
+    kernel_args: tuple[tuple[FieldPlan, ...], ...]  # one tuple of fields per kernel argument
+    kernel_arg_sizes: tuple[int, ...]
+    constraints: tuple[str, ...]
+
+
+def parse_layout(type_text: str) -> TensorLayout:
+    """Parse ``!fly.memref<f32, global, (?,?):(?{i64},1)>``.
+
+    Raises:
+        FrontendError: nested (hierarchical) layouts, which flyship does not bind yet.
+    """
+    m = _MEMREF_RE.match(type_text.strip())
+    if not m:
+        raise FrontendError(f"FlyDSL IR: expected a !fly.memref tensor type, got {type_text!r}")
+    dtype, _space, layout = m.groups()
+    if layout.count(":") != 1:
+        raise FrontendError(f"FlyDSL IR: cannot read the layout of {type_text!r}")
+    shape, stride = (p.strip() for p in layout.split(":"))
+    # A rank-1 layout prints without parentheses (``?:1``); rank >= 2 as ``(?,?):(?{i64},1)``.
+    shape = shape[1:-1] if shape.startswith("(") and shape.endswith(")") else shape
+    stride = stride[1:-1] if stride.startswith("(") and stride.endswith(")") else stride
+    if "(" in shape or "(" in stride:
+        raise FrontendError(f"FlyDSL IR: hierarchical layout {type_text!r} is not supported; pass flat tensors")
+
+    def entries(text: str) -> tuple[LayoutEntry, ...]:
+        out = []
+        for tok in filter(None, (t.strip() for t in text.split(","))):
+            if tok.startswith("?"):
+                w = re.search(r"\{(i\d+)\}", tok)
+                out.append(LayoutEntry(None, w.group(1) if w else "i32"))
+            else:
+                out.append(LayoutEntry(int(tok), "i32"))
+        return tuple(out)
+
+    return TensorLayout(dtype, entries(shape), entries(stride))
+
+
+def _struct_members(type_text: str) -> list[Any]:
+    """Parse ``!llvm.struct<packed (struct<packed (i32, i32)>, struct<packed (i64)>)>`` into nested lists."""
+    s = type_text.strip()
+    s = s[len("!llvm."):] if s.startswith("!llvm.") else s
+    pos = 0
+
+    def parse() -> Any:
+        nonlocal pos
+        if s.startswith("struct<", pos):
+            pos += len("struct<")
+            if s.startswith("packed ", pos):
+                pos += len("packed ")
+            elif not s.startswith("(", pos):
+                raise FrontendError(f"FlyDSL IR: unexpected struct syntax in {type_text!r}")
+            assert s[pos] == "("
+            pos += 1
+            items = []
+            while s[pos] != ")":
+                items.append(parse())
+                while s[pos] in ", ":
+                    pos += 1
+            pos += 1  # ')'
+            assert s[pos] == ">"
+            pos += 1
+            return items
+        m = re.compile(r"[a-z0-9]+").match(s, pos)
+        if not m:
+            raise FrontendError(f"FlyDSL IR: cannot read struct member at {s[pos:pos + 20]!r} in {type_text!r}")
+        pos = m.end()
+        return m.group(0)
+
+    return parse()
+
+
+def _host_func(module: Any, launcher_name: str | None) -> Any:
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    for f in funcs:
+        name = str(f.operation.attributes["sym_name"]).strip('"')
+        if launcher_name is None or name == launcher_name:
+            return f
+    raise FrontendError(f"FlyDSL IR: no host function {launcher_name!r}; found "
+                        f"{[str(f.operation.attributes['sym_name']) for f in funcs]}")
+
+
+def find_stages(kernel_dir: Path) -> tuple[Path, Path]:
+    """The origin stage (tensor types) and the first stage whose host function has only LLVM types."""
+    stages = sorted(kernel_dir.glob("*.mlir"), key=lambda p: int(p.name.split("_", 1)[0]))
+    if not stages:
+        raise FrontendError(f"FlyDSL IR: no *.mlir stage dumps in {kernel_dir}; is FLYDSL_DUMP_IR=1 set?")
+    lowered = None
+    for p in stages:
+        text = p.read_text()
+        m = re.search(r"^  func\.func @[^(]+\((.*?)\) attributes", text, re.M)
+        if m and "gpu.launch_func" in text and "!fly." not in m.group(1):
+            lowered = p
+            break
+    if lowered is None:
+        raise FrontendError(f"FlyDSL IR: no stage in {kernel_dir} has a lowered host function with "
+                            "gpu.launch_func; this FlyDSL version lowers differently than flyship knows")
+    return stages[0], lowered
+
+
+def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, context: Any, ir: Any) -> HostAnalysis:
+    """Analyse the dumped stages of one launcher.
+
+    Args:
+        kernel_dir: the dump folder of the kernel (holds ``NN_<stage>.mlir``).
+        op, spec: the declaration, for argument names and example shapes.
+        launcher_name: the host function's symbol (the launcher's Python name).
+        context: an MLIR context with FlyDSL's dialects loaded.
+        ir: the ``flydsl._mlir.ir`` module.
+
+    Raises:
+        FrontendError: the IR has a shape flyship does not bind (naming the op it met).
+    """
+    origin_path, lowered_path = find_stages(kernel_dir)
+    where = f"op {op.name} spec {spec.name}"
+    params = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar))]
+    with context:
+        # Keep the modules referenced: an op outlives its parsed module only as a dangling pointer.
+        origin_mod = ir.Module.parse(origin_path.read_text())
+        lowered_mod = ir.Module.parse(lowered_path.read_text())
+        origin = _host_func(origin_mod, launcher_name)
+        lowered = _host_func(lowered_mod, launcher_name)
+        o_types = [str(a.type) for a in origin.regions[0].blocks[0].arguments if "async.token" not in str(a.type)]
+        if len(o_types) != len(params):
+            raise FrontendError(f"{where}: the launcher's host function takes {len(o_types)} runtime arguments "
+                                f"({o_types}) but the spec declares {len(params)} (Tensor/Output/Scalar: "
+                                f"{[p.name for p in params]}); make args= list every launcher parameter in order")
+        layouts: dict[str, TensorLayout] = {}
+        for p, t in zip(params, o_types):
+            if isinstance(p, (Tensor, Output)):
+                if not t.startswith("!fly.memref"):
+                    raise FrontendError(f"{where}: parameter {p.name} is declared a tensor but FlyDSL lowered it "
+                                        f"as {t}")
+                layouts[p.name] = parse_layout(t)
+            elif t.startswith("!fly."):
+                raise FrontendError(f"{where}: parameter {p.name} is declared a scalar but FlyDSL lowered it as {t}")
+
+        # Map lowered host block arguments to (param, component).
+        l_args = list(lowered.regions[0].blocks[0].arguments)
+        binding: dict[int, tuple[str, str]] = {}
+        i = 0
+        for p in params:
+            binding[i] = (p.name, "pointer" if p.name in layouts else "scalar")
+            i += 1
+            if p.name in layouts and layouts[p.name].dynamic:
+                binding[i] = (p.name, "layout")
+                i += 1
+        n_real = len([a for a in l_args if "async.token" not in str(a.type)])
+        if i != n_real:
+            raise FrontendError(f"{where}: expected {i} lowered host arguments from the tensor layouts, got {n_real} "
+                                f"in {lowered_path.name}")
+
+        launches = [o for o in lowered.regions[0].blocks[0].operations if o.operation.name == "gpu.launch_func"]
+        if len(launches) != 1:
+            raise FrontendError(f"{where}: the launcher launches {len(launches)} kernels; flyship binds launchers "
+                                "with exactly one gpu.launch_func")
+        launch = launches[0].operation
+        seg = list(ir.DenseI32ArrayAttr(launch.attributes["operandSegmentSizes"]))
+        operands = list(launch.operands)
+        # ODS order: asyncDependencies, gridSize x/y/z, blockSize x/y/z, clusterSize x/y/z (optional),
+        # dynamicSharedMemorySize (optional), kernelOperands, asyncObject (optional).
+        starts = [sum(seg[:k]) for k in range(len(seg))]
+        grid_vals = [operands[starts[k]] for k in (1, 2, 3)]
+        block_vals = [operands[starts[k]] for k in (4, 5, 6)]
+        has_cluster = seg[7] + seg[8] + seg[9] > 0 if len(seg) >= 12 else False
+        if has_cluster:
+            raise FrontendError(f"{where}: launches with a cluster size are not supported")
+        lds_idx = 10 if len(seg) >= 12 else 7
+        lds_vals = operands[starts[lds_idx]:starts[lds_idx] + seg[lds_idx]]
+        kop_idx = lds_idx + 1
+        kernel_operands = operands[starts[kop_idx]:starts[kop_idx] + seg[kop_idx]]
+        kernel_name = str(launch.attributes["kernel"]).split("::")[-1].lstrip("@")
+
+        shapes = op.example_shapes(spec)
+        scalars = op.example_scalars(spec)
+        ev = _Evaluator(binding, layouts, shapes, scalars, where, ir)
+        grid = tuple(ev.expr(v) for v in grid_vals)
+        grid_num = tuple(ev.value(v) for v in grid_vals)
+        block = []
+        for v in block_vals:
+            e = ev.expr(v)
+            if not e.lstrip("-").isdigit():
+                raise FrontendError(f"{where}: block size {e!r} is not a constant; flyship needs a fixed workgroup size")
+            block.append(int(e))
+        dyn_lds = ev.expr(lds_vals[0]) if lds_vals else "0"
+
+        kernel_args = []
+        sizes = []
+        for v in kernel_operands:
+            fields, size = ev.kernel_arg(v)
+            kernel_args.append(tuple(fields))
+            sizes.append(size)
+
+    constraints = []
+    for name, lay in layouts.items():
+        if name not in {t.name for t in op.args if isinstance(t, Tensor)}:
+            continue
+        for d, e in enumerate(lay.shape):
+            if e.static is not None:
+                constraints.append(f"{name}.shape[{d}] == {e.static}")
+            elif e.width == "i32":
+                constraints.append(f"{name}.shape[{d}] <= 2147483647")
+        for d, e in enumerate(lay.stride):
+            if e.static is not None:
+                constraints.append(f"{name}.stride[{d}] == {e.static}")
+            elif e.width == "i32":
+                constraints.append(f"{name}.stride[{d}] <= 2147483647")
+    return HostAnalysis(kernel_name, grid, grid_num, tuple(block), dyn_lds, tuple(kernel_args), tuple(sizes),
+                        tuple(constraints))
+
+
+class _Evaluator:
+    """Turns SSA values of the host function into expressions (and example values)."""
+
+    _BIN = {"arith.addi": ("+", lambda a, b: a + b), "arith.subi": ("-", lambda a, b: a - b),
+            "arith.muli": ("*", lambda a, b: a * b)}
+
+    def __init__(self, binding, layouts, shapes, scalars, where, ir):
+        self.binding, self.layouts, self.shapes, self.scalars, self.where, self.ir = (
+            binding, layouts, shapes, scalars, where, ir)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _block_arg(self, v) -> tuple[str, str] | None:
+        # FlyDSL registers value casters (e.g. f32 values come back as its ArithValue), so test the owner.
+        if isinstance(v.owner, self.ir.Block):
+            return self.binding.get(self.ir.BlockArgument(v).arg_number)
+        return None
+
+    def _layout_entry(self, tensor: str, pos: list[int]) -> tuple[str, int, str]:
+        """(``shape``/``stride``, dim, width) of struct position ``pos`` in ``tensor``'s layout struct."""
+        lay = self.layouts[tensor]
+        groups = []
+        if any(e.static is None for e in lay.shape):
+            groups.append(("shape", lay.shape))
+        if any(e.static is None for e in lay.stride):
+            groups.append(("stride", lay.stride))
+        if len(pos) != 2 or pos[0] >= len(groups):
+            raise FrontendError(f"{self.where}: unexpected layout struct position {pos} for {tensor}")
+        what, entries = groups[pos[0]]
+        dyn = [d for d, e in enumerate(entries) if e.static is None]
+        d = dyn[pos[1]]
+        return what, d, entries[d].width
+
+    def _owner(self, v):
+        if isinstance(v.owner, self.ir.Block):
+            return None
+        return v.owner
+
+    # -- expressions ---------------------------------------------------------------------------
+    def expr(self, v) -> str:
+        from ...bundle import expr as _expr
+
+        return _expr.canonical(self._expr(v))
+
+    def _expr(self, v) -> str:
+        b = self._block_arg(v)
+        if b is not None:
+            name, comp = b
+            if comp == "scalar":
+                return name
+            raise FrontendError(f"{self.where}: a {comp} argument of {name} is used as an integer in the grid")
+        o = self._owner(v)
+        if o is None:
+            raise FrontendError(f"{self.where}: grid uses an unbound block argument")
+        n = o.name
+        if n == "arith.constant":
+            return str(self.ir.IntegerAttr(o.attributes["value"]).value)
+        if n in ("arith.index_cast", "arith.extsi", "arith.extui", "arith.trunci", "arith.index_castui"):
+            return self._expr(o.operands[0])
+        if n == "llvm.extractvalue":
+            src = self._block_arg(o.operands[0])
+            if src is None or src[1] != "layout":
+                raise FrontendError(f"{self.where}: extractvalue from something other than a tensor layout struct")
+            what, d, _w = self._layout_entry(src[0], list(self.ir.DenseI64ArrayAttr(o.attributes["position"])))
+            return f"{src[0]}.{what}[{d}]"
+        a = lambda k: self._expr(o.operands[k])  # noqa: E731
+        if n in self._BIN:
+            return f"({a(0)} {self._BIN[n][0]} {a(1)})"
+        if n in ("arith.floordivsi", "arith.divsi", "arith.divui"):
+            # divsi truncates; shapes and strides are non-negative, where it equals floor division.
+            return f"({a(0)} // {a(1)})"
+        if n in ("arith.ceildivsi", "arith.ceildivui"):
+            return f"cdiv({a(0)}, {a(1)})"
+        if n in ("arith.remsi", "arith.remui"):
+            return f"({a(0)} % {a(1)})"
+        if n in ("arith.minsi", "arith.minui"):
+            return f"min({a(0)}, {a(1)})"
+        if n in ("arith.maxsi", "arith.maxui"):
+            return f"max({a(0)}, {a(1)})"
+        raise FrontendError(f"{self.where}: host launcher computes a launch value with {n}, which flyship cannot "
+                            "express; keep grid arithmetic to + - * // % min max over tensor sizes")
+
+    def value(self, v) -> int:
+        """Interpret the ops at the example shapes (independent of :meth:`expr`)."""
+        b = self._block_arg(v)
+        if b is not None:
+            return int(self.scalars[b[0]])
+        o = self._owner(v)
+        n = o.name
+        if n == "arith.constant":
+            return int(self.ir.IntegerAttr(o.attributes["value"]).value)
+        if n in ("arith.index_cast", "arith.extsi", "arith.extui", "arith.trunci", "arith.index_castui"):
+            return self.value(o.operands[0])
+        if n == "llvm.extractvalue":
+            src = self._block_arg(o.operands[0])
+            what, d, _w = self._layout_entry(src[0], list(self.ir.DenseI64ArrayAttr(o.attributes["position"])))
+            shape = self.shapes[src[0]]
+            if what == "shape":
+                return int(shape[d])
+            st, acc = [], 1
+            for s in reversed(shape):
+                st.append(acc)
+                acc *= s
+            return list(reversed(st))[d]
+        x, y = self.value(o.operands[0]), self.value(o.operands[1])
+        if n in self._BIN:
+            return self._BIN[n][1](x, y)
+        if n == "arith.floordivsi":
+            return x // y
+        if n in ("arith.divsi", "arith.divui"):
+            return int(x / y)
+        if n in ("arith.ceildivsi", "arith.ceildivui"):
+            return -(-x // y)
+        if n in ("arith.remsi", "arith.remui"):
+            return x - y * int(x / y)
+        if n in ("arith.minsi", "arith.minui"):
+            return min(x, y)
+        if n in ("arith.maxsi", "arith.maxui"):
+            return max(x, y)
+        raise FrontendError(f"{self.where}: cannot interpret {n}")
+
+    # -- kernel arguments -----------------------------------------------------------------------
+    def kernel_arg(self, v) -> tuple[list[FieldPlan], int]:
+        """Fields of one kernel operand and its size in bytes."""
+        b = self._block_arg(v)
+        t = str(v.type)
+        if b is not None:
+            name, comp = b
+            if comp == "pointer":
+                return [FieldPlan(0, "pointer", "ptr", arg=name)], 8
+            if comp == "layout":
+                members = _struct_members(t)
+                fields, off = [], 0
+                for gi, group in enumerate(members):
+                    for ei, width in enumerate(group):
+                        if width not in _INT_W:
+                            raise FrontendError(f"{self.where}: layout struct member {width} of {name} is not an "
+                                                "integer")
+                        what, d, _ = self._layout_entry(name, [gi, ei])
+                        fields.append(FieldPlan(off, what, width, arg=name, dim=d))
+                        off += _INT_W[width]
+                return fields, off
+            if t not in _SCALAR_FIELD:
+                raise FrontendError(f"{self.where}: scalar {name} lowered to {t}, which flyship cannot pack")
+            ft = _SCALAR_FIELD[t]
+            from ...bundle.manifest import FIELD_TYPES
+
+            return [FieldPlan(0, "scalar", ft, arg=name)], FIELD_TYPES[ft]
+        if t in _INT_W:
+            return [FieldPlan(0, "expr", t, expr=self.expr(v))], _INT_W[t]
+        raise FrontendError(f"{self.where}: kernel argument of type {t} is computed in the launcher; flyship binds "
+                            "only launcher arguments and integer arithmetic on tensor sizes")

@@ -1,0 +1,312 @@
+"""The spec API: how a spec file declares the ops ``flyc-build`` compiles.
+
+A spec file is plain Python run under the build Python. It imports its kernels and declares ops::
+
+    from flyship.compiler.spec import Tensor, Output, Scalar, Constexpr, Spec, namespace, references, op
+    from elementwise import add                     # a FlyDSL @flyc.jit launcher
+
+    namespace("flyship_examples")                   # torch.ops.flyship_examples.*
+    references("references.py")                     # torch-only module copied into the bundle
+
+    op("add", kernel=add,
+       args=[Tensor("x", rank=2), Tensor("y", rank=2), Output("out", like="x")],  # kernel parameter order
+       reference="add_ref",
+       specs=[Spec("f32", dtypes={"x": "float32", "y": "float32"}, shapes={"x": (1000, 1000), "y": (1000, 1000)})])
+
+``args`` lists the kernel's parameters in order. ``Tensor`` and ``Scalar`` become the op's inputs
+(in that order), ``Output`` its outputs; ``Constexpr`` takes a per-specialization value; ``Value``
+passes an integer computed from the inputs (Triton kernels take ``n_elements`` this way). A FlyDSL
+launcher's grid and kernarg layout are read from what FlyDSL lowered; a Triton kernel declares its
+grid (``grid=("cdiv(x.numel, BLOCK)",)``), an expression over the inputs and constexprs.
+See docs/spec-api.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Sequence
+
+from ..bundle import expr as _expr
+from ..bundle.manifest import DTYPES, SCALAR_TYPES
+
+
+class SpecError(ValueError):
+    """A spec file declares something inconsistent; the message names the op and argument."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensor:
+    """An input tensor parameter.
+
+    Args:
+        name: argument name in the op's schema.
+        rank: number of dimensions.
+        alignment: required data-pointer alignment in bytes (default: the element size).
+    """
+
+    name: str
+    rank: int
+    alignment: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """An output tensor parameter, allocated by the loader.
+
+    Args:
+        name: output name.
+        like: allocate with the shape and dtype of this input tensor.
+        shape: one expression per dimension (``("a.shape[0]", "b.shape[1]")``), instead of ``like``.
+        dtype: an input tensor's name or a torch dtype name (with ``shape``; default: the first input's).
+    """
+
+    name: str
+    like: Optional[str] = None
+    shape: Optional[tuple[str, ...]] = None
+    dtype: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Scalar:
+    """A runtime scalar parameter (``int``, ``float`` or ``bool``), part of the op's schema."""
+
+    name: str
+    type: str = "float"
+    default: Optional[float | int | bool] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Constexpr:
+    """A compile-time parameter; each specialization gives its value in ``Spec.constexprs``."""
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """An integer parameter computed from the inputs (``Value("n", "x.numel", type="i32")``)."""
+
+    name: str
+    expr: str
+    type: str = "i32"
+
+
+Param = Tensor | Output | Scalar | Constexpr | Value
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One specialization to build.
+
+    Args:
+        name: unique within the op (``"f32"``, ``"bf16_n4096"``).
+        dtypes: input tensor -> torch dtype name.
+        shapes: input tensor -> example shape, traced at build time (outputs follow their rules).
+        scalars: scalar -> example value (default: the scalar's default).
+        constexprs: constexpr -> value.
+        constraints: boolean expressions the inputs must satisfy for this specialization (added to
+            those the frontend derives from the lowering, such as static strides).
+        options: frontend options (Triton: ``num_warps``, ``num_stages``).
+        allow_scratch: accept kernels that spill to scratch (private segment) memory.
+    """
+
+    name: str
+    dtypes: dict[str, str]
+    shapes: dict[str, tuple[int, ...]]
+    scalars: dict[str, Any] = dataclasses.field(default_factory=dict)
+    constexprs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    constraints: tuple[str, ...] = ()
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    allow_scratch: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class OpDecl:
+    """An op as declared in a spec file (see :func:`op`)."""
+
+    name: str
+    kernel: Any
+    args: tuple[Param, ...]
+    specs: tuple[Spec, ...]
+    reference: Optional[str]
+    doc: str
+    grid: Optional[tuple[str, ...]]
+    frontend: str
+
+    @property
+    def inputs(self) -> list[Tensor | Scalar]:
+        return [a for a in self.args if isinstance(a, (Tensor, Scalar))]
+
+    @property
+    def outputs(self) -> list[Output]:
+        return [a for a in self.args if isinstance(a, Output)]
+
+    def tensor(self, name: str) -> Tensor:
+        for a in self.args:
+            if isinstance(a, Tensor) and a.name == name:
+                return a
+        raise SpecError(f"op {self.name}: no input tensor {name!r}")
+
+    def output_shape(self, o: Output) -> tuple[str, ...]:
+        if o.like:
+            return tuple(f"{o.like}.shape[{i}]" for i in range(self.tensor(o.like).rank))
+        return tuple(_expr.canonical(e) for e in (o.shape or ()))
+
+    def output_dtype(self, o: Output) -> str:
+        if o.like:
+            return o.like
+        if o.dtype:
+            return o.dtype
+        return next(a.name for a in self.args if isinstance(a, Tensor))
+
+    def output_dtype_for(self, o: Output, spec: Spec) -> str:
+        d = self.output_dtype(o)
+        return spec.dtypes[d] if d in spec.dtypes else d
+
+    def example_shapes(self, spec: Spec) -> dict[str, tuple[int, ...]]:
+        """Input shapes from the spec plus output shapes from their rules."""
+        shapes = {k: tuple(v) for k, v in spec.shapes.items()}
+        scal = self.example_scalars(spec)
+        for o in self.outputs:
+            shapes[o.name] = tuple(
+                _expr.evaluate_with_shapes(e, shapes, {k: v for k, v in scal.items() if isinstance(v, int)})
+                for e in self.output_shape(o)
+            )
+        return shapes
+
+    def example_scalars(self, spec: Spec) -> dict[str, Any]:
+        out = {}
+        for a in self.args:
+            if isinstance(a, Scalar):
+                out[a.name] = spec.scalars.get(a.name, a.default)
+        return out
+
+
+@dataclasses.dataclass
+class SpecFile:
+    """What a spec file declared: the namespace, the references module and the ops."""
+
+    path: str
+    namespace: str = ""
+    references: Optional[str] = None
+    ops: list[OpDecl] = dataclasses.field(default_factory=list)
+
+
+_CURRENT: Optional[SpecFile] = None
+
+
+def _current() -> SpecFile:
+    if _CURRENT is None:
+        raise SpecError("spec API: namespace()/references()/op() must be called while flyc-build loads a spec file")
+    return _CURRENT
+
+
+def namespace(name: str) -> None:
+    """Set the torch op namespace of the bundle (a Python identifier)."""
+    if not name.isidentifier():
+        raise SpecError(f"namespace: expected a Python identifier, got {name!r}")
+    _current().namespace = name
+
+
+def references(path: str) -> None:
+    """Name the module (relative to the spec file) holding the PyTorch references; it must import only
+    torch and the standard library, since it is copied into the bundle and run without FlyDSL."""
+    _current().references = path
+
+
+def _detect_frontend(kernel: Any) -> str:
+    mod = type(kernel).__module__ or ""
+    if mod.startswith("flydsl"):
+        return "flydsl"
+    if mod.startswith("triton"):
+        return "triton"
+    raise SpecError(f"op kernel: expected a FlyDSL @flyc.jit launcher or a @triton.jit function, got "
+                    f"{type(kernel).__module__}.{type(kernel).__name__}")
+
+
+def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], reference: Optional[str] = None,
+       doc: str = "", grid: Optional[Sequence[str]] = None) -> OpDecl:
+    """Declare an op.
+
+    Args:
+        name: op name (identifier); ``torch.ops.<namespace>.<name>``.
+        kernel: a FlyDSL ``@flyc.jit`` launcher or a ``@triton.jit`` kernel.
+        args: the kernel's parameters in order (:class:`Tensor`, :class:`Output`, :class:`Scalar`,
+            :class:`Constexpr`, :class:`Value`).
+        specs: specializations to build, tried in this order at run time.
+        reference: name of the reference function in the references module.
+        doc: one-line description.
+        grid: Triton only: up to three expressions for the launch grid.
+
+    Raises:
+        SpecError: naming the op and what is inconsistent.
+    """
+    frontend = _detect_frontend(kernel)
+    decl = OpDecl(name=name, kernel=kernel, args=tuple(args), specs=tuple(specs), reference=reference,
+                  doc=doc or (getattr(kernel, "__doc__", "") or "").strip().split("\n")[0],
+                  grid=tuple(grid) if grid else None, frontend=frontend)
+    validate(decl)
+    _current().ops.append(decl)
+    return decl
+
+
+def validate(d: OpDecl) -> None:
+    """Check an op declaration; raises :class:`SpecError` naming the op and the problem."""
+    w = f"op {d.name}"
+    if not d.name.isidentifier():
+        raise SpecError(f"{w}: name must be a Python identifier")
+    names = [a.name for a in d.args]
+    if len(set(names)) != len(names):
+        raise SpecError(f"{w}: parameter names repeat: {names}")
+    if not d.outputs:
+        raise SpecError(f"{w}: declares no Output; an op must produce at least one tensor")
+    tensors = {a.name for a in d.args if isinstance(a, Tensor)}
+    for a in d.args:
+        if isinstance(a, Scalar) and a.type not in SCALAR_TYPES:
+            raise SpecError(f"{w}: scalar {a.name} type {a.type!r}; expected one of {SCALAR_TYPES}")
+        if isinstance(a, Output):
+            if bool(a.like) == bool(a.shape):
+                raise SpecError(f"{w}: output {a.name}: give exactly one of like= or shape=")
+            if a.like and a.like not in tensors:
+                raise SpecError(f"{w}: output {a.name}: like={a.like!r} names no input tensor ({sorted(tensors)})")
+            if a.dtype and a.dtype not in tensors and a.dtype not in DTYPES:
+                raise SpecError(f"{w}: output {a.name}: dtype {a.dtype!r} is neither an input tensor nor a dtype")
+    if d.frontend == "triton" and not d.grid:
+        raise SpecError(f"{w}: a Triton kernel needs grid=(...) expressions, e.g. grid=('cdiv(x.numel, BLOCK)',)")
+    if d.frontend == "flydsl" and d.grid:
+        raise SpecError(f"{w}: a FlyDSL launcher computes its own grid; remove grid=")
+    if not d.specs:
+        raise SpecError(f"{w}: no specializations (specs=[Spec(...)])")
+    seen = set()
+    for s in d.specs:
+        if s.name in seen or not s.name.replace("_", "a").isalnum():
+            raise SpecError(f"{w}: specialization name {s.name!r} repeats or is not alphanumeric/underscore")
+        seen.add(s.name)
+        for t in tensors:
+            if t not in s.dtypes or s.dtypes[t] not in DTYPES:
+                raise SpecError(f"{w} spec {s.name}: dtype of {t!r} missing or unknown ({s.dtypes.get(t)!r}); "
+                                f"known dtypes: {', '.join(DTYPES)}")
+            if t not in s.shapes or len(s.shapes[t]) != d.tensor(t).rank:
+                raise SpecError(f"{w} spec {s.name}: example shape of {t!r} missing or not of rank "
+                                f"{d.tensor(t).rank} (got {s.shapes.get(t)!r})")
+        for c in d.args:
+            if isinstance(c, Constexpr) and c.name not in s.constexprs:
+                raise SpecError(f"{w} spec {s.name}: constexpr {c.name} has no value in constexprs=")
+        for c in s.constraints:
+            _expr.parse(c)
+
+
+def run_spec_file(path: str, run: Callable[[], None]) -> SpecFile:
+    """Run ``run`` (which executes the spec file) collecting its declarations."""
+    global _CURRENT
+    prev, _CURRENT = _CURRENT, SpecFile(path=path)
+    try:
+        run()
+        sf = _CURRENT
+    finally:
+        _CURRENT = prev
+    if not sf.namespace:
+        raise SpecError(f"spec file {path}: call namespace('<name>') to name the torch op namespace")
+    if not sf.ops:
+        raise SpecError(f"spec file {path}: declares no ops; call op(...)")
+    return sf

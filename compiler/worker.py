@@ -1,0 +1,117 @@
+"""Worker processes: each builds variants for one target, with that target's environment set first.
+
+FlyDSL kernels often fix arch-dependent constants at import time, and kernel code that asks for the
+arch falls back to gfx942 silently when no GPU answers, so each target gets its own spawned
+processes with ``FLYDSL_GPU_ARCH`` set before the spec file (and FlyDSL) is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import Optional
+
+from .frontends import BuildContext, CompiledVariant
+from .spec import SpecFile, run_spec_file
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """What a worker needs (picklable)."""
+
+    spec_path: str
+    target: str
+    rocm_root: Optional[str]
+    toolchain: object
+    code_object_version: Optional[int]
+    keep_ir: bool
+    scratch_root: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskResult:
+    op: str
+    spec: str
+    target: str
+    variant: Optional[CompiledVariant]
+    error: Optional[str]
+
+
+_SPEC: Optional[SpecFile] = None
+_CFG: Optional[WorkerConfig] = None
+
+
+def load_spec_file(path: str) -> SpecFile:
+    """Execute a spec file (its folder first on ``sys.path`` so it can import its kernels).
+
+    Raises:
+        flyship.compiler.spec.SpecError: the file declares nothing usable.
+        SpecImportError: the file raised while importing; the message carries its traceback tail.
+    """
+    p = Path(path).resolve()
+    if not p.is_file():
+        raise SpecImportError(f"spec file: expected a Python file, got {path!r} (no such file)")
+    sys.path.insert(0, str(p.parent))
+    name = f"flyship_spec_{abs(hash(str(p)))}"
+
+    def run() -> None:
+        spec = importlib.util.spec_from_file_location(name, p)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except Exception as e:
+            from .spec import SpecError
+
+            if isinstance(e, SpecError):
+                raise
+            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])
+            raise SpecImportError(f"spec file {path} failed to import: {type(e).__name__}: {e}\n{tb}") from None
+
+    return run_spec_file(str(p), run)
+
+
+class SpecImportError(RuntimeError):
+    """The spec file could not be imported."""
+
+
+def init_worker(cfg: WorkerConfig) -> None:
+    """Process initializer: target environment first, then the spec file."""
+    global _SPEC, _CFG
+    _CFG = cfg
+    if cfg.target.startswith("gfx"):
+        from .frontends import flydsl as _fd
+
+        cache = Path(tempfile.mkdtemp(prefix="flydsl-cache-", dir=cfg.scratch_root))
+        _fd.setup_environment(cfg.target, Path(cfg.rocm_root) if cfg.rocm_root else None, cache)
+    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cache-", dir=cfg.scratch_root))
+    try:
+        _SPEC = load_spec_file(cfg.spec_path)
+    except Exception as e:  # reported per task
+        _SPEC = None
+        globals()["_SPEC_ERROR"] = f"{type(e).__name__}: {e}"
+
+
+def run_task(op_name: str, spec_name: str) -> TaskResult:
+    """Compile one (op, specialization) for this worker's target. Errors come back as text."""
+    from . import frontends
+
+    cfg = _CFG
+    assert cfg is not None
+    if _SPEC is None:
+        return TaskResult(op_name, spec_name, cfg.target, None, globals().get("_SPEC_ERROR", "spec not loaded"))
+    try:
+        op = next(o for o in _SPEC.ops if o.name == op_name)
+        spec = next(s for s in op.specs if s.name == spec_name)
+        workdir = Path(tempfile.mkdtemp(prefix=f"{op_name}.{spec_name}.", dir=cfg.scratch_root))
+        ctx = BuildContext(workdir=workdir, toolchain=cfg.toolchain, code_object_version=cfg.code_object_version,
+                           keep_ir=cfg.keep_ir, rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
+        v = frontends.get(op.frontend).compile_variant(op, spec, cfg.target, ctx)
+        return TaskResult(op_name, spec_name, cfg.target, v, None)
+    except Exception as e:
+        return TaskResult(op_name, spec_name, cfg.target, None, f"{type(e).__name__}: {e}")

@@ -1,0 +1,44 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Pure-PyTorch references for the FlyDSL example kernels (imports torch only).
+
+Argument order/meaning matches the launchers' inputs; outputs are returned
+instead of written.  Every reference computes in float32 and casts back to
+the input dtype, like the kernels do.
+
+    elementwise.add(x, y, out)          <->  add_ref(x, y)
+    softmax.softmax(x, out)             <->  softmax_ref(x)
+    rmsnorm.rmsnorm(x, w, out, eps)     <->  rmsnorm_ref(x, w, eps)
+    gemm.gemm(a, b, c)   (b is [N, K])  <->  gemm_ref(a, b)   = a @ b.T
+"""
+
+import torch
+
+
+def add_ref(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x.float() + y.float()).to(x.dtype)
+
+
+def softmax_ref(x: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    xf = xf - xf.amax(dim=-1, keepdim=True)
+    e = torch.exp(xf)
+    return (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
+
+
+def rmsnorm_ref(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return (xf * rstd * w.float()).to(x.dtype)
+
+
+def gemm_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """C[M, N] = A[M, K] @ B[N, K]^T  (B is given as [N, K], like the kernel)."""
+    return (a.float() @ b.float().t()).to(a.dtype)
+
+
+# Tolerances that fit the kernels' arithmetic (f32 math; 16-bit rounding of I/O).
+TOLERANCES = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+}

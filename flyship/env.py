@@ -1,0 +1,52 @@
+"""Every ``FLYSHIP_*`` environment option, typed and documented in one place; read when used.
+
+Options:
+    FLYSHIP_FLAVOR: force the loader's driver shim, ``hip`` or ``cuda`` (default: from the torch build:
+        ROCm torch -> hip, CUDA torch -> cuda; a CPU-only torch builds the hip flavor when HIP headers exist).
+    FLYSHIP_HIP_PATH: root of the HIP install to compile the hip flavor against (default: ``$ROCM_PATH``,
+        ``/opt/rocm``, then Debian's ``/usr``).
+    FLYSHIP_EXTENSIONS_DIR: where the compiled extension is cached (default: ``$TORCH_EXTENSIONS_DIR`` or
+        torch's default, under a ``flyship`` folder).
+    FLYSHIP_FALLBACK: ``1`` (default) sends inputs that fit no specialization to the op's reference;
+        ``0`` raises instead.
+    FLYSHIP_VERBOSE: ``1`` prints extension build commands and bundle loading details.
+    FLYSHIP_LLVM_BIN: folder holding llvm-mc and ld.lld for flyc-build (same as ``--llvm-bin``).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _get(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def flavor() -> str | None:
+    v = _get("FLYSHIP_FLAVOR").lower()
+    if v and v not in ("hip", "cuda"):
+        raise ValueError(f"FLYSHIP_FLAVOR: expected 'hip' or 'cuda', got {v!r}; unset it to pick from the torch build")
+    return v or None
+
+
+def hip_path() -> str:
+    return _get("FLYSHIP_HIP_PATH")
+
+
+def extensions_dir() -> str:
+    return _get("FLYSHIP_EXTENSIONS_DIR")
+
+
+def fallback_enabled() -> bool:
+    v = _get("FLYSHIP_FALLBACK", "1")
+    if v not in ("0", "1"):
+        raise ValueError(f"FLYSHIP_FALLBACK: expected 0 or 1, got {v!r}")
+    return v == "1"
+
+
+def verbose() -> bool:
+    return _get("FLYSHIP_VERBOSE", "0") == "1"
+
+
+def llvm_bin() -> str:
+    return _get("FLYSHIP_LLVM_BIN")

@@ -1,0 +1,47 @@
+"""flyship: one import name, ``flyship``; the source folders map onto its subpackages.
+
+    compiler/ -> flyship.compiler   (compile stage; needs flydsl / triton: ``pip install .[compiler]``)
+    bundle/   -> flyship.bundle     (the contract: manifest, schema, code-object readers)
+    loader/   -> flyship.loader     (workload side: torch + ninja, never flydsl)
+    csrc/     -> flyship/csrc       (C++ launch core, compiled by the loader at first use)
+"""
+
+import re
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "flyship" / "__init__.py").read_text()).group(1)
+
+setup(
+    name="flyship",
+    version=VERSION,
+    description="Compile FlyDSL kernels to code-object bundles; run them as torch ops in another Python",
+    long_description=(HERE / "README.md").read_text() if (HERE / "README.md").exists() else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["flyship", "flyship.bundle", "flyship.compiler", "flyship.loader", "flyship.csrc"],
+    package_dir={
+        "flyship": "flyship",
+        "flyship.bundle": "bundle",
+        "flyship.compiler": "compiler",
+        "flyship.loader": "loader",
+        "flyship.csrc": "csrc",
+    },
+    package_data={"flyship.bundle": ["schema.json"], "flyship.csrc": ["*.cpp", "*.h"]},
+    install_requires=["torch>=2.4", "ninja", "msgpack>=1.0", "pyelftools>=0.30", "filelock>=3.12", "click>=8.1"],
+    extras_require={
+        # The FlyDSL side. flydsl's wheels declare no dependencies but import torch; the pin is the
+        # version flyship is tested with (docs/compile-stage.md says how to try another).
+        "compiler": ["flydsl==0.5.0", "jsonschema>=4"],
+        "triton": ["triton==3.6.0"],
+        "test": ["pytest>=7", "jsonschema>=4", "numpy", "expecttest"],
+    },
+    entry_points={
+        "console_scripts": [
+            "flyc-build=flyship.compiler.cli:main",
+            "flyship=flyship.loader.cli:main",
+        ]
+    },
+)
