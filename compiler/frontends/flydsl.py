@@ -86,12 +86,18 @@ def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> Path:
             op.kernel(*pos, **kw)
     except Exception as e:  # the DSL's own message, with where it happened
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: FlyDSL failed to trace/compile "
-                            f"launcher {getattr(op.kernel, '__name__', op.kernel)!r}: {type(e).__name__}: {e}") from None
+                            f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}") from None
     dirs = [p for p in dump_dir.iterdir() if p.is_dir()]
     if len(dirs) != 1:
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: expected one kernel dump folder in "
                             f"{dump_dir}, found {[p.name for p in dirs]}")
     return dirs[0]
+
+
+def launcher_name(kernel: Any) -> str:
+    """The Python name of a ``@flyc.jit`` launcher (also its host function's symbol in the IR)."""
+    fn = getattr(kernel, "func", None) or getattr(kernel, "__wrapped__", None) or kernel
+    return getattr(fn, "__name__", repr(kernel))
 
 
 def _one(kernel_dir: Path, pattern: str, what: str) -> Path:
@@ -148,8 +154,7 @@ def compile_variant(op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> C
     ours = _assemble.assemble(isa, target, ctx.toolchain, ctx.workdir / "asm",
                               code_object_version=ctx.code_object_version)
     co = CodeObjectFile(ours, f"{op.name}.{spec.name}.{target}")
-    launcher_name = getattr(op.kernel, "__name__", None) or getattr(getattr(op.kernel, "func", None), "__name__", None)
-    analysis = flydsl_ir.analyze(kernel_dir, op, spec, launcher_name, _create_mlir_context(), ir)
+    analysis = flydsl_ir.analyze(kernel_dir, op, spec, launcher_name(op.kernel), _create_mlir_context(), ir)
     symbol = analysis.kernel_name
     proof = _proof.prove(ours, theirs_all[0], symbol)
     meta = co.kernel_metadata(symbol)

@@ -1,0 +1,53 @@
+"""Shared fixtures: the two Pythons and the example bundles, built once per session through flyc-build.
+
+The build side (FlyDSL venv) is ``FLYSHIP_TEST_FLYDSL_PY`` (the Makefile sets it) or the running Python
+when it has flydsl. Bundles are built into a session temp folder, as a user would, with the CLI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def flydsl_python() -> str | None:
+    env = os.environ.get("FLYSHIP_TEST_FLYDSL_PY")
+    if env and Path(env).exists():
+        return env
+    if importlib.util.find_spec("flydsl") is not None:
+        return sys.executable
+    cand = ROOT / ".venv-flydsl" / "bin" / "python"
+    return str(cand) if cand.exists() else None
+
+
+def run_build(spec: Path | str, out: Path, archs: list[str], *extra: str, check: bool = True,
+              env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``flyc-build`` in the build Python as a subprocess (what a user types)."""
+    py = flydsl_python()
+    if py is None:
+        pytest.skip("needs the FlyDSL build Python (make install creates .venv-flydsl); it would build bundles")
+    cmd = [py, "-m", "flyship.compiler.cli", str(spec), "-o", str(out), *sum((["--arch", a] for a in archs), []),
+           *extra]
+    e = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=str(ROOT), timeout=900)
+    if check and r.returncode != 0:
+        raise AssertionError(f"flyc-build failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+@pytest.fixture(scope="session")
+def example_bundle(tmp_path_factory) -> Path:
+    """The FlyDSL example bundle for gfx942 + gfx950 (with an offload bundle and the ISA kept)."""
+    pre = os.environ.get("FLYSHIP_EXAMPLE_BUNDLE")
+    if pre and (Path(pre) / "manifest.json").exists():
+        return Path(pre)
+    out = tmp_path_factory.mktemp("bundles") / "examples"
+    run_build(ROOT / "examples/flydsl/ops.py", out, ["gfx942", "gfx950"], "-j", "2", "--offload-bundle", "--keep-ir")
+    return out
