@@ -1,0 +1,243 @@
+"""Assemble FlyDSL's ``final_isa.s`` into a linked AMDGPU code object (``.hsaco``).
+
+Only what the assembler needs is read from the ISA, and the instructions are never edited:
+
+* the ``.amdgcn_target "<triple>-<target id>"`` directive gives the ``-triple`` (FlyDSL up to 0.3.0 writes
+  ``amdgcn-amd-amdhsa--gfxNNN``, later ``amdgcn-amd-amdhsa-unknown-gfxNNN``; the assembler refuses a
+  directive whose triple differs from ``-triple``) and the processor and features (``-mcpu``/``-mattr``);
+* ``.amdhsa_code_object_version N`` gives the code object version; asking for another version (5 or 6)
+  rewrites this one directive and nothing else.
+
+Code object v5 vs v6 (LLVM AMDGPUUsage "ELF Header" and "Code Object Metadata"; AMDGPUMetadata.h), checked
+by assembling the same FlyDSL ISA both ways with LLVM 22: ``e_ident[EI_ABIVERSION]`` is 3 for v5
+(ELFABIVERSION_AMDGPU_HSA_V5) and 4 for v6; the metadata version ``amdhsa.version`` is 1.2 for both
+(VersionMinorV5 == VersionMinorV6 == 2); ``.text``, ``.rodata`` (kernel descriptors), the metadata note and
+``e_flags`` are byte-identical for a specific processor. v6 adds only generic processors
+(``gfx9-4-generic``...): their ``e_flags`` carry EF_AMDGPU_GENERIC_VERSION bits that v5 cannot express, and
+llvm-mc silently drops them for v5, so a v5 build of a generic target is refused here. The ROCR loader
+accepts v6 from ROCm 6.2.0; v5 also loads on older runtimes.
+
+Then ``ld.lld -shared`` links, as FlyDSL itself does. A linked code object with undefined symbols is
+refused (a device-library call that was never linked would only show at run time as "shared object init
+failed").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from flyship.bundle.codeobject import CodeObjectFile
+from flyship.bundle.errors import CodeObjectError
+
+from .toolchain import Toolchain, ToolchainError, assembler_args, run_tool
+
+SUPPORTED_CODE_OBJECT_VERSIONS = (5, 6)
+# amdhsa.version of the metadata for each code object version (AMDGPUMetadata.h: VersionMajorV5/V6,
+# VersionMinorV5/V6).
+METADATA_VERSION = {5: [1, 2], 6: [1, 2]}
+_TARGET_RE = re.compile(r'^[ \t]*\.amdgcn_target[ \t]+"([^"]*)"', re.MULTILINE)
+_VERSION_RE = re.compile(r"^([ \t]*\.amdhsa_code_object_version[ \t]+)(\d+)", re.MULTILINE)
+_UNKNOWN_PROCESSOR = "is not a recognized processor"
+
+
+class AssembleError(ToolchainError):
+    """The ISA could not be assembled or linked, or the code object is unusable (undefined symbols)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class IsaHeader:
+    """What the assembler needs from an ISA file's directives.
+
+    Attributes:
+        triple: the triple of ``.amdgcn_target`` (``amdgcn-amd-amdhsa-unknown`` or ``amdgcn-amd-amdhsa``).
+        target: the target ID (``gfx942``, ``gfx942:sramecc+:xnack-``, ``gfx9-4-generic``).
+        code_object_version: ``.amdhsa_code_object_version``, or None when the file has none.
+    """
+
+    triple: str
+    target: str
+    code_object_version: int | None
+
+    @property
+    def processor(self) -> str:
+        return self.target.split(":")[0]
+
+    @property
+    def features(self) -> frozenset[str]:
+        return frozenset(self.target.split(":")[1:])
+
+
+def read_isa_header(isa_text: str, where: str = "<isa>") -> IsaHeader:
+    """Read the ``.amdgcn_target`` and ``.amdhsa_code_object_version`` directives.
+
+    Args:
+        isa_text: the AMDGPU assembly (FlyDSL's ``NN_final_isa.s``).
+        where: a name for error messages.
+
+    Returns:
+        The header.
+
+    Raises:
+        AssembleError: no or several ``.amdgcn_target`` directives, a target string that is not
+            ``<arch>-<vendor>-<os>-<environment>-<target id>``, or several version directives.
+    """
+    targets = _TARGET_RE.findall(isa_text)
+    if len(targets) != 1:
+        raise AssembleError(f"read ISA {where}: expected one .amdgcn_target directive, got {len(targets)}; "
+                            "pass the final_isa.s FlyDSL dumped (FLYDSL_DUMP_IR=1)")
+    # "<arch>-<vendor>-<os>-<environment>-<target id>": the environment may be empty ("amdhsa--gfx942")
+    # and processor names may hold dashes (gfx9-4-generic), so split on the first four dashes only.
+    parts = targets[0].split("-", 4)
+    if len(parts) != 5 or parts[0] != "amdgcn" or not parts[4].startswith("gfx"):
+        raise AssembleError(f"read ISA {where}: expected .amdgcn_target \"amdgcn-amd-amdhsa-<env>-gfxNNN\", "
+                            f"got {targets[0]!r}")
+    triple = "-".join(parts[:4]) if parts[3] else "-".join(parts[:3])
+    versions = _VERSION_RE.findall(isa_text)
+    if len(versions) > 1:
+        raise AssembleError(f"read ISA {where}: expected at most one .amdhsa_code_object_version, "
+                            f"got {len(versions)}")
+    return IsaHeader(triple, parts[4], int(versions[0][1]) if versions else None)
+
+
+def set_code_object_version(isa_text: str, version: int, where: str = "<isa>") -> str:
+    """The ISA with its ``.amdhsa_code_object_version`` directive set to ``version``; nothing else changes.
+
+    Args:
+        isa_text: the ISA.
+        version: 5 or 6.
+        where: a name for error messages.
+
+    Returns:
+        The new text (the same text when the version already matches).
+
+    Raises:
+        AssembleError: an unsupported version, a generic processor asked for v5, or no version directive.
+    """
+    header = read_isa_header(isa_text, where)
+    if version not in SUPPORTED_CODE_OBJECT_VERSIONS:
+        raise AssembleError(f"set code object version of {where}: expected one of "
+                            f"{SUPPORTED_CODE_OBJECT_VERSIONS}, got {version}")
+    if version < 6 and "generic" in header.processor:
+        raise AssembleError(f"set code object version of {where}: expected a specific processor for v{version}, "
+                            f"got the generic target {header.target}, which needs code object v6 (its ELF "
+                            "e_flags carry the generic version); build v6 or a specific processor")
+    if header.code_object_version == version:
+        return isa_text
+    if header.code_object_version is None:
+        raise AssembleError(f"set code object version of {where}: expected an .amdhsa_code_object_version "
+                            "directive to change, got none")
+    if header.code_object_version not in SUPPORTED_CODE_OBJECT_VERSIONS:
+        raise AssembleError(f"set code object version of {where}: expected an ISA declaring v5 or v6 (same "
+                            f"metadata version {METADATA_VERSION[6]}), got v{header.code_object_version}; "
+                            "assemble it at its own version")
+    return _VERSION_RE.sub(lambda m: f"{m.group(1)}{version}", isa_text, count=1)
+
+
+def _same_target(a: str, b: str) -> bool:
+    pa, *fa = a.split(":")
+    pb, *fb = b.split(":")
+    return pa == pb and set(fa) == set(fb)
+
+
+def assemble(
+    isa_text: str,
+    target: str,
+    toolchain: Toolchain,
+    workdir: str | Path,
+    code_object_version: int | None = None,
+    *,
+    name: str | None = None,
+) -> bytes:
+    """Assemble and link FlyDSL's ISA into a code object.
+
+    Runs ``llvm-mc -triple=<from .amdgcn_target> -mcpu=<processor> [-mattr=<features>] -filetype=obj``
+    (or ``zig clang -target <triple> -mcpu=<target id> -c -x assembler``), then ``ld.lld -shared``.
+
+    Args:
+        isa_text: the ISA (FlyDSL's ``NN_final_isa.s``).
+        target: the target ID it must be for (``gfx942``, ``gfx942:sramecc+:xnack-``); must equal the
+            ISA's ``.amdgcn_target``.
+        toolchain: the tools (:func:`flyship.compiler.toolchain.find_toolchain`).
+        workdir: folder for ``<name>.s``, ``<name>.o`` and ``<name>.hsaco`` (kept for inspection).
+        code_object_version: 5 or 6; None keeps what the ISA declares.
+        name: file stem in ``workdir`` (default: the target with ``:`` as ``_``).
+
+    Returns:
+        The linked code object's bytes.
+
+    Raises:
+        AssembleError: the ISA is for another target, the assembler or linker failed (with its stderr, the
+            target and the file), the result is not the requested code object version, or it has undefined
+            symbols (named).
+
+    Example:
+        >>> hsaco = assemble(Path("22_final_isa.s").read_text(), "gfx942", find_toolchain(), "/tmp/w")  # doctest: +SKIP
+    """
+    stem = name or target.replace(":", "_")
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    src, obj, out = work / f"{stem}.s", work / f"{stem}.o", work / f"{stem}.hsaco"
+    header = read_isa_header(isa_text, str(src))
+    if not _same_target(header.target, target):
+        raise AssembleError(f"assemble {src}: expected an ISA for target {target}, got .amdgcn_target "
+                            f"{header.triple}-{header.target}; pass the ISA FlyDSL compiled for {target} "
+                            "(set FLYDSL_GPU_ARCH per build)")
+    if code_object_version is not None:
+        isa_text = set_code_object_version(isa_text, code_object_version, str(src))
+    want_version = code_object_version if code_object_version is not None else header.code_object_version
+    src.write_text(isa_text)
+    operation = f"assemble {src} for {target}"
+    try:
+        r = run_tool(toolchain.assembler, assembler_args(toolchain, header.triple, header.target, src, obj),
+                     operation=operation)
+    except ToolchainError as e:
+        raise AssembleError(str(e)) from None
+    if _UNKNOWN_PROCESSOR in r.stderr:  # llvm-mc only warns and exits 0 on an unknown processor
+        raise AssembleError(f"{operation}: expected {toolchain.assembler.name} {toolchain.assembler.describe()} "
+                            f"to know {header.processor}, got: {r.stderr.strip()}; run check_targets first")
+    try:
+        run_tool(toolchain.linker, ["-shared", str(obj), "-o", str(out)], operation=f"link {obj} for {target}")
+    except ToolchainError as e:
+        raise AssembleError(str(e)) from None
+    data = out.read_bytes()
+    check_linked(data, str(out), want_version)
+    return data
+
+
+def check_linked(data: bytes, where: str, code_object_version: int | None = None) -> None:
+    """Refuse a linked code object that cannot load: undefined symbols, or another code object version.
+
+    Args:
+        data: the code object.
+        where: its name for messages.
+        code_object_version: the version it must have (``e_ident[EI_ABIVERSION]``), or None.
+
+    Raises:
+        AssembleError: undefined symbols (named; usually a device-library function such as ``__ocml_*``
+            that FlyDSL links from bitcode but plain assembly cannot), the wrong version, or the wrong
+            metadata version.
+    """
+    try:
+        co = CodeObjectFile(data, where)
+        undefined = co.undefined_symbols()
+        version = co.code_object_version
+        meta_version = list(co.metadata.get("amdhsa.version", []))
+    except CodeObjectError as e:
+        raise AssembleError(f"check linked code object {where}: {e}") from None
+    if undefined:
+        raise AssembleError(
+            f"check linked code object {where}: expected no undefined symbols, got {', '.join(undefined)}; the "
+            "kernel calls functions that were never linked in (device-library calls need FlyDSL's bitcode link, "
+            "and the HIP runtime would only report 'shared object init failed'); avoid the call or inline it")
+    if code_object_version is not None and version != code_object_version:
+        raise AssembleError(f"check linked code object {where}: expected code object v{code_object_version}, "
+                            f"got v{version} (e_ident ABI version)")
+    if version in METADATA_VERSION and meta_version and meta_version != METADATA_VERSION[version]:
+        raise AssembleError(f"check linked code object {where}: expected metadata amdhsa.version "
+                            f"{METADATA_VERSION[version]} for code object v{version}, got {meta_version}")
+
+
+__all__ = ["AssembleError", "IsaHeader", "read_isa_header", "set_code_object_version", "assemble", "check_linked",
+           "SUPPORTED_CODE_OBJECT_VERSIONS"]
