@@ -187,14 +187,15 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
                                  f"({derived} vs {cons} for {t})")
             for k, a in v.alignment.items():
                 alignment[k] = max(alignment.get(k, 1), a)
-            fname = f"{op.name}.{s.name}.{_fs_target(t)}.{v.format}"
+            # Record the target the code object was really built for (Triton builds sm_90 as sm_90a).
+            fname = f"{op.name}.{s.name}.{_fs_target(v.target)}.{v.format}"
             files[fname] = v.code_object
             if v.isa is not None:
-                files[f"{op.name}.{s.name}.{_fs_target(t)}.s"] = v.isa.encode()
+                files[f"{op.name}.{s.name}.{_fs_target(v.target)}.s"] = v.isa.encode()
             variants.append(M.Variant(
-                target=t,
+                target=v.target,
                 code_object=M.CodeObject(file=fname, sha256=hashlib.sha256(v.code_object).hexdigest(), format=v.format,
-                                         target=t, symbol=v.symbol, code_object_version=v.code_object_version),
+                                         target=v.target, symbol=v.symbol, code_object_version=v.code_object_version),
                 metadata=v.metadata, kernargs=v.kernargs, launch=v.launch, proof=v.proof,
                 toolchain=dict(sorted(v.toolchain.items()))))
         for k, d in s.dtypes.items():

@@ -1,0 +1,263 @@
+"""Per-call host time of a tiny add (4096 float32 elements), every path side by side in one process.
+
+    python3 bench/launch_overhead.py --bundle artifacts/triton --out /tmp/out
+
+Paths: flyship's op through ``torch.ops`` (allocating, and the out variant), the ``ops.add`` handle,
+``torch.add`` (allocating and ``out=``), Triton's own launcher ``add_kernel[grid](...)`` on the same
+kernel source, and the floor: a C++ loop of ``cuLaunchKernel`` on the bundle's own cubin with a prepacked
+kernarg buffer (built with ``torch.utils.cpp_extension.load_inline``). Each path is timed as ``calls``
+back-to-back calls (host time, before the final synchronize), ``repeats`` times; the table shows the
+median per call and the ratio to ``torch.add``. Figures move 20-50% between machines: compare within a run.
+Writes ``launch_overhead.json`` and ``launch_overhead.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SHAPE = (4, 1024)  # 4096 elements
+
+LAUNCH_LOOP_SRC = r"""
+#include <torch/extension.h>
+#include <cuda.h>
+#include <chrono>
+#include <string>
+
+static void check(CUresult rc, const char* what) {
+  if (rc != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    cuGetErrorName(rc, &name);
+    TORCH_CHECK(false, what, " failed: ", name ? name : "unknown CUresult");
+  }
+}
+
+// Launch `symbol` of `image` `calls` times with the kernarg bytes `params`; host microseconds per call.
+double launch_loop(const std::string& image, const std::string& symbol, const std::string& params, int64_t grid,
+                   int64_t block, int64_t shared, int64_t stream_handle, int64_t calls) {
+  CUmodule mod = nullptr;
+  CUfunction fn = nullptr;
+  check(cuModuleLoadData(&mod, image.data()), "cuModuleLoadData");
+  check(cuModuleGetFunction(&fn, mod, symbol.c_str()), "cuModuleGetFunction");
+  std::string buf = params;
+  size_t size = buf.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buf.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  CUstream stream = reinterpret_cast<CUstream>(stream_handle);
+  for (int i = 0; i < 200; ++i)
+    check(cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared, stream, nullptr, extra), "cuLaunchKernel");
+  check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < calls; ++i)
+    check(cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, shared, stream, nullptr, extra), "cuLaunchKernel");
+  auto t1 = std::chrono::steady_clock::now();
+  check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  check(cuModuleUnload(mod), "cuModuleUnload");
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / static_cast<double>(calls);
+}
+"""
+
+
+def host_us_per_call(fn: Callable[[], Any], calls: int, repeats: int) -> list[float]:
+    """Host microseconds per call of ``fn``, once per repeat (the GPU is drained between repeats)."""
+    import torch
+
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        out.append((t1 - t0) / calls * 1e6)
+    return out
+
+
+def pick_variant(ops: Any, spec: str) -> Any:
+    """The ``add`` variant of specialization ``spec`` that runs on this GPU."""
+    import torch
+
+    from flyship.bundle import targets
+
+    s = next(x for x in ops.add.manifest.specializations if x.name == spec)
+    i = targets.select([v.target for v in s.variants], ops.device_target(torch.cuda.current_device()))
+    if i is None:
+        raise RuntimeError(f"the bundle's add.{spec} has no variant for this GPU")
+    return s.variants[i]
+
+
+def pack(variant: Any, tensors: dict[str, Any]) -> bytes:
+    """The kernarg bytes of a call, from the manifest's fields alone (pointer, shape/stride/expr, null)."""
+    from flyship.bundle import expr as E
+    from flyship.bundle.manifest import FIELD_TYPES
+
+    codes = {"ptr": "<Q", "i64": "<q", "u64": "<Q", "i32": "<i", "u32": "<I"}
+    shapes = {k: tuple(t.shape) for k, t in tensors.items()}
+    strides = {k: tuple(t.stride()) for k, t in tensors.items()}
+    buf = bytearray(variant.kernargs.size)
+    for f in variant.kernargs.fields:
+        if f.kind == "pointer":
+            value = tensors[f.arg].data_ptr()
+        elif f.kind in ("shape", "stride"):
+            value = (shapes if f.kind == "shape" else strides)[f.arg][f.dim]
+        elif f.kind == "expr":
+            value = E.evaluate_with_shapes(f.expr, shapes, {}, strides)
+        elif f.kind == "null":
+            value = 0
+        else:
+            raise RuntimeError(f"bench: kernarg kind {f.kind!r} not handled by the raw launch loop")
+        struct.pack_into(codes[f.type], buf, f.offset, value)
+        assert FIELD_TYPES[f.type] == struct.calcsize(codes[f.type])
+    return bytes(buf)
+
+
+def raw_loop(bundle: Path, ops: Any, x: Any, y: Any, o: Any, calls: int, repeats: int,
+             build_dir: Optional[str]) -> tuple[list[float], float]:
+    """The C++ cuLaunchKernel floor; returns (us per call per repeat, extension build seconds)."""
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    t0 = time.perf_counter()
+    ext = load_inline(name="flyship_bench_launch_loop", cpp_sources=[LAUNCH_LOOP_SRC], functions=["launch_loop"],
+                      with_cuda=True, extra_ldflags=["-lcuda"], build_directory=build_dir, verbose=False)
+    build_s = time.perf_counter() - t0
+    v = pick_variant(ops, "f32")
+    image = (bundle / v.code_object.file).read_bytes()
+    params = pack(v, {"x": x, "y": y, "out": o})
+    from flyship.bundle import expr as E
+
+    grid = E.evaluate_with_shapes(v.launch.grid[0], {"x": tuple(x.shape), "y": tuple(y.shape), "out": tuple(o.shape)})
+    shared = int(v.launch.dynamic_lds)
+    stream = torch.cuda.current_stream().cuda_stream
+    o.zero_()
+    out = [ext.launch_loop(image, v.code_object.symbol, params, grid, v.launch.block[0], shared, stream, calls)
+           for _ in range(repeats)]
+    torch.cuda.synchronize()
+    torch.testing.assert_close(o, x + y)
+    return out, build_s
+
+
+def triton_launcher(x: Any, y: Any, o: Any) -> Callable[[], Any]:
+    """Triton's own launcher on the same kernel source (JIT-compiled on first call)."""
+    sys.path.insert(0, str(ROOT / "examples" / "triton"))
+    from tl_elementwise import add_kernel
+
+    n = x.numel()
+    grid = (-(-n // 1024),)
+
+    def call() -> None:
+        add_kernel[grid](x, y, o, n, BLOCK=1024)
+
+    return call
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [f"Launch overhead on {meta['device']} ({meta['calls']} calls x {meta['repeats']} repeats, "
+             f"{SHAPE[0] * SHAPE[1]}-element float32 add; torch {meta['torch']}, triton {meta['triton']})", "",
+             "| path | us/call (median) | min | x torch.add |", "| --- | ---: | ---: | ---: |"]
+    for r in rows:
+        if r.get("skipped"):
+            lines.append(f"| {r['path']} | skipped: {r['skipped']} | | |")
+        else:
+            lines.append(f"| {r['path']} | {r['median_us']:.2f} | {r['min_us']:.2f} | {r['ratio_to_torch_add']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bundle", default=str(ROOT / "artifacts" / "triton"), help="bundle built by flyc-build")
+    ap.add_argument("--out", default="/tmp/out", help="folder for launch_overhead.json / .md")
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    import flyship
+
+    if not torch.cuda.is_available():
+        print("launch_overhead: needs a GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    bundle = Path(args.bundle).resolve()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ops = flyship.load(bundle)
+    x = torch.randn(*SHAPE, device="cuda")
+    y = torch.randn(*SHAPE, device="cuda")
+    o = torch.empty_like(x)
+    want = x + y
+    op = torch.ops.flyship_triton.add
+    paths: list[tuple[str, Callable[[], Any]]] = [
+        ("torch.add(x, y)", lambda: torch.add(x, y)),
+        ("torch.add(x, y, out=o)", lambda: torch.add(x, y, out=o)),
+        ("flyship torch.ops.<ns>.add(x, y)", lambda: op(x, y)),
+        ("flyship torch.ops.<ns>.add.default(x, y)", lambda: op.default(x, y)),
+        ("flyship torch.ops.<ns>.add.out(x, y, out=o)", lambda: op.out(x, y, out=o)),
+        ("flyship ops.add(x, y) (Python handle)", lambda: ops.add(x, y)),
+    ]
+    for name, fn in paths:  # every path computes the right thing before it is timed
+        r = fn()
+        torch.testing.assert_close(r if r is not None else o, want)
+    stats_before = ops.add.stats()
+    rows: list[dict[str, Any]] = []
+    for name, fn in paths:
+        rows.append({"path": name, "us": host_us_per_call(fn, args.calls, args.repeats)})
+    launched = sum(ops.add.stats()["launches"].values()) - sum(stats_before["launches"].values())
+    if launched < 4 * args.calls * args.repeats:
+        raise SystemExit(f"launch_overhead: the flyship paths launched {launched} kernels, expected >= "
+                         f"{4 * args.calls * args.repeats}; did they fall back to the reference? {ops.add.stats()}")
+    triton_version = "n/a"
+    try:
+        import triton
+
+        triton_version = triton.__version__
+        fn = triton_launcher(x, y, o)
+        o.zero_()
+        fn()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(o, want)
+        rows.append({"path": "Triton launcher add_kernel[grid](...)", "us": host_us_per_call(fn, args.calls,
+                                                                                              args.repeats)})
+    except Exception as e:  # report, keep the other rows
+        rows.append({"path": "Triton launcher add_kernel[grid](...)", "skipped": f"{type(e).__name__}: {e}"})
+    build_s = None
+    try:
+        us, build_s = raw_loop(bundle, ops, x, y, o, args.calls, args.repeats,
+                               None)
+        rows.append({"path": "C++ loop of cuLaunchKernel (floor)", "us": us})
+    except Exception as e:
+        rows.append({"path": "C++ loop of cuLaunchKernel (floor)", "skipped": f"{type(e).__name__}: {e}"})
+    base = statistics.median(rows[0]["us"])
+    for r in rows:
+        if "us" in r:
+            r["median_us"] = statistics.median(r["us"])
+            r["min_us"] = min(r["us"])
+            r["ratio_to_torch_add"] = r["median_us"] / base
+    meta = {
+        "device": torch.cuda.get_device_name(), "device_target": ops.device_target(torch.cuda.current_device()),
+        "torch": torch.__version__, "triton": triton_version, "python": platform.python_version(),
+        "flyship_flavor": ops.flavor, "calls": args.calls, "repeats": args.repeats, "elements": SHAPE[0] * SHAPE[1],
+        "raw_loop_build_seconds": build_s, "bundle": str(bundle),
+    }
+    (out_dir / "launch_overhead.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    table = markdown(rows, meta)
+    (out_dir / "launch_overhead.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

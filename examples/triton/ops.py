@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Spec file of the Triton example ops: one spec for NVIDIA (sm_90) and AMD (gfx942) alike.
+
+    flyc-build examples/triton/ops.py -o artifacts/triton --arch sm_90 --arch gfx942
+
+Every op is ``torch.ops.flyship_triton.<name>`` in the workload Python. Kernel parameters are listed in the
+kernel's order: tensors and outputs become the op's schema, ``Value``s are integers the loader computes
+from the inputs per call (sizes, row strides), ``Constexpr``s are fixed per specialization. The guard
+constraints say what each kernel assumes (contiguous rows, ``N <= BLOCK_N``, TMA pitch rules); inputs that
+fit no specialization run the reference in ``references.py``.
+"""
+
+from tl_elementwise import add_kernel
+from tl_gemm import gemm_kernel, gemm_tma_kernel
+from tl_rmsnorm import rmsnorm_kernel
+from tl_softmax import softmax_kernel
+
+from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, namespace, op, references
+
+namespace("flyship_triton")
+references("references.py")
+
+FLOATS = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+HALVES = {"bf16": "bfloat16", "f16": "float16"}
+
+
+def contiguous(t: str) -> tuple[str, ...]:
+    """Constraints for a row-major contiguous 2-D tensor."""
+    return (f"{t}.stride[1] == 1", f"{t}.stride[0] == {t}.shape[1]")
+
+
+# -- add: one flat pass over x.numel elements --------------------------------------------------------
+op("add", kernel=add_kernel, reference="add_ref", doc="out = x + y (same shape, contiguous)",
+   args=[Tensor("x", rank=2, alignment=16), Tensor("y", rank=2, alignment=16), Output("out", like="x"),
+         Value("n_elements", "x.numel"), Constexpr("BLOCK")],
+   grid=("cdiv(x.numel, BLOCK)",),
+   specs=[Spec(name, dtypes={"x": dt, "y": dt}, shapes={"x": (1000, 1000), "y": (1000, 1000)},
+               constexprs={"BLOCK": 1024}, options={"num_warps": 4, "divisible_by_16": ["out"]},
+               constraints=(*contiguous("x"), *contiguous("y"), *contiguous("out"), "y.shape[0] == x.shape[0]",
+                            "y.shape[1] == x.shape[1]", "x.numel + 1024 <= 2147483647"))
+          for name, dt in FLOATS.items()])
+
+# -- softmax / rmsnorm: one program per row, the row held in registers (BLOCK_N >= N) --------------------
+ROW_BLOCKS = ((1024, 4), (4096, 8), (16384, 16))  # (BLOCK_N, num_warps)
+
+op("softmax", kernel=softmax_kernel, reference="softmax_ref", doc="softmax over the last dim of a 2-D tensor",
+   args=[Tensor("x", rank=2), Output("out", like="x"), Value("x_row_stride", "x.stride[0]"),
+         Value("out_row_stride", "out.stride[0]"), Value("n_cols", "x.shape[1]"), Constexpr("BLOCK_N")],
+   grid=("x.shape[0]",),
+   specs=[Spec(f"{name}_n{bn}", dtypes={"x": dt}, shapes={"x": (64, bn - 24)}, constexprs={"BLOCK_N": bn},
+               options={"num_warps": nw},
+               constraints=("x.stride[1] == 1", "out.stride[1] == 1", "x.shape[1] >= 1", f"x.shape[1] <= {bn}"))
+          for bn, nw in ROW_BLOCKS for name, dt in FLOATS.items()])
+
+op("rmsnorm", kernel=rmsnorm_kernel, reference="rmsnorm_ref", doc="x * rsqrt(mean(x**2, -1) + eps) * w",
+   args=[Tensor("x", rank=2), Tensor("w", rank=1), Output("out", like="x"), Value("x_row_stride", "x.stride[0]"),
+         Value("out_row_stride", "out.stride[0]"), Value("n_cols", "x.shape[1]"), Scalar("eps", "float", 1e-6),
+         Constexpr("BLOCK_N")],
+   grid=("x.shape[0]",),
+   specs=[Spec(f"{name}_n{bn}", dtypes={"x": dt, "w": dt}, shapes={"x": (64, bn - 24), "w": (bn - 24,)},
+               constexprs={"BLOCK_N": bn}, options={"num_warps": nw},
+               constraints=("x.stride[1] == 1", "out.stride[1] == 1", "w.stride[0] == 1", "w.shape[0] == x.shape[1]",
+                            "x.shape[1] >= 1", f"x.shape[1] <= {bn}"))
+          for bn, nw in ROW_BLOCKS for name, dt in FLOATS.items()])
+
+# -- gemm: masked pointer GEMM; a 16-aligned fast path first, then any shape and stride ----------------------
+GEMM_ARGS = [Tensor("a", rank=2), Tensor("b", rank=2), Output("c", shape=("a.shape[0]", "b.shape[0]"), dtype="a"),
+             Value("M", "a.shape[0]"), Value("N", "b.shape[0]"), Value("K", "a.shape[1]"),
+             Value("stride_am", "a.stride[0]"), Value("stride_bn", "b.stride[0]"), Value("stride_cm", "c.stride[0]"),
+             Constexpr("BLOCK_M"), Constexpr("BLOCK_N"), Constexpr("BLOCK_K"), Constexpr("GROUP_M")]
+GEMM_RULES = ("a.stride[1] == 1", "b.stride[1] == 1", "c.stride[1] == 1", "b.shape[1] == a.shape[1]")
+BIG_TILE = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}
+SMALL_TILE = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}
+
+op("gemm", kernel=gemm_kernel, reference="gemm_ref", doc="c = a @ b.T (b is (N, K))", args=GEMM_ARGS,
+   grid=("cdiv(a.shape[0], BLOCK_M) * cdiv(b.shape[0], BLOCK_N)",),
+   specs=[spec for name, dt in HALVES.items() for spec in (
+       Spec(f"{name}_aligned", dtypes={"a": dt, "b": dt}, shapes={"a": (512, 384), "b": (256, 384)},
+            constexprs=BIG_TILE, constraints=GEMM_RULES,
+            options={"num_warps": 8, "num_stages": 3, "hip": {"num_stages": 2},
+                     "divisible_by_16": ["a", "b", "c", "stride_am", "stride_bn", "stride_cm"]}),
+       Spec(name, dtypes={"a": dt, "b": dt}, shapes={"a": (100, 72), "b": (60, 72)}, constexprs=SMALL_TILE,
+            constraints=GEMM_RULES, options={"num_warps": 4, "num_stages": 2}),
+   )])
+
+# -- gemm_tma: device-side tensor descriptors (TMA on sm_90: the kernel needs Triton's global scratch) ---------
+op("gemm_tma", kernel=gemm_tma_kernel, reference="gemm_ref", doc="c = a @ b.T through tensor descriptors",
+   args=[Tensor("a", rank=2, alignment=16), Tensor("b", rank=2, alignment=16),
+         Output("c", shape=("a.shape[0]", "b.shape[0]"), dtype="a"),
+         Value("M", "a.shape[0]"), Value("N", "b.shape[0]"), Value("K", "a.shape[1]"),
+         Constexpr("BLOCK_M"), Constexpr("BLOCK_N"), Constexpr("BLOCK_K")],
+   grid=("cdiv(a.shape[0], BLOCK_M)", "cdiv(b.shape[0], BLOCK_N)"),
+   specs=[Spec(name, dtypes={"a": dt, "b": dt}, shapes={"a": (300, 264), "b": (200, 264)},
+               constexprs={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64},
+               options={"num_warps": 8, "num_stages": 3, "hip": {"num_stages": 2}, "divisible_by_16": ["c"]},
+               # TMA: contiguous rows whose pitch is a multiple of 16 bytes (K, N multiples of 8 for 16-bit
+               # types), 16-byte aligned bases (alignment=16 above), every global dim >= 1.
+               constraints=(*contiguous("a"), *contiguous("b"), *contiguous("c"), "b.shape[1] == a.shape[1]",
+                            "a.shape[1] % 8 == 0", "b.shape[0] % 8 == 0", "a.shape[1] >= 8"))
+          for name, dt in HALVES.items()])

@@ -1,0 +1,39 @@
+# SPDX-License-Identifier: Apache-2.0
+"""PyTorch references of the Triton example ops (imports torch only: copied into the bundle).
+
+Each takes the op's inputs in schema order (``ops.py``) and returns its output; the math is float32 and
+the result is cast back to the input dtype, as the kernels do.
+
+    add(x, y)             add_ref(x, y)          x + y
+    softmax(x)            softmax_ref(x)         softmax over the last dim
+    rmsnorm(x, w, eps)    rmsnorm_ref(x, w, eps) x * rsqrt(mean(x**2, -1) + eps) * w
+    gemm(a, b)            gemm_ref(a, b)         a @ b.T  (b is (N, K), the nn.Linear weight layout)
+    gemm_tma(a, b)        gemm_ref(a, b)
+"""
+
+import torch
+
+
+def add_ref(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return (x.float() + y.float()).to(x.dtype)
+
+
+def softmax_ref(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x.float(), dim=-1).to(x.dtype)
+
+
+def rmsnorm_ref(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def gemm_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a.float() @ b.float().t()).to(a.dtype)
+
+
+# Tolerances for comparing a kernel with its reference, per dtype (float32 math, 16-bit rounding of I/O).
+TOLERANCES = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+}

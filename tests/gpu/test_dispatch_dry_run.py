@@ -1,0 +1,112 @@
+"""A dry run of the GPU tests' expectations without a GPU: the loader's own dispatch and kernarg packing
+(``OpHandle.dispatch`` / ``pack_kernargs`` bind CPU tensors as stand-ins) must pick, for every shape the
+GPU tests use, the specialization those tests require, and give the fallback reasons they look for.
+
+Runs in the workload venv (torch + ninja; the loader builds its extension once) on the Triton bundle at
+``FLYSHIP_GPU_BUNDLE`` / ``artifacts/triton``; skips when there is none.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import struct
+
+import pytest
+import torch
+
+from ..conftest import ROOT
+from .conftest import bundle_dir
+from .test_triton_ops import ADD_SHAPES, DTYPES, GEMM_SHAPES, HALF, ROW_SHAPES
+
+pytestmark = pytest.mark.cpu
+NV = "sm_90"
+
+
+@pytest.fixture(scope="module")
+def ops():
+    d = bundle_dir()
+    if not (d / "manifest.json").is_file():
+        pytest.skip(f"no Triton bundle at {d}; build it with flyc-build examples/triton/ops.py -o artifacts/triton "
+                    "--arch sm_90 --arch gfx942 to dry-run the GPU tests' dispatch")
+    import flyship
+
+    return flyship.load(d)
+
+
+def randn(*shape: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(*shape).to(dtype)
+
+
+@pytest.mark.parametrize("target", [NV, "gfx942"])
+def test_every_gpu_test_shape_dispatches_to_the_specialization_it_expects(ops, target):
+    for dt, dtype in DTYPES.items():
+        for shape in ADD_SHAPES:
+            x = randn(*shape, dtype=dtype)
+            assert ops.add.dispatch(x, x, target=target).spec == dt, shape
+        for shape, block in ROW_SHAPES.items():
+            x = randn(*shape, dtype=dtype)
+            w = randn(shape[1], dtype=dtype)
+            assert ops.softmax.dispatch(x, target=target).spec == f"{dt}_n{block}", shape
+            assert ops.rmsnorm.dispatch(x, w, 1e-6, target=target).spec == f"{dt}_n{block}", shape
+    for dt, dtype in HALF.items():
+        for (m, n, k), aligned in GEMM_SHAPES:
+            a, b = randn(m, k, dtype=dtype), randn(n, k, dtype=dtype)
+            assert ops.gemm.dispatch(a, b, target=target).spec == (f"{dt}_aligned" if aligned else dt), (m, n, k)
+        for m, n, k in [(300, 200, 264), (128, 128, 64), (1, 8, 8), (257, 136, 72), (1024, 1024, 512), (4096, 8, 128)]:
+            a, b = randn(m, k, dtype=dtype), randn(n, k, dtype=dtype)
+            assert ops.gemm_tma.dispatch(a, b, target=target).spec == dt, (m, n, k)
+
+
+def test_unfit_inputs_give_the_reasons_the_gpu_tests_look_for(ops):
+    flat = torch.randn(300 * 500 + 1)
+    misaligned = flat[1:].view(300, 500)
+    assert misaligned.data_ptr() % 16 != 0
+    x = torch.randn(100, 100)
+    cases = [
+        (ops.add, (x.double(), x.double()), "dtype"),
+        (ops.add, (misaligned, torch.randn(300, 500)), "align"),
+        (ops.softmax, (torch.randn(4, 20000),), "x.shape[1] <= 16384"),
+        (ops.softmax, (torch.randn(700, 300).t(),), "stride"),
+        (ops.gemm_tma, (randn(64, 12, dtype=torch.bfloat16), randn(64, 12, dtype=torch.bfloat16)), "% 8 == 0"),
+        (ops.rmsnorm, (x, torch.randn(99), 1e-6), "w.shape[0] == x.shape[1]"),
+    ]
+    for op, args, words in cases:
+        d = op.dispatch(*args, target=NV)
+        assert d.spec is None and words in d.reason, (op.name, d)
+
+
+def test_row_strided_inputs_and_out_views_still_run_the_kernel(ops):
+    x = torch.randn(64, 1000)
+    view = torch.empty(64, 1500)[:, :1000]
+    assert ops.softmax.dispatch(x, target=NV, out=(view,)).spec == "f32_n1024"
+    assert ops.softmax.dispatch(torch.randn(64, 3000)[:, :2000], target=NV).spec == "f32_n4096"
+    a = torch.randn(100, 200).to(torch.bfloat16)[:, :72]
+    assert ops.gemm.dispatch(a, torch.randn(60, 72).to(torch.bfloat16), target=NV).spec == "bf16"
+
+
+def test_the_benchs_raw_kernarg_packing_equals_the_loaders(ops):
+    spec = importlib.util.spec_from_file_location("launch_overhead", ROOT / "bench" / "launch_overhead.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    x, y, o = torch.randn(4, 1024), torch.randn(4, 1024), torch.empty(4, 1024)
+    variant = next(v for v in next(s for s in ops.add.manifest.specializations if s.name == "f32").variants
+                   if v.target == NV)
+    ours = bench.pack(variant, {"x": x, "y": y, "out": o})
+    theirs = ops.add.pack_kernargs("f32", x, y, target=NV, out=(o,)).buffer
+    assert ours == theirs
+    assert struct.unpack_from("<QQQi", ours) == (x.data_ptr(), y.data_ptr(), o.data_ptr(), 4096)
+
+
+def test_the_tma_gemm_gets_one_scratch_slice_per_program_on_sm90_only(ops):
+    a, b = randn(300, 264, dtype=torch.bfloat16), randn(200, 264, dtype=torch.bfloat16)
+    nv = ops.gemm_tma.pack_kernargs("bf16", a, b, target=NV)
+    field = next(f for f in next(v for v in ops.gemm_tma.manifest.specializations[0].variants
+                                 if v.target == NV).kernargs.fields if f.kind == "scratch")
+    programs = math.prod(nv.grid)
+    assert nv.grid == (3, 2, 1)
+    assert [t.numel() for t in nv.scratch] == [programs * field.bytes_per_program + field.align]
+    ptr = struct.unpack_from("<Q", nv.buffer, field.offset)[0]
+    assert ptr % field.align == 0 and nv.scratch[0].data_ptr() <= ptr
+    amd = ops.gemm_tma.pack_kernargs("bf16", a, b, target="gfx942")
+    assert amd.scratch == () and struct.unpack_from("<QQ", amd.buffer, len(amd.buffer) - 16) == (0, 0)
