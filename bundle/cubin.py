@@ -381,9 +381,24 @@ class CubinFile:
         k = self._kernel(kernel)
         return self._indexed(EIATTR_FRAME_SIZE, self.symbol_index(k)) or 0
 
+    # Shared memory the system reserves per block on sm_80 and newer (CUDA C++ Programming Guide,
+    # cudaDevAttrReservedSharedMemoryPerBlock: 1 KiB). ptxas places it at the start of the kernel's
+    # ``.nv.shared.<kernel>`` window and references it through ``.nv.reservedSmem.*`` symbols; the driver's
+    # CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES does not count it (tests/gpu/test_cubin_driver.py checks this).
+    RESERVED_SHARED_PER_BLOCK = 1024
+
+    def reserved_shared(self) -> int:
+        """Bytes of the kernel's shared window that are the system's reservation (0 when not referenced)."""
+        for s in self._symtab().iter_symbols():
+            if s.name.startswith(".nv.reservedSmem"):
+                return self.RESERVED_SHARED_PER_BLOCK
+        return 0
+
     def static_shared(self, kernel: Optional[str] = None) -> int:
-        """Static shared memory, bytes: the size of ``.nv.shared.<kernel>`` (0 when absent)."""
-        return self.section_size(".nv.shared." + self._kernel(kernel))
+        """Static shared memory the kernel itself declares, bytes: the size of ``.nv.shared.<kernel>`` less
+        the system's reservation (:meth:`reserved_shared`); 0 when the section is absent."""
+        size = self.section_size(".nv.shared." + self._kernel(kernel))
+        return max(0, size - self.reserved_shared()) if size else 0
 
     # -- the manifest's view -----------------------------------------------------------------------
     def kernel_metadata(self, kernel: Optional[str] = None, pointer_ordinals: Sequence[int] = (),

@@ -154,7 +154,8 @@ def test_registers_frame_and_block_agree_with_cuobjdump(cubins):
         assert cubin.reqntid(name) == tuple(int(v, 16) for v in req.groups()) == (128, 1, 1)
         sizes = {m.group(2): int(m.group(1), 16)
                  for m in re.finditer(r"^\s+\w+\s+\w+\s+([0-9a-f]+)\s+\w+\s+\w+\s+NOBITS.*?(\S+)$", text, re.M)}
-        assert cubin.static_shared(name) == sizes.get(f".nv.shared.{name}", 0)
+        section = sizes.get(f".nv.shared.{name}", 0)
+        assert cubin.static_shared(name) + (cubin.reserved_shared() if section else 0) == section
 
 
 def test_metadata_follows_the_triton_signature_with_natural_alignment(cubins):

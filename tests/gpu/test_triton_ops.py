@@ -258,7 +258,7 @@ def test_eight_threads_calling_ops_at_once_get_their_own_results(ops, refs):
 
 def test_torch_compile_fullgraph_keeps_the_ops_in_one_graph(ops, refs):
     torch.manual_seed(7)
-    import torch._dynamo
+    from torch import _dynamo  # a plain `import torch._dynamo` here would make `torch` a local name
 
     def f(x, y, w):
         h = torch.ops.flyship_triton.add(x, y)
@@ -267,9 +267,9 @@ def test_torch_compile_fullgraph_keeps_the_ops_in_one_graph(ops, refs):
 
     x, y = cuda_randn(64, 1000, dtype=torch.bfloat16), cuda_randn(64, 1000, dtype=torch.bfloat16)
     w = cuda_randn(1000, dtype=torch.bfloat16)
-    explained = torch._dynamo.explain(f)(x, y, w)
+    explained = _dynamo.explain(f)(x, y, w)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
-    torch._dynamo.reset()
+    _dynamo.reset()
     compiled = torch.compile(f, fullgraph=True)
     with counting(ops.softmax) as c:
         got = compiled(x, y, w)

@@ -1,0 +1,60 @@
+// The driver shim: the few GPU runtime calls the loader makes, one implementation per vendor.
+//
+// driver_hip.cpp (HIP module API, libamdhip64) or driver_cuda.cpp (CUDA driver API, libcuda) is
+// compiled into the extension, chosen when it is built (flyship/loader/build.py). This header and
+// those files do not include torch: the core (flyship.cpp) turns a failed Status into a TORCH_CHECK
+// error with the op, kernel, target and device around the runtime's own words.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace flyship::driver {
+
+// The result of a runtime call. `message` names the API call and carries the runtime's own error
+// name and string (hipGetErrorName/hipGetErrorString, cuGetErrorName/cuGetErrorString).
+struct Status {
+  int code = 0;
+  std::string message;
+  bool ok() const { return code == 0; }
+};
+
+// What the loader needs to know about a device before its first launch there.
+struct DeviceInfo {
+  std::string target;  // target ID: HIP gcnArchName ("gfx942:sramecc+:xnack-"), CUDA "sm_90"
+  std::string name;  // marketing name, for messages
+  int64_t max_shared_per_block = 0;  // bytes of LDS / shared memory one workgroup may use (CUDA: opt-in limit)
+  int64_t max_threads_per_block = 0;  // work-items per workgroup
+};
+
+// "hip" or "cuda".
+const char* flavor();
+
+// Runtime version, e.g. "HIP runtime 50221153 (headers 5.2.21153)" or "CUDA driver 13000".
+std::string runtime_version();
+
+// Properties of device `device` (runtime device index, as torch numbers devices).
+Status device_info(int device, DeviceInfo* out);
+
+// Load a code object (raw ELF or offload bundle; cubin) onto `device`. `image` must stay valid and
+// unchanged while the module lives. On failure *module is left untouched.
+Status module_load(int device, const void* image, size_t size, void** module);
+
+// Look up kernel `symbol` in a loaded module.
+Status module_function(int device, void* module, const std::string& symbol, void** function);
+
+// Unload a module that module_load returned. Errors are ignored (nothing useful can be done).
+void module_unload(int device, void* module);
+
+// Let `function` use `dynamic_shared` bytes of dynamic shared memory (CUDA needs an opt-in above
+// 48 KiB: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); a no-op on HIP.
+Status allow_dynamic_shared(int device, void* function, int64_t dynamic_shared);
+
+// Launch `function` on `stream` (a hipStream_t / CUstream) with the kernarg buffer `args` of
+// `args_size` bytes (HIP_LAUNCH_PARAM_BUFFER_* / CU_LAUNCH_PARAM_BUFFER_*). The device must be current
+// (the core holds a c10::DeviceGuard).
+Status launch(int device, void* function, const uint32_t grid[3], const uint32_t block[3], uint32_t dynamic_shared,
+              void* stream, void* args, size_t args_size);
+
+}  // namespace flyship::driver

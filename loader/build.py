@@ -1,0 +1,375 @@
+"""Build, cache and import the loader's C++ extension (``csrc/``): one core plus one driver shim.
+
+The shim is chosen when the extension is built (:func:`choose_flavor`): ``FLYSHIP_FLAVOR`` if set,
+else ROCm torch -> ``hip``, CUDA torch -> ``cuda``, CPU-only torch -> ``hip`` when HIP headers exist
+(how CI compiles and links the HIP flavor against Debian's HIP 5.2). Only driver APIs are called, so
+the extension is a plain C++ extension: no nvcc or hipcc, two translation units, ``-O2``.
+
+The build is cached under ``$FLYSHIP_EXTENSIONS_DIR`` (else ``$TORCH_EXTENSIONS_DIR``, else
+``~/.cache/torch_extensions``) in ``flyship/<name>``; ``<name>`` carries the flavor, the Python ABI,
+the torch version and a hash of the sources, compiler, flags and paths, so a change of any of them
+builds afresh. A cached build is imported directly, without ninja or a compiler (``flyship prebuild`` fills
+the cache at image-build time). A file lock makes N processes starting together build once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+from types import ModuleType
+
+from .. import env
+
+CSRC = Path(__file__).parent.parent / "csrc"
+CORE_SOURCES = ("flyship.cpp",)
+HEADERS = ("driver.h", "expr.h")
+SHIM_SOURCES = {"hip": "driver_hip.cpp", "cuda": "driver_cuda.cpp"}
+
+
+class ExtensionBuildError(RuntimeError):
+    """The extension could not be configured or built; the message lists what was tried."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+    """Everything that decides the extension binary.
+
+    Attributes:
+        flavor: ``"hip"`` or ``"cuda"``.
+        sources: C++ sources compiled into the extension.
+        include_dirs: extra include directories (the HIP or CUDA headers).
+        cflags: extra compiler flags.
+        ldflags: extra linker flags (the runtime library and its rpath).
+        name: module name, unique per content (see the module docstring).
+        directory: build and cache directory.
+    """
+
+    flavor: str
+    sources: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    name: str
+    directory: Path
+
+    @property
+    def library(self) -> Path:
+        """Path of the built module."""
+        return self.directory / f"{self.name}.so"  # the name torch.utils.cpp_extension gives it
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def torch_lib_dir() -> Path:
+    return Path(_torch().__file__).parent / "lib"
+
+
+def hip_roots() -> list[Path]:
+    """Candidate HIP install roots, in search order: ``$FLYSHIP_HIP_PATH``, ``$ROCM_PATH``, torch's
+    ``ROCM_HOME``, ``/opt/rocm``, then ``/usr`` (Debian's libamdhip64-dev)."""
+    roots: list[str] = [env.hip_path(), os.environ.get("ROCM_PATH", "")]
+    try:
+        from torch.utils import cpp_extension
+
+        roots.append(cpp_extension.ROCM_HOME or "")
+    except Exception:  # noqa: BLE001 - torch's ROCm probe is best-effort here
+        pass
+    roots += ["/opt/rocm", "/usr"]
+    out: list[Path] = []
+    for r in roots:
+        if r and Path(r) not in out:
+            out.append(Path(r))
+    return out
+
+
+def find_hip_headers() -> Path | None:
+    """The first root's ``include`` directory that holds ``hip/hip_runtime_api.h``, or None."""
+    for root in hip_roots():
+        inc = root / "include"
+        if (inc / "hip" / "hip_runtime_api.h").is_file():
+            return inc
+    return None
+
+
+def _lib_dirs(root: Path) -> list[Path]:
+    multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
+    return [root / "lib", root / "lib64", root / "lib" / multiarch]
+
+
+def find_hip_library() -> tuple[Path, list[str]]:
+    """The libamdhip64 to link against, and the places searched.
+
+    torch's own copy comes first: ROCm torch wheels carry a libamdhip64 in ``torch/lib`` and a second
+    HIP runtime in one process is a bug (two device-memory views). Then the HIP roots' lib folders.
+
+    Raises:
+        ExtensionBuildError: none found; lists every path tried.
+    """
+    tried: list[str] = []
+    candidates = [torch_lib_dir()] + [d for r in hip_roots() for d in _lib_dirs(r)]
+    for d in candidates:
+        pattern = str(d / "libamdhip64.so*")
+        tried.append(pattern)
+        found = sorted(glob.glob(pattern), key=len)
+        if found:
+            return Path(found[0]), tried
+    raise ExtensionBuildError(
+        "build flyship extension (hip): expected libamdhip64.so, found none; tried " + ", ".join(tried)
+        + "; install ROCm (or Debian's libamdhip64-dev) or set FLYSHIP_HIP_PATH to its root"
+    )
+
+
+def cuda_include_candidates() -> list[Path]:
+    """Folders that may hold ``cuda.h``: torch's CUDA include paths (CUDA_HOME), pip's nvidia packages,
+    Triton's copy."""
+    out: list[Path] = []
+    try:
+        from torch.utils import cpp_extension
+
+        out += [Path(p) for p in cpp_extension.include_paths(device_type="cuda")]
+        if cpp_extension.CUDA_HOME:
+            out.append(Path(cpp_extension.CUDA_HOME) / "include")
+    except Exception:  # noqa: BLE001 - no CUDA toolkit: keep looking
+        pass
+    if os.environ.get("CUDA_HOME"):
+        out.append(Path(os.environ["CUDA_HOME"]) / "include")
+    for site in {Path(p) for p in sys.path if p.endswith("site-packages")}:
+        out += sorted(site.glob("nvidia/*/include"))
+        out.append(site / "triton" / "backends" / "nvidia" / "include")
+    out.append(Path("/usr/local/cuda/include"))
+    return out
+
+
+def find_cuda_header() -> tuple[Path | None, list[str]]:
+    tried = []
+    for d in cuda_include_candidates():
+        tried.append(str(d))
+        if (d / "cuda.h").is_file():
+            return d, tried
+    return None, tried
+
+
+def find_cuda_library() -> Path:
+    """libcuda to link against: the toolkit's stub first (its soname is libcuda.so.1, so the process
+    loads the driver's real library at run time), then the driver's own.
+
+    Raises:
+        ExtensionBuildError: none found; lists every path tried.
+    """
+    homes = [os.environ.get("CUDA_HOME", "")]
+    try:
+        from torch.utils import cpp_extension
+
+        homes.append(cpp_extension.CUDA_HOME or "")
+    except Exception:  # noqa: BLE001
+        pass
+    homes.append("/usr/local/cuda")
+    dirs = [Path(h) / sub for h in homes if h for sub in ("lib64/stubs", "targets/x86_64-linux/lib/stubs", "lib/stubs")]
+    multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
+    dirs += [Path("/usr/lib") / multiarch, Path("/usr/lib64"), Path("/usr/lib"), Path("/usr/local/nvidia/lib64")]
+    tried = []
+    for name in ("libcuda.so", "libcuda.so.1"):
+        for d in dirs:
+            tried.append(str(d / name))
+            if (d / name).exists():
+                return d / name
+    raise ExtensionBuildError(
+        "build flyship extension (cuda): expected libcuda.so, found none; tried " + ", ".join(tried)
+        + "; install the CUDA toolkit (its lib64/stubs) or the NVIDIA driver, or set CUDA_HOME"
+    )
+
+
+def choose_flavor() -> str:
+    """The driver shim to build: ``FLYSHIP_FLAVOR``, else from the torch build (see module docstring).
+
+    Raises:
+        ExtensionBuildError: CPU-only torch and no HIP headers; names the paths tried.
+    """
+    forced = env.flavor()
+    if forced:
+        return forced
+    torch = _torch()
+    if torch.version.hip:
+        return "hip"
+    if torch.version.cuda:
+        return "cuda"
+    if find_hip_headers() is not None:
+        return "hip"
+    tried = ", ".join(str(r / "include" / "hip" / "hip_runtime_api.h") for r in hip_roots())
+    raise ExtensionBuildError(
+        "build flyship extension: expected a ROCm or CUDA build of torch, or HIP headers, got a CPU-only torch "
+        f"{torch.__version__} and no HIP headers (tried {tried}); install a GPU build of torch, or set "
+        "FLYSHIP_FLAVOR and FLYSHIP_HIP_PATH / CUDA_HOME to build the shim against a toolkit"
+    )
+
+
+def _sanitize(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_")
+
+
+def extensions_root() -> Path:
+    base = (env.extensions_dir() or os.environ.get("TORCH_EXTENSIONS_DIR")
+            or str(Path.home() / ".cache" / "torch_extensions"))
+    return Path(base) / "flyship"
+
+
+def config(flavor: str | None = None) -> BuildConfig:
+    """Work out sources, paths and flags for a flavor (default: :func:`choose_flavor`).
+
+    Raises:
+        ExtensionBuildError: headers or the runtime library are missing.
+    """
+    flavor = flavor or choose_flavor()
+    if flavor not in SHIM_SOURCES:
+        raise ExtensionBuildError(f"build flyship extension: expected flavor 'hip' or 'cuda', got {flavor!r}")
+    sources = tuple(str(CSRC / s) for s in (*CORE_SOURCES, SHIM_SOURCES[flavor]))
+    cflags = ["-O2", "-fvisibility=hidden"]
+    if flavor == "hip":
+        inc = find_hip_headers()
+        if inc is None:
+            tried = ", ".join(str(r / "include") for r in hip_roots())
+            raise ExtensionBuildError(f"build flyship extension (hip): expected hip/hip_runtime_api.h, found none in "
+                                      f"{tried}; install ROCm or set FLYSHIP_HIP_PATH to its root")
+        lib, _ = find_hip_library()
+        include_dirs = (str(inc),)
+        cflags.append("-D__HIP_PLATFORM_AMD__=1")
+        ldflags = (str(lib), f"-Wl,-rpath,{lib.parent}")
+    else:
+        inc, tried = find_cuda_header()
+        if inc is None:
+            raise ExtensionBuildError("build flyship extension (cuda): expected cuda.h, found none; tried "
+                                      + ", ".join(tried) + "; install the CUDA toolkit headers or set CUDA_HOME")
+        lib = find_cuda_library()
+        include_dirs = (str(inc),)
+        ldflags = (str(lib),)
+    torch = _torch()
+    h = hashlib.sha256()
+    for f in sorted({*sources, *(str(CSRC / x) for x in HEADERS)}):
+        h.update(Path(f).name.encode() + b"\0" + Path(f).read_bytes() + b"\0")
+    # The compiler torch.utils.cpp_extension will use ($CXX, else c++) is part of what decides the binary.
+    # The cache root is hashed too: torch's JIT versioner renames a second build of one name in one process
+    # (`<name>_v1.so`) when its build directory differs.
+    root = extensions_root()
+    for part in (flavor, torch.__version__, getattr(torch.version, "git_version", ""), sys.implementation.cache_tag,
+                 sys.abiflags if hasattr(sys, "abiflags") else "", os.environ.get("CXX", "c++"), root, *include_dirs,
+                 *cflags, *ldflags):
+        h.update(str(part).encode() + b"\0")
+    name = "_".join(("flyship", flavor, _sanitize(sys.implementation.cache_tag), "torch" + _sanitize(torch.__version__),
+                     h.hexdigest()[:12]))
+    return BuildConfig(flavor, sources, include_dirs, tuple(cflags), ldflags, name, root / name)
+
+
+def _import(cfg: BuildConfig) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(cfg.name, cfg.library)
+    if spec is None or spec.loader is None:
+        raise ExtensionBuildError(f"import flyship extension: cannot import {cfg.library}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
+    """Compile and link the extension into ``cfg.directory`` unless it is there already.
+
+    Returns:
+        The path of the built module.
+
+    Raises:
+        ExtensionBuildError: the compiler or linker failed (its output is in the message).
+    """
+    from filelock import FileLock
+
+    cfg.directory.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cfg.directory) + ".lock"):
+        if cfg.library.is_file():
+            return cfg.library
+        cfg.directory.mkdir(parents=True, exist_ok=True)
+        from torch.utils import cpp_extension
+
+        try:
+            cpp_extension.load(
+                name=cfg.name,
+                sources=list(cfg.sources),
+                extra_cflags=list(cfg.cflags),
+                extra_ldflags=list(cfg.ldflags),
+                extra_include_paths=list(cfg.include_dirs),
+                build_directory=str(cfg.directory),
+                verbose=env.verbose() if verbose is None else verbose,
+                with_cuda=False,
+                is_python_module=False,  # built here, imported by _import (one path for fresh and cached)
+            )
+        except (RuntimeError, OSError, ImportError) as e:
+            raise ExtensionBuildError(
+                f"build flyship extension ({cfg.flavor}) in {cfg.directory} failed: {e}; set FLYSHIP_VERBOSE=1 to see "
+                "the compiler commands"
+            ) from e
+        if not cfg.library.is_file():
+            raise ExtensionBuildError(f"build flyship extension: expected {cfg.library} after the build, found none")
+        try:
+            check_shared_libstdcxx(cfg.library)
+        except ExtensionBuildError:
+            cfg.library.unlink()
+            raise
+        return cfg.library
+
+
+def check_shared_libstdcxx(library: Path) -> None:
+    """Refuse an extension that carries its own copy of libstdc++.
+
+    torch's libraries use the shared libstdc++; a compiler that links it statically (seen: a ``CXX``
+    wrapper that adds ``-static-libstdc++``) puts a second copy in the process, and the first error
+    message that formats a number through a stream made by the other copy crashes (SIGSEGV in
+    ``std::ostream::_M_insert``).
+
+    Raises:
+        ExtensionBuildError: ``DT_NEEDED`` names no libstdc++.
+    """
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    with open(library, "rb") as f:
+        needed = [t.needed for sec in ELFFile(f).iter_sections() if isinstance(sec, DynamicSection)
+                  for t in sec.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+    if not any(n.startswith("libstdc++") for n in needed):
+        cxx = os.environ.get("CXX", "c++")
+        raise ExtensionBuildError(
+            f"build flyship extension: expected {library.name} to link the shared libstdc++ as torch does, got a "
+            f"static copy (it needs only {', '.join(needed)}); the compiler {cxx!r} links libstdc++ statically, "
+            "and two copies in one process crash on the first error message; build with one that links it "
+            "dynamically, e.g. CXX=c++"
+        )
+
+
+_lock = threading.Lock()
+_loaded: dict[str, ModuleType] = {}
+
+
+def extension(flavor: str | None = None) -> ModuleType:
+    """The extension module for this process, built on first use (or imported from the cache).
+
+    Raises:
+        ExtensionBuildError: see :func:`config` and :func:`build`.
+    """
+    flavor = flavor or choose_flavor()
+    with _lock:
+        if flavor not in _loaded:
+            if _loaded:
+                other = next(iter(_loaded))
+                raise ExtensionBuildError(f"load flyship extension: expected one flavor per process, got {flavor!r} "
+                                          f"after {other!r}; unset FLYSHIP_FLAVOR or use one value")
+            cfg = config(flavor)
+            build(cfg)
+            _loaded[flavor] = _import(cfg)
+        return _loaded[flavor]

@@ -1,0 +1,432 @@
+"""Load a bundle: check it, lower it to the C++ plan, register its ops with torch.
+
+Registration (per op, under the manifest's namespace or the one given to :func:`load`):
+
+* ``torch.library.Library(ns, "FRAGMENT").define`` of the functional schema and of the ``.out`` variant;
+* a fake kernel per overload (``torch.library.register_fake``), from the output rules;
+* in C++: the boxed kernel for the CUDA key (ROCm torch uses it too), the same kernel for CPU (whose
+  device check raises "move inputs with .cuda()"), and torch's not-implemented autograd kernels.
+
+The ops stay registered for the life of the process; loading the same bundle again returns the same
+:class:`Ops`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+from .. import env
+from ..bundle import manifest as _m
+from ..bundle import targets as _targets
+from ..bundle.errors import BundleError
+from . import build as _build
+from . import plan as _plan
+from . import references as _references
+from . import schema as _schema
+from . import validate as _validate
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What a call would run.
+
+    Attributes:
+        spec: the specialization's name, or None when nothing fits (the call falls back).
+        target: the chosen variant's target, or None.
+        reason: why nothing fits (the fallback reason), or "".
+    """
+
+    spec: Optional[str]
+    target: Optional[str]
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Packed:
+    """A call's launch, packed but not launched.
+
+    Attributes:
+        buffer: the kernarg bytes (``kernargs.size`` of them), as the runtime receives them.
+        grid: workgroups in x, y, z.
+        block: work-items per workgroup in x, y, z.
+        dynamic_lds: dynamic LDS / shared memory bytes.
+        outputs: the output tensors whose pointers were packed (fresh ones unless out tensors were given).
+        scratch: scratch tensors allocated for ``scratch`` fields.
+    """
+
+    buffer: bytes
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_lds: int
+    outputs: tuple[Any, ...]
+    scratch: tuple[Any, ...]
+
+
+def make_selector(manifest: _m.Manifest) -> Callable[[str], list[list[tuple[int, str]]]]:
+    """The variant chooser the C++ core calls once per (bundle, device target): per op, per
+    specialization, the index of the variant to run (:func:`flyship.bundle.targets.select`) or -1 with
+    the reason."""
+
+    def select(device_target: str) -> list[list[tuple[int, str]]]:
+        out = []
+        for op in manifest.ops:
+            per = []
+            for s in op.specializations:
+                cands = [v.target for v in s.variants]
+                i = _targets.select(cands, device_target)
+                per.append((-1, _no_code_object(device_target, cands)) if i is None else (i, ""))
+            out.append(per)
+        return out
+
+    return select
+
+
+def _no_code_object(device_target: str, candidates: list[str]) -> str:
+    """The fallback reason when no variant runs on a device: its target and the bundle's targets of the
+    same vendor (all of them if it has none of that vendor)."""
+    vendor = _targets.parse_target(device_target).vendor
+    same = sorted({c for c in candidates if _targets.parse_target(c).vendor == vendor})
+    if same:
+        return f"no code object for {device_target}; bundle has {', '.join(same)}"
+    names = {"amd": "AMD", "nvidia": "NVIDIA"}
+    return (f"no code object for {device_target}; bundle has no {names[vendor]} code objects "
+            f"({', '.join(sorted(set(candidates)))})")
+
+
+@dataclasses.dataclass(frozen=True)
+class DryRun:
+    """A call taken as a device of some target would take it, without a device.
+
+    Attributes:
+        spec: the specialization that would launch (nothing was launched), or None.
+        outputs: when no specialization fits, the fallback's outputs (the reference ran); else ().
+    """
+
+    spec: Optional[str]
+    outputs: tuple[Any, ...]
+
+
+class OpHandle:
+    """One op of a loaded bundle.
+
+    Calling it runs ``torch.ops.<ns>.<name>.default``; :meth:`out` runs the out variant
+    (``ops.add.out(x, y, out=z)``); ``.packet`` is ``torch.ops.<ns>.<name>``.
+    """
+
+    def __init__(self, ops: "Ops", index: int, op: _m.Op) -> None:
+        import torch
+
+        self._ops = ops
+        self._index = index
+        self.manifest = op
+        self.name = op.name
+        self.qualname = f"{ops.namespace}::{op.name}"
+        self.packet = getattr(getattr(torch.ops, ops.namespace), op.name)
+        self.default = self.packet.default
+        self.out_overload = self.packet.out
+        self.schema, self.out_schema = _schema.schemas(op)
+        self._out_names = _schema.out_names(op)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.default(*args, **kwargs)
+
+    def out(self, *args: Any, **kwargs: Any) -> Any:
+        """The out variant: ``ops.add.out(x, y, out=z)`` writes into ``z`` and returns it (a tuple for
+        several outputs). The torch op ``torch.ops.<ns>.<name>.out`` itself returns nothing."""
+        self.out_overload(*args, **kwargs)
+        outs = tuple(kwargs[n] for n in self._out_names)
+        return outs[0] if len(outs) == 1 else outs
+
+    def __repr__(self) -> str:
+        return f"<flyship op {self.qualname}: {self.schema}>"
+
+    @property
+    def specializations(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.manifest.specializations)
+
+    def _spec_index(self, spec: str | int) -> int:
+        names = self.specializations
+        if isinstance(spec, int):
+            if not 0 <= spec < len(names):
+                raise ValueError(f"{self.qualname}: specialization index {spec} out of range 0..{len(names) - 1}")
+            return spec
+        if spec not in names:
+            raise ValueError(f"{self.qualname}: no specialization {spec!r}; it has {', '.join(names)}")
+        return names.index(spec)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters since load (or the last :meth:`reset_stats`).
+
+        Returns:
+            ``{"calls": n, "launches": {spec: n}, "fallbacks": {reason: n}, "empty": n}``; ``empty``
+            counts calls whose grid was empty (nothing to launch).
+        """
+        return self._ops._core.stats(self._index)
+
+    def reset_stats(self) -> None:
+        self._ops._core.reset_stats(self._index)
+
+    def dispatch(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None) -> Decision:
+        """Which specialization a call would run on a device of ``target``, without a device: the same
+        C++ checks and guards as a launch, on tensors of any device.
+
+        Args:
+            args: the op's inputs, positionally (scalars included).
+            target: a device target ID, e.g. ``"gfx942:sramecc+:xnack-"`` or ``"sm_90"``.
+            out: out tensors, to decide as the ``.out`` variant would.
+        """
+        values = [*args, *(out or ())]
+        spec, variant, reason = self._ops._core.decide(self._index, target, values, out is not None)
+        if spec < 0:
+            return Decision(None, None, reason)
+        s = self.manifest.specializations[spec]
+        return Decision(s.name, s.variants[variant].target, "")
+
+    def dry_run(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None) -> DryRun:
+        """Take a call as a device of ``target`` would, on tensors of any device, without launching:
+        the C++ checks, output rules and guards, then either the specialization that would launch, or
+        the fallback exactly as a launch would run it (reference call, stats, the fallback-off error).
+
+        Args:
+            args: the op's inputs, positionally.
+            target: a device target ID.
+            out: out tensors, to take the ``.out`` variant's path.
+        """
+        spec, outputs = self._ops._core.call_on_target(self._index, target, [*args, *(out or ())], out is not None)
+        return DryRun(self.specializations[spec] if spec >= 0 else None, tuple(outputs))
+
+    def pack_kernargs(self, spec: str | int, *args: Any, target: Optional[str] = None,
+                      out: Optional[tuple[Any, ...]] = None) -> Packed:
+        """Pack a call's kernargs for one specialization and target (no launch, no device needed).
+
+        Args:
+            spec: specialization name or index.
+            args: the op's inputs.
+            target: the variant's target (default: the specialization's first variant).
+            out: out tensors (default: fresh outputs on the inputs' device).
+        """
+        si = self._spec_index(spec)
+        variants = self.manifest.specializations[si].variants
+        vi = 0 if target is None else self._variant_index(si, target)
+        d = self._ops._core.pack(self._index, si, vi, [*args, *(out or ())], out is not None)
+        return Packed(d["buffer"], tuple(d["grid"]), tuple(d["block"]), d["dynamic_lds"], tuple(d["outputs"]),
+                      tuple(d["scratch"]))
+
+    def load_kernel(self, spec: str | int, *, target: str, device: int) -> None:
+        """Load one variant's code object onto GPU ``device`` now (normally this happens at the first call).
+
+        Raises:
+            RuntimeError: the runtime refused; the message carries its own error name and string.
+        """
+        si = self._spec_index(spec)
+        self._ops._core.load_kernel(self._index, si, self._variant_index(si, target), int(device))
+
+    def _variant_index(self, si: int, target: str) -> int:
+        """The variant a device of ``target`` runs (a variant's own target, or a device target ID such as
+        ``sm_90`` that an ``sm_90a`` cubin runs on); the rules are :func:`flyship.bundle.targets.select`."""
+        targets = [v.target for v in self.manifest.specializations[si].variants]
+        vi = targets.index(target) if target in targets else _targets.select(targets, target)
+        if vi is None:
+            raise ValueError(f"{self.qualname}: specialization {self.specializations[si]} has no variant for "
+                             f"{target!r}; it has {', '.join(targets)}")
+        return vi
+
+    def run_specialization(self, spec: str | int, *args: Any) -> tuple[Any, ...]:
+        """Run one specialization on a GPU through the op's C++ path (raises if the inputs do not fit it)."""
+        return tuple(self._ops._core.run(self._index, list(args), False, self._spec_index(spec)))
+
+
+class Ops:
+    """The ops of a loaded bundle: ``ops.add(x, y)``, ``ops["add"]``, ``for op in ops``.
+
+    Attributes:
+        path: the bundle directory.
+        manifest: the parsed manifest.
+        namespace: the torch namespace (``torch.ops.<namespace>``).
+        flavor: the driver shim of the extension (``"hip"`` or ``"cuda"``).
+    """
+
+    def __init__(self, path: Path, manifest: _m.Manifest, namespace: str, core: Any, library: Any, ext: Any,
+                 references: list[Optional[Callable[..., Any]]], digest: str) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.namespace = namespace
+        self.flavor = ext.flavor()
+        self._ext = ext
+        self._references = {op.name: fn for op, fn in zip(manifest.ops, references)}
+        self._core = core
+        self._library = library  # keeps the torch.library registrations alive
+        self._digest = digest
+        self._ops = {op.name: OpHandle(self, i, op) for i, op in enumerate(manifest.ops)}
+
+    def __getattr__(self, name: str) -> OpHandle:
+        ops = self.__dict__.get("_ops", {})
+        if name in ops:
+            return ops[name]
+        raise AttributeError(f"bundle {self.__dict__.get('namespace', '?')}: no op {name!r}; it has "
+                             f"{', '.join(ops) or 'none'}")
+
+    def __getitem__(self, name: str) -> OpHandle:
+        if name not in self._ops:
+            raise KeyError(f"bundle {self.namespace}: no op {name!r}; it has {', '.join(self._ops)}")
+        return self._ops[name]
+
+    def __iter__(self) -> Iterator[OpHandle]:
+        return iter(self._ops.values())
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ops
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._ops))
+
+    def __repr__(self) -> str:
+        return f"<flyship bundle {self.namespace} from {self.path}: {', '.join(self._ops)}>"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._ops)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return self.manifest.targets
+
+    @property
+    def fallback(self) -> bool:
+        """Whether calls that fit no specialization run the reference (else they raise)."""
+        return self._core.fallback
+
+    @fallback.setter
+    def fallback(self, on: bool) -> None:
+        self._core.fallback = bool(on)
+
+    def reference(self, name: str) -> Optional[Callable[..., Any]]:
+        """The PyTorch reference of op ``name`` (the fallback), or None."""
+        self[name]
+        return self._references[name]
+
+    def device_target(self, index: int) -> str:
+        """The target ID of GPU ``index`` as the runtime reports it (HIP gcnArchName, CUDA ``sm_XY``).
+
+        Raises:
+            RuntimeError: the runtime's own error, e.g. when there is no such device.
+        """
+        return self._ext.device_info(int(index))["target"]
+
+    def preload(self, device: int = 0) -> int:
+        """Load, onto GPU ``device``, the code object each specialization would run there, so that first
+        calls do not pay for it.
+
+        Returns:
+            The number of code objects loaded (or found loaded).
+
+        Raises:
+            RuntimeError: the runtime refused (its own words), e.g. when there is no such device.
+        """
+        target = self.device_target(device)
+        n = 0
+        for handle in self:
+            for spec in handle.manifest.specializations:
+                i = _targets.select([v.target for v in spec.variants], target)
+                if i is not None:
+                    handle.load_kernel(spec.name, target=spec.variants[i].target, device=device)
+                    n += 1
+        return n
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """:meth:`OpHandle.stats` of every op."""
+        return {name: op.stats() for name, op in self._ops.items()}
+
+    def verify(self, **kwargs: Any) -> "Any":
+        """Run every specialization against its reference on a GPU; see :func:`flyship.loader.verify.verify`."""
+        from .verify import verify
+
+        return verify(self, **kwargs)
+
+
+_lock = threading.Lock()
+_loaded: dict[str, Ops] = {}
+
+
+def _register(manifest: _m.Manifest, namespace: str, core: Any) -> Any:
+    import torch
+
+    lib = torch.library.Library(namespace, "FRAGMENT")
+    for op in manifest.ops:
+        functional, out = _schema.schemas(op)
+        try:
+            lib.define(functional)
+            lib.define(out)
+        except RuntimeError as e:
+            raise BundleError(f"register op {namespace}::{op.name}: torch refused the schema {functional!r} / {out!r}: "
+                              f"{e}; load the bundle under another namespace (load(..., namespace='...'))") from e
+        qual = f"{namespace}::{op.name}"
+        torch.library.register_fake(qual, _schema.make_fake(op, False, qual), lib=lib)
+        torch.library.register_fake(qual + ".out", _schema.make_fake(op, True, qual), lib=lib)
+    core.register()
+    return lib
+
+
+def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., Any]]] = None,
+         fallback: Optional[bool] = None, verify: bool = False, namespace: Optional[str] = None) -> Ops:
+    """Load a bundle built by ``flyc-build`` and register its ops with torch.
+
+    Args:
+        path: the bundle directory (holding ``manifest.json``).
+        references: op name -> PyTorch function, replacing or adding to the bundle's ``references.py``.
+        fallback: run the reference when no specialization fits (default: ``FLYSHIP_FALLBACK``, on);
+            False raises instead, saying what did not fit.
+        verify: run each specialization once against its reference on a GPU and raise if one disagrees
+            (:meth:`Ops.verify`); needs a GPU.
+        namespace: torch namespace to register under (default: the manifest's).
+
+    Returns:
+        The bundle's :class:`Ops`. Loading the same bundle again returns the same object.
+
+    Raises:
+        BundleError: the manifest or a code object is invalid, or the namespace is taken by another bundle.
+        ExtensionBuildError: the C++ extension could not be built.
+
+    Example::
+
+        ops = flyship.load("artifacts/examples")
+        y = ops.add(x, y)
+    """
+    root = Path(path)
+    manifest = _m.read(root)
+    ns = namespace or manifest.namespace
+    if not ns.isidentifier():
+        raise BundleError(f"load bundle {root}: namespace must be a Python identifier, got {ns!r}")
+    digest = hashlib.sha256((root / _m.MANIFEST_NAME).read_bytes()).hexdigest()
+    with _lock:
+        existing = _loaded.get(ns)
+        if existing is not None:
+            if existing._digest != digest or existing.path.resolve() != root.resolve() or references:
+                raise BundleError(f"load bundle {root}: namespace {ns!r} is already registered by the bundle at "
+                                  f"{existing.path} in this process; torch ops cannot be replaced, so load this one "
+                                  "with load(..., namespace='<another name>')")
+            if fallback is not None:
+                existing.fallback = fallback
+            ops = existing
+        else:
+            images = _validate.check_bundle(root, manifest)
+            refs = _references.resolve(root, manifest, references)
+            ext = _build.extension()
+            plan = _plan.lower_bundle(manifest, ns, images, refs)
+            core = ext.Bundle(plan, make_selector(manifest), env.fallback_enabled() if fallback is None else fallback)
+            library = _register(manifest, ns, core)
+            ops = Ops(root, manifest, ns, core, library, ext, refs, digest)
+            _loaded[ns] = ops
+            if env.verbose():
+                print(f"flyship: loaded {ops!r} ({ext.flavor()} flavor, {ext.runtime_version()})")
+    if verify:
+        report = ops.verify()
+        report.raise_on_failure()
+    return ops

@@ -1,0 +1,214 @@
+"""Lower a manifest to the plan the C++ core runs (``csrc/flyship.cpp``, ``parse_op``).
+
+The lowering happens once per load. Everything the core needs per call becomes integers: argument
+kinds, slots, kernarg field codes and offsets, and postfix programs (:func:`flyship.bundle.expr.compile_program`).
+The plan travels to C++ as plain Python lists and dicts; its shape is versioned by ``PLAN_VERSION``
+(``kPlanVersion`` in C++) and documented in ``docs/loader.md``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable, Optional
+
+from ..bundle import expr as _expr
+from ..bundle import manifest as _m
+from ..bundle.errors import BundleError
+
+PLAN_VERSION = 1
+ARG_KINDS = {"tensor": 0, "int": 1, "float": 2, "bool": 3}
+FIELD_KINDS = {"pointer": 0, "shape": 1, "stride": 2, "scalar": 3, "expr": 4, "constant": 5, "null": 6, "scratch": 7}
+FIELD_TYPES = {"ptr": 0, "i64": 1, "u64": 2, "i32": 3, "u32": 4, "i16": 5, "i8": 6, "f64": 7, "f32": 8, "f16": 9,
+               "bf16": 10}
+FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
+_PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d",
+         "f32": "<f", "f16": "<e"}
+
+
+def _bf16_bits(v: float) -> int:
+    """bfloat16 bits of ``v``, rounded to nearest even (as c10::BFloat16 does)."""
+    bits = struct.unpack("<I", struct.pack("<f", v))[0]
+    if (bits & 0x7F800000) == 0x7F800000 and bits & 0x007FFFFF:  # NaN stays NaN
+        return (bits >> 16) | 0x40
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def constant_word(field: _m.KernargField, where: str) -> int:
+    """The little-endian bytes of a ``constant`` field's value, padded to 8 and read as an int64.
+
+    Raises:
+        BundleError: no value, or a value the type cannot hold.
+    """
+    if field.value is None:
+        raise BundleError(f"{where}: constant kernarg field at offset {field.offset} has no value")
+    v = field.value
+    try:
+        if field.type == "bf16":
+            raw = struct.pack("<H", _bf16_bits(float(v)))
+        elif field.type in FLOAT_TYPES:
+            raw = struct.pack(_PACK[field.type], float(v))
+        else:
+            if isinstance(v, float) and not v.is_integer():
+                raise BundleError(f"{where}: constant kernarg field at offset {field.offset}: expected an integer for "
+                                  f"type {field.type}, got {v!r}")
+            raw = struct.pack(_PACK[field.type], int(v))
+    except struct.error as e:
+        raise BundleError(f"{where}: constant kernarg field at offset {field.offset}: {v!r} does not fit "
+                          f"{field.type} ({e})") from None
+    return struct.unpack("<q", raw.ljust(8, b"\0"))[0]
+
+
+def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...]) -> dict[str, list[str]]:
+    """Layout checks implied by the kernargs: a tensor dimension whose stride no variant passes must be
+    row-major contiguous (``x.stride[d] == x.shape[d+1] * ... `` unless ``x.shape[d] <= 1``).
+
+    A kernel that receives a tensor's pointer but not one of its strides can only assume the row-major
+    stride; a call with another layout would read or write the wrong elements. The compile stage should
+    emit such guards itself; the loader adds them so a missing one falls back instead of corrupting.
+
+    Returns:
+        tensor name -> constraint texts, for every tensor that some variant receives as a pointer.
+    """
+    ranks = {a.name: a.rank for a in op.args if a.kind == "tensor"} | {o.name: len(o.shape) for o in op.outputs}
+    out: dict[str, list[str]] = {}
+    for name, rank in ranks.items():
+        pointer = any(f.kind == "pointer" and f.arg == name for v in variants for f in v.kernargs.fields)
+        if not pointer:
+            continue
+        # A stride counts as passed only if every variant passes it (the guard is per specialization).
+        passed = set(range(rank))
+        for v in variants:
+            passed &= {f.dim for f in v.kernargs.fields if f.kind == "stride" and f.arg == name and f.dim is not None}
+        texts = []
+        for d in range(rank):
+            if d in passed:
+                continue
+            expected = " * ".join(f"{name}.shape[{k}]" for k in range(d + 1, rank)) or "1"
+            texts.append(f"{name}.shape[{d}] <= 1 or {name}.stride[{d}] == {expected}")
+        if texts:
+            out[name] = texts
+    return out
+
+
+def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, image: bytes,
+                  slots: dict[str, _expr.Slot]) -> dict[str, Any]:
+    """One variant as the core reads it (``parse_variant``)."""
+    where = f"op {op.name} specialization {spec.name} target {v.target}"
+    programs: list[tuple[str, list[int]]] = []
+
+    def program(text: str) -> int:
+        programs.append((text, _expr.compile_program(text, slots)))
+        return len(programs) - 1
+
+    grid = [program(e) for e in v.launch.grid]
+    dynamic_lds = program(v.launch.dynamic_lds)
+    fields = []
+    for f in sorted(v.kernargs.fields, key=lambda f: f.offset):
+        label = f"{f.kernel_arg or f.kind} (offset {f.offset}, {f.type})"
+        slot = dim = prog = -1
+        constant = bytes_per_program = align = 0
+        if f.kind in ("pointer", "shape", "stride", "scalar"):
+            if f.arg not in slots:
+                raise BundleError(f"{where}: kernarg {label} names unknown argument {f.arg!r}")
+            s = slots[f.arg]
+            slot = s.index
+            if (f.kind == "scalar") != (s.kind != "tensor"):
+                raise BundleError(f"{where}: kernarg {label} is a {f.kind} field but {f.arg!r} is a {s.kind}")
+            if f.kind in ("shape", "stride"):
+                if f.dim is None or not -s.rank <= f.dim < s.rank:
+                    raise BundleError(f"{where}: kernarg {label}: dim {f.dim} out of range for {f.arg!r} of "
+                                      f"rank {s.rank}")
+                dim = f.dim % s.rank
+            if f.kind == "scalar" and s.kind == "float" and f.type not in FLOAT_TYPES:
+                raise BundleError(f"{where}: kernarg {label}: float argument {f.arg!r} cannot be packed as {f.type}")
+        if f.kind in ("pointer", "null", "scratch") and f.type not in ("ptr", "u64", "i64"):
+            raise BundleError(f"{where}: kernarg {label}: a {f.kind} field needs an 8-byte pointer type")
+        if f.kind == "expr":
+            prog = program(f.expr or "")
+        elif f.kind == "constant":
+            constant = constant_word(f, where)
+        elif f.kind == "scratch":
+            bytes_per_program = int(f.bytes_per_program or 0)
+            align = int(f.align or 256)
+        fields.append([FIELD_KINDS[f.kind], FIELD_TYPES[f.type], f.offset, slot, dim, prog, constant,
+                       bytes_per_program, align, label])
+    return {
+        "target": v.target,
+        "format": v.code_object.format,
+        "file": v.code_object.file,
+        "symbol": v.code_object.symbol,
+        "sha256": v.code_object.sha256,
+        "image": image,
+        "kernarg_size": v.kernargs.size,
+        "kernarg_align": v.kernargs.alignment,
+        "static_lds": v.metadata.group_segment_fixed_size,
+        "fields": fields,
+        "programs": [[t, p] for t, p in programs],
+        "grid": grid,
+        "dynamic_lds": dynamic_lds,
+        "block": list(v.launch.block),
+    }
+
+
+def lower_op(op: _m.Op, namespace: str, images: dict[str, bytes]) -> dict[str, Any]:
+    """One op as the core reads it (``parse_op``).
+
+    Args:
+        op: the manifest op.
+        namespace: the torch namespace it registers under.
+        images: code-object file (relative path) -> bytes, already checked.
+
+    Raises:
+        BundleError: a field or expression that does not fit the op's arguments.
+    """
+    slots = _m.slots(op)
+    n_in = len(op.args)
+    inputs_only = {k: s for k, s in slots.items() if s.index < n_in}
+    outputs = []
+    for o in op.outputs:
+        dtype_slot = slots[o.dtype].index if o.dtype in inputs_only else -1
+        outputs.append({
+            "name": o.name,
+            "dtype_slot": dtype_slot,
+            "dtype": "" if dtype_slot >= 0 else o.dtype,
+            "shape": [[e, _expr.compile_program(e, inputs_only)] for e in o.shape],
+        })
+    specs = []
+    out_names = {o.name for o in op.outputs}
+    for s in op.specializations:
+        implied = implied_layout_constraints(op, s.variants)
+        constraints = [[c, _expr.compile_program(c, slots)] for c in s.guard.constraints]
+        constraints += [[c, _expr.compile_program(c, slots)] for name, cs in implied.items() if name not in out_names
+                        for c in cs]
+        out_constraints = [[c, _expr.compile_program(c, slots)] for name, cs in implied.items() if name in out_names
+                           for c in cs]
+        specs.append({
+            "name": s.name,
+            "dtypes": [[slots[t].index, d] for t, d in s.guard.dtypes.items()],
+            "alignment": [[slots[t].index, int(a)] for t, a in s.guard.alignment.items()],
+            "constraints": constraints,
+            "out_constraints": out_constraints,
+            "variants": [lower_variant(op, s, v, images[v.code_object.file], slots) for v in s.variants],
+        })
+        for t in s.guard.alignment:
+            if t not in slots or slots[t].kind != "tensor":
+                raise BundleError(f"op {op.name} specialization {s.name}: alignment guard names no tensor: {t!r}")
+    return {
+        "name": op.name,
+        "qualname": f"{namespace}::{op.name}",
+        "slots": [{"name": n, "kind": ARG_KINDS[s.kind], "rank": s.rank} for n, s in slots.items()],
+        "n_inputs": n_in,
+        "outputs": outputs,
+        "specs": specs,
+    }
+
+
+def lower_bundle(manifest: _m.Manifest, namespace: str, images: dict[str, bytes],
+                 references: list[Optional[Callable[..., Any]]]) -> dict[str, Any]:
+    """The whole plan handed to ``_C.Bundle``: version, namespace, ops and their references (or None)."""
+    return {
+        "version": PLAN_VERSION,
+        "namespace": namespace,
+        "ops": [lower_op(op, namespace, images) for op in manifest.ops],
+        "references": list(references),
+    }

@@ -1,0 +1,75 @@
+"""Fixtures of the loader tests.
+
+``tiny_bundle`` is the committed, real bundle under ``data/tiny`` (Triton code objects for gfx942,
+gfx950 and sm_90a; ``data/make_tiny_bundle.py`` regenerates it). ``example_bundle`` (tests/conftest.py)
+is the FlyDSL example bundle built by ``flyc-build`` once per session; the generic tests run on it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+TINY = DATA / "tiny"
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle() -> Path:
+    if not (TINY / "manifest.json").is_file():
+        pytest.fail(f"{TINY} is missing; regenerate it: .venv-flydsl/bin/python tests/loader/data/make_tiny_bundle.py")
+    return TINY
+
+
+@pytest.fixture(scope="session")
+def ext() -> Any:
+    """The loader's C++ extension (built once into the user's cache; later runs import it)."""
+    from flyship.loader import build
+
+    try:
+        return build.extension()
+    except build.ExtensionBuildError as e:
+        pytest.skip(f"the loader extension cannot be built here, so C++ paths are untested: {e}")
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_bundle: Path, ext: Any) -> Any:
+    """The tiny bundle, loaded once under its own namespace."""
+    import flyship
+
+    return flyship.load(tiny_bundle)
+
+
+@pytest.fixture
+def fresh_ops(tiny_bundle: Path, ext: Any) -> Callable[..., Any]:
+    """Load the tiny bundle under a new namespace (ops stay registered for the process; a fresh namespace
+    gives a test its own counters and fallback setting)."""
+    import flyship
+
+    def make(**kwargs: Any) -> Any:
+        return flyship.load(tiny_bundle, namespace=f"flyship_t{uuid.uuid4().hex[:10]}", **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def bundle_copy(tmp_path: Path, tiny_bundle: Path) -> Callable[[Callable[[dict], None] | None], Path]:
+    """A copy of the tiny bundle whose manifest JSON a test may change (the function edits the dict)."""
+
+    def make(edit: Callable[[dict], None] | None = None) -> Path:
+        root = tmp_path / f"bundle_{uuid.uuid4().hex[:6]}"
+        shutil.copytree(tiny_bundle, root)
+        if edit is not None:
+            path = root / "manifest.json"
+            data = json.loads(path.read_text())
+            edit(data)
+            path.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n")
+        return root
+
+    return make
+

@@ -1,0 +1,143 @@
+"""Building the loader's C++ extension: flavor choice, the HIP flavor against Debian's HIP, the cache."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+
+from flyship.loader import build
+
+ROOT = Path(__file__).resolve().parents[2]
+HIP_HEADERS = build.find_hip_headers()
+needs_hip = pytest.mark.skipif(
+    HIP_HEADERS is None,
+    reason="no HIP headers (hip/hip_runtime_api.h); install libamdhip64-dev to build the HIP flavor")
+
+
+def dynamic_tags(path: Path) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    with open(path, "rb") as f:
+        for sec in ELFFile(f).iter_sections():
+            if isinstance(sec, DynamicSection):
+                for tag in sec.iter_tags():
+                    if tag.entry.d_tag == "DT_NEEDED":
+                        out.setdefault("needed", []).append(tag.needed)
+                    elif tag.entry.d_tag == "DT_RUNPATH":
+                        out.setdefault("runpath", []).append(tag.runpath)
+                    elif tag.entry.d_tag == "DT_RPATH":
+                        out.setdefault("runpath", []).append(tag.rpath)
+    return out
+
+
+@pytest.mark.hip
+@pytest.mark.cpu
+@needs_hip
+def test_hip_flavor_compiles_and_links_against_the_installed_hip(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLYSHIP_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("FLYSHIP_FLAVOR", "hip")
+    cfg = build.config()
+    assert cfg.flavor == "hip" and cfg.directory.parent == tmp_path / "flyship"
+    lib = build.build(cfg, verbose=False)
+    tags = dynamic_tags(lib)
+    hip = build.find_hip_library()[0]
+    assert any(n.startswith("libamdhip64.so") for n in tags["needed"]), tags
+    assert str(hip.parent) in ":".join(tags.get("runpath", [])), tags
+    # Import it in a fresh process (the same way load() does) and ask the HIP runtime for its version.
+    code = ("from flyship.loader import build; cfg = build.config(); m = build._import(cfg); "
+            "print(m.flavor(), '|', m.runtime_version())")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "FLYSHIP_EXTENSIONS_DIR": str(tmp_path), "FLYSHIP_FLAVOR": "hip"})
+    assert r.returncode == 0, r.stderr
+    flavor, version = r.stdout.strip().split(" | ")
+    header_version = (HIP_HEADERS / "hip" / "hip_version.h").read_text()
+    major = next(line.split()[-1] for line in header_version.splitlines() if "define HIP_VERSION_MAJOR" in line)
+    assert flavor == "hip" and version.startswith("HIP runtime") and f"headers {major}." in version
+
+
+@pytest.mark.cpu
+def test_flavor_comes_from_the_environment_first(monkeypatch):
+    monkeypatch.setenv("FLYSHIP_FLAVOR", "cuda")
+    assert build.choose_flavor() == "cuda"
+    monkeypatch.setenv("FLYSHIP_FLAVOR", "rocm")
+    with pytest.raises(ValueError, match="expected 'hip' or 'cuda', got 'rocm'"):
+        build.choose_flavor()
+
+
+@pytest.mark.cpu
+def test_cpu_only_torch_without_hip_headers_is_refused_listing_the_paths_tried(monkeypatch, tmp_path):
+    import torch
+
+    if torch.version.hip or torch.version.cuda:
+        pytest.skip("this torch is a GPU build; the CPU-only rule does not apply")
+    monkeypatch.delenv("FLYSHIP_FLAVOR", raising=False)
+    monkeypatch.setattr(build, "hip_roots", lambda: [tmp_path / "rocm"])
+    with pytest.raises(build.ExtensionBuildError, match="CPU-only torch") as e:
+        build.choose_flavor()
+    assert str(tmp_path / "rocm" / "include" / "hip" / "hip_runtime_api.h") in str(e.value)
+
+
+@pytest.mark.cpu
+@needs_hip
+def test_cpu_only_torch_with_hip_headers_builds_the_hip_flavor(monkeypatch):
+    import torch
+
+    if torch.version.hip or torch.version.cuda:
+        pytest.skip("this torch is a GPU build; the CPU-only rule does not apply")
+    monkeypatch.delenv("FLYSHIP_FLAVOR", raising=False)
+    assert build.choose_flavor() == "hip"
+
+
+@pytest.mark.cpu
+@needs_hip
+def test_extension_name_carries_flavor_python_torch_and_a_source_hash(monkeypatch, tmp_path):
+    import torch
+
+    monkeypatch.setenv("FLYSHIP_FLAVOR", "hip")
+    cfg = build.config()
+    assert cfg.name.startswith("flyship_hip_" + sys.implementation.cache_tag.replace("-", "_"))
+    assert "torch" + build._sanitize(torch.__version__) in cfg.name
+    # Changing one source changes the name, so a stale build is never imported.
+    csrc = tmp_path / "csrc"
+    shutil.copytree(build.CSRC, csrc)
+    monkeypatch.setattr(build, "CSRC", csrc)
+    assert build.config().name == cfg.name
+    (csrc / "expr.h").write_text((csrc / "expr.h").read_text() + "\n// changed\n")
+    assert build.config().name != cfg.name
+
+
+@pytest.mark.cpu
+def test_a_cached_extension_imports_without_a_compiler_or_ninja(ext, tmp_path):
+    # An empty PATH: no c++, no ninja. extension() must import the cached build directly.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    code = "from flyship.loader import build; m = build.extension(); print(m.flavor())"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, "PATH": str(bindir)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ext.flavor()
+    assert shutil.which("ninja", path=str(bindir)) is None and shutil.which("c++", path=str(bindir)) is None
+
+
+@pytest.mark.cpu
+def test_an_extension_with_its_own_static_libstdcxx_is_refused(tmp_path):
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler to build the two sample libraries")
+    src = tmp_path / "a.cpp"
+    src.write_text('#include <sstream>\nstd::string f(long v) { std::ostringstream o; o << v; return o.str(); }\n')
+    shared, static = tmp_path / "shared.so", tmp_path / "static.so"
+    subprocess.run([cxx, "-shared", "-fPIC", str(src), "-o", str(shared)], check=True)
+    r = subprocess.run([cxx, "-shared", "-fPIC", "-static-libstdc++", str(src), "-o", str(static)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"{cxx} cannot link libstdc++ statically here ({r.stderr.decode()[:200]})")
+    build.check_shared_libstdcxx(shared)
+    with pytest.raises(build.ExtensionBuildError, match=r"expected static\.so to link the shared libstdc\+\+ as torch "
+                                                       r"does, got a static copy"):
+        build.check_shared_libstdcxx(static)

@@ -1,0 +1,54 @@
+"""The ``flyship`` command, run as a subprocess: exit codes, stdout and stderr."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.cpu
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def flyship_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flyship.loader.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_list_shows_ops_schemas_specializations_and_targets(tiny_bundle):
+    r = flyship_cli("list", str(tiny_bundle))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "namespace flyship_tiny (schema 1.0" in out
+    assert "targets: gfx942, gfx950, sm_90a" in out
+    assert "flyship_tiny::add(Tensor x, Tensor y) -> Tensor" in out
+    assert "flyship_tiny::addsub.out(Tensor x, Tensor y, *, Tensor(a!) sum, Tensor(b!) diff) -> ()" in out
+    assert ("  f16: x=float16; y=float16; x.shape[0] == y.shape[0]; out aligned to 16; x aligned to 16; "
+            "y aligned to 16") in out
+    assert ("    layout (implied by the kernargs): x.shape[0] <= 1 or x.stride[0] == 1; "
+            "y.shape[0] <= 1 or y.stride[0] == 1; out.shape[0] <= 1 or out.stride[0] == 1") in out
+    assert "    targets: gfx942 (hsaco), sm_90a (cubin)" in out
+
+
+def test_list_of_a_folder_without_a_bundle_fails_with_one_clear_line(tmp_path):
+    r = flyship_cli("list", str(tmp_path))
+    assert r.returncode == 1
+    assert r.stderr.strip() == (f"Error: read bundle: expected a manifest at {tmp_path / 'manifest.json'}, found no "
+                                "file; pass a bundle directory built by flyc-build (it holds manifest.json)")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present; this proves the no-GPU message")
+def test_verify_without_a_gpu_fails_saying_it_needs_one(tiny_bundle, ext):
+    r = flyship_cli("verify", str(tiny_bundle))
+    assert r.returncode == 1
+    assert r.stderr.startswith("Error: verify: expected a GPU (torch.cuda.is_available()), got none")
+
+
+def test_prebuild_builds_or_finds_the_extension(ext):
+    r = flyship_cli("prebuild")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"flyship extension ({ext.flavor()}) ready: ")
+    assert Path(r.stdout.split("ready: ")[1].strip()).is_file()

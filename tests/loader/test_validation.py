@@ -1,0 +1,170 @@
+"""Bad bundles are refused at load with clear messages, before anything is registered or launched."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+import flyship
+from flyship.bundle.errors import BundleError, ManifestVersionError
+
+pytestmark = pytest.mark.cpu
+
+
+def op_json(data: dict, name: str) -> dict:
+    return next(o for o in data["ops"] if o["name"] == name)
+
+
+def variant_json(data: dict, op: str, spec: str, target: str) -> dict:
+    s = next(s for s in op_json(data, op)["specializations"] if s["name"] == spec)
+    return next(v for v in s["variants"] if v["target"] == target)
+
+
+def load(path):
+    return flyship.load(path, namespace=f"flyship_t{uuid.uuid4().hex[:8]}")
+
+
+def test_an_unknown_major_version_is_refused_naming_both_versions(bundle_copy):
+    root = bundle_copy(lambda d: d.update(schema_version="2.0"))
+    with pytest.raises(ManifestVersionError, match=r"schema version 2\.0 .* reads 1\.x"):
+        load(root)
+
+
+def test_a_changed_code_object_is_refused_by_its_sha256(bundle_copy):
+    root = bundle_copy()
+    path = root / "add.f32.gfx942.hsaco"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match=r"add\.f32\.gfx942\.hsaco\): sha256 mismatch: the manifest says "
+                                          r"[0-9a-f]{64}, the file has [0-9a-f]{64}"):
+        load(root)
+
+
+def test_a_missing_code_object_is_refused(bundle_copy):
+    root = bundle_copy()
+    (root / "addsub.f32.sm_90a.cubin").unlink()
+    with pytest.raises(BundleError, match=r"expected the code object at .*addsub\.f32\.sm_90a\.cubin, found no file"):
+        load(root)
+
+
+def test_a_block_that_differs_from_the_required_workgroup_size_is_refused(bundle_copy):
+    def edit(d):
+        v = variant_json(d, "add", "f32", "gfx942")
+        v["metadata"]["reqd_workgroup_size"] = [128, 1, 1]  # launch.block stays 256
+
+    with pytest.raises(BundleError, match=r"launch block \[256, 1, 1\] differs from the code object's required "
+                                          r"workgroup size \[128, 1, 1\]"):
+        load(bundle_copy(edit))
+
+
+def test_a_manifest_that_agrees_with_itself_but_not_with_the_code_object_is_refused(bundle_copy):
+    def edit(d):  # a plausible manifest (check() passes) whose metadata is not the file's
+        variant_json(d, "add", "f32", "gfx942")["metadata"]["kernarg_segment_size"] = 56
+
+    with pytest.raises(BundleError, match="kernarg_segment_size is 48 in the code object, 56 in the manifest"):
+        load(bundle_copy(edit))
+
+
+def test_a_required_workgroup_size_from_the_code_object_is_enforced(example_bundle, bundle_copy, tmp_path):
+    # Needs a code object that carries .reqd_workgroup_size (FlyDSL kernels do; Triton's do not).
+    from flyship.bundle import manifest as m
+    from flyship.bundle.codeobject import CodeObjectFile
+
+    man = m.read(example_bundle)
+    found = None
+    for op in man.ops:
+        for s in op.specializations:
+            for v in s.variants:
+                if v.code_object.format == "hsaco":
+                    data = (example_bundle / v.code_object.file).read_bytes()
+                    meta = CodeObjectFile(data).kernel_metadata(v.code_object.symbol)
+                    if meta.reqd_workgroup_size:
+                        found = (op.name, s.name, v.target, meta.reqd_workgroup_size)
+    if found is None:
+        pytest.skip("the example bundle has no code object with .reqd_workgroup_size (the Triton stub has none); "
+                    "with FlyDSL's this proves a manifest that lies about it is refused")
+    import shutil
+
+    root = tmp_path / "lying"
+    shutil.copytree(example_bundle, root)
+    data = json.loads((root / "manifest.json").read_text())
+    op, spec, target, req = found
+    v = variant_json(data, op, spec, target)
+    other = [req[0] * 2, 1, 1]
+    v["metadata"]["reqd_workgroup_size"] = other
+    v["launch"]["block"] = other
+    v["metadata"]["max_flat_workgroup_size"] = max(v["metadata"]["max_flat_workgroup_size"], other[0])
+    (root / "manifest.json").write_text(json.dumps(data, sort_keys=True, indent=1) + "\n")
+    with pytest.raises(BundleError, match="required workgroup size|reqd_workgroup_size|differs"):
+        load(root)
+
+
+def test_a_kernarg_field_outside_the_metadata_arguments_is_refused(bundle_copy):
+    def edit(d):
+        v = variant_json(d, "add", "f32", "gfx942")
+        v["kernargs"]["fields"] = [f for f in v["kernargs"]["fields"] if f["offset"] != 24]
+
+    with pytest.raises(BundleError, match=r"kernel argument .* at offset 24 \(size 4, by_value\) has no kernarg field"):
+        load(bundle_copy(edit))
+
+
+def test_a_symbol_the_code_object_lacks_is_refused(bundle_copy):
+    def edit(d):
+        variant_json(d, "add", "f32", "gfx942")["code_object"]["symbol"] = "no_such_kernel"
+        variant_json(d, "add", "f32", "sm_90a")["code_object"]["symbol"] = "no_such_kernel"
+
+    with pytest.raises(BundleError, match=r"no kernel 'no_such_kernel'; it has \['add_kernel'\]"):
+        load(bundle_copy(edit))
+
+
+def test_a_cubin_whose_parameters_differ_from_the_manifest_is_refused(bundle_copy):
+    def edit(d):  # move the last two (null) parameters by 8 bytes in the manifest only
+        v = variant_json(d, "add", "f32", "sm_90a")
+        for a in v["metadata"]["args"][-2:]:
+            a["offset"] += 8
+        for f in v["kernargs"]["fields"][-2:]:
+            f["offset"] += 8
+        v["metadata"]["kernarg_segment_size"] += 8
+        v["kernargs"]["size"] += 8
+
+    with pytest.raises(BundleError, match=r"kernel parameters \(offset, size\) differ: cubin \[\(0, 8\), "
+                                          r".*\(40, 8\)\], manifest \[\(0, 8\), .*\(48, 8\)\]"):
+        load(bundle_copy(edit))
+
+
+def test_a_cubin_without_the_symbol_is_refused(bundle_copy):
+    def edit(d):
+        variant_json(d, "addsub", "f32", "sm_90a")["code_object"]["symbol"] = "other_kernel"
+
+    with pytest.raises(BundleError, match=r"the cubin defines no kernel 'other_kernel'; it has \['addsub_kernel'\]"):
+        load(bundle_copy(edit))
+
+
+def test_a_code_object_built_for_another_target_is_refused(bundle_copy):
+    def edit(d):
+        v = variant_json(d, "add", "f16", "gfx942")
+        v["target"] = v["code_object"]["target"] = "gfx950"
+
+    with pytest.raises(BundleError, match="the code object is built for gfx942, the manifest says gfx950"):
+        load(bundle_copy(edit))
+
+
+def test_a_missing_reference_function_is_refused_listing_the_defined_ones(bundle_copy):
+    root = bundle_copy(lambda d: op_json(d, "addsub").update(reference="add_and_sub"))
+    with pytest.raises(BundleError, match=r"has no function 'add_and_sub' for op addsub; it defines add, addsub, "
+                                          r"scale_rows"):
+        load(root)
+
+
+def test_references_for_unknown_ops_are_refused(tiny_bundle, ext):
+    with pytest.raises(BundleError, match=r"names ops \['mul'\] the bundle does not have"):
+        flyship.load(tiny_bundle, namespace=f"flyship_t{uuid.uuid4().hex[:8]}", references={"mul": lambda x: x})
+
+
+def test_a_second_bundle_cannot_take_a_loaded_namespace(tiny, bundle_copy):
+    root = bundle_copy(lambda d: op_json(d, "add").update(doc="changed"))
+    with pytest.raises(BundleError, match="namespace 'flyship_tiny' is already registered by the bundle at"):
+        flyship.load(root)
