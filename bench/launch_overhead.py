@@ -6,7 +6,8 @@ Paths: flyship's op through ``torch.ops`` (allocating, and the out variant), the
 ``torch.add`` (allocating and ``out=``), Triton's own launcher ``add_kernel[grid](...)`` on the same
 kernel source, and the floor: a C++ loop of ``cuLaunchKernel`` on the bundle's own cubin with a prepacked
 kernarg buffer (built with ``torch.utils.cpp_extension.load_inline``). Each path is timed as ``calls``
-back-to-back calls (host time, before the final synchronize), ``repeats`` times; the table shows the
+back-to-back calls (host time, before the final synchronize), in ``repeats`` interleaved rounds (every path once per
+round, so drift spreads over all paths alike); the table shows the
 median per call and the ratio to ``torch.add``. Figures move 20-50% between machines: compare within a run.
 Writes ``launch_overhead.json`` and ``launch_overhead.md`` to ``--out``.
 """
@@ -67,22 +68,26 @@ double launch_loop(const std::string& image, const std::string& symbol, const st
 """
 
 
-def host_us_per_call(fn: Callable[[], Any], calls: int, repeats: int) -> list[float]:
-    """Host microseconds per call of ``fn``, once per repeat (the GPU is drained between repeats)."""
+def interleaved_us_per_call(paths: list[tuple[str, Callable[[], Any]]], calls: int,
+                            repeats: int) -> dict[str, list[float]]:
+    """Host microseconds per call of each path, ``repeats`` rounds; each round times every path once, in turn,
+    so clock or thermal drift during the run spreads over all paths alike (the GPU is drained between timings)."""
     import torch
 
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
+    for _, fn in paths:
+        for _ in range(200):
             fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        out.append((t1 - t0) / calls * 1e6)
+    torch.cuda.synchronize()
+    out: dict[str, list[float]] = {name: [] for name, _ in paths}
+    for _ in range(repeats):
+        for name, fn in paths:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            out[name].append((t1 - t0) / calls * 1e6)
     return out
 
 
@@ -181,7 +186,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--bundle", default=str(ROOT / "artifacts" / "triton"), help="bundle built by flyc-build")
     ap.add_argument("--out", default="/tmp/out", help="folder for launch_overhead.json / .md")
     ap.add_argument("--calls", type=int, default=20000)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=9)
     args = ap.parse_args(argv)
 
     import torch
@@ -212,14 +217,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         r = fn()
         torch.testing.assert_close(r if r is not None else o, want)
     stats_before = ops.add.stats()
-    rows: list[dict[str, Any]] = []
-    for name, fn in paths:
-        rows.append({"path": name, "us": host_us_per_call(fn, args.calls, args.repeats)})
-    launched = sum(ops.add.stats()["launches"].values()) - sum(stats_before["launches"].values())
-    if launched < 4 * args.calls * args.repeats:
-        raise SystemExit(f"launch_overhead: the flyship paths launched {launched} kernels, expected >= "
-                         f"{4 * args.calls * args.repeats}; did they fall back to the reference? {ops.add.stats()}")
     triton_version = "n/a"
+    timed = list(paths)
+    triton_name = "Triton launcher add_kernel[grid](...)"
+    triton_skip = None
     try:
         import triton
 
@@ -229,10 +230,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         fn()
         torch.cuda.synchronize()
         torch.testing.assert_close(o, want)
-        rows.append({"path": "Triton launcher add_kernel[grid](...)", "us": host_us_per_call(fn, args.calls,
-                                                                                              args.repeats)})
+        timed.append((triton_name, fn))
     except Exception as e:  # report, keep the other rows
-        rows.append({"path": "Triton launcher add_kernel[grid](...)", "skipped": f"{type(e).__name__}: {e}"})
+        triton_skip = f"{type(e).__name__}: {e}"
+    us = interleaved_us_per_call(timed, args.calls, args.repeats)
+    rows: list[dict[str, Any]] = [{"path": name, "us": us[name]} for name, _ in paths]
+    rows.append({"path": triton_name, "us": us[triton_name]} if triton_skip is None
+                else {"path": triton_name, "skipped": triton_skip})
+    launched = sum(ops.add.stats()["launches"].values()) - sum(stats_before["launches"].values())
+    if launched < 4 * args.calls * args.repeats:
+        raise SystemExit(f"launch_overhead: the flyship paths launched {launched} kernels, expected >= "
+                         f"{4 * args.calls * args.repeats}; did they fall back to the reference? {ops.add.stats()}")
     build_s = None
     try:
         us, build_s = raw_loop(bundle, ops, x, y, o, args.calls, args.repeats,
