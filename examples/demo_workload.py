@@ -25,8 +25,11 @@ from flyship.loader.verify import example_inputs
 
 def main(path: str) -> int:
     manifest = M.read(path)
+    # A regular package has an origin (its __init__.py); a bare folder named flydsl on sys.path (this
+    # script's own examples/flydsl/) only makes a namespace package without one, which is not FlyDSL.
+    spec = importlib.util.find_spec("flydsl")
     print(f"workload Python {platform.python_version()} ({sys.executable}); "
-          f"flydsl importable here: {importlib.util.find_spec('flydsl') is not None}")
+          f"FlyDSL installed here: {spec is not None and spec.origin is not None}")
     print(f"bundle {path}: built under Python {manifest.build.python} with "
           f"{', '.join(f'{k} {v}' for k, v in manifest.build.frontends.items())}\n")
     print(describe(manifest))
