@@ -445,7 +445,7 @@ def from_json_obj(data: Any) -> Manifest:
     if major != SCHEMA_MAJOR:
         raise ManifestVersionError(
             f"manifest: bundle schema version {version} is not readable by this flyship, which reads "
-            f"{SCHEMA_MAJOR}.x (up to {SCHEMA_VERSION}); rebuild the bundle with a matching flyship-build, "
+            f"{SCHEMA_MAJOR}.x (up to {SCHEMA_VERSION}); rebuild the bundle with a matching flyc-build, "
             "or install the flyship version that wrote it"
         )
     body = {k: v for k, v in data.items() if k != "format"}

@@ -24,6 +24,7 @@ from .. import __version__
 from ..bundle import expr as _expr
 from ..bundle import manifest as M
 from ..bundle import targets as _targets
+from . import frontends as _frontends
 from .spec import OpDecl, Output, Scalar, SpecFile, Tensor
 from .worker import TaskResult, WorkerConfig, init_worker, load_spec_file, run_task
 
@@ -124,20 +125,44 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: 
             for o, s in items:
                 futures[pool.submit(run_task, o, s)] = (o, s, target)
         done = 0
+        broken: list[tuple[str, str, str]] = []
         for fut in cf.as_completed(futures):
             o, s, t = futures[fut]
-            done += 1
             try:
                 r = fut.result()
-            except Exception as e:  # a worker died (e.g. a crash inside the DSL)
-                r = TaskResult(o, s, t, None, f"worker process failed: {type(e).__name__}: {e}")
+            except cf.process.BrokenProcessPool:
+                # A worker died (an abort inside the DSL's native code takes its whole pool down); which
+                # task did it is found below, by running each of that pool's unfinished tasks alone.
+                broken.append((o, s, t))
+                continue
+            done += 1
             results.append(r)
             status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
             progress(f"[{done}/{len(futures)}] {t:<8} {o}.{s}  {status}")
     finally:
         for p in pools:
             p.shutdown(wait=True, cancel_futures=True)
+    for o, s, t in broken:
+        r = _run_alone(o, s, t, opts, toolchain, rocm_root, scratch, ctx)
+        done += 1
+        results.append(r)
+        status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
+        progress(f"[{done}/{len(futures)}] {t:<8} {o}.{s}  {status} (rerun in its own process)")
     return results
+
+
+def _run_alone(o: str, s: str, t: str, opts: BuildOptions, toolchain: object, rocm_root: Optional[Path],
+               scratch: Path, ctx) -> TaskResult:
+    """One task in a process of its own, so a crash is pinned on the kernel that caused it."""
+    cfg = WorkerConfig(spec_path=str(Path(opts.spec_path).resolve()), target=t,
+                       rocm_root=str(rocm_root) if rocm_root else None, toolchain=toolchain,
+                       code_object_version=opts.code_object_version, keep_ir=opts.keep_ir, scratch_root=str(scratch))
+    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker, initargs=(cfg,)) as pool:
+        try:
+            return pool.submit(run_task, o, s).result()
+        except cf.process.BrokenProcessPool:
+            return TaskResult(o, s, t, None, "the worker process died while compiling this kernel (a crash or abort "
+                                             "in the DSL's native code; its own message, if any, is printed above)")
 
 
 def check_resources(op: OpDecl, spec_allow_scratch: bool, spec_name: str, v) -> None:
@@ -218,20 +243,36 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
                 reference=op.reference, specializations=tuple(specs)), files
 
 
-def check_references_module(path: Path) -> None:
-    """The references module runs in the workload Python: it may import torch and the standard library only."""
+def check_references_module(path: Path, needed: dict[str, str]) -> None:
+    """The references module is copied into the bundle alone and run in the workload Python (torch, no FlyDSL):
+    it may import torch and the standard library, nothing relative, and must define every reference an op
+    names (``needed``: op name -> function name).
+
+    Raises:
+        BuildError: naming the module, the import or the missing function.
+    """
     tree = ast.parse(path.read_text(), filename=str(path))
-    allowed = {"torch", "math", "typing", "functools", "__future__", "numbers", "dataclasses"}
+    stdlib = getattr(sys, "stdlib_module_names", frozenset())
     for node in ast.walk(tree):
         mods = []
         if isinstance(node, ast.Import):
             mods = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise BuildError(f"references module {path}: relative import at line {node.lineno}; only "
+                                 f"{path.name} is copied into the bundle, so it must stand alone")
             mods = [node.module or ""]
         for m in mods:
-            if m.split(".")[0] not in allowed:
+            top = m.split(".")[0]
+            if top != "torch" and top not in stdlib:
                 raise BuildError(f"references module {path}: imports {m!r}; it is copied into the bundle and run in "
-                                 f"the workload Python, so it may import only {', '.join(sorted(allowed))}")
+                                 "the workload Python, which has torch and the standard library only")
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    for op, fn in sorted(needed.items()):
+        if fn not in defined:
+            raise BuildError(f"op {op}: reference={fn!r} is not defined in {path}; it defines "
+                             f"{', '.join(sorted(d for d in defined if not d.startswith('_'))) or 'nothing'}")
 
 
 def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], frontends: dict[str, str],
@@ -248,7 +289,7 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
         rp = (Path(sf.path).parent / sf.references).resolve()
         if not rp.is_file():
             raise BuildError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
-        check_references_module(rp)
+        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference})
         files["references.py"] = rp.read_bytes()
         refs = "references.py"
     m = M.Manifest(schema_version=M.SCHEMA_VERSION, namespace=sf.namespace,
@@ -264,7 +305,12 @@ def write_bundle(m: M.Manifest, files: dict[str, bytes], out_dir: Path, force: b
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        # mkdtemp makes the folder private (0700); a bundle is shipped and read by other users (a container's
+        # runtime user), so give it the permissions an ordinary folder gets under this umask.
+        os.chmod(tmp, 0o777 & ~umask)
         for name, data in sorted(files.items()):
             (tmp / name).write_bytes(data)
         M.write(m, tmp / M.MANIFEST_NAME)
@@ -301,6 +347,20 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
         raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
     amd = [t.text for t in targets if t.vendor == "amd"]
     sf = _load_spec_for_planning(opts.spec_path, amd[0] if amd else None)
+    if sf.references:  # mistakes in a declaration fail before anything compiles
+        rp = (Path(sf.path).parent / sf.references).resolve()
+        if not rp.is_file():
+            raise BuildError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
+        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference})
+    elif any(o.reference for o in sf.ops):
+        raise BuildError(f"spec file {sf.path}: ops name references but the spec calls no references('<file>.py')")
+    for op in sf.ops:
+        check = getattr(_frontends.get(op.frontend), "check_signature", None)
+        if check is not None:
+            try:
+                check(op)
+            except Exception as e:
+                raise BuildError(f"flyc-build: {e}") from None
     tasks = plan(sf, targets)
     frontends_used = sorted({o.frontend for o in sf.ops})
     toolchain, rocm_root = None, None

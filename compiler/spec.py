@@ -119,6 +119,15 @@ class Spec:
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     allow_scratch: bool = False
 
+    def __post_init__(self) -> None:
+        # ("x.shape[1] <= 8192") without the trailing comma is a string, not a tuple: say so.
+        if isinstance(self.constraints, str):
+            raise SpecError(f"Spec {self.name!r}: constraints must be a tuple of expressions, got the string "
+                            f"{self.constraints!r}; write constraints=({self.constraints!r},) (note the comma)")
+        for field in ("dtypes", "shapes", "scalars", "constexprs", "options"):
+            if not isinstance(getattr(self, field), dict):
+                raise SpecError(f"Spec {self.name!r}: {field} must be a dict, got {type(getattr(self, field)).__name__}")
+
 
 @dataclasses.dataclass(frozen=True)
 class OpDecl:
@@ -277,6 +286,17 @@ def validate(d: OpDecl) -> None:
         raise SpecError(f"{w}: a FlyDSL launcher computes its own grid; remove grid=")
     if not d.specs:
         raise SpecError(f"{w}: no specializations (specs=[Spec(...)])")
+    # Names constraints may use: every tensor (inputs and outputs, with their ranks) and the int scalars.
+    slots: dict[str, _expr.Slot] = {}
+    for i, a in enumerate(d.args):
+        if isinstance(a, Tensor):
+            slots[a.name] = _expr.Slot(i, "tensor", a.rank)
+        elif isinstance(a, Output):
+            slots[a.name] = _expr.Slot(i, "tensor", len(a.shape) if a.shape else d.tensor(a.like).rank)
+        elif isinstance(a, (Scalar, Value)):
+            slots[a.name] = _expr.Slot(i, "int" if getattr(a, "type", "int") in ("int", "i32", "i64") else "float")
+        elif isinstance(a, Constexpr):
+            slots[a.name] = _expr.Slot(i, "int")
     seen = set()
     for s in d.specs:
         if s.name in seen or not s.name.replace("_", "a").isalnum():
@@ -293,7 +313,10 @@ def validate(d: OpDecl) -> None:
             if isinstance(c, Constexpr) and c.name not in s.constexprs:
                 raise SpecError(f"{w} spec {s.name}: constexpr {c.name} has no value in constexprs=")
         for c in s.constraints:
-            _expr.parse(c)
+            try:
+                _expr.compile_program(c, slots)
+            except _expr.ExprError as e:
+                raise SpecError(f"{w} spec {s.name}: constraint {c!r}: {e}") from None
 
 
 def run_spec_file(path: str, run: Callable[[], None]) -> SpecFile:

@@ -524,9 +524,10 @@ class OpState {
 
   py::dict stats() const;
   void reset_stats();
-  void count_fallback(const std::string& reason) {
+  // Counts a fallback; true the first time this reason is seen (the caller then warns once).
+  bool count_fallback(const std::string& reason) {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    fallbacks_[reason] += 1;
+    return ++fallbacks_[reason] == 1;
   }
 
   std::vector<at::Tensor> call_reference(const Call& c) const;
@@ -1112,7 +1113,15 @@ void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
               "reference");
   TORCH_CHECK(!reference_.empty(), label(), ": no specialization fits these inputs (", reason, ") and the op has no "
               "reference to fall back to; pass one with load(..., references={'", p.name, "': fn})");
-  count_fallback(reason);
+  if (count_fallback(reason)) {
+    // Once per op and reason: a workload whose inputs never fit the kernel should not pass unnoticed.
+    // (FLYSHIP_FALLBACK=0 turns this into an error; stats() counts every fallback.)
+    py::gil_scoped_acquire gil;
+    const std::string msg = label() + ": no specialization fits these inputs (" + reason +
+                            "); running the PyTorch reference instead. This warning is shown once per reason; "
+                            "ops.<op>.stats() counts fallbacks, FLYSHIP_FALLBACK=0 makes them errors.";
+    if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
+  }
   std::vector<at::Tensor> out = call_reference(c);
   if (is_out) {
     for (size_t j = 0; j < out.size(); ++j) const_cast<at::Tensor*>(c.t[p.n_inputs + j])->copy_(out[j]);

@@ -170,23 +170,49 @@ class OpHandle:
     def reset_stats(self) -> None:
         self._ops._core.reset_stats(self._index)
 
-    def dispatch(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None) -> Decision:
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """The op's inputs in schema order, from positional and keyword arguments plus scalar defaults.
+
+        Raises:
+            TypeError: too many, unknown, repeated or missing arguments; shows the schema.
+        """
+        names = [a.name for a in self.manifest.args]
+        if len(args) > len(names):
+            raise TypeError(f"{self.qualname}: takes {len(names)} inputs ({self.schema}), got {len(args)}")
+        bound: dict[str, Any] = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"{self.qualname}: unknown argument {k!r}; the schema is {self.schema}")
+            if k in bound:
+                raise TypeError(f"{self.qualname}: argument {k!r} given twice")
+            bound[k] = v
+        out = []
+        for a in self.manifest.args:
+            if a.name in bound:
+                out.append(bound[a.name])
+            elif a.kind != "tensor" and a.default is not None:
+                out.append(a.default)
+            else:
+                raise TypeError(f"{self.qualname}: missing argument {a.name!r}; the schema is {self.schema}")
+        return out
+
+    def dispatch(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None, **kwargs: Any) -> Decision:
         """Which specialization a call would run on a device of ``target``, without a device: the same
         C++ checks and guards as a launch, on tensors of any device.
 
         Args:
-            args: the op's inputs, positionally (scalars included).
+            args, kwargs: the op's inputs, as for a call (scalar defaults apply).
             target: a device target ID, e.g. ``"gfx942:sramecc+:xnack-"`` or ``"sm_90"``.
             out: out tensors, to decide as the ``.out`` variant would.
         """
-        values = [*args, *(out or ())]
+        values = [*self._bind(args, kwargs), *(out or ())]
         spec, variant, reason = self._ops._core.decide(self._index, target, values, out is not None)
         if spec < 0:
             return Decision(None, None, reason)
         s = self.manifest.specializations[spec]
         return Decision(s.name, s.variants[variant].target, "")
 
-    def dry_run(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None) -> DryRun:
+    def dry_run(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None, **kwargs: Any) -> DryRun:
         """Take a call as a device of ``target`` would, on tensors of any device, without launching:
         the C++ checks, output rules and guards, then either the specialization that would launch, or
         the fallback exactly as a launch would run it (reference call, stats, the fallback-off error).
@@ -196,23 +222,27 @@ class OpHandle:
             target: a device target ID.
             out: out tensors, to take the ``.out`` variant's path.
         """
-        spec, outputs = self._ops._core.call_on_target(self._index, target, [*args, *(out or ())], out is not None)
+        values = [*self._bind(args, kwargs), *(out or ())]
+        spec, outputs = self._ops._core.call_on_target(self._index, target, values, out is not None)
         return DryRun(self.specializations[spec] if spec >= 0 else None, tuple(outputs))
 
     def pack_kernargs(self, spec: str | int, *args: Any, target: Optional[str] = None,
-                      out: Optional[tuple[Any, ...]] = None) -> Packed:
+                      out: Optional[tuple[Any, ...]] = None, **kwargs: Any) -> Packed:
         """Pack a call's kernargs for one specialization and target (no launch, no device needed).
+
+        This packs what that specialization would be given; it does not check the specialization's guard
+        (use :meth:`dispatch` to see which specialization a call would take).
 
         Args:
             spec: specialization name or index.
-            args: the op's inputs.
+            args, kwargs: the op's inputs, as for a call (scalar defaults apply).
             target: the variant's target (default: the specialization's first variant).
             out: out tensors (default: fresh outputs on the inputs' device).
         """
         si = self._spec_index(spec)
         variants = self.manifest.specializations[si].variants
         vi = 0 if target is None else self._variant_index(si, target)
-        d = self._ops._core.pack(self._index, si, vi, [*args, *(out or ())], out is not None)
+        d = self._ops._core.pack(self._index, si, vi, [*self._bind(args, kwargs), *(out or ())], out is not None)
         return Packed(d["buffer"], tuple(d["grid"]), tuple(d["block"]), d["dynamic_lds"], tuple(d["outputs"]),
                       tuple(d["scratch"]))
 
@@ -399,7 +429,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         ops = flyship.load("artifacts/examples")
         y = ops.add(x, y)
     """
-    root = Path(path)
+    root = Path(path).resolve()  # absolute: a later chdir must not make the same bundle look like another
     manifest = _m.read(root)
     ns = namespace or manifest.namespace
     if not ns.isidentifier():

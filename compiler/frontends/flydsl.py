@@ -86,7 +86,7 @@ def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> Path:
             op.kernel(*pos, **kw)
     except Exception as e:  # the DSL's own message, with where it happened
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: FlyDSL failed to trace/compile "
-                            f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}") from None
+                            f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}{_user_frame(e)}") from None
     dirs = [p for p in dump_dir.iterdir() if p.is_dir()]
     if len(dirs) != 1:
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: expected one kernel dump folder in "
@@ -98,6 +98,63 @@ def launcher_name(kernel: Any) -> str:
     """The Python name of a ``@flyc.jit`` launcher (also its host function's symbol in the IR)."""
     fn = getattr(kernel, "func", None) or getattr(kernel, "__wrapped__", None) or kernel
     return getattr(fn, "__name__", repr(kernel))
+
+
+def runtime_parameters(kernel: Any) -> list[str] | None:
+    """Names of the launcher's runtime parameters, in order: every parameter but constexprs and the stream
+    (FlyDSL annotates them ``fx.Constexpr[...]`` and ``fx.Stream``). None when the signature is unreadable."""
+    import inspect
+
+    fn = getattr(kernel, "func", None) or kernel
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    out = []
+    for p in params:
+        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", str(p.annotation))
+        if "Constexpr" in str(p.annotation) or "Stream" in ann:
+            continue
+        out.append(p.name)
+    return out
+
+
+def check_signature(op: OpDecl) -> None:
+    """The spec's ``args`` must name the launcher's runtime parameters, in the launcher's order.
+
+    A swapped pair (say the output declared before the input) would otherwise build, and the kernel
+    would read the fresh output and write the caller's input.
+
+    Raises:
+        FrontendError: naming both lists.
+    """
+    want = runtime_parameters(op.kernel)
+    if want is None:
+        return
+    got = [a.name for a in op.args if isinstance(a, (Tensor, Output, Scalar))]
+    if got != want:
+        raise FrontendError(
+            f"op {op.name}: args= declares the runtime parameters ({', '.join(got)}) but launcher "
+            f"{launcher_name(op.kernel)!r} takes ({', '.join(want)}); list Tensor/Output/Scalar in the launcher's "
+            "order with the launcher's parameter names (constexprs and the stream are not listed)")
+
+
+def _user_frame(e: BaseException) -> str:
+    """`` (at file:line in function)`` for the innermost traceback frame outside FlyDSL and flyship: where in
+    the user's kernel or launcher the error happened."""
+    import traceback
+
+    import flydsl
+    import torch
+
+    skip = tuple(str(Path(m.__file__).resolve().parent) for m in (flydsl, torch))
+    ours = str(Path(__file__).resolve().parents[1])  # flyship's compiler package
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if not str(Path(f.filename).resolve()).startswith((*skip, ours))]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()})"
 
 
 def _one(kernel_dir: Path, pattern: str, what: str) -> Path:
@@ -147,6 +204,7 @@ def compile_variant(op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> C
 
     where = f"op {op.name} spec {spec.name} target {target}"
     t0 = time.perf_counter()
+    check_signature(op)
     kernel_dir = _trace(op, spec, target, ctx.workdir / "dump")
     isa = _one(kernel_dir, "*_final_isa.s", "final ISA").read_text()
     theirs_all = _proof.extract_flydsl_binary(_one(kernel_dir, "*_gpu_module_to_binary.mlir", "FlyDSL binary")

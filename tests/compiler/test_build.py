@@ -144,7 +144,7 @@ def _small_spec(tmp_path: Path, body: str) -> Path:
     p.write_text(textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT / 'examples' / 'flydsl')!r})
-        from flyship.compiler.spec import Output, Spec, Tensor, namespace, op
+        from flyship.compiler.spec import Output, Spec, Tensor, namespace, op, references
         namespace("t")
     """) + textwrap.dedent(body))
     return p
@@ -265,3 +265,73 @@ def test_lds_over_the_target_limit_fails_naming_the_kernel(example_bundle):
     spill = dataclasses.replace(cv, metadata=dataclasses.replace(v.metadata, private_segment_fixed_size=64))
     with pytest.raises(BuildError, match="spills to scratch"):
         check_resources(type("Op", (), {"name": "gemm"})(), False, "bf16", spill)
+
+
+def test_args_in_another_order_than_the_launchers_are_refused_before_compiling(tmp_path):
+    spec = _small_spec(tmp_path, """
+        from elementwise import add
+        op("add", kernel=add, args=[Tensor("x", rank=2), Output("out", like="x"), Tensor("y", rank=2)],
+           specs=[Spec("f32", dtypes={"x": "float32", "y": "float32"}, shapes={"x": (64, 70), "y": (64, 70)})])
+    """)
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1
+    assert "args= declares the runtime parameters (x, out, y) but launcher 'add' takes (x, y, out)" in r.stderr
+    assert "kernels" not in r.stderr.split("error:")[0]  # nothing was compiled
+
+
+def test_a_reference_that_does_not_exist_or_imports_beyond_torch_is_refused_before_compiling(tmp_path):
+    (tmp_path / "refs.py").write_text("import torch\n\ndef add_ref(x, y):\n    return x + y\n")
+    spec = _small_spec(tmp_path, "references('refs.py')\n" + textwrap.dedent(ADD_ONLY).replace(
+        'specs=[', 'reference="add_reff", specs=['))
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1 and "reference='add_reff' is not defined" in r.stderr and "add_ref" in r.stderr
+    (tmp_path / "refs.py").write_text("import numpy\nfrom . import helper\n\ndef add_ref(x, y):\n    return x + y\n")
+    spec = _small_spec(tmp_path, "references('refs.py')\n" + textwrap.dedent(ADD_ONLY).replace('specs=[', 'reference="add_ref", specs=['))
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1 and "imports 'numpy'" in r.stderr
+
+
+def test_a_constraint_given_as_a_bare_string_or_naming_a_bad_dim_is_refused_with_the_spec(tmp_path):
+    spec = _small_spec(tmp_path, ADD_ONLY.replace('shapes={"x": (64, 70), "y": (64, 70)})',
+                                                  'shapes={"x": (64, 70), "y": (64, 70)}, constraints=("x.shape[1] <= 8"))'))
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1 and "note the comma" in r.stderr
+    spec = _small_spec(tmp_path, ADD_ONLY.replace('shapes={"x": (64, 70), "y": (64, 70)})',
+                                                  'shapes={"x": (64, 70), "y": (64, 70)}, constraints=("x.shape[2] == 1",))'))
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1 and "op add spec f32: constraint 'x.shape[2] == 1'" in r.stderr and "out of range" in r.stderr
+
+
+def test_a_kernel_that_crashes_its_worker_is_named_and_the_others_still_build(tmp_path):
+    (tmp_path / "crash.py").write_text(textwrap.dedent("""
+        import os
+        import flydsl.compiler as flyc
+        import flydsl.expr as fx
+
+        @flyc.jit
+        def crash(x: fx.Tensor, out: fx.Tensor, stream: fx.Stream = fx.Stream(None)):
+            os.abort()  # what an assertion in the DSL's native code does to the process
+    """))
+    spec = _small_spec(tmp_path, textwrap.dedent(ADD_ONLY) + """
+sys.path.insert(0, __file__.rsplit('/', 1)[0])
+from crash import crash
+op("crash", kernel=crash, args=[Tensor("x", rank=1), Output("out", like="x")],
+   specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (64,)})])
+""")
+    r = run_build(spec, tmp_path / "o", ["gfx942"], "-j", "1", check=False)
+    assert r.returncode == 1
+    assert "1 of 2 kernels failed" in r.stderr
+    assert "gfx942 crash.f32: the worker process died while compiling this kernel" in r.stderr
+    assert "add.f32:" not in r.stderr.split("failed; nothing was written")[1]
+
+
+def test_the_bundle_folder_is_readable_by_other_users(tmp_path):
+    import os
+    import stat
+
+    spec = _small_spec(tmp_path, ADD_ONLY)
+    run_build(spec, tmp_path / "perm", ["gfx942"])
+    mode = stat.S_IMODE(os.stat(tmp_path / "perm").st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert mode == 0o777 & ~umask

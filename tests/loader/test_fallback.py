@@ -82,3 +82,31 @@ def test_a_reference_that_raises_is_reported_with_its_message(fresh_ops):
     ops = fresh_ops(references={"add": broken})
     with pytest.raises(RuntimeError, match=r"the reference \(fallback\) raised ValueError: reference is broken"):
         ops.add.dry_run(torch.randn(8).double(), torch.randn(8).double(), target="gfx942")
+
+
+def test_the_first_fallback_for_a_reason_warns_once(fresh_ops):
+    ops = fresh_ops()
+    x, y = torch.randn(10, dtype=torch.float64), torch.randn(10, dtype=torch.float64)
+    with pytest.warns(UserWarning, match=r"no specialization fits these inputs \(dtype x=float64\); running the "
+                                         r"PyTorch reference"):
+        ops.add.dry_run(x, y, target="gfx942")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same reason again: counted, not warned
+        ops.add.dry_run(x, y, target="gfx942")
+    assert ops.add.stats()["fallbacks"] == {"dtype x=float64": 2}
+
+
+def test_dispatch_and_pack_take_keywords_and_scalar_defaults_like_a_call(fresh_ops):
+    ops = fresh_ops()
+    x = torch.randn(4, 300)
+    assert ops.scale_rows.dispatch(x, target="gfx942").spec == ops.scale_rows.dispatch(
+        x, 1.0, 0, target="gfx942").spec
+    a = ops.scale_rows.pack_kernargs(0, x, alpha=2.5, target="gfx942")
+    b = ops.scale_rows.pack_kernargs(0, x, 2.5, 0, target="gfx942")
+    assert a.buffer[:8] == b.buffer[:8] and len(a.buffer) == len(b.buffer)
+    with pytest.raises(TypeError, match="unknown argument 'alpah'"):
+        ops.scale_rows.dispatch(x, alpah=2.0, target="gfx942")
+    with pytest.raises(TypeError, match="missing argument 'x'"):
+        ops.scale_rows.dispatch(target="gfx942")
