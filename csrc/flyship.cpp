@@ -533,6 +533,7 @@ class OpState {
   std::vector<at::Tensor> call_reference(const Call& c) const;
   // bind + output rules + out-tensor checks (+ early allocation when a guard reads an output).
   void prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const;
+  void check_no_overlap(const Call& c) const;
   // No specialization fits: run the reference (or raise when the fallback is off), counting the reason.
   void fallback(Call& c, const std::string& reason, bool is_out);
   std::vector<at::Tensor> outputs(const Call& c) const;
@@ -953,6 +954,37 @@ void OpState::pack_kernargs(const VariantPlan& v, const Call& c, int64_t program
 // ---------------------------------------------------------------------------------------------
 // The call path.
 
+namespace {
+// Bytes [first, last) a tensor's elements can touch (strides are non-negative in torch).
+std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& t) {
+  const auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
+  if (t.numel() == 0) return {start, start};
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return {start, start + static_cast<uintptr_t>((last + 1) * t.element_size())};
+}
+}  // namespace
+
+// The out variant's tensors must not share memory with an input or with each other. A kernel may read an
+// input after writing an output (a GEMM reads A and B across the whole K loop), so even an exact alias can
+// give wrong results silently; flyship cannot know which kernels tolerate it, so it refuses all overlap.
+void OpState::check_no_overlap(const Call& c) const {
+  const OpPlan& p = plan_;
+  const int n = p.n_inputs + static_cast<int>(p.outputs.size());
+  for (int j = p.n_inputs; j < n; ++j) {
+    const auto [o0, o1] = byte_span(*c.t[j]);
+    if (o0 == o1) continue;
+    for (int k = 0; k < j; ++k) {
+      if (p.slots[k].kind != kTensor) continue;
+      const auto [a0, a1] = byte_span(*c.t[k]);
+      TORCH_CHECK(a0 == a1 || o1 <= a0 || a1 <= o0, label(), ": out tensor '", p.slots[j].name,
+                  "' shares memory with ", (k < p.n_inputs ? "input '" : "out tensor '"), p.slots[k].name,
+                  "'; a kernel may read its inputs after writing its outputs, so out= must not overlap them; "
+                  "pass a separate tensor (or call the functional op)");
+    }
+  }
+}
+
 void OpState::prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const {
   const OpPlan& p = plan_;
   bind(c, args, is_out, check_device);
@@ -966,6 +998,7 @@ void OpState::prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, boo
                   dtype_name(o.scalar_type()), "; allocate it with torch.empty(", shape_str(c.out_shapes[j]),
                   ", dtype=torch.", dtype_name(c.out_dtypes[j]), ", device=x.device)");
     }
+    check_no_overlap(c);
   } else if (p.guard_uses_outputs) {
     allocate_outputs(c);
   }

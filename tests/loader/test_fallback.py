@@ -110,3 +110,14 @@ def test_dispatch_and_pack_take_keywords_and_scalar_defaults_like_a_call(fresh_o
         ops.scale_rows.dispatch(x, alpah=2.0, target="gfx942")
     with pytest.raises(TypeError, match="missing argument 'x'"):
         ops.scale_rows.dispatch(target="gfx942")
+
+
+def test_an_out_tensor_that_shares_memory_with_an_input_is_refused(fresh_ops):
+    ops = fresh_ops()
+    x, y = torch.randn(100), torch.randn(100)
+    with pytest.raises(RuntimeError, match="out tensor 'out' shares memory with input 'x'"):
+        ops.add.dry_run(x, y, target="gfx942", out=(x,))
+    base = torch.randn(164)
+    with pytest.raises(RuntimeError, match="shares memory with input 'y'"):
+        ops.add.dry_run(x, base[:100], target="gfx942", out=(base[64:],))  # partial overlap
+    assert ops.add.dry_run(x, y, target="gfx942", out=(torch.empty(100),)).spec == "f32"
