@@ -51,6 +51,7 @@ venvs: $(FLYDSL_VENV)/.ok $(WORKLOAD_VENV)/.ok
 
 # flyship itself goes into both Pythons (pure Python; csrc/ ships as package data).
 install: apt venvs
+	rm -rf build *.egg-info  # setuptools would reuse a stale build/ folder
 	$(FLYDSL_PY) -m pip install -q --no-deps --no-build-isolation --force-reinstall .
 	$(WORKLOAD_PY) -m pip install -q --no-deps --no-build-isolation --force-reinstall .
 

@@ -9,10 +9,18 @@
 import re
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
 VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "flyship" / "__init__.py").read_text()).group(1)
+
+# Each source folder and every subpackage in it (found, so a new subpackage cannot be left out).
+PACKAGE_DIR = {"flyship": "flyship", "flyship.csrc": "csrc"}
+for folder in ("bundle", "compiler", "loader"):
+    PACKAGE_DIR[f"flyship.{folder}"] = folder
+    for sub in find_packages(where=str(HERE / folder)):
+        PACKAGE_DIR[f"flyship.{folder}.{sub}"] = str(Path(folder, *sub.split(".")))
+PACKAGES = sorted(PACKAGE_DIR)
 
 setup(
     name="flyship",
@@ -21,14 +29,8 @@ setup(
     long_description=(HERE / "README.md").read_text() if (HERE / "README.md").exists() else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["flyship", "flyship.bundle", "flyship.compiler", "flyship.loader", "flyship.csrc"],
-    package_dir={
-        "flyship": "flyship",
-        "flyship.bundle": "bundle",
-        "flyship.compiler": "compiler",
-        "flyship.loader": "loader",
-        "flyship.csrc": "csrc",
-    },
+    packages=PACKAGES,
+    package_dir=PACKAGE_DIR,
     package_data={"flyship.bundle": ["schema.json"], "flyship.csrc": ["*.cpp", "*.h"]},
     install_requires=["torch>=2.4", "ninja", "msgpack>=1.0", "pyelftools>=0.30", "filelock>=3.12", "click>=8.1"],
     extras_require={
