@@ -1123,6 +1123,16 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
     }
   }
   TORCH_CHECK(error.empty(), label(), ": the reference (fallback) ", error);
+  // The functional op promises fresh outputs (its schema has no alias annotation): a reference that returns
+  // an input, or a view of one, is given a copy.
+  for (auto& o : out) {
+    for (int k = 0; k < p.n_inputs; ++k) {
+      if (p.slots[k].kind == kTensor && o.is_alias_of(*c.t[k])) {
+        o = o.clone();
+        break;
+      }
+    }
+  }
   TORCH_CHECK(out.size() == p.outputs.size(), label(), ": the reference returned ", out.size(), " tensors, the op has ",
               p.outputs.size(), " outputs");
   for (size_t j = 0; j < out.size(); ++j) {

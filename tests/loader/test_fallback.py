@@ -121,3 +121,11 @@ def test_an_out_tensor_that_shares_memory_with_an_input_is_refused(fresh_ops):
     with pytest.raises(RuntimeError, match="shares memory with input 'y'"):
         ops.add.dry_run(x, base[:100], target="gfx942", out=(base[64:],))  # partial overlap
     assert ops.add.dry_run(x, y, target="gfx942", out=(torch.empty(100),)).spec == "f32"
+
+
+def test_a_reference_that_returns_its_input_gives_a_fresh_tensor(fresh_ops):
+    ops = fresh_ops(references={"add": lambda x, y: x})
+    x = torch.randn(10, dtype=torch.float64)
+    r = ops.add.dry_run(x, x.clone(), target="gfx942")
+    assert r.spec is None
+    assert torch.equal(r.outputs[0], x) and not r.outputs[0]._is_view() and r.outputs[0].data_ptr() != x.data_ptr()
