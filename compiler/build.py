@@ -404,7 +404,7 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
         m, files = assemble_manifest(sf, by_key, tools, frontends, offload)
         files.update(extra_files)
         write_bundle(m, files, out_dir, opts.force)
-    rows = [Row(o, s, t, v.metadata.vgpr_count, v.metadata.sgpr_count, v.metadata.group_segment_fixed_size,
+    rows = [Row(o, s, v.target, v.metadata.vgpr_count, v.metadata.sgpr_count, v.metadata.group_segment_fixed_size,
                 v.kernargs.size, v.seconds) for (o, s, t), v in sorted(by_key.items())]
     return rows
 
