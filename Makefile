@@ -49,11 +49,12 @@ $(WORKLOAD_VENV)/.ok:
 
 venvs: $(FLYDSL_VENV)/.ok $(WORKLOAD_VENV)/.ok
 
-# flyship itself goes into both Pythons (pure Python; csrc/ ships as package data).
+# flyship itself goes into both Pythons as an editable install of this checkout (setup.py maps the source
+# folders onto the one import name; pure Python, csrc/ found beside loader/).
 install: apt venvs
 	rm -rf build *.egg-info  # setuptools would reuse a stale build/ folder
-	$(FLYDSL_PY) -m pip install -q --no-deps --no-build-isolation --force-reinstall .
-	$(WORKLOAD_PY) -m pip install -q --no-deps --no-build-isolation --force-reinstall .
+	$(FLYDSL_PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(WORKLOAD_PY) -m pip install -q --no-deps --no-build-isolation -e .
 
 setup: install
 

@@ -72,7 +72,7 @@ print(json.dumps({"import_triton": t1 - t0, "first_call": t3 - t2, "second_call"
 
 def child(code: str, args: list[str], env: dict[str, str], timeout: float) -> dict[str, float]:
     """Run ``code`` in a fresh Python; its last stdout line is a JSON object of seconds."""
-    e = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **env)
+    e = dict(os.environ, **env)
     r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=e, timeout=timeout,
                        cwd=str(ROOT))
     if r.returncode != 0:

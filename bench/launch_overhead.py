@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 SHAPE = (4, 1024)  # 4096 elements
 

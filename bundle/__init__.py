@@ -4,8 +4,8 @@ Imported by both halves; depends only on the standard library plus msgpack and p
 reading code objects). Never imports flydsl, triton or torch.
 """
 
-from .errors import BundleError, CodeObjectError, ExprError, ManifestVersionError
-from .manifest import MANIFEST_NAME, SCHEMA_VERSION, Manifest, read
+from flyship.bundle.errors import BundleError, CodeObjectError, ExprError, ManifestVersionError
+from flyship.bundle.manifest import MANIFEST_NAME, SCHEMA_VERSION, Manifest, read
 
 __all__ = [
     "BundleError", "CodeObjectError", "ExprError", "ManifestVersionError",

@@ -17,8 +17,8 @@ import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from .errors import CodeObjectError
-from .manifest import KernelMetadata, MetadataArg
+from flyship.bundle.errors import CodeObjectError
+from flyship.bundle.manifest import KernelMetadata, MetadataArg
 
 NT_AMDGPU_METADATA = 32
 EM_AMDGPU = 224

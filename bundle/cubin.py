@@ -35,8 +35,8 @@ from typing import Iterator, Optional, Sequence
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from .errors import CodeObjectError
-from .manifest import KernelMetadata, MetadataArg
+from flyship.bundle.errors import CodeObjectError
+from flyship.bundle.manifest import KernelMetadata, MetadataArg
 
 EM_CUDA = 190
 WARP_SIZE = 32

@@ -21,7 +21,7 @@ import dataclasses
 import functools
 from typing import Callable, Mapping
 
-from .errors import ExprError
+from flyship.bundle.errors import ExprError
 
 # Opcodes of the postfix program the C++ core evaluates (csrc/expr.h mirrors these numbers).
 OP_CONST, OP_SHAPE, OP_STRIDE, OP_NUMEL, OP_SCALAR = 0, 1, 2, 3, 4

@@ -13,8 +13,8 @@ import typing
 from pathlib import Path
 from typing import Any, Optional
 
-from . import expr as _expr
-from .errors import BundleError, ManifestVersionError
+from flyship.bundle import expr as _expr
+from flyship.bundle.errors import BundleError, ManifestVersionError
 
 SCHEMA_MAJOR, SCHEMA_MINOR = 1, 0
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
@@ -555,7 +555,7 @@ def check(m: Manifest) -> None:
     Raises:
         BundleError: naming op, specialization and target, and what is wrong.
     """
-    from . import targets as _targets
+    from flyship.bundle import targets as _targets
 
     if not m.namespace.isidentifier():
         raise BundleError(f"manifest: namespace must be a Python identifier, got {m.namespace!r}")

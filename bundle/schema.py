@@ -13,7 +13,7 @@ import sys
 import typing
 from typing import Any
 
-from . import manifest as M
+from flyship.bundle import manifest as M
 
 # Closed vocabularies, beyond what the types say.
 _ENUMS: dict[tuple[str, str], list[str]] = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from .errors import BundleError
+from flyship.bundle.errors import BundleError
 
 # Per-workgroup LDS (bytes) and wavefront size of the AMD processors we know. Sources: LLVM
 # AMDGPUUsage "Processors" table and the CDNA3 / CDNA4 ISA guides (64 KiB LDS on gfx942,

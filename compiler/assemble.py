@@ -31,7 +31,7 @@ from pathlib import Path
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.errors import CodeObjectError
 
-from .toolchain import Toolchain, ToolchainError, assembler_args, run_tool
+from flyship.compiler.toolchain import Toolchain, ToolchainError, assembler_args, run_tool
 
 SUPPORTED_CODE_OBJECT_VERSIONS = (5, 6)
 # amdhsa.version of the metadata for each code object version (AMDGPUMetadata.h: VersionMajorV5/V6,

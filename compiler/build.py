@@ -20,16 +20,17 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from .. import __version__
-from ..bundle import expr as _expr
-from ..bundle import manifest as M
-from ..bundle import targets as _targets
-from . import frontends as _frontends
-from .spec import OpDecl, Output, Scalar, SpecFile, Tensor
-from .worker import TaskResult, WorkerConfig, init_worker, load_spec_file, run_task
+from flyship import __version__
+from flyship.bundle import expr as _expr
+from flyship.bundle import manifest as M
+from flyship.bundle import targets as _targets
+from flyship.compiler import frontends as _frontends
+from flyship.compiler.spec import OpDecl, Output, Scalar, SpecFile, Tensor
+from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, load_spec_file, run_task
+from flyship.errors import CompileError
 
 
-class BuildError(RuntimeError):
+class BuildError(CompileError, RuntimeError):
     """The build failed; nothing was written at the output path."""
 
 
@@ -339,7 +340,7 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
         BuildError: anything that stops the build (unknown arch, tools missing, output exists, a kernel
             failing to compile or prove); every failing task is listed. Nothing is written then.
     """
-    from . import toolchain as _tc
+    from flyship.compiler import toolchain as _tc
 
     targets = check_archs(opts.archs)
     out_dir = Path(opts.out_dir)
@@ -389,7 +390,7 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
                     frontends[fe] = r.variant.toolchain[fe]
         offload, extra_files = {}, {}
         if opts.offload_bundle:
-            from . import offload as _off
+            from flyship.compiler import offload as _off
 
             for op in sf.ops:
                 for s in op.specs:

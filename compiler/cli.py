@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from .build import BuildError, BuildOptions, Row, build
+from flyship.compiler.build import BuildOptions, Row, build
+from flyship.errors import FlyshipError
 
 
 def format_table(rows: list[Row]) -> str:
@@ -40,11 +41,8 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, c
                         code_object_version=int(code_object_version) if code_object_version else None)
     try:
         rows = build(opts)
-    except BuildError as e:
+    except FlyshipError as e:  # every deliberate error carries its own wording; anything else is a bug
         click.echo(f"error: {e}", err=True)
-        sys.exit(1)
-    except Exception as e:  # toolchain/proof/spec errors carry their own wording
-        click.echo(f"error: {type(e).__name__}: {e}", err=True)
         sys.exit(1)
     click.echo(format_table(rows))
     click.echo(f"\nwrote {out_dir}")

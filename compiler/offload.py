@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .toolchain import Tool, Toolchain, ToolchainError, run_tool
+from flyship.compiler.toolchain import Tool, Toolchain, ToolchainError, run_tool
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 COMPRESSED_MAGIC = b"CCOB"

@@ -26,12 +26,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
-from ..bundle import expr as _expr
-from ..bundle.manifest import DTYPES, SCALAR_TYPES
-
-
-class SpecError(ValueError):
-    """A spec file declares something inconsistent; the message names the op and argument."""
+from flyship.bundle import expr as _expr
+from flyship.bundle.manifest import DTYPES, SCALAR_TYPES
+from flyship.errors import SpecError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from flyship import env
+from flyship.errors import CompileError
 
 REQUIRED_TOOLS = ("llvm-mc", "ld.lld")
 OPTIONAL_TOOLS = ("clang-offload-bundler", "llvm-objdump", "llvm-readelf")
@@ -57,7 +58,7 @@ NEWER_LLVM_HINT = (
 )
 
 
-class ToolchainError(RuntimeError):
+class ToolchainError(CompileError, RuntimeError):
     """A tool is missing, too old for a target, or failed; the message names the tool, its version and
     path, what it was doing, and what to do."""
 

@@ -16,8 +16,9 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from .frontends import BuildContext, CompiledVariant
-from .spec import SpecFile, run_spec_file
+from flyship.compiler.frontends import BuildContext, CompiledVariant
+from flyship.compiler.spec import SpecFile, run_spec_file
+from flyship.errors import CompileError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +67,7 @@ def load_spec_file(path: str) -> SpecFile:
         try:
             spec.loader.exec_module(mod)
         except Exception as e:
-            from .spec import SpecError
+            from flyship.compiler.spec import SpecError
 
             if isinstance(e, SpecError):
                 raise
@@ -76,7 +77,7 @@ def load_spec_file(path: str) -> SpecFile:
     return run_spec_file(str(p), run)
 
 
-class SpecImportError(RuntimeError):
+class SpecImportError(CompileError, RuntimeError):
     """The spec file could not be imported."""
 
 
@@ -85,7 +86,7 @@ def init_worker(cfg: WorkerConfig) -> None:
     global _SPEC, _CFG
     _CFG = cfg
     if cfg.target.startswith("gfx"):
-        from .frontends import flydsl as _fd
+        from flyship.compiler.frontends import flydsl as _fd
 
         cache = Path(tempfile.mkdtemp(prefix="flydsl-cache-", dir=cfg.scratch_root))
         _fd.setup_environment(cfg.target, Path(cfg.rocm_root) if cfg.rocm_root else None, cache)
@@ -99,7 +100,7 @@ def init_worker(cfg: WorkerConfig) -> None:
 
 def run_task(op_name: str, spec_name: str) -> TaskResult:
     """Compile one (op, specialization) for this worker's target. Errors come back as text."""
-    from . import frontends
+    from flyship.compiler import frontends
 
     cfg = _CFG
     assert cfg is not None

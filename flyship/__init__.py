@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 def load(path, **kwargs):
     """Load a bundle and register its ops with torch; see :func:`flyship.loader.load`."""
-    from .loader import load as _load
+    from flyship.loader import load as _load
 
     return _load(path, **kwargs)
 

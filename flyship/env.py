@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 
+from flyship.errors import ConfigError
+
 
 def _get(name: str, default: str = "") -> str:
     return os.environ.get(name, default).strip()
@@ -25,7 +27,7 @@ def _get(name: str, default: str = "") -> str:
 def flavor() -> str | None:
     v = _get("FLYSHIP_FLAVOR").lower()
     if v and v not in ("hip", "cuda"):
-        raise ValueError(f"FLYSHIP_FLAVOR: expected 'hip' or 'cuda', got {v!r}; unset it to pick from the torch build")
+        raise ConfigError(f"FLYSHIP_FLAVOR: expected 'hip' or 'cuda', got {v!r}; unset it to pick from the torch build")
     return v or None
 
 
@@ -40,7 +42,7 @@ def extensions_dir() -> str:
 def fallback_enabled() -> bool:
     v = _get("FLYSHIP_FALLBACK", "1")
     if v not in ("0", "1"):
-        raise ValueError(f"FLYSHIP_FALLBACK: expected 0 or 1, got {v!r}")
+        raise ConfigError(f"FLYSHIP_FALLBACK: expected 0 or 1, got {v!r}")
     return v == "1"
 
 

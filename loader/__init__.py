@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .build import ExtensionBuildError, extension
-from .core import Decision, DryRun, OpHandle, Ops, Packed, load
-from .verify import Report, VerificationError, verify
+from flyship.loader.build import ExtensionBuildError, extension
+from flyship.loader.core import Decision, DryRun, OpHandle, Ops, Packed, load
+from flyship.loader.verify import Report, VerificationError, verify
 
 
 def pack_kernargs(op: OpHandle, spec: str | int, *args: Any, target: Optional[str] = None) -> bytes:

@@ -26,7 +26,8 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-from .. import env
+from flyship import env
+from flyship.errors import LoadError
 
 CSRC = Path(__file__).parent.parent / "csrc"
 CORE_SOURCES = ("flyship.cpp",)
@@ -34,7 +35,7 @@ HEADERS = ("driver.h", "expr.h")
 SHIM_SOURCES = {"hip": "driver_hip.cpp", "cuda": "driver_cuda.cpp"}
 
 
-class ExtensionBuildError(RuntimeError):
+class ExtensionBuildError(LoadError, RuntimeError):
     """The extension could not be configured or built; the message lists what was tried."""
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import click
 
-from ..bundle import manifest as _m
-from ..bundle.errors import BundleError
+from flyship.bundle import manifest as _m
+from flyship.errors import FlyshipError
 
 
 def describe(manifest: _m.Manifest) -> str:
     """A readable listing of a manifest: ops, schemas, specializations with guards and targets."""
-    from .plan import implied_layout_constraints
-    from .schema import schemas
+    from flyship.loader.plan import implied_layout_constraints
+    from flyship.loader.schema import schemas
 
     lines = [f"namespace {manifest.namespace} (schema {manifest.schema_version}, built by flyship "
              f"{manifest.build.flyship_version} under Python {manifest.build.python}; "
@@ -57,7 +57,7 @@ def list_cmd(bundle: Path) -> None:
     try:
         manifest = _m.read(bundle)
         click.echo(describe(manifest))
-    except BundleError as e:
+    except FlyshipError as e:
         raise click.ClickException(str(e)) from None
 
 
@@ -66,14 +66,13 @@ def list_cmd(bundle: Path) -> None:
 @click.option("--namespace", default=None, help="register under this torch namespace instead of the manifest's")
 def verify_cmd(bundle: Path, namespace: str | None) -> None:
     """Run every specialization of BUNDLE against its reference on generated inputs (needs a GPU)."""
-    from . import core
-    from .build import ExtensionBuildError
-    from .verify import VerificationError
+    from flyship.loader import core
+    from flyship.loader.verify import VerificationError
 
     try:
         ops = core.load(bundle, namespace=namespace)
         report = ops.verify()
-    except (BundleError, ExtensionBuildError, VerificationError) as e:
+    except FlyshipError as e:
         raise click.ClickException(str(e)) from None
     click.echo(report.table())
     try:
@@ -87,12 +86,12 @@ def verify_cmd(bundle: Path, namespace: str | None) -> None:
               help="driver shim to build (default: from FLYSHIP_FLAVOR or the torch build)")
 def prebuild_cmd(flavor: str | None) -> None:
     """Build and cache the loader's C++ extension, so no compiler is needed at run time."""
-    from . import build
+    from flyship.loader import build
 
     try:
         cfg = build.config(flavor)
         path = build.build(cfg)
-    except build.ExtensionBuildError as e:
+    except FlyshipError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"flyship extension ({cfg.flavor}) ready: {path}")
 

@@ -19,15 +19,16 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
-from .. import env
-from ..bundle import manifest as _m
-from ..bundle import targets as _targets
-from ..bundle.errors import BundleError
-from . import build as _build
-from . import plan as _plan
-from . import references as _references
-from . import schema as _schema
-from . import validate as _validate
+from flyship import env
+from flyship.bundle import manifest as _m
+from flyship.bundle import targets as _targets
+from flyship.bundle.errors import BundleError
+from flyship.errors import ConfigError
+from flyship.loader import build as _build
+from flyship.loader import plan as _plan
+from flyship.loader import references as _references
+from flyship.loader import schema as _schema
+from flyship.loader import validate as _validate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,10 +153,10 @@ class OpHandle:
         names = self.specializations
         if isinstance(spec, int):
             if not 0 <= spec < len(names):
-                raise ValueError(f"{self.qualname}: specialization index {spec} out of range 0..{len(names) - 1}")
+                raise ConfigError(f"{self.qualname}: specialization index {spec} out of range 0..{len(names) - 1}")
             return spec
         if spec not in names:
-            raise ValueError(f"{self.qualname}: no specialization {spec!r}; it has {', '.join(names)}")
+            raise ConfigError(f"{self.qualname}: no specialization {spec!r}; it has {', '.join(names)}")
         return names.index(spec)
 
     def stats(self) -> dict[str, Any]:
@@ -261,7 +262,7 @@ class OpHandle:
         targets = [v.target for v in self.manifest.specializations[si].variants]
         vi = targets.index(target) if target in targets else _targets.select(targets, target)
         if vi is None:
-            raise ValueError(f"{self.qualname}: specialization {self.specializations[si]} has no variant for "
+            raise ConfigError(f"{self.qualname}: specialization {self.specializations[si]} has no variant for "
                              f"{target!r}; it has {', '.join(targets)}")
         return vi
 
@@ -376,7 +377,7 @@ class Ops:
 
     def verify(self, **kwargs: Any) -> "Any":
         """Run every specialization against its reference on a GPU; see :func:`flyship.loader.verify.verify`."""
-        from .verify import verify
+        from flyship.loader.verify import verify
 
         return verify(self, **kwargs)
 

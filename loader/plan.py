@@ -11,9 +11,9 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable, Optional
 
-from ..bundle import expr as _expr
-from ..bundle import manifest as _m
-from ..bundle.errors import BundleError
+from flyship.bundle import expr as _expr
+from flyship.bundle import manifest as _m
+from flyship.bundle.errors import BundleError
 
 PLAN_VERSION = 1
 ARG_KINDS = {"tensor": 0, "int": 1, "float": 2, "bool": 3}

@@ -13,8 +13,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, Optional
 
-from ..bundle import manifest as _m
-from ..bundle.errors import BundleError
+from flyship.bundle import manifest as _m
+from flyship.bundle.errors import BundleError
 
 
 def import_references(root: Path, manifest: _m.Manifest) -> Optional[ModuleType]:

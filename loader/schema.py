@@ -15,9 +15,9 @@ from __future__ import annotations
 import string
 from typing import Any, Callable
 
-from ..bundle import expr as _expr
-from ..bundle import manifest as _m
-from ..bundle.errors import BundleError
+from flyship.bundle import expr as _expr
+from flyship.bundle import manifest as _m
+from flyship.bundle.errors import BundleError
 
 _TYPES = {"tensor": "Tensor", "int": "int", "float": "float", "bool": "bool"}
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ..bundle import manifest as _m
-from ..bundle import targets as _targets
-from ..bundle.errors import BundleError, CodeObjectError
+from flyship.bundle import manifest as _m
+from flyship.bundle import targets as _targets
+from flyship.bundle.errors import BundleError, CodeObjectError
 
 
 def _where(op: _m.Op, spec: _m.Specialization, v: _m.Variant) -> str:
@@ -57,7 +57,7 @@ def check_hsaco(v: _m.Variant, data: bytes, where: str) -> None:
     Raises:
         BundleError: the first disagreement, naming both values.
     """
-    from ..bundle.codeobject import CodeObjectFile
+    from flyship.bundle.codeobject import CodeObjectFile
 
     co = CodeObjectFile(data, where)
     symbol = v.code_object.symbol
@@ -108,7 +108,7 @@ def check_cubin(v: _m.Variant, data: bytes, where: str) -> None:
     Raises:
         BundleError: the first disagreement, naming both values.
     """
-    from ..bundle.cubin import CubinFile
+    from flyship.bundle.cubin import CubinFile
 
     try:
         cubin = CubinFile(data, where)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..bundle import manifest as _m
-from ..bundle import targets as _targets
+from flyship.bundle import manifest as _m
+from flyship.bundle import targets as _targets
+from flyship.errors import LoadError
 
 if TYPE_CHECKING:
-    from .core import Ops
+    from flyship.loader.core import Ops
 
 # (rtol, atol) per output dtype: a kernel and the reference may round differently.
 TOLERANCES = {
@@ -24,7 +25,7 @@ TOLERANCES = {
 }
 
 
-class VerificationError(RuntimeError):
+class VerificationError(LoadError, RuntimeError):
     """A kernel disagreed with its reference, or verification could not run."""
 
 

@@ -25,7 +25,9 @@ if [[ ! -f "$BUNDLE/manifest.json" ]]; then
 fi
 BUNDLE="$(cd "$BUNDLE" && pwd)"
 export FLYSHIP_GPU_BUNDLE="$BUNDLE" FLYSHIP_GPU_OUT="$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# flyship is a package tree mapped by setup.py (no symlinks): install this checkout into a private folder.
+"$PY" -m pip install -q --no-deps --no-build-isolation --target /tmp/flyship-site . >/dev/null
+export PYTHONPATH="/tmp/flyship-site${PYTHONPATH:+:$PYTHONPATH}"
 # The CUDA image's default CXX (/opt/gcc/bin/g++) links libstdc++ statically into shared objects; an
 # extension built so crashes on its first C++ exception, and the loader refuses such a compiler. Use the
 # system compiler unless told otherwise.

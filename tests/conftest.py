@@ -35,7 +35,7 @@ def run_build(spec: Path | str, out: Path, archs: list[str], *extra: str, check:
         pytest.skip("needs the FlyDSL build Python (make install creates .venv-flydsl); it would build bundles")
     cmd = [py, "-m", "flyship.compiler.cli", str(spec), "-o", str(out), *sum((["--arch", a] for a in archs), []),
            *extra]
-    e = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    e = dict(os.environ, **(env or {}))  # flyship is installed (editable) in the build Python
     r = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=str(ROOT), timeout=900)
     if check and r.returncode != 0:
         raise AssertionError(f"flyc-build failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")

@@ -11,7 +11,8 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
-from ...bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof
+from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof
+from flyship.errors import CompileError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +74,7 @@ class CompiledVariant:
     seconds: float = 0.0
 
 
-class FrontendError(RuntimeError):
+class FrontendError(CompileError, RuntimeError):
     """A kernel failed to trace or compile; the message names op, specialization, target and the DSL's
     own message."""
 
@@ -81,9 +82,9 @@ class FrontendError(RuntimeError):
 def get(frontend: str):
     """The frontend module for ``"flydsl"`` or ``"triton"``."""
     if frontend == "flydsl":
-        from . import flydsl as mod
+        from flyship.compiler.frontends import flydsl as mod
     elif frontend == "triton":
-        from . import triton as mod
+        from flyship.compiler.frontends import triton as mod
     else:
         raise FrontendError(f"frontend: expected 'flydsl' or 'triton', got {frontend!r}")
     return mod

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ...bundle.codeobject import CodeObjectFile
-from ...bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLayout, Launch
-from ..spec import OpDecl, Output, Scalar, Spec, Tensor
-from . import BuildContext, CompiledVariant, FrontendError
-from . import flydsl_ir
+from flyship.bundle.codeobject import CodeObjectFile
+from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLayout, Launch
+from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor
+from flyship.compiler.frontends import BuildContext, CompiledVariant, FrontendError
+from flyship.compiler.frontends import flydsl_ir
 
 ENV_DEFAULTS = {
     "COMPILE_ONLY": "1",
@@ -199,8 +199,8 @@ def compile_variant(op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> C
     from flydsl._mlir import ir
     from flydsl.compiler.jit_function import _create_mlir_context
 
-    from .. import assemble as _assemble
-    from .. import proof as _proof
+    from flyship.compiler import assemble as _assemble
+    from flyship.compiler import proof as _proof
 
     where = f"op {op.name} spec {spec.name} target {target}"
     t0 = time.perf_counter()

@@ -23,8 +23,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..spec import OpDecl, Output, Scalar, Spec, Tensor
-from . import FrontendError
+from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor
+from flyship.compiler.frontends import FrontendError
 
 _MEMREF_RE = re.compile(r"^!fly\.memref<([^,]+),\s*([a-z_]+),\s*(.*)>$")
 _INT_W = {"i8": 1, "i16": 2, "i32": 4, "i64": 8}
@@ -321,7 +321,7 @@ class _Evaluator:
 
     # -- expressions ---------------------------------------------------------------------------
     def expr(self, v) -> str:
-        from ...bundle import expr as _expr
+        from flyship.bundle import expr as _expr
 
         return _expr.canonical(self._expr(v))
 
@@ -426,7 +426,7 @@ class _Evaluator:
             if t not in _SCALAR_FIELD:
                 raise FrontendError(f"{self.where}: scalar {name} lowered to {t}, which flyship cannot pack")
             ft = _SCALAR_FIELD[t]
-            from ...bundle.manifest import FIELD_TYPES
+            from flyship.bundle.manifest import FIELD_TYPES
 
             return [FieldPlan(0, "scalar", ft, arg=name)], FIELD_TYPES[ft]
         if t in _INT_W:

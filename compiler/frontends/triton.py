@@ -31,14 +31,14 @@ import re
 import time
 from typing import Any, Optional
 
-from ...bundle import expr as _expr
-from ...bundle import targets as _targets
-from ...bundle.codeobject import CodeObjectFile
-from ...bundle.cubin import CubinFile
-from ...bundle.errors import BundleError
-from ...bundle.manifest import FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch, Proof, check_layout
-from ..spec import Constexpr, OpDecl, Output, Scalar, Spec, Tensor, Value
-from . import BuildContext, CompiledVariant, FrontendError
+from flyship.bundle import expr as _expr
+from flyship.bundle import targets as _targets
+from flyship.bundle.codeobject import CodeObjectFile
+from flyship.bundle.cubin import CubinFile
+from flyship.bundle.errors import BundleError
+from flyship.bundle.manifest import FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch, Proof, check_layout
+from flyship.compiler.spec import Constexpr, OpDecl, Output, Scalar, Spec, Tensor, Value
+from flyship.compiler.frontends import BuildContext, CompiledVariant, FrontendError
 
 # torch dtype name -> Triton signature element type (triton/language/core.py dtype names).
 TRITON_DTYPES: dict[str, str] = {

@@ -97,7 +97,6 @@ def main() -> None:
     if args.child:
         _compile_in_this_process()
         return
-    sys.path.insert(0, str(ROOT))
     from flyship.compiler.toolchain import check_targets, find_toolchain, rocm_root
 
     toolchain = find_toolchain(args.llvm_bin)

@@ -31,7 +31,6 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
 
 from flyship.bundle import manifest as m  # noqa: E402
 from flyship.bundle.codeobject import CodeObjectFile  # noqa: E402
