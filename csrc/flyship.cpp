@@ -1357,7 +1357,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
   });
   m.attr("PLAN_VERSION") = kPlanVersion;
-  m.def("flavor", [] { return std::string(driver::flavor()); }, "The driver shim compiled in: 'hip' or 'cuda'.");
+  m.def("flavor", [] { return std::string(driver::flavor()); },
+        "The driver shim compiled in: 'hip' or 'cuda' (test-only: 'hip-nvidia').");
   m.def("runtime_version", &driver::runtime_version, "The GPU runtime's version, and the headers'.");
   m.def(
       "device_info",

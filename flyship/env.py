@@ -3,6 +3,12 @@
 Options:
     FLYSHIP_FLAVOR: force the loader's driver shim, ``hip`` or ``cuda`` (default: from the torch build:
         ROCm torch -> hip, CUDA torch -> cuda; a CPU-only torch builds the hip flavor when HIP headers exist).
+        TEST-ONLY: ``hip-nvidia`` builds the HIP shim (csrc/driver_hip.cpp) for HIP's NVIDIA platform, over the
+        CUDA driver, to run the HIP launch path on an NVIDIA GPU (scripts/gpu_check_hip_nvidia.sh); never
+        chosen unless set here, and it needs FLYSHIP_HIP_NVIDIA_INCLUDE.
+    FLYSHIP_HIP_NVIDIA_INCLUDE: TEST-ONLY, for ``FLYSHIP_FLAVOR=hip-nvidia``: the folder holding the test's
+        ``hip/hip_runtime_api.h`` that maps the shim's HIP calls onto the CUDA driver
+        (``tests/gpu/hip_nvidia/include``). The CUDA headers and libcuda are found as for the cuda flavor.
     FLYSHIP_HIP_PATH: root of the HIP install to compile the hip flavor against (default: ``$ROCM_PATH``,
         ``/opt/rocm``, then Debian's ``/usr``).
     FLYSHIP_EXTENSIONS_DIR: where the compiled extension is cached (default: ``$TORCH_EXTENSIONS_DIR`` or
@@ -20,15 +26,23 @@ import os
 from flyship.errors import ConfigError
 
 
+FLAVORS = ("hip", "cuda", "hip-nvidia")  # hip-nvidia: test-only, see FLYSHIP_FLAVOR
+
+
 def _get(name: str, default: str = "") -> str:
     return os.environ.get(name, default).strip()
 
 
 def flavor() -> str | None:
     v = _get("FLYSHIP_FLAVOR").lower()
-    if v and v not in ("hip", "cuda"):
-        raise ConfigError(f"FLYSHIP_FLAVOR: expected 'hip' or 'cuda', got {v!r}; unset it to pick from the torch build")
+    if v and v not in FLAVORS:
+        raise ConfigError(f"FLYSHIP_FLAVOR: expected 'hip' or 'cuda' (or the test-only 'hip-nvidia'), got {v!r}; "
+                          "unset it to pick from the torch build")
     return v or None
+
+
+def hip_nvidia_include() -> str:
+    return _get("FLYSHIP_HIP_NVIDIA_INCLUDE")
 
 
 def hip_path() -> str:

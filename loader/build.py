@@ -32,7 +32,8 @@ from flyship.errors import LoadError
 CSRC = Path(__file__).parent.parent / "csrc"
 CORE_SOURCES = ("flyship.cpp",)
 HEADERS = ("driver.h", "expr.h")
-SHIM_SOURCES = {"hip": "driver_hip.cpp", "cuda": "driver_cuda.cpp"}
+# hip-nvidia is test-only: the HIP shim on HIP's NVIDIA platform (see hip_nvidia_config), never chosen by default.
+SHIM_SOURCES = {"hip": "driver_hip.cpp", "cuda": "driver_cuda.cpp", "hip-nvidia": "driver_hip.cpp"}
 
 
 class ExtensionBuildError(LoadError, RuntimeError):
@@ -44,7 +45,7 @@ class BuildConfig:
     """Everything that decides the extension binary.
 
     Attributes:
-        flavor: ``"hip"`` or ``"cuda"``.
+        flavor: ``"hip"`` or ``"cuda"`` (or the test-only ``"hip-nvidia"``).
         sources: C++ sources compiled into the extension.
         include_dirs: extra include directories (the HIP or CUDA headers).
         cflags: extra compiler flags.
@@ -192,6 +193,28 @@ def find_cuda_library() -> Path:
     )
 
 
+def hip_nvidia_config() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Include dirs, flags and link flags of the TEST-ONLY hip-nvidia flavor: driver_hip.cpp compiled with
+    ``__HIP_PLATFORM_NVIDIA__`` against the test's HIP-to-CUDA-driver header (``FLYSHIP_HIP_NVIDIA_INCLUDE``,
+    e.g. ``tests/gpu/hip_nvidia/include``) and the CUDA headers, linked to libcuda (found as for cuda).
+
+    Raises:
+        ExtensionBuildError: the test header folder is unset or lacks ``hip/hip_runtime_api.h``; no cuda.h or
+            libcuda.
+    """
+    inc = env.hip_nvidia_include()
+    if not inc or not (Path(inc) / "hip" / "hip_runtime_api.h").is_file():
+        raise ExtensionBuildError(
+            f"build flyship extension (hip-nvidia, test-only): expected FLYSHIP_HIP_NVIDIA_INCLUDE to name a folder "
+            f"with hip/hip_runtime_api.h, got {inc or 'nothing'!r}; set it to tests/gpu/hip_nvidia/include")
+    cuda_inc, tried = find_cuda_header()
+    if cuda_inc is None:
+        raise ExtensionBuildError("build flyship extension (hip-nvidia): expected cuda.h, found none; tried "
+                                  + ", ".join(tried) + "; install the CUDA toolkit headers or set CUDA_HOME")
+    lib = find_cuda_library()
+    return (str(Path(inc).resolve()), str(cuda_inc)), ("-D__HIP_PLATFORM_NVIDIA__=1",), (str(lib),)
+
+
 def choose_flavor() -> str:
     """The driver shim to build: ``FLYSHIP_FLAVOR``, else from the torch build (see module docstring).
 
@@ -234,7 +257,8 @@ def config(flavor: str | None = None) -> BuildConfig:
     """
     flavor = flavor or choose_flavor()
     if flavor not in SHIM_SOURCES:
-        raise ExtensionBuildError(f"build flyship extension: expected flavor 'hip' or 'cuda', got {flavor!r}")
+        raise ExtensionBuildError(f"build flyship extension: expected flavor 'hip' or 'cuda' (or the test-only "
+                                  f"'hip-nvidia'), got {flavor!r}")
     sources = tuple(str(CSRC / s) for s in (*CORE_SOURCES, SHIM_SOURCES[flavor]))
     cflags = ["-O2", "-fvisibility=hidden"]
     if flavor == "hip":
@@ -247,6 +271,9 @@ def config(flavor: str | None = None) -> BuildConfig:
         include_dirs = (str(inc),)
         cflags.append("-D__HIP_PLATFORM_AMD__=1")
         ldflags = (str(lib), f"-Wl,-rpath,{lib.parent}")
+    elif flavor == "hip-nvidia":
+        include_dirs, platform_flags, ldflags = hip_nvidia_config()
+        cflags += platform_flags
     else:
         inc, tried = find_cuda_header()
         if inc is None:
@@ -259,6 +286,9 @@ def config(flavor: str | None = None) -> BuildConfig:
     h = hashlib.sha256()
     for f in sorted({*sources, *(str(CSRC / x) for x in HEADERS)}):
         h.update(Path(f).name.encode() + b"\0" + Path(f).read_bytes() + b"\0")
+    if flavor == "hip-nvidia":  # the test header is source too
+        for f in sorted(Path(include_dirs[0]).rglob("*.h")):
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     # The compiler torch.utils.cpp_extension will use ($CXX, else c++) is part of what decides the binary.
     # The cache root is hashed too: torch's JIT versioner renames a second build of one name in one process
     # (`<name>_v1.so`) when its build directory differs.

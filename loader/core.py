@@ -278,7 +278,8 @@ class Ops:
         path: the bundle directory.
         manifest: the parsed manifest.
         namespace: the torch namespace (``torch.ops.<namespace>``).
-        flavor: the driver shim of the extension (``"hip"`` or ``"cuda"``).
+        flavor: the driver shim of the extension (``"hip"`` or ``"cuda"``; ``"hip-nvidia"`` in the test-only run
+            of the HIP shim on an NVIDIA GPU).
     """
 
     def __init__(self, path: Path, manifest: _m.Manifest, namespace: str, core: Any, library: Any, ext: Any,
