@@ -2,7 +2,8 @@
 // It defines the cu* functions that csrc/driver_hip.cpp reaches through include/hip/hip_runtime_api.h, with
 // the driver's documented behaviour where the test looks (a context must be current for module and launch
 // calls; error names and strings as libcuda words them), and records each launch as the driver received it.
-// Knobs (environment): FAKE_CUDA_INIT (cuInit's result), FAKE_CUDA_DRIVER_VERSION (default 13000).
+// Knobs (environment): FAKE_CUDA_INIT (cuInit's result), FAKE_CUDA_DRIVER_VERSION (default: CUDA_VERSION
+// of the cuda.h it is compiled with).
 #include "recording_driver.h"
 
 #include <cstdlib>
@@ -37,7 +38,7 @@ extern "C" {
 CUresult cuInit(unsigned int) { return static_cast<CUresult>(env_int("FAKE_CUDA_INIT", 0)); }
 
 CUresult cuDriverGetVersion(int* v) {
-  *v = env_int("FAKE_CUDA_DRIVER_VERSION", 13000);
+  *v = env_int("FAKE_CUDA_DRIVER_VERSION", CUDA_VERSION);
   return CUDA_SUCCESS;
 }
 
@@ -93,7 +94,7 @@ CUresult cuModuleLoadData(CUmodule* module, const void* image) {
 
 CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char* name) {
   if (current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (std::strcmp(name, "kernel") != 0) return CUDA_ERROR_NOT_FOUND;
+  if (std::strncmp(name, "no_such_", 8) == 0) return CUDA_ERROR_NOT_FOUND;  // any other name is found
   *f = reinterpret_cast<CUfunction>(&function_storage);
   return CUDA_SUCCESS;
 }
