@@ -297,8 +297,8 @@ def config(flavor: str | None = None) -> BuildConfig:
                  sys.abiflags if hasattr(sys, "abiflags") else "", os.environ.get("CXX", "c++"), root, *include_dirs,
                  *cflags, *ldflags):
         h.update(str(part).encode() + b"\0")
-    name = "_".join(("flyship", _sanitize(flavor), _sanitize(sys.implementation.cache_tag), "torch" + _sanitize(torch.__version__),
-                     h.hexdigest()[:12]))
+    name = "_".join(("flyship", _sanitize(flavor), _sanitize(sys.implementation.cache_tag),  # a Python identifier
+                     "torch" + _sanitize(torch.__version__), h.hexdigest()[:12]))
     return BuildConfig(flavor, sources, include_dirs, tuple(cflags), ldflags, name, root / name)
 
 
