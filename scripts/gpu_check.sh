@@ -11,6 +11,8 @@
 #   cold_start.{json,md,log}       import + load + first call, warm and first-build extension cache
 #   summary.{json,md}              the table printed last
 # Each step has its own time limit (total well under 8 minutes); a failing step does not stop the others.
+# Knobs: GPU_TESTS_LIMIT (s, default 300), BENCH_LIMIT (s, default 110), SKIP_LAUNCH_OVERHEAD=1, SKIP_COLD_START=1;
+# FLYSHIP_FLAVOR and friends pass through (scripts/gpu_check_hip_nvidia.sh runs this once per flavor).
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
 
@@ -26,7 +28,12 @@ fi
 BUNDLE="$(cd "$BUNDLE" && pwd)"
 export FLYSHIP_GPU_BUNDLE="$BUNDLE" FLYSHIP_GPU_OUT="$OUT"
 # flyship is a package tree mapped by setup.py (no symlinks): install this checkout into a private folder.
-"$PY" -m pip install -q --no-deps --no-build-isolation --target /tmp/flyship-site . >/dev/null
+# --upgrade: a second run (scripts/gpu_check_hip_nvidia.sh runs this twice) replaces the first's copy.
+"$PY" -m pip install -q --no-deps --no-build-isolation --upgrade --target /tmp/flyship-site . >/dev/null
+# The GPU image lacks pyelftools and msgpack and cannot download: wheels carried in .whl/ (see docs/perf.md).
+if ! "$PY" -c 'import elftools, msgpack' 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --upgrade --target /tmp/flyship-site .whl/*.whl >/dev/null
+fi
 export PYTHONPATH="/tmp/flyship-site${PYTHONPATH:+:$PYTHONPATH}"
 # The CUDA image's default CXX (/opt/gcc/bin/g++) links libstdc++ statically into shared objects; an
 # extension built so crashes on its first C++ exception, and the loader refuses such a compiler. Use the
@@ -41,6 +48,7 @@ export FLYSHIP_EXTENSIONS_DIR="${FLYSHIP_EXTENSIONS_DIR:-/tmp/flyship-gpu-check-
   "$PY" -c 'import sys, torch; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, "hip", torch.version.hip); print("gpu", torch.cuda.get_device_name() if torch.cuda.is_available() else "none")'
   "$PY" -c 'import triton; print("triton", triton.__version__)' 2>&1
   "$PY" -c 'import json, sys; m = json.load(open(sys.argv[1])); print("bundle", sys.argv[1], "built by python", m["build"]["python"], "frontends", m["build"]["frontends"], "ops", [o["name"] for o in m["ops"]])' "$BUNDLE/manifest.json"
+  echo "FLYSHIP_FLAVOR=${FLYSHIP_FLAVOR:-} (empty: from the torch build)"
 } > "$OUT/env.txt" 2>&1
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 cat "$OUT/env.txt"
@@ -57,17 +65,21 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, tee its log, rememb
   [[ $rc -eq 0 ]] || status=1
 }
 : > "$OUT/steps.txt"
-step gpu-tests 300 "$PY" -m pytest tests/gpu tests/loader -m gpu -v -rA -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml"
-step launch_overhead 110 "$PY" bench/launch_overhead.py --bundle "$BUNDLE" --out "$OUT"
-[[ "${SKIP_COLD_START:-0}" == 1 ]] || step cold_start 110 "$PY" bench/cold_start.py --bundle "$BUNDLE" --out "$OUT"
+step gpu-tests "${GPU_TESTS_LIMIT:-300}" "$PY" -m pytest tests/gpu tests/loader -m gpu -v -rA -p no:cacheprovider \
+  --junitxml="$OUT/gpu-tests.xml"
+[[ "${SKIP_LAUNCH_OVERHEAD:-0}" == 1 ]] || step launch_overhead "${BENCH_LIMIT:-110}" "$PY" bench/launch_overhead.py \
+  --bundle "$BUNDLE" --out "$OUT"
+[[ "${SKIP_COLD_START:-0}" == 1 ]] || step cold_start "${BENCH_LIMIT:-110}" "$PY" bench/cold_start.py --bundle "$BUNDLE" \
+  --out "$OUT"
 
 "$PY" - "$OUT" <<'EOF'
-import json, sys
+import json, os, sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 out = Path(sys.argv[1])
-summary = {"steps": {}, "tests": {}, "failed_tests": [], "skipped_tests": []}
+summary = {"flavor": os.environ.get("FLYSHIP_FLAVOR") or "from the torch build", "steps": {}, "tests": {},
+           "failed_tests": [], "skipped_tests": []}
 for line in (out / "steps.txt").read_text().split("\n"):
     if line.strip():
         name, rc, secs = line.split()
@@ -85,7 +97,7 @@ if xml.exists():
         else:
             state = "passed"
         summary["tests"][state] = summary["tests"].get(state, 0) + 1
-rows = ["| item | result |", "| --- | --- |"]
+rows = ["| item | result |", "| --- | --- |", f"| flavor (FLYSHIP_FLAVOR) | {summary['flavor']} |"]
 for name, s in summary["steps"].items():
     rows.append(f"| step {name} | {'ok' if s['exit'] == 0 else 'FAILED (exit %d)' % s['exit']} in {s['seconds']} s |")
 rows.append(f"| GPU tests | {', '.join(f'{v} {k}' for k, v in sorted(summary['tests'].items())) or 'no results'} |")
