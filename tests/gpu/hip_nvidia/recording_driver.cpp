@@ -12,6 +12,7 @@
 namespace recording {
 Launch last_launch;
 int func_max_dynamic_shared = -1;
+int func_attribute_calls = 0;
 int primary_retains = 0;
 }  // namespace recording
 
@@ -104,6 +105,7 @@ CUresult cuModuleUnload(CUmodule) { return current == nullptr ? CUDA_ERROR_INVAL
 CUresult cuFuncSetAttribute(CUfunction, CUfunction_attribute a, int value) {
   if (a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_INVALID_VALUE;
   recording::func_max_dynamic_shared = value;
+  ++recording::func_attribute_calls;
   return CUDA_SUCCESS;
 }
 

@@ -22,6 +22,7 @@ struct Launch {
 
 extern Launch last_launch;
 extern int func_max_dynamic_shared;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES last set, or -1
+extern int func_attribute_calls;  // how many times it was set
 extern int primary_retains;
 
 }  // namespace recording

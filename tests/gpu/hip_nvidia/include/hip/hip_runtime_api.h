@@ -24,7 +24,8 @@
 //     when none is (as the CUDA runtime does lazily; torch works in the same primary contexts).
 //   - HIP needs no opt-in for dynamic LDS up to the device's limit (driver_hip.cpp's allow_dynamic_shared
 //     is a no-op); CUDA needs one above 48 KiB. So sharedMemPerBlock reports the opt-in limit and
-//     hipModuleLaunchKernel sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES when a launch asks for more.
+//     hipModuleLaunchKernel sets CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES when a launch asks for more
+//     than the kernel was allowed so far (once per new high-water mark, as the CUDA shim's core does).
 #pragma once
 
 #if !defined(__HIP_PLATFORM_NVIDIA__) || defined(__HIP_PLATFORM_AMD__)
@@ -36,6 +37,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <mutex>
+#include <unordered_map>
 
 typedef CUresult hipError_t;
 typedef CUmodule hipModule_t;
@@ -98,6 +100,19 @@ inline CUresult bind() {
   e = primary_context(current_device, &ctx);
   if (e != CUDA_SUCCESS) return e;
   return cuCtxSetCurrent(ctx);
+}
+
+// Raise `f`'s dynamic shared memory limit to `bytes` unless it is that high already. Once per new high-water
+// mark, so the first (warm-up) launch sets it and a launch under CUDA-graph capture does not call it again.
+inline CUresult allow_dynamic_shared(CUfunction f, unsigned bytes) {
+  static std::mutex mu;
+  static std::unordered_map<CUfunction, unsigned> allowed;
+  std::lock_guard<std::mutex> lock(mu);
+  unsigned& have = allowed[f];
+  if (bytes <= have) return CUDA_SUCCESS;
+  CUresult e = cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes));
+  if (e == CUDA_SUCCESS) have = bytes;
+  return e;
 }
 
 }  // namespace flyship_hip_nvidia
@@ -197,7 +212,7 @@ inline hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned gridX, unsigne
   CUresult e = flyship_hip_nvidia::bind();
   if (e != CUDA_SUCCESS) return e;
   if (sharedMemBytes > flyship_hip_nvidia::kDefaultDynamicShared) {
-    e = cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(sharedMemBytes));
+    e = flyship_hip_nvidia::allow_dynamic_shared(f, sharedMemBytes);
     if (e != CUDA_SUCCESS) return e;
   }
   return cuLaunchKernel(f, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedMemBytes, stream, kernelParams, extra);
