@@ -1280,9 +1280,10 @@ void register_kernels(Bundle& b) {
         std::make_unique<torch::Library>(torch::Library::IMPL, b.core->ns(), key, __FILE__, __LINE__));
     return b.libraries.back().get();
   };
-  // The real kernel for GPU tensors (ROCm torch dispatches HIP tensors under the CUDA key too), and
-  // the same kernel for CPU tensors: its device check raises the clear "move inputs with .cuda()".
-  for (c10::DispatchKey key : {c10::DispatchKey::CUDA, c10::DispatchKey::CPU}) {
+  // The real kernel for GPU tensors (ROCm torch dispatches HIP tensors under the CUDA key too). CPU
+  // tensors run the op's reference: that kernel is Python, registered beside the fake kernel
+  // (flyship/loader/cpu.py), so the CPU key is left to it.
+  for (c10::DispatchKey key : {c10::DispatchKey::CUDA}) {
     torch::Library* lib = make(key);
     for (int k = 0; k < b.core->n_ops(); ++k) {
       const std::string& name = b.core->op(k).plan().name;

@@ -4,8 +4,10 @@ Registration (per op, under the manifest's namespace or the one given to :func:`
 
 * ``torch.library.Library(ns, "FRAGMENT").define`` of the functional schema and of the ``.out`` variant;
 * a fake kernel per overload (``torch.library.register_fake``), from the output rules;
-* in C++: the boxed kernel for the CUDA key (ROCm torch uses it too), the same kernel for CPU (whose
-  device check raises "move inputs with .cuda()"), and torch's not-implemented autograd kernels.
+* a CPU kernel per overload (:mod:`flyship.loader.cpu`): CPU tensors run the op's reference, counted as a
+  fallback with reason ``"cpu"``;
+* in C++: the boxed kernel for the CUDA key (ROCm torch uses it too) and torch's not-implemented autograd
+  kernels.
 
 The ops stay registered for the life of the process; loading the same bundle again returns the same
 :class:`Ops`.
@@ -25,6 +27,7 @@ from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
 from flyship.loader import build as _build
+from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
 from flyship.loader import references as _references
 from flyship.loader import schema as _schema
@@ -166,10 +169,16 @@ class OpHandle:
             ``{"calls": n, "launches": {spec: n}, "fallbacks": {reason: n}, "empty": n}``; ``empty``
             counts calls whose grid was empty (nothing to launch).
         """
-        return self._ops._core.stats(self._index)
+        d = self._ops._core.stats(self._index)
+        on_cpu = self._ops._cpu[self._index].calls
+        if on_cpu:
+            d["fallbacks"][_cpu.REASON] = on_cpu
+            d["calls"] += on_cpu
+        return d
 
     def reset_stats(self) -> None:
         self._ops._core.reset_stats(self._index)
+        self._ops._cpu[self._index].reset()
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The op's inputs in schema order, from positional and keyword arguments plus scalar defaults.
@@ -283,7 +292,7 @@ class Ops:
     """
 
     def __init__(self, path: Path, manifest: _m.Manifest, namespace: str, core: Any, library: Any, ext: Any,
-                 references: list[Optional[Callable[..., Any]]], digest: str) -> None:
+                 references: list[Optional[Callable[..., Any]]], digest: str, cpu: list[_cpu.CpuKernel]) -> None:
         self.path = path
         self.manifest = manifest
         self.namespace = namespace
@@ -292,6 +301,7 @@ class Ops:
         self._references = {op.name: fn for op, fn in zip(manifest.ops, references)}
         self._core = core
         self._library = library  # keeps the torch.library registrations alive
+        self._cpu = cpu
         self._digest = digest
         self._ops = {op.name: OpHandle(self, i, op) for i, op in enumerate(manifest.ops)}
 
@@ -387,11 +397,13 @@ _lock = threading.Lock()
 _loaded: dict[str, Ops] = {}
 
 
-def _register(manifest: _m.Manifest, namespace: str, core: Any) -> Any:
+def _register(manifest: _m.Manifest, namespace: str, core: Any,
+              references: list[Optional[Callable[..., Any]]]) -> tuple[Any, list[_cpu.CpuKernel]]:
     import torch
 
     lib = torch.library.Library(namespace, "FRAGMENT")
-    for op in manifest.ops:
+    cpu_kernels = []
+    for op, reference in zip(manifest.ops, references):
         functional, out = _schema.schemas(op)
         try:
             lib.define(functional)
@@ -402,8 +414,11 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any) -> Any:
         qual = f"{namespace}::{op.name}"
         torch.library.register_fake(qual, _schema.make_fake(op, False, qual), lib=lib)
         torch.library.register_fake(qual + ".out", _schema.make_fake(op, True, qual), lib=lib)
+        cpu_kernel = _cpu.CpuKernel(op, qual, reference, lambda: core.fallback)
+        _cpu.register(lib, op, cpu_kernel)
+        cpu_kernels.append(cpu_kernel)
     core.register()
-    return lib
+    return lib, cpu_kernels
 
 
 def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., Any]]] = None,
@@ -453,8 +468,8 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             ext = _build.extension()
             plan = _plan.lower_bundle(manifest, ns, images, refs)
             core = ext.Bundle(plan, make_selector(manifest), env.fallback_enabled() if fallback is None else fallback)
-            library = _register(manifest, ns, core)
-            ops = Ops(root, manifest, ns, core, library, ext, refs, digest)
+            library, cpu_kernels = _register(manifest, ns, core, refs)
+            ops = Ops(root, manifest, ns, core, library, ext, refs, digest, cpu_kernels)
             _loaded[ns] = ops
             if env.verbose():
                 print(f"flyship: loaded {ops!r} ({ext.flavor()} flavor, {ext.runtime_version()})")

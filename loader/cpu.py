@@ -1,0 +1,108 @@
+"""The CPU kernel of an op: a call whose tensors are all on the CPU runs the op's PyTorch reference.
+
+A bundle holds GPU code objects only, so on the CPU the reference is the op: ``torch.library.opcheck``,
+unit tests and CPU-only CI of a model that uses the ops get real numbers. Such calls are counted in
+``stats()`` under the fallback reason :data:`REASON`; with the fallback off (``FLYSHIP_FALLBACK=0`` or
+``load(fallback=False)``) they raise, as every other fallback does.
+
+The reference's outputs are checked against the manifest's output rules (the fake kernel's shapes and
+dtypes), and an output that aliases an input is copied, as the C++ fallback does for GPU tensors.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Optional
+
+from flyship.bundle import manifest as _m
+from flyship.errors import LoadError
+from flyship.loader import schema as _schema
+
+REASON = "cpu"
+
+
+class CpuKernel:
+    """The CPU kernels (functional and ``.out``) of one op, with the count of calls they took.
+
+    Args:
+        op: the op's manifest entry.
+        qualname: ``<namespace>::<name>``, for messages.
+        reference: the op's PyTorch reference, or None.
+        fallback_on: returns whether the bundle's fallback is on now (read per call: it can be switched).
+    """
+
+    def __init__(self, op: _m.Op, qualname: str, reference: Optional[Callable[..., Any]],
+                 fallback_on: Callable[[], bool]) -> None:
+        self._op = op
+        self._qualname = qualname
+        self._reference = reference
+        self._fallback_on = fallback_on
+        self._arg_names = [a.name for a in op.args]
+        self._defaults = {a.name: a.default for a in op.args if a.default is not None}
+        self._out_names = _schema.out_names(op)
+        self._fake = _schema.make_fake(op, False, qualname)
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls = 0
+
+    def functional(self, *args: Any, **kwargs: Any) -> Any:
+        outs = self._run(args, kwargs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def out(self, *args: Any, **kwargs: Any) -> None:
+        outs = self._run(args, kwargs)
+        for name, got in zip(self._out_names, outs):
+            kwargs[name].copy_(got)
+
+    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        import torch
+
+        values = dict(self._defaults)
+        values.update(zip(self._arg_names, args))
+        values.update({k: v for k, v in kwargs.items() if k in self._arg_names})
+        inputs = [values[n] for n in self._arg_names]
+        tensors = [(n, t) for n, t in zip(self._arg_names, inputs) if isinstance(t, torch.Tensor)]
+        tensors += [(n, kwargs[n]) for n in self._out_names if n in kwargs]
+        other = [f"'{n}' on {t.device}" for n, t in tensors if t.device.type != "cpu"]
+        if other:
+            raise LoadError(f"flyship {self._qualname}: expected all tensors on one device, got CPU tensors and "
+                            f"{', '.join(other)}; move them to one device")
+        if not self._fallback_on():
+            raise LoadError(f"flyship {self._qualname}: expected GPU tensors (the bundle has GPU code objects only), "
+                            "got CPU tensors and the fallback is off (FLYSHIP_FALLBACK=0 or load(fallback=False)), so "
+                            "the PyTorch reference cannot stand in; move inputs with .cuda() or turn the fallback on")
+        if self._reference is None:
+            raise LoadError(f"flyship {self._qualname}: CPU tensors run the op's PyTorch reference and this op has "
+                            f"none; pass one with load(..., references={{'{self._op.name}': fn}})")
+        with self._lock:
+            self.calls += 1
+        got = self._reference(*inputs)
+        outs = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        self._check(inputs, outs)
+        # The functional op promises fresh outputs: an output sharing memory with an input is copied.
+        in_storages = {t.untyped_storage().data_ptr() for _, t in tensors if t.numel()}
+        return tuple(o.clone() if o.numel() and o.untyped_storage().data_ptr() in in_storages else o for o in outs)
+
+    def _check(self, inputs: list[Any], outs: tuple[Any, ...]) -> None:
+        import torch
+
+        want = self._fake(*[v.to("meta") if isinstance(v, torch.Tensor) else v for v in inputs])
+        want = want if isinstance(want, tuple) else (want,)
+        if len(outs) != len(want) or not all(isinstance(o, torch.Tensor) for o in outs):
+            raise LoadError(f"flyship {self._qualname}: the reference returned {len(outs)} value(s) "
+                            f"({', '.join(type(o).__name__ for o in outs)}), expected {len(want)} tensor(s); fix the "
+                            "reference")
+        for name, o, w in zip(self._out_names, outs, want):
+            if o.shape != w.shape or o.dtype != w.dtype or o.device.type != "cpu":
+                raise LoadError(f"flyship {self._qualname}: the reference returned output '{name}' of shape "
+                                f"{list(o.shape)}, dtype {o.dtype} on {o.device}; the manifest's rule gives "
+                                f"{list(w.shape)}, {w.dtype} on cpu; fix the reference or the output rule")
+
+
+def register(lib: Any, op: _m.Op, kernel: CpuKernel) -> None:
+    """Register ``kernel`` for the CPU key of the op and of its ``.out`` variant on ``lib``."""
+    lib.impl(op.name, kernel.functional, "CPU")
+    lib.impl(op.name + ".out", kernel.out, "CPU")
