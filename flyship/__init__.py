@@ -20,4 +20,20 @@ def load(path, **kwargs):
     return _load(path, **kwargs)
 
 
-__all__ = ["__version__", "load"]
+# The drop-in API, imported on first use (``import flyship`` stays light: a .pth hook imports it at start-up).
+_LAZY = {
+    "patch": "flyship.loader.patch", "Patch": "flyship.loader.patch", "PatchError": "flyship.loader.patch",
+    "Const": "flyship.loader.patch", "Prepared": "flyship.loader.patch",
+    "routing_report": "flyship.loader.report", "bench": "flyship.loader.bench",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'flyship' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "load", *_LAZY]

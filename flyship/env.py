@@ -17,6 +17,9 @@ Options:
         ``0`` raises instead.
     FLYSHIP_VERBOSE: ``1`` prints extension build commands and bundle loading details.
     FLYSHIP_LLVM_BIN: folder holding llvm-mc and ld.lld for flyc-build (same as ``--llvm-bin``).
+    FLYSHIP_REPORT: ``1`` prints each process's routing summary (patched sites: calls to the op and to the
+        original, per reason; rank-tagged) to stderr at exit.
+    FLYSHIP_HOOK: ``0`` turns off the patches that ``flyship hook install`` set up for this environment.
 """
 
 from __future__ import annotations
@@ -66,3 +69,11 @@ def verbose() -> bool:
 
 def llvm_bin() -> str:
     return _get("FLYSHIP_LLVM_BIN")
+
+
+def report() -> bool:
+    return _get("FLYSHIP_REPORT", "0") == "1"
+
+
+def hook_enabled() -> bool:
+    return _get("FLYSHIP_HOOK", "1") != "0"

@@ -1,0 +1,476 @@
+"""Patch a Python callable with a bundle's op: inputs that fit a specialization run the op, every other
+call runs the original function, and each call is counted by where it went and why.
+
+    import flyship
+    ops = flyship.load("artifacts/triton")
+    p = flyship.patch("mymodel.layers:RMSNorm.forward", ops.rmsnorm,
+                      args={"x": "hidden", "w": "self.weight", "eps": "self.eps"})
+    ...
+    p.stats()    # {"to_op": 120, "to_original": {"cpu tensors": 8}, ...}
+    p.undo()     # or: with flyship.patch(...): ...
+
+"Fits" is the loader's own decision (:meth:`flyship.loader.OpHandle.dispatch`, the C++ guards and
+checks a launch runs), made for the device the inputs are on; nothing here re-implements a guard.
+Under ``torch.compile`` the wrapper sends every call to the op (the op is a custom op with a fake
+kernel, so the model stays one graph); there the op's own ``stats()`` counts launches and fallbacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import os
+import threading
+import weakref
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from flyship.errors import ConfigError
+from flyship.loader import report as _report  # noqa: F401 - FLYSHIP_REPORT's summary at exit
+
+_MISSING = object()
+
+
+class PatchError(ConfigError):
+    """A patch cannot be made: the target does not resolve, or its signature does not match the op's."""
+
+
+# -- argument sources --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Const:
+    """An op input that is always ``value`` (``args={"eps": flyship.Const(1e-6)}``)."""
+
+    value: Any
+
+
+class Prepared:
+    """An op input prepared once from a weight: ``fn(weight)`` is cached per tensor and recomputed when the
+    tensor is replaced or updated in place.
+
+    The cache key is the tensor's identity *and* its version counter (``t._version``, which every in-place
+    write bumps: ``optimizer.step()``, ``copy_``, ``mul_``), never ``data_ptr()`` alone: an optimizer
+    updates a weight without moving it, and a freed tensor's address is soon reused by another.
+
+    Args:
+        source: where the weight comes from, as in a patch's ``args`` (``"self.weight"``), or None when
+            the object is called directly (``prep(t)``).
+        fn: the preparation (a transposed, pre-shuffled or quantized copy); takes and returns a tensor.
+
+    Example::
+
+        wt = flyship.Prepared("self.weight", lambda w: w.t().contiguous())
+        flyship.patch("m:Linear.forward", ops.gemm, args={"a": "x", "b": wt})
+    """
+
+    def __init__(self, source: Optional[str], fn: Callable[[Any], Any]) -> None:
+        self.source = source
+        self.fn = fn
+        self.prepares = 0
+        self.hits = 0
+        self._cache: dict[int, tuple[weakref.ref, int, Any]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, t: Any) -> Any:
+        import torch
+
+        if torch.compiler.is_compiling():
+            return self.fn(t)  # inside a graph the preparation is part of the graph
+        key = id(t)
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is not None and entry[0]() is t and entry[1] == t._version:
+                self.hits += 1
+                return entry[2]
+        with torch.no_grad():
+            prepared = self.fn(t)
+        with self._lock:
+            if entry is None or entry[0]() is not t:
+                weakref.finalize(t, self._cache.pop, key, None)  # drop the copy with the weight
+            self._cache[key] = (weakref.ref(t), t._version, prepared)
+            self.prepares += 1
+        return prepared
+
+    def __repr__(self) -> str:
+        return f"Prepared({self.source!r}, {getattr(self.fn, '__name__', self.fn)!r})"
+
+
+Source = Any  # str (a parameter or a dotted attribute path of one), Const, Prepared, or a callable(bound) -> value
+
+
+# -- the target -------------------------------------------------------------------------------------------
+
+
+def _resolve(target: str) -> tuple[Any, str, Any]:
+    """``"pkg.module:Class.method"`` -> (owner object, attribute name, the raw attribute as stored)."""
+    module_name, sep, qual = target.partition(":")
+    if not sep or not module_name or not qual:
+        raise PatchError(f"patch {target!r}: expected 'package.module:Name' or 'package.module:Class.method', "
+                         f"got {target!r}")
+    try:
+        owner: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise PatchError(f"patch {target!r}: cannot import {module_name!r}: {e}") from e
+    parts = qual.split(".")
+    for part in parts[:-1]:
+        if not hasattr(owner, part):
+            raise PatchError(f"patch {target!r}: {owner!r} has no attribute {part!r}")
+        owner = getattr(owner, part)
+    name = parts[-1]
+    raw = _MISSING
+    for klass in (owner.__mro__ if isinstance(owner, type) else ()):
+        if name in vars(klass):
+            raw = vars(klass)[name]
+            break
+    if raw is _MISSING:
+        raw = getattr(owner, name, _MISSING)
+    if raw is _MISSING:
+        raise PatchError(f"patch {target!r}: {owner!r} has no attribute {name!r}")
+    return owner, name, raw
+
+
+@dataclasses.dataclass(frozen=True)
+class _Param:
+    name: str
+    kind: Any
+    default: Any
+
+
+def _params(fn: Callable[..., Any], target: str) -> list[_Param]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError) as e:
+        raise PatchError(f"patch {target!r}: cannot read the signature of {fn!r}: {e}; patch a Python function") from e
+    return [_Param(p.name, p.kind, p.default) for p in sig.parameters.values()]
+
+
+def _bind(params: list[_Param], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The original's arguments by name (defaults filled in), or None when they do not bind or use
+    ``*args`` / ``**kwargs`` (the original then gets the call and says what is wrong)."""
+    P = inspect.Parameter
+    bound: dict[str, Any] = {}
+    positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    if len(args) > len(positional):
+        return None
+    for p, v in zip(positional, args):
+        bound[p.name] = v
+    for k, v in kwargs.items():
+        if k in bound:
+            return None
+        bound[k] = v
+    for p in params:
+        if p.kind in (P.VAR_POSITIONAL, P.VAR_KEYWORD):
+            continue
+        if p.name not in bound:
+            if p.default is P.empty:
+                return None
+            bound[p.name] = p.default
+    names = {p.name for p in params}
+    if any(k not in names for k in bound):
+        return None
+    return bound
+
+
+# -- the patch --------------------------------------------------------------------------------------------
+
+_registry_lock = threading.Lock()
+_registry: list["Patch"] = []
+
+
+class Patch:
+    """One patched call site. Made by :func:`patch`; a context manager (``with flyship.patch(...):``).
+
+    Attributes:
+        target: the patched site, ``"pkg.module:Class.method"``.
+        op: the op calls are routed to.
+        active: whether the site is patched now.
+    """
+
+    def __init__(self, target: str, op: Any, *, args: Optional[Mapping[str, Source]] = None,
+                 inplace: Optional[str] = None, result: Optional[Callable[[Any, dict], Any]] = None,
+                 ignore: Sequence[str] = (), cpu_target: Optional[str] = None) -> None:
+        self.target = target
+        self.op = op
+        self.cpu_target = cpu_target
+        self._owner, self._name, self._raw = _resolve(target)
+        self._kind = ("staticmethod" if isinstance(self._raw, staticmethod) else
+                      "classmethod" if isinstance(self._raw, classmethod) else "function")
+        self.original = self._raw.__func__ if self._kind != "function" else self._raw
+        if not callable(self.original):
+            raise PatchError(f"patch {target!r}: expected a function, got a {type(self.original).__name__}")
+        self._params = _params(self.original, target)
+        self._sources = self._match(dict(args or {}), set(ignore), inplace)
+        self._inplace = inplace
+        self._result = result
+        self._had_own = isinstance(self._owner, type) and self._name in vars(self._owner) or \
+            not isinstance(self._owner, type)
+        self._lock = threading.Lock()
+        self._to_op = 0
+        self._to_original: dict[str, int] = {}
+        self._targets: dict[int, str] = {}
+        self.active = False
+        self._wrapper = self._make_wrapper()
+
+    # -- matching the signatures, once -------------------------------------------------------------------
+
+    def _match(self, args: dict[str, Source], ignore: set[str], inplace: Optional[str]) -> list[tuple[str, Any]]:
+        """Per op input, in schema order: ("param", name) / ("attr", (name, path)) / ("const", v) /
+        ("prepared", (Prepared, resolved source)) / ("call", fn) / ("default", None)."""
+        P = inspect.Parameter
+        names = [p.name for p in self._params]
+        op_args = list(self.op.manifest.args)
+        op_names = [a.name for a in op_args]
+        unknown = sorted(set(args) - set(op_names))
+        if unknown:
+            raise PatchError(f"patch {self.target!r} with {self.op.qualname}: args= names {', '.join(unknown)}, which "
+                             f"the op does not have; its inputs are {', '.join(op_names)}")
+        for extra in sorted(ignore | ({inplace} if inplace else set())):
+            if extra not in names:
+                raise PatchError(f"patch {self.target!r}: '{extra}' is not a parameter of the original "
+                                 f"({', '.join(names)})")
+
+        def resolve(src: Any, for_arg: str) -> tuple[str, Any]:
+            if isinstance(src, str):
+                head, _, path = src.partition(".")
+                if head not in names:
+                    raise PatchError(f"patch {self.target!r} with {self.op.qualname}: the source {src!r} of op input "
+                                     f"'{for_arg}' names no parameter of the original; its parameters are "
+                                     f"{', '.join(names)}")
+                return ("attr", (head, path.split("."))) if path else ("param", head)
+            if isinstance(src, Const):
+                return "const", src.value
+            if isinstance(src, Prepared):
+                if src.source is None:
+                    raise PatchError(f"patch {self.target!r}: Prepared for op input '{for_arg}' needs a source "
+                                     "(Prepared('self.weight', fn))")
+                return "prepared", (src, resolve(src.source, for_arg))
+            if callable(src):
+                return "call", src
+            return "const", src
+
+        sources: list[tuple[str, Any]] = []
+        missing = []
+        for a in op_args:
+            if a.name in args:
+                sources.append(resolve(args[a.name], a.name))
+            elif a.name in names:
+                sources.append(("param", a.name))
+            elif a.kind != "tensor" and a.default is not None:
+                sources.append(("default", a.default))
+            else:
+                missing.append(a.name)
+        if missing:
+            raise PatchError(f"patch {self.target!r} with {self.op.qualname}: the op's inputs {', '.join(missing)} have "
+                             f"no source among the original's parameters ({', '.join(names)}); map them with "
+                             f"args={{'{missing[0]}': '<parameter>' or '<parameter>.<attribute>'}}")
+        used = {s[1] if s[0] == "param" else s[1][0] for s in sources if s[0] in ("param", "attr")}
+        used |= {s[1][1][1] if s[1][1][0] == "param" else s[1][1][1][0] for s in sources if s[0] == "prepared"}
+        used |= ignore | ({inplace} if inplace else set())
+        first_is_self = self._kind in ("function", "classmethod") and isinstance(self._owner, type) and names
+        self._free = []  # unused parameters with defaults: a call that sets them goes to the original
+        unused_required = []
+        for i, p in enumerate(self._params):
+            if p.name in used or (i == 0 and first_is_self) or p.kind in (P.VAR_POSITIONAL, P.VAR_KEYWORD):
+                continue
+            if p.default is P.empty:
+                unused_required.append(p.name)
+            else:
+                self._free.append(p)
+        if unused_required and not any(s[0] == "call" for s in sources):
+            raise PatchError(f"patch {self.target!r} with {self.op.qualname}: the original's parameters "
+                             f"{', '.join(unused_required)} feed no op input ({', '.join(op_names)}), so the op would "
+                             "ignore them; map them with args=, or list them in ignore= if they do not change the "
+                             "result")
+        return sources
+
+    # -- routing ---------------------------------------------------------------------------------------
+
+    def _value(self, src: tuple[str, Any], bound: dict[str, Any]) -> Any:
+        kind, v = src
+        if kind == "param":
+            return bound[v]
+        if kind == "attr":
+            obj = bound[v[0]]
+            for part in v[1]:
+                obj = getattr(obj, part)
+            return obj
+        if kind in ("const", "default"):
+            return v
+        if kind == "prepared":
+            return v[0](self._value(v[1], bound))
+        return v(bound)
+
+    def _finish(self, out: Any, bound: dict[str, Any]) -> Any:
+        if self._inplace is not None:
+            dest = bound[self._inplace]
+            dest.copy_(out)
+            out = dest
+        return out if self._result is None else self._result(out, bound)
+
+    def _device_target(self, t: Any) -> Optional[str]:
+        if t.device.type == "cpu":
+            return self.cpu_target
+        index = t.device.index if t.device.index is not None else 0
+        target = self._targets.get(index)
+        if target is None:
+            target = self._targets[index] = self.op._ops.device_target(index)
+        return target
+
+    def route(self, bound: Optional[dict[str, Any]]) -> tuple[Optional[list[Any]], str]:
+        """Where a call goes: (the op's inputs, "") when a specialization fits, else (None, the reason)."""
+        import torch
+
+        if bound is None:
+            return None, "arguments do not bind to the signature"
+        for p in self._free:
+            v = bound[p.name]
+            if v is not p.default and not (isinstance(v, (int, float, str, bool, type(None))) and v == p.default):
+                return None, f"argument '{p.name}' set"
+        try:
+            values = [self._value(s, bound) for s in self._sources]
+        except AttributeError as e:
+            return None, f"argument source: {e}"
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        devices = {(t.device.type, t.device.index) for t in tensors}
+        if len(devices) != 1:
+            return None, "tensors on several devices" if devices else "no tensor inputs"
+        target = self._device_target(tensors[0])
+        if target is None:
+            return None, "cpu tensors"
+        try:
+            decision = self.op.dispatch(*values, target=target)
+        except (RuntimeError, TypeError, ValueError) as e:
+            msg = str(e).splitlines()[0]
+            return None, msg.split(": ", 1)[1] if msg.startswith("flyship ") and ": " in msg else msg
+        if decision.spec is None:
+            return None, decision.reason
+        return values, ""
+
+    def _make_wrapper(self) -> Callable[..., Any]:
+        import functools
+
+        import torch
+
+        original, params, op_default = self.original, self._params, self.op.default
+
+        @functools.wraps(original)
+        def flyship_patched(*args: Any, **kwargs: Any) -> Any:
+            if not self.active:
+                return original(*args, **kwargs)
+            if torch.compiler.is_compiling():
+                # One graph: the custom op (with its fake kernel) goes in; its guards run at call time.
+                bound = _bind(params, args, kwargs)
+                if bound is None:
+                    return original(*args, **kwargs)
+                return self._finish(op_default(*[self._value(s, bound) for s in self._sources]), bound)
+            bound = _bind(params, args, kwargs)
+            values, reason = self.route(bound)
+            if values is None:
+                with self._lock:
+                    self._to_original[reason] = self._to_original.get(reason, 0) + 1
+                return original(*args, **kwargs)
+            with self._lock:
+                self._to_op += 1
+            return self._finish(op_default(*values), bound)
+
+        flyship_patched.__flyship_patch__ = self  # type: ignore[attr-defined]
+        return flyship_patched
+
+    # -- apply / undo ------------------------------------------------------------------------------------
+
+    def apply(self) -> "Patch":
+        """Install the wrapper at the target (a no-op when active)."""
+        if self.active:
+            return self
+        current = getattr(self._owner, self._name, None)
+        if getattr(current, "__flyship_patch__", None) is not None and current.__flyship_patch__ is not self:
+            raise PatchError(f"patch {self.target!r}: already patched with {current.__flyship_patch__.op.qualname}; "
+                             "undo that patch first")
+        wrapper: Any = self._wrapper
+        if self._kind == "staticmethod":
+            wrapper = staticmethod(wrapper)
+        elif self._kind == "classmethod":
+            wrapper = classmethod(wrapper)
+        setattr(self._owner, self._name, wrapper)
+        self.active = True
+        with _registry_lock:
+            if self not in _registry:
+                _registry.append(self)
+        return self
+
+    def undo(self) -> None:
+        """Put the original back (a no-op when not active); counters are kept."""
+        if not self.active:
+            return
+        if self._had_own:
+            setattr(self._owner, self._name, self._raw)
+        else:
+            delattr(self._owner, self._name)
+        self.active = False
+
+    def __enter__(self) -> "Patch":
+        return self.apply()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.undo()
+
+    def stats(self) -> dict[str, Any]:
+        """This site's routing in this process: ``{"target", "op", "active", "to_op", "to_original": {reason:
+        n}}``; calls traced by ``torch.compile`` are counted by the op's own ``stats()`` instead."""
+        with self._lock:
+            return {"target": self.target, "op": self.op.qualname, "active": self.active, "to_op": self._to_op,
+                    "to_original": dict(self._to_original)}
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._to_op = 0
+            self._to_original.clear()
+
+    def __repr__(self) -> str:
+        return f"<flyship patch {self.target} -> {self.op.qualname} ({'active' if self.active else 'undone'})>"
+
+
+def patch(target: str, op: Any, *, args: Optional[Mapping[str, Source]] = None, inplace: Optional[str] = None,
+          result: Optional[Callable[[Any, dict], Any]] = None, ignore: Sequence[str] = (),
+          cpu_target: Optional[str] = None) -> Patch:
+    """Replace the callable at ``target`` so that calls whose inputs fit one of ``op``'s specializations run
+    ``op`` and all others call the original, each counted by reason (:meth:`Patch.stats`).
+
+    Args:
+        target: ``"package.module:function"`` or ``"package.module:Class.method"`` (static and class
+            methods too). Code that copied the function before the patch (``from m import f``) keeps the
+            original: patch before that import, or use ``flyship hook`` to patch at first import.
+        op: an op of a loaded bundle (``ops.rmsnorm``).
+        args: op input -> source: a parameter name of the original (``"hidden"``), an attribute path from
+            one (``"self.eps"``), :class:`Const`, :class:`Prepared`, or a callable taking the bound arguments
+            (a dict) and returning the value. Op inputs not mapped take the same-named parameter, else
+            the op's default.
+        inplace: the original writes its result into this parameter (and returns it): the op's output is
+            copied into it.
+        result: turns the op's output into what the original returns, ``result(out, bound)`` (e.g. a view
+            with the caller's leading dimensions).
+        ignore: parameters of the original the op does not need and whose value does not change the result.
+            Other unmapped parameters with defaults send a call to the original when set.
+        cpu_target: decide calls on CPU tensors as a device of this target would (tests, CPU-only CI: the op
+            then runs its reference on the CPU); by default CPU calls go to the original.
+
+    Returns:
+        The active :class:`Patch`; ``.undo()`` or leave its ``with`` block to restore the original.
+
+    Raises:
+        PatchError: the target does not resolve, or an op input has no source, or a required parameter of
+            the original feeds no op input (the message names them).
+
+    Example::
+
+        with flyship.patch("mymodel:RMSNorm.forward", ops.rmsnorm, args={"w": "self.weight", "eps": "self.eps"}):
+            model(x)
+    """
+    return Patch(target, op, args=args, inplace=inplace, result=result, ignore=ignore, cpu_target=cpu_target).apply()
+
+
+def patches() -> list[Patch]:
+    """Every patch made in this process (active or undone), in the order they were applied."""
+    with _registry_lock:
+        return list(_registry)
