@@ -1,0 +1,55 @@
+"""flyship.bench's mechanics on the CPU: four interleaved arms, medians, speedups, and op calls per arm
+(the GPU numbers come from bench/dropin_block.py on the H200)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import flyship
+from flyship.errors import ConfigError
+
+pytestmark = pytest.mark.cpu
+
+
+@pytest.fixture
+def model(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "data" / "dropin"))
+    import dropin_model
+
+    return dropin_model
+
+
+def test_bench_times_four_arms_and_shows_only_the_patched_ones_reach_the_op(fresh_ops, model):
+    ops = fresh_ops()
+    torch.manual_seed(0)
+    block, x = model.Block(4), torch.randn(3, 4)
+    p1 = flyship.patch("dropin_model:add", ops.add, args={"x": "a", "y": "b"}, cpu_target="gfx942")
+    p2 = flyship.patch("dropin_model:Scale.forward", ops.scale_rows, args={"x": "hidden", "alpha": "self.alpha"},
+                       cpu_target="gfx942")
+    p2.undo()
+    try:
+        torch._dynamo.reset()
+        result = flyship.bench(block, x, patches=[p1, p2], repeats=3, iters=2, warmup=1,
+                               compile_options={"backend": "aot_eager"})
+        assert p1.active is True and p2.active is False  # left as found
+    finally:
+        p1.undo()
+    assert [a.name for a in result.arms] == ["baseline", "patched", "compiled", "patched+compiled"]
+    assert {a.name: a.op_calls for a in result.arms} == {"baseline": 0, "patched": 2, "compiled": 0,
+                                                         "patched+compiled": 2}
+    assert all(len(a.times) == 3 and a.median > 0 for a in result.arms)
+    assert result["baseline"].speedup == 1.0
+    table = result.table()
+    assert table.splitlines()[0].startswith("arm") and "patched+compiled" in table and len(table.splitlines()) == 5
+    assert set(result.as_dict()) == {"baseline", "patched", "compiled", "patched+compiled"}
+
+
+def test_bench_refuses_unknown_arms_and_missing_patches(fresh_ops, model):
+    with pytest.raises(ConfigError, match=r"expected at least one patch"):
+        flyship.bench(lambda: None, patches=[])
+    with pytest.raises(ConfigError, match=r"expected arms among baseline, patched, compiled, patched\+compiled, got "
+                                          r"\['fast'\]"):
+        flyship.bench(lambda: None, patches=[object()], arms=["fast"])
