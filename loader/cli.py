@@ -3,6 +3,7 @@
     flyship list BUNDLE        ops, schemas, specializations (guards) and targets; no GPU, no compiler
     flyship verify BUNDLE      run every specialization against its reference; needs a GPU
     flyship prebuild           build and cache the C++ extension (container image build time)
+    flyship hook install|status|remove   patch every process of this environment (docs/integrate.md)
 
 Each command parses its options and calls one plain function; errors print one clear line and exit 1
 (2 for a usage error, as click does).
@@ -94,6 +95,61 @@ def prebuild_cmd(flavor: str | None) -> None:
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"flyship extension ({cfg.flavor}) ready: {path}")
+
+
+@main.group("hook")
+def hook_group() -> None:
+    """Patch functions with ops in every process of this environment (torchrun's ranks included)."""
+
+
+SITE_DIR = click.option("--site-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                        help="the site-packages folder (default: this Python's)")
+
+
+@hook_group.command("install")
+@click.option("--patches", "patches", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="the patches file (JSON: bundle + patches; see docs/integrate.md)")
+@SITE_DIR
+def hook_install_cmd(patches: Path, site_dir: Path | None) -> None:
+    """Write a .pth that applies PATCHES when their modules are first imported, in every interpreter here."""
+    from flyship.loader import hook
+
+    try:
+        pth = hook.install(patches, site_dir)
+        targets = [f"{p.target} -> {p.op}" for p in hook.read_patches(patches).patches]
+    except FlyshipError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"flyship hook installed: {pth}")
+    for t in targets:
+        click.echo(f"  {t}")
+
+
+@hook_group.command("status")
+@SITE_DIR
+def hook_status_cmd(site_dir: Path | None) -> None:
+    """Show the installed hook, its patches file and whether that file is valid (exit 1 when it is not)."""
+    from flyship.loader import hook
+
+    st = hook.status(site_dir)
+    if st is None:
+        click.echo(f"no flyship hook in {hook.site_dir(site_dir)}")
+        return
+    click.echo(f"flyship hook: {st['pth']}\npatches: {st['patches']}")
+    if not st["ok"]:
+        raise click.ClickException(f"the patches file is invalid, nothing will be patched: {st['error']}")
+    click.echo(f"bundle: {st['bundle']}")
+    for t in st["targets"]:
+        click.echo(f"  {t}")
+
+
+@hook_group.command("remove")
+@SITE_DIR
+def hook_remove_cmd(site_dir: Path | None) -> None:
+    """Delete the hook's .pth: later processes are no longer patched."""
+    from flyship.loader import hook
+
+    pth = hook.remove(site_dir)
+    click.echo(f"removed {pth}" if pth else f"no flyship hook in {hook.site_dir(site_dir)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+"""What ``flyship hook install``'s ``.pth`` line runs when an interpreter starts: light on purpose.
+
+Every Python of the environment runs it (pip, torchrun's launcher and each of its ranks), so it imports
+the standard library only: it reads the patches file's module names and puts a finder on
+``sys.meta_path``. The bundle is loaded and the patches are applied (:mod:`flyship.loader.hook`) only
+when one of those modules is first imported; a process that never imports them pays for a JSON read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+
+def _warn(message: str) -> None:
+    print(f"flyship hook: {message}", file=sys.stderr)
+
+
+class _Finder:
+    """A meta path finder that wraps the loaders of the patched modules: after such a module executes,
+    its patches are applied."""
+
+    def __init__(self, path: str, modules: set[str]) -> None:
+        self.path = path
+        self.pending = set(modules)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self.pending:
+            return None
+        import importlib.util
+
+        self.pending.discard(fullname)  # also keeps find_spec below from finding this finder again
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _Loader(spec.loader, self.path)
+        return spec
+
+
+class _Loader:
+    def __init__(self, inner: Any, path: str) -> None:
+        self.inner = inner
+        self.path = path
+
+    def create_module(self, spec: Any) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.inner.exec_module(module)
+        _apply(self.path, module.__name__)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, is_package, ... of the real loader
+        return getattr(self.inner, name)
+
+
+def _apply(path: str, module_name: str) -> None:
+    try:
+        from flyship.loader.hook import apply_for_module
+
+        apply_for_module(path, module_name)
+    except Exception as e:  # noqa: BLE001 - a hook must never stop the user's import; it says what failed
+        _warn(f"patches for {module_name} from {path} not applied: {type(e).__name__}: {e}")
+
+
+def activate(path: str) -> None:
+    """Watch for the modules the patches file at ``path`` patches (``FLYSHIP_HOOK=0`` turns this off)."""
+    if os.environ.get("FLYSHIP_HOOK", "1").strip() == "0":
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        modules = {p["target"].partition(":")[0] for p in data["patches"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        _warn(f"cannot read the patches file {path}: {type(e).__name__}: {e}; nothing is patched "
+              "(fix it, or run `flyship hook remove`)")
+        return
+    already = sorted(m for m in modules if m in sys.modules)
+    sys.meta_path.insert(0, _Finder(path, modules - set(already)))
+    for m in already:
+        _apply(path, m)

@@ -1,0 +1,197 @@
+"""Patch every process of an environment, torchrun's ranks included: ``flyship hook install``.
+
+``install`` writes one ``.pth`` file into the environment's site-packages. Python runs a ``.pth`` line
+that starts with ``import`` at every start-up, in every interpreter of that environment (a
+``usercustomize.py`` does not reach a venv whose user site is off, and editing the installed model code
+is undone by the next ``pip install``). That line (:mod:`flyship._startup`) reads the patches file and
+waits on ``sys.meta_path``: when a patched module is first imported, the bundle is loaded (once per
+process) and the patches are applied to the fresh module, before the code that imported it runs.
+
+The patches file (JSON)::
+
+    {
+      "bundle": "artifacts/triton",            # relative to this file's folder, or absolute
+      "namespace": null,                       # optional: load(..., namespace=)
+      "patches": [
+        {"target": "mymodel.layers:RMSNorm.forward", "op": "rmsnorm",
+         "args": {"x": "hidden", "w": "self.weight", "eps": "self.eps"},
+         "inplace": null, "ignore": [], "cpu_target": null}
+      ]
+    }
+
+``args`` values are parameter names or attribute paths (``"self.eps"``), or ``{"const": value}``;
+the other keys are those of :func:`flyship.patch`. ``FLYSHIP_HOOK=0`` turns the hook off for a process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sysconfig
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+from flyship.errors import ConfigError
+
+PTH_NAME = "zz_flyship_hook.pth"  # .pth files run in name order: after the ones that put flyship on sys.path
+_MARK = "# flyship hook: "
+_KEYS = {"target", "op", "args", "inplace", "ignore", "cpu_target"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchSpec:
+    target: str
+    op: str
+    args: dict[str, Any]
+    inplace: Optional[str] = None
+    ignore: tuple[str, ...] = ()
+    cpu_target: Optional[str] = None
+
+    @property
+    def module(self) -> str:
+        return self.target.partition(":")[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchFile:
+    path: Path
+    bundle: Path
+    namespace: Optional[str]
+    patches: tuple[PatchSpec, ...]
+
+
+def read_patches(path: str | Path) -> PatchFile:
+    """Read and check a patches file (without importing anything it names).
+
+    Raises:
+        ConfigError: the file is missing, not JSON, or a key is missing, unknown or of the wrong type.
+    """
+    path = Path(path).resolve()
+    where = f"patches file {path}"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read it: {e}") from e
+    except ValueError as e:
+        raise ConfigError(f"{where}: expected JSON, got a parse error: {e}") from e
+    if not isinstance(data, dict) or not isinstance(data.get("bundle"), str) or not isinstance(data.get("patches"),
+                                                                                                list):
+        raise ConfigError(f'{where}: expected {{"bundle": "<path>", "patches": [...]}}, got {str(data)[:80]}')
+    unknown = sorted(set(data) - {"bundle", "namespace", "patches"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}; expected bundle, namespace, patches")
+    specs = []
+    for i, p in enumerate(data["patches"]):
+        at = f"{where}, patches[{i}]"
+        if not isinstance(p, dict) or not isinstance(p.get("target"), str) or not isinstance(p.get("op"), str):
+            raise ConfigError(f'{at}: expected {{"target": "module:Name", "op": "<op>", ...}}, got {p!r}')
+        if ":" not in p["target"]:
+            raise ConfigError(f"{at}: expected a target 'package.module:Class.method', got {p['target']!r}")
+        bad = sorted(set(p) - _KEYS)
+        if bad:
+            raise ConfigError(f"{at}: unknown keys {', '.join(bad)}; expected {', '.join(sorted(_KEYS))}")
+        args = p.get("args") or {}
+        for k, v in args.items():
+            if not isinstance(v, str) and not (isinstance(v, dict) and set(v) == {"const"}):
+                raise ConfigError(f'{at}: args["{k}"]: expected a parameter name, "param.attribute" or '
+                                  f'{{"const": value}}, got {v!r}')
+        specs.append(PatchSpec(p["target"], p["op"], dict(args), p.get("inplace"), tuple(p.get("ignore") or ()),
+                               p.get("cpu_target")))
+    bundle = Path(data["bundle"])
+    return PatchFile(path, bundle if bundle.is_absolute() else path.parent / bundle, data.get("namespace"),
+                     tuple(specs))
+
+
+_lock = threading.Lock()
+_applied: dict[tuple[str, str], list[Any]] = {}
+
+
+def apply_for_module(path: str | Path, module: str) -> list[Any]:
+    """Load the bundle (once per process) and apply the patches of ``path`` whose target is in ``module``.
+    A patch that cannot be made is reported (stderr and the routing summary) and skipped.
+
+    Returns:
+        The :class:`~flyship.loader.patch.Patch` objects applied.
+    """
+    import sys
+
+    from flyship.errors import FlyshipError
+    from flyship.loader import core
+    from flyship.loader import report as _report
+    from flyship.loader.patch import Const, patch
+
+    pf = read_patches(path)
+    key = (str(pf.path), module)
+    with _lock:
+        if key in _applied:
+            return _applied[key]
+        ops = core.load(pf.bundle, namespace=pf.namespace)
+        done = []
+        for spec in pf.patches:
+            if spec.module != module:
+                continue
+            try:
+                args = {k: Const(v["const"]) if isinstance(v, dict) else v for k, v in spec.args.items()}
+                done.append(patch(spec.target, ops[spec.op], args=args, inplace=spec.inplace, ignore=spec.ignore,
+                                  cpu_target=spec.cpu_target))
+            except (FlyshipError, KeyError) as e:
+                msg = f"{spec.target} -> {spec.op}: {e}"
+                _report.note_error(msg)
+                print(f"flyship hook: not patched: {msg}", file=sys.stderr)
+        _applied[key] = done
+        return done
+
+
+def site_dir(folder: Optional[str | Path] = None) -> Path:
+    """Where the hook's ``.pth`` goes: ``folder`` (a site-packages directory) or this environment's."""
+    return Path(folder) if folder is not None else Path(sysconfig.get_paths()["purelib"])
+
+
+def install(patches: str | Path, folder: Optional[str | Path] = None) -> Path:
+    """Check the patches file and write the ``.pth`` that activates it at every start-up.
+
+    Returns:
+        The ``.pth`` file written (replacing an earlier flyship hook there).
+
+    Raises:
+        ConfigError: the patches file is invalid or its bundle has no manifest; the folder does not exist.
+    """
+    pf = read_patches(patches)
+    if not (pf.bundle / "manifest.json").is_file():
+        raise ConfigError(f"hook install: expected a bundle (a folder with manifest.json) at {pf.bundle}, named by "
+                          f"{pf.path}; build it with flyc-build or fix \"bundle\"")
+    target = site_dir(folder)
+    if not target.is_dir():
+        raise ConfigError(f"hook install: expected a site-packages folder, got {target} (no such folder)")
+    pth = target / PTH_NAME
+    tmp = pth.with_suffix(".tmp")
+    tmp.write_text(f"{_MARK}{pf.path}\n"
+                   f"import flyship._startup as _flyship_startup; _flyship_startup.activate({str(pf.path)!r})\n",
+                   encoding="utf-8")
+    tmp.replace(pth)
+    return pth
+
+
+def status(folder: Optional[str | Path] = None) -> Optional[dict[str, Any]]:
+    """The installed hook of a site folder, or None: ``{"pth", "patches", "ok", "error", "targets"}``."""
+    pth = site_dir(folder) / PTH_NAME
+    if not pth.is_file():
+        return None
+    first = pth.read_text(encoding="utf-8").splitlines()[0]
+    path = first[len(_MARK):] if first.startswith(_MARK) else "?"
+    try:
+        pf = read_patches(path)
+        return {"pth": str(pth), "patches": path, "ok": True, "error": "",
+                "targets": [f"{p.target} -> {p.op}" for p in pf.patches], "bundle": str(pf.bundle)}
+    except ConfigError as e:
+        return {"pth": str(pth), "patches": path, "ok": False, "error": str(e), "targets": [], "bundle": ""}
+
+
+def remove(folder: Optional[str | Path] = None) -> Optional[Path]:
+    """Delete the hook's ``.pth`` from a site folder; returns it, or None when there was none."""
+    pth = site_dir(folder) / PTH_NAME
+    if not pth.is_file():
+        return None
+    pth.unlink()
+    return pth
