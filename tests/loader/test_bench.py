@@ -53,3 +53,27 @@ def test_bench_refuses_unknown_arms_and_missing_patches(fresh_ops, model):
     with pytest.raises(ConfigError, match=r"expected arms among baseline, patched, compiled, patched\+compiled, got "
                                           r"\['fast'\]"):
         flyship.bench(lambda: None, patches=[object()], arms=["fast"])
+
+
+def test_the_gpu_bench_block_routes_its_norms_and_softmax_to_the_ops_on_the_cpu(example_bundle, ext, monkeypatch):
+    """bench/dropin_block.py's wiring, run on the CPU with the FlyDSL example bundle (same op names); the H200
+    run times it."""
+    import uuid
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "bench"))
+    import dropin_block
+
+    ops = flyship.load(example_bundle, namespace=f"flyship_blk{uuid.uuid4().hex[:8]}")
+    torch.manual_seed(0)
+    block = dropin_block.Block(64, 4).eval()
+    x = torch.randn(2, 16, 64)
+    with torch.no_grad():
+        want = block(x)
+        patches = dropin_block.make_patches(ops, cpu_target="gfx942")
+        try:
+            got = block(x)
+        finally:
+            for p in patches:
+                p.undo()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert [(p.stats()["to_op"], p.stats()["to_original"]) for p in patches] == [(2, {}), (1, {})]
