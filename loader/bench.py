@@ -17,7 +17,8 @@ import dataclasses
 import statistics
 import time
 import types
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from flyship.errors import ConfigError
 
@@ -57,8 +58,9 @@ class BenchResult:
         return {a.name: dataclasses.asdict(a) for a in self.arms}
 
     def table(self) -> str:
-        lines = [f"{'arm':<18} {'median ms':>10} {'speedup':>8} {'op calls/call':>14}   (min..max ms over "
-                 f"{len(self.arms[0].times)} repeats)"]
+        head = (f"{'arm':<18} {'median ms':>10} {'speedup':>8} {'op calls/call':>14}   (min..max ms over "
+                f"{len(self.arms[0].times)} repeats)")
+        lines = [head]
         for a in self.arms:
             lines.append(f"{a.name:<18} {a.median * 1e3:>10.4f} {a.speedup:>7.2f}x {a.op_calls:>14g}   "
                          f"({min(a.times) * 1e3:.4f}..{max(a.times) * 1e3:.4f})")
@@ -84,7 +86,7 @@ def _own_code(fn: Callable[..., Any], arm: str) -> Callable[..., Any]:
 
 
 def bench(fn: Callable[..., Any], *args: Any, patches: Sequence[Any], repeats: int = 10, iters: int = 10,
-          warmup: int = 3, arms: Sequence[str] = ARMS, compile_options: Optional[dict[str, Any]] = None,
+          warmup: int = 3, arms: Sequence[str] = ARMS, compile_options: dict[str, Any] | None = None,
           **kwargs: Any) -> BenchResult:
     """Time ``fn(*args, **kwargs)`` in the four arms.
 

@@ -12,7 +12,8 @@ dtypes), and an output that aliases an input is copied, as the C++ fallback does
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from flyship.bundle import manifest as _m
 from flyship.errors import LoadError
@@ -31,7 +32,7 @@ class CpuKernel:
         fallback_on: returns whether the bundle's fallback is on now (read per call: it can be switched).
     """
 
-    def __init__(self, op: _m.Op, qualname: str, reference: Optional[Callable[..., Any]],
+    def __init__(self, op: _m.Op, qualname: str, reference: Callable[..., Any] | None,
                  fallback_on: Callable[[], bool]) -> None:
         self._op = op
         self._qualname = qualname

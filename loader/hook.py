@@ -30,7 +30,7 @@ import json
 import sysconfig
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from flyship.errors import ConfigError
 
@@ -44,9 +44,9 @@ class PatchSpec:
     target: str
     op: str
     args: dict[str, Any]
-    inplace: Optional[str] = None
+    inplace: str | None = None
     ignore: tuple[str, ...] = ()
-    cpu_target: Optional[str] = None
+    cpu_target: str | None = None
 
     @property
     def module(self) -> str:
@@ -57,7 +57,7 @@ class PatchSpec:
 class PatchFile:
     path: Path
     bundle: Path
-    namespace: Optional[str]
+    namespace: str | None
     patches: tuple[PatchSpec, ...]
 
 
@@ -143,12 +143,12 @@ def apply_for_module(path: str | Path, module: str) -> list[Any]:
         return done
 
 
-def site_dir(folder: Optional[str | Path] = None) -> Path:
+def site_dir(folder: str | Path | None = None) -> Path:
     """Where the hook's ``.pth`` goes: ``folder`` (a site-packages directory) or this environment's."""
     return Path(folder) if folder is not None else Path(sysconfig.get_paths()["purelib"])
 
 
-def install(patches: str | Path, folder: Optional[str | Path] = None) -> Path:
+def install(patches: str | Path, folder: str | Path | None = None) -> Path:
     """Check the patches file and write the ``.pth`` that activates it at every start-up.
 
     Returns:
@@ -173,7 +173,7 @@ def install(patches: str | Path, folder: Optional[str | Path] = None) -> Path:
     return pth
 
 
-def status(folder: Optional[str | Path] = None) -> Optional[dict[str, Any]]:
+def status(folder: str | Path | None = None) -> dict[str, Any] | None:
     """The installed hook of a site folder, or None: ``{"pth", "patches", "ok", "error", "targets"}``."""
     pth = site_dir(folder) / PTH_NAME
     if not pth.is_file():
@@ -188,7 +188,7 @@ def status(folder: Optional[str | Path] = None) -> Optional[dict[str, Any]]:
         return {"pth": str(pth), "patches": path, "ok": False, "error": str(e), "targets": [], "bundle": ""}
 
 
-def remove(folder: Optional[str | Path] = None) -> Optional[Path]:
+def remove(folder: str | Path | None = None) -> Path | None:
     """Delete the hook's ``.pth`` from a site folder; returns it, or None when there was none."""
     pth = site_dir(folder) / PTH_NAME
     if not pth.is_file():

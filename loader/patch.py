@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-import os
 import threading
 import weakref
-from typing import Any, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from flyship.errors import ConfigError
 from flyship.loader import report as _report  # noqa: F401 - FLYSHIP_REPORT's summary at exit
@@ -64,7 +64,7 @@ class Prepared:
         flyship.patch("m:Linear.forward", ops.gemm, args={"a": "x", "b": wt})
     """
 
-    def __init__(self, source: Optional[str], fn: Callable[[Any], Any]) -> None:
+    def __init__(self, source: str | None, fn: Callable[[Any], Any]) -> None:
         self.source = source
         self.fn = fn
         self.prepares = 0
@@ -145,7 +145,7 @@ def _params(fn: Callable[..., Any], target: str) -> list[_Param]:
     return [_Param(p.name, p.kind, p.default) for p in sig.parameters.values()]
 
 
-def _bind(params: list[_Param], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[dict[str, Any]]:
+def _bind(params: list[_Param], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
     """The original's arguments by name (defaults filled in), or None when they do not bind or use
     ``*args`` / ``**kwargs`` (the original then gets the call and says what is wrong)."""
     P = inspect.Parameter
@@ -175,7 +175,7 @@ def _bind(params: list[_Param], args: tuple[Any, ...], kwargs: dict[str, Any]) -
 # -- the patch --------------------------------------------------------------------------------------------
 
 _registry_lock = threading.Lock()
-_registry: list["Patch"] = []
+_registry: list[Patch] = []
 
 
 class Patch:
@@ -187,9 +187,9 @@ class Patch:
         active: whether the site is patched now.
     """
 
-    def __init__(self, target: str, op: Any, *, args: Optional[Mapping[str, Source]] = None,
-                 inplace: Optional[str] = None, result: Optional[Callable[[Any, dict], Any]] = None,
-                 ignore: Sequence[str] = (), cpu_target: Optional[str] = None) -> None:
+    def __init__(self, target: str, op: Any, *, args: Mapping[str, Source] | None = None,
+                 inplace: str | None = None, result: Callable[[Any, dict], Any] | None = None,
+                 ignore: Sequence[str] = (), cpu_target: str | None = None) -> None:
         self.target = target
         self.op = op
         self.cpu_target = cpu_target
@@ -214,7 +214,7 @@ class Patch:
 
     # -- matching the signatures, once -------------------------------------------------------------------
 
-    def _match(self, args: dict[str, Source], ignore: set[str], inplace: Optional[str]) -> list[tuple[str, Any]]:
+    def _match(self, args: dict[str, Source], ignore: set[str], inplace: str | None) -> list[tuple[str, Any]]:
         """Per op input, in schema order: ("param", name) / ("attr", (name, path)) / ("const", v) /
         ("prepared", (Prepared, resolved source)) / ("call", fn) / ("default", None)."""
         P = inspect.Parameter
@@ -261,8 +261,8 @@ class Patch:
             else:
                 missing.append(a.name)
         if missing:
-            raise PatchError(f"patch {self.target!r} with {self.op.qualname}: the op's inputs {', '.join(missing)} have "
-                             f"no source among the original's parameters ({', '.join(names)}); map them with "
+            raise PatchError(f"patch {self.target!r} with {self.op.qualname}: the op's inputs {', '.join(missing)} "
+                             f"have no source among the original's parameters ({', '.join(names)}); map them with "
                              f"args={{'{missing[0]}': '<parameter>' or '<parameter>.<attribute>'}}")
         used = {s[1] if s[0] == "param" else s[1][0] for s in sources if s[0] in ("param", "attr")}
         used |= {s[1][1][1] if s[1][1][0] == "param" else s[1][1][1][0] for s in sources if s[0] == "prepared"}
@@ -308,7 +308,7 @@ class Patch:
             out = dest
         return out if self._result is None else self._result(out, bound)
 
-    def _device_target(self, t: Any) -> Optional[str]:
+    def _device_target(self, t: Any) -> str | None:
         if t.device.type == "cpu":
             return self.cpu_target
         index = t.device.index if t.device.index is not None else 0
@@ -317,7 +317,7 @@ class Patch:
             target = self._targets[index] = self.op._ops.device_target(index)
         return target
 
-    def route(self, bound: Optional[dict[str, Any]]) -> tuple[Optional[list[Any]], str]:
+    def route(self, bound: dict[str, Any] | None) -> tuple[list[Any] | None, str]:
         """Where a call goes: (the op's inputs, "") when a specialization fits, else (None, the reason)."""
         import torch
 
@@ -379,7 +379,7 @@ class Patch:
 
     # -- apply / undo ------------------------------------------------------------------------------------
 
-    def apply(self) -> "Patch":
+    def apply(self) -> Patch:
         """Install the wrapper at the target (a no-op when active)."""
         if self.active:
             return self
@@ -409,10 +409,10 @@ class Patch:
             delattr(self._owner, self._name)
         self.active = False
 
-    def __enter__(self) -> "Patch":
+    def __enter__(self) -> Patch:
         return self.apply()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.undo()
 
     def stats(self) -> dict[str, Any]:
@@ -431,9 +431,9 @@ class Patch:
         return f"<flyship patch {self.target} -> {self.op.qualname} ({'active' if self.active else 'undone'})>"
 
 
-def patch(target: str, op: Any, *, args: Optional[Mapping[str, Source]] = None, inplace: Optional[str] = None,
-          result: Optional[Callable[[Any, dict], Any]] = None, ignore: Sequence[str] = (),
-          cpu_target: Optional[str] = None) -> Patch:
+def patch(target: str, op: Any, *, args: Mapping[str, Source] | None = None, inplace: str | None = None,
+          result: Callable[[Any, dict], Any] | None = None, ignore: Sequence[str] = (),
+          cpu_target: str | None = None) -> Patch:
     """Replace the callable at ``target`` so that calls whose inputs fit one of ``op``'s specializations run
     ``op`` and all others call the original, each counted by reason (:meth:`Patch.stats`).
 

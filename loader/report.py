@@ -73,7 +73,8 @@ def format_report(report: dict[str, Any]) -> str:
                      f"{'' if s['active'] else ' (undone)'}")
         if s["to_original"]:
             top = sorted(s["to_original"].items(), key=lambda kv: -kv[1])
-            shown = "; ".join(f"{v} {k}" for k, v in top[:4]) + (f"; {len(top) - 4} more reasons" if len(top) > 4 else "")
+            shown = "; ".join(f"{v} {k}" for k, v in top[:4])
+            shown += f"; {len(top) - 4} more reasons" if len(top) > 4 else ""
             lines.append(f"      to original: {shown}")
         st = s["op_stats"]
         launches = ", ".join(f"{k}={v}" for k, v in st["launches"].items() if v) or "none"

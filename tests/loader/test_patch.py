@@ -142,7 +142,7 @@ def test_the_routing_report_names_each_site_its_verdict_and_reasons(fresh_ops, m
         model.add(torch.randn(4), torch.randn(4))
     report = routing_report()
     assert report["rank"] == 3 and report["world_size"] == 4
-    site = [s for s in report["sites"] if s["op"] == ops.add.qualname][0]
+    site = next(s for s in report["sites"] if s["op"] == ops.add.qualname)
     assert site["verdict"] == "ALL TO ORIGINAL" and site["to_original"] == {"cpu tensors": 1}
     text = format_report(report)
     assert "[rank 3/4," in text and f"dropin_model:add -> {ops.add.qualname}  ALL TO ORIGINAL  0 to op, 1 to " \
