@@ -163,3 +163,38 @@ def bench(fn: Callable[..., Any], *args: Any, patches: Sequence[Any], repeats: i
         med = statistics.median(times[a])
         result.append(Arm(a, tuple(times[a]), med, base / med if med else float("inf"), calls[a] / (repeats * iters)))
     return BenchResult(tuple(result))
+
+
+def bench_from_files(factory: str, patches_file: str, **options: Any) -> tuple[BenchResult, list[Any]]:
+    """What ``flyship bench`` runs: the callable and inputs from ``factory``, the patches from a patches file
+    (the hook's format, docs/integrate.md).
+
+    Args:
+        factory: ``"package.module:function"``; the function takes no arguments and returns
+            ``(fn, args)`` or ``(fn, args, kwargs)``.
+        patches_file: a patches file; each patched module is imported and its patches applied.
+        options: :func:`bench`'s keyword arguments.
+
+    Raises:
+        ConfigError: the factory does not resolve or returns something else; the patches file is invalid.
+    """
+    import importlib
+
+    from flyship.loader import hook
+
+    pf = hook.read_patches(patches_file)
+    patches: list[Any] = []
+    for module in dict.fromkeys(p.module for p in pf.patches):
+        importlib.import_module(module)
+        patches += hook.apply_for_module(pf.path, module)
+    module_name, _, name = factory.partition(":")
+    try:
+        make = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"bench: expected a factory 'package.module:function', got {factory!r} ({e})") from e
+    case = make()
+    if not (isinstance(case, tuple) and len(case) in (2, 3) and callable(case[0])):
+        raise ConfigError(f"bench: expected {factory}() to return (fn, args) or (fn, args, kwargs), got "
+                          f"{type(case).__name__}")
+    fn, args, kwargs = case if len(case) == 3 else (*case, {})
+    return bench(fn, *args, patches=patches, **options, **kwargs), patches

@@ -4,6 +4,7 @@
     flyship verify BUNDLE      run every specialization against its reference; needs a GPU
     flyship prebuild           build and cache the C++ extension (container image build time)
     flyship hook install|status|remove   patch every process of this environment (docs/integrate.md)
+    flyship bench FACTORY --patches FILE  baseline / patched / compiled / patched+compiled timings
 
 Each command parses its options and calls one plain function; errors print one clear line and exit 1
 (2 for a usage error, as click does).
@@ -150,6 +151,34 @@ def hook_remove_cmd(site_dir: Path | None) -> None:
 
     pth = hook.remove(site_dir)
     click.echo(f"removed {pth}" if pth else f"no flyship hook in {hook.site_dir(site_dir)}")
+
+
+@main.command("bench")
+@click.argument("factory")
+@click.option("--patches", "patches", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="the patches file (as for flyship hook install)")
+@click.option("--repeats", default=10, show_default=True, help="timed runs per arm (interleaved; the median counts)")
+@click.option("--iters", default=10, show_default=True, help="calls per timed run")
+@click.option("--warmup", default=3, show_default=True, help="untimed calls per arm first (compiles)")
+@click.option("--backend", default="inductor", show_default=True, help="torch.compile backend of the compiled arms")
+@click.option("--mode", default=None, help="torch.compile mode of the compiled arms")
+def bench_cmd(factory: str, patches: Path, repeats: int, iters: int, warmup: int, backend: str,
+              mode: str | None) -> None:
+    """Time FACTORY's callable in four arms: baseline, patched, compiled, patched+compiled.
+
+    FACTORY is 'package.module:function'; the function returns (fn, args) or (fn, args, kwargs).
+    """
+    from flyship.loader.bench import bench_from_files
+    from flyship.loader.report import format_report, routing_report
+
+    options = {"backend": backend, **({"mode": mode} if mode else {})}
+    try:
+        result, _ = bench_from_files(factory, str(patches), repeats=repeats, iters=iters, warmup=warmup,
+                                     compile_options=options)
+    except FlyshipError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(result.table())
+    click.echo(format_report(routing_report()))
 
 
 if __name__ == "__main__":

@@ -51,3 +51,9 @@ class Block(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.scale(torch.relu(self.lin(x)))
         return add(h.flatten(), x.flatten()).view_as(x)
+
+
+def bench_case() -> tuple:
+    """The factory ``flyship bench dropin_model:bench_case`` times: (fn, args)."""
+    torch.manual_seed(0)
+    return Block(4), (torch.randn(3, 4),)
