@@ -9,9 +9,12 @@
 #   gpu-tests.log, gpu-tests.xml   pytest output and JUnit results; cubin_vs_driver.json (reader vs driver)
 #   launch_overhead.{json,md,log}  per-call host time of a 4096-element add, every path
 #   cold_start.{json,md,log}       import + load + first call, warm and first-build extension cache
+#   dropin_block.{json,md,log}     a transformer block patched with rmsnorm/softmax: four arms (SKIP_DROPIN=1 skips)
 #   summary.{json,md}              the table printed last
-# Each step has its own time limit (total well under 8 minutes); a failing step does not stop the others.
-# Knobs: GPU_TESTS_LIMIT (s, default 300), BENCH_LIMIT (s, default 110), SKIP_LAUNCH_OVERHEAD=1, SKIP_COLD_START=1;
+# Each step has its own time limit (total well under 13 minutes with dropin_block's inductor compiles); a
+# failing step does not stop the others.
+# Knobs: GPU_TESTS_LIMIT (s, default 300), BENCH_LIMIT (s, default 110), DROPIN_LIMIT (s, default 300),
+# SKIP_LAUNCH_OVERHEAD=1, SKIP_COLD_START=1, SKIP_DROPIN=1;
 # FLYSHIP_FLAVOR and friends pass through (scripts/gpu_check_hip_nvidia.sh runs this once per flavor).
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
@@ -72,6 +75,8 @@ step gpu-tests "${GPU_TESTS_LIMIT:-300}" "$PY" -m pytest tests/gpu tests/loader 
   --bundle "$BUNDLE" --out "$OUT"
 [[ "${SKIP_COLD_START:-0}" == 1 ]] || step cold_start "${BENCH_LIMIT:-110}" "$PY" bench/cold_start.py --bundle "$BUNDLE" \
   --out "$OUT"
+[[ "${SKIP_DROPIN:-0}" == 1 ]] || step dropin_block "${DROPIN_LIMIT:-300}" "$PY" bench/dropin_block.py \
+  --bundle "$BUNDLE" --out "$OUT"
 
 "$PY" - "$OUT" <<'EOF'
 import json, os, sys
