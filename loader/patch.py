@@ -56,7 +56,8 @@ class Prepared:
     Args:
         source: where the weight comes from, as in a patch's ``args`` (``"self.weight"``), or None when
             the object is called directly (``prep(t)``).
-        fn: the preparation (a transposed, pre-shuffled or quantized copy); takes and returns a tensor.
+        fn: the preparation (a transposed, pre-shuffled or quantized copy); takes a tensor and returns a new
+            one (not a view of it: a view would keep the weight, and so its cache entry, alive).
 
     Example::
 
@@ -97,6 +98,16 @@ class Prepared:
 
 
 Source = Any  # str (a parameter or a dotted attribute path of one), Const, Prepared, or a callable(bound) -> value
+
+
+def _param_of(source: tuple[str, Any]) -> str | None:
+    """The original's parameter a source reads, or None (constants, defaults, callables)."""
+    kind, v = source
+    if kind == "param":
+        return v
+    if kind == "attr":
+        return v[0]
+    return _param_of(v[1]) if kind == "prepared" else None
 
 
 # -- the target -------------------------------------------------------------------------------------------
@@ -230,30 +241,11 @@ class Patch:
                 raise PatchError(f"patch {self.target!r}: '{extra}' is not a parameter of the original "
                                  f"({', '.join(names)})")
 
-        def resolve(src: Any, for_arg: str) -> tuple[str, Any]:
-            if isinstance(src, str):
-                head, _, path = src.partition(".")
-                if head not in names:
-                    raise PatchError(f"patch {self.target!r} with {self.op.qualname}: the source {src!r} of op input "
-                                     f"'{for_arg}' names no parameter of the original; its parameters are "
-                                     f"{', '.join(names)}")
-                return ("attr", (head, path.split("."))) if path else ("param", head)
-            if isinstance(src, Const):
-                return "const", src.value
-            if isinstance(src, Prepared):
-                if src.source is None:
-                    raise PatchError(f"patch {self.target!r}: Prepared for op input '{for_arg}' needs a source "
-                                     "(Prepared('self.weight', fn))")
-                return "prepared", (src, resolve(src.source, for_arg))
-            if callable(src):
-                return "call", src
-            return "const", src
-
         sources: list[tuple[str, Any]] = []
         missing = []
         for a in op_args:
             if a.name in args:
-                sources.append(resolve(args[a.name], a.name))
+                sources.append(self._source(args[a.name], a.name, names))
             elif a.name in names:
                 sources.append(("param", a.name))
             elif a.kind != "tensor" and a.default is not None:
@@ -264,10 +256,8 @@ class Patch:
             raise PatchError(f"patch {self.target!r} with {self.op.qualname}: the op's inputs {', '.join(missing)} "
                              f"have no source among the original's parameters ({', '.join(names)}); map them with "
                              f"args={{'{missing[0]}': '<parameter>' or '<parameter>.<attribute>'}}")
-        used = {s[1] if s[0] == "param" else s[1][0] for s in sources if s[0] in ("param", "attr")}
-        used |= {s[1][1][1] if s[1][1][0] == "param" else s[1][1][1][0] for s in sources if s[0] == "prepared"}
-        used |= ignore | ({inplace} if inplace else set())
-        first_is_self = self._kind in ("function", "classmethod") and isinstance(self._owner, type) and names
+        used = {_param_of(s) for s in sources} | ignore | ({inplace} if inplace else set())
+        first_is_self = self._kind in ("function", "classmethod") and isinstance(self._owner, type)
         self._free = []  # unused parameters with defaults: a call that sets them goes to the original
         unused_required = []
         for i, p in enumerate(self._params):
@@ -283,6 +273,27 @@ class Patch:
                              "ignore them; map them with args=, or list them in ignore= if they do not change the "
                              "result")
         return sources
+
+    def _source(self, src: Any, for_arg: str, names: list[str]) -> tuple[str, Any]:
+        """One ``args=`` value as a source: ("param", name) / ("attr", (name, path)) / ("const", v) /
+        ("prepared", (Prepared, source)) / ("call", fn)."""
+        if isinstance(src, str):
+            head, _, path = src.partition(".")
+            if head not in names:
+                raise PatchError(f"patch {self.target!r} with {self.op.qualname}: the source {src!r} of op input "
+                                 f"'{for_arg}' names no parameter of the original; its parameters are "
+                                 f"{', '.join(names)}")
+            return ("attr", (head, path.split("."))) if path else ("param", head)
+        if isinstance(src, Const):
+            return "const", src.value
+        if isinstance(src, Prepared):
+            if src.source is None:
+                raise PatchError(f"patch {self.target!r}: Prepared for op input '{for_arg}' needs a source "
+                                 "(Prepared('self.weight', fn))")
+            return "prepared", (src, self._source(src.source, for_arg, names))
+        if callable(src):
+            return "call", src
+        return "const", src
 
     # -- routing ---------------------------------------------------------------------------------------
 
@@ -445,7 +456,8 @@ def patch(target: str, op: Any, *, args: Mapping[str, Source] | None = None, inp
         args: op input -> source: a parameter name of the original (``"hidden"``), an attribute path from
             one (``"self.eps"``), :class:`Const`, :class:`Prepared`, or a callable taking the bound arguments
             (a dict) and returning the value. Op inputs not mapped take the same-named parameter, else
-            the op's default.
+            the op's default. A callable's reads are not known: list the parameters with defaults it
+            reads in ``ignore=`` (else setting them sends the call to the original).
         inplace: the original writes its result into this parameter (and returns it): the op's output is
             copied into it.
         result: turns the op's output into what the original returns, ``result(out, bound)`` (e.g. a view

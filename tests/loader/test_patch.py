@@ -84,6 +84,17 @@ def test_a_method_takes_an_attribute_from_self_and_a_renamed_keyword(fresh_ops, 
     assert model.CALLS == [] and p.stats()["to_op"] == 2
 
 
+def test_a_static_method_is_patched_and_restored_as_a_static_method(fresh_ops, model):
+    ops = fresh_ops()
+    x, y = torch.randn(8), torch.randn(8)
+    raw = vars(model.Util)["add"]
+    with flyship.patch("dropin_model:Util.add", ops.add, args={"x": "a", "y": "b"}, cpu_target="gfx942") as p:
+        assert isinstance(vars(model.Util)["add"], staticmethod)
+        torch.testing.assert_close(model.Util.add(x, y), x + y)
+        torch.testing.assert_close(model.Util().add(x, y), x + y)
+    assert vars(model.Util)["add"] is raw and model.CALLS == [] and p.stats()["to_op"] == 2
+
+
 def test_an_in_place_original_gets_the_ops_output_copied_into_its_out_parameter(fresh_ops, model):
     ops = fresh_ops()
     x, y, out = torch.randn(8), torch.randn(8), torch.zeros(8)

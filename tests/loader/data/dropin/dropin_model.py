@@ -57,3 +57,10 @@ def bench_case() -> tuple:
     """The factory ``flyship bench dropin_model:bench_case`` times: (fn, args)."""
     torch.manual_seed(0)
     return Block(4), (torch.randn(3, 4),)
+
+
+class Util:
+    @staticmethod
+    def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        CALLS.append("Util.add")
+        return a + b
