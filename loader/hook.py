@@ -166,10 +166,14 @@ def install(patches: str | Path, folder: str | Path | None = None) -> Path:
         raise ConfigError(f"hook install: expected a site-packages folder, got {target} (no such folder)")
     pth = target / PTH_NAME
     tmp = pth.with_suffix(".tmp")
-    tmp.write_text(f"{_MARK}{pf.path}\n"
-                   f"import flyship._startup as _flyship_startup; _flyship_startup.activate({str(pf.path)!r})\n",
-                   encoding="utf-8")
-    tmp.replace(pth)
+    try:
+        tmp.write_text(f"{_MARK}{pf.path}\n"
+                       f"import flyship._startup as _flyship_startup; _flyship_startup.activate({str(pf.path)!r})\n",
+                       encoding="utf-8")
+        tmp.replace(pth)  # atomic: a Python starting meanwhile sees the old hook or the new one, never half
+    except OSError as e:
+        raise ConfigError(f"hook install: cannot write {pth}: {e}; run it as the environment's owner, or pass "
+                          "--site-dir") from e
     return pth
 
 
