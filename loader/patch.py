@@ -148,39 +148,39 @@ class _Param:
     default: Any
 
 
-def _params(fn: Callable[..., Any], target: str) -> list[_Param]:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError) as e:
-        raise PatchError(f"patch {target!r}: cannot read the signature of {fn!r}: {e}; patch a Python function") from e
-    return [_Param(p.name, p.kind, p.default) for p in sig.parameters.values()]
+class _Signature:
+    """The original's signature, prepared once so that binding a call is a few dict operations (also
+    traceable by torch.compile)."""
 
+    def __init__(self, fn: Callable[..., Any], target: str) -> None:
+        P = inspect.Parameter
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError) as e:
+            raise PatchError(f"patch {target!r}: cannot read the signature of {fn!r}: {e}; patch a Python "
+                             "function") from e
+        self.params = [_Param(p.name, p.kind, p.default) for p in sig.parameters.values()]
+        self.names = [p.name for p in self.params if p.kind not in (P.VAR_POSITIONAL, P.VAR_KEYWORD)]
+        self.positional = [p.name for p in self.params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+        self.name_set = set(self.names)
+        self.defaults = {p.name: p.default for p in self.params if p.name in self.names and p.default is not P.empty}
 
-def _bind(params: list[_Param], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
-    """The original's arguments by name (defaults filled in), or None when they do not bind or use
-    ``*args`` / ``**kwargs`` (the original then gets the call and says what is wrong)."""
-    P = inspect.Parameter
-    bound: dict[str, Any] = {}
-    positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
-    if len(args) > len(positional):
-        return None
-    for p, v in zip(positional, args):
-        bound[p.name] = v
-    for k, v in kwargs.items():
-        if k in bound:
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        """The call's arguments by name, defaults filled in; None when they do not bind or go to ``*args`` /
+        ``**kwargs`` (the original then gets the call and says what is wrong)."""
+        if len(args) > len(self.positional):
             return None
-        bound[k] = v
-    for p in params:
-        if p.kind in (P.VAR_POSITIONAL, P.VAR_KEYWORD):
-            continue
-        if p.name not in bound:
-            if p.default is P.empty:
+        bound = dict(zip(self.positional, args))
+        for k, v in kwargs.items():
+            if k in bound or k not in self.name_set:
                 return None
-            bound[p.name] = p.default
-    names = {p.name for p in params}
-    if any(k not in names for k in bound):
-        return None
-    return bound
+            bound[k] = v
+        if len(bound) < len(self.names):
+            for k, v in self.defaults.items():
+                bound.setdefault(k, v)
+            if len(bound) < len(self.names):
+                return None  # a required parameter is missing
+        return bound
 
 
 # -- the patch --------------------------------------------------------------------------------------------
@@ -210,7 +210,8 @@ class Patch:
         self.original = self._raw.__func__ if self._kind != "function" else self._raw
         if not callable(self.original):
             raise PatchError(f"patch {target!r}: expected a function, got a {type(self.original).__name__}")
-        self._params = _params(self.original, target)
+        self._sig = _Signature(self.original, target)
+        self._params = self._sig.params
         self._sources = self._match(dict(args or {}), set(ignore), inplace)
         self._inplace = inplace
         self._result = result
@@ -220,6 +221,7 @@ class Patch:
         self._to_op = 0
         self._to_original: dict[str, int] = {}
         self._targets: dict[int, str] = {}
+        self._decide = op._ops._core.decide
         self.active = False
         self._wrapper = self._make_wrapper()
 
@@ -319,10 +321,10 @@ class Patch:
             out = dest
         return out if self._result is None else self._result(out, bound)
 
-    def _device_target(self, t: Any) -> str | None:
-        if t.device.type == "cpu":
+    def _device_target(self, index: int) -> str | None:
+        """The target the decision is made for: GPU ``index``'s (asked once), or ``cpu_target`` (index -1)."""
+        if index < 0:
             return self.cpu_target
-        index = t.device.index if t.device.index is not None else 0
         target = self._targets.get(index)
         if target is None:
             target = self._targets[index] = self.op._ops.device_target(index)
@@ -342,28 +344,25 @@ class Patch:
             values = [self._value(s, bound) for s in self._sources]
         except AttributeError as e:
             return None, f"argument source: {e}"
-        tensors = [v for v in values if isinstance(v, torch.Tensor)]
-        devices = {(t.device.type, t.device.index) for t in tensors}
+        devices = {v.get_device() for v in values if isinstance(v, torch.Tensor)}  # -1: CPU
         if len(devices) != 1:
             return None, "tensors on several devices" if devices else "no tensor inputs"
-        target = self._device_target(tensors[0])
+        target = self._device_target(devices.pop())
         if target is None:
             return None, "cpu tensors"
-        try:
-            decision = self.op.dispatch(*values, target=target)
+        try:  # OpHandle.dispatch's decision, called directly: the values are already in schema order
+            spec, _, reason = self._decide(self.op._index, target, values, False)
         except (RuntimeError, TypeError, ValueError) as e:
             msg = str(e).splitlines()[0]
             return None, msg.split(": ", 1)[1] if msg.startswith("flyship ") and ": " in msg else msg
-        if decision.spec is None:
-            return None, decision.reason
-        return values, ""
+        return (values, "") if spec >= 0 else (None, reason)
 
     def _make_wrapper(self) -> Callable[..., Any]:
         import functools
 
         import torch
 
-        original, params, op_default = self.original, self._params, self.op.default
+        original, sig, op_default = self.original, self._sig, self.op.default
 
         @functools.wraps(original)
         def flyship_patched(*args: Any, **kwargs: Any) -> Any:
@@ -371,11 +370,11 @@ class Patch:
                 return original(*args, **kwargs)
             if torch.compiler.is_compiling():
                 # One graph: the custom op (with its fake kernel) goes in; its guards run at call time.
-                bound = _bind(params, args, kwargs)
+                bound = sig.bind(args, kwargs)
                 if bound is None:
                     return original(*args, **kwargs)
                 return self._finish(op_default(*[self._value(s, bound) for s in self._sources]), bound)
-            bound = _bind(params, args, kwargs)
+            bound = sig.bind(args, kwargs)
             values, reason = self.route(bound)
             if values is None:
                 with self._lock:
