@@ -30,14 +30,16 @@ if [[ ! -f "$BUNDLE/manifest.json" ]]; then
 fi
 BUNDLE="$(cd "$BUNDLE" && pwd)"
 export FLYSHIP_GPU_BUNDLE="$BUNDLE" FLYSHIP_GPU_OUT="$OUT"
-# flyship is a package tree mapped by setup.py (no symlinks): install this checkout into a private folder.
-# --upgrade: a second run (scripts/gpu_check_hip_nvidia.sh runs this twice) replaces the first's copy.
-"$PY" -m pip install -q --no-deps --no-build-isolation --upgrade --target /tmp/flyship-site . >/dev/null
+# flyship is a package tree mapped by setup.py (no symlinks): install this checkout editable, as `make install`
+# does, so `python -m pytest` run from the checkout (cwd first on sys.path) finds flyship.bundle & co. through
+# setuptools' editable finder. A plain --target copy would be shadowed by the checkout's own flyship/ folder.
+"$PY" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null
 # The GPU image lacks pyelftools and msgpack and cannot download: wheels carried in .whl/ (see docs/perf.md).
 if ! "$PY" -c 'import elftools, msgpack' 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --upgrade --target /tmp/flyship-site .whl/*.whl >/dev/null
+  export PYTHONPATH="/tmp/flyship-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="/tmp/flyship-site${PYTHONPATH:+:$PYTHONPATH}"
+"$PY" -c 'import flyship.bundle, flyship.loader, elftools, msgpack' || { echo "gpu_check: flyship is not importable" >&2; exit 2; }
 # The CUDA image's default CXX (/opt/gcc/bin/g++) links libstdc++ statically into shared objects; an
 # extension built so crashes on its first C++ exception, and the loader refuses such a compiler. Use the
 # system compiler unless told otherwise.
