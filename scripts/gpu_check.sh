@@ -30,15 +30,16 @@ if [[ ! -f "$BUNDLE/manifest.json" ]]; then
 fi
 BUNDLE="$(cd "$BUNDLE" && pwd)"
 export FLYSHIP_GPU_BUNDLE="$BUNDLE" FLYSHIP_GPU_OUT="$OUT"
-# flyship is a package tree mapped by setup.py (no symlinks): install this checkout editable, as `make install`
-# does, so `python -m pytest` run from the checkout (cwd first on sys.path) finds flyship.bundle & co. through
-# setuptools' editable finder. A plain --target copy would be shadowed by the checkout's own flyship/ folder.
-"$PY" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null
+# flyship is a package tree mapped by setup.py (no symlinks): install this checkout into a private folder (the
+# GPU image's setuptools cannot make an editable install offline). Python must then never put the checkout itself
+# first on sys.path, where its flyship/ folder (the package root alone) would shadow the installed package:
+# PYTHONSAFEPATH=1 (python -P, 3.11+) for every Python started here, and pytest's importlib import mode.
+"$PY" -m pip install -q --no-deps --no-build-isolation --upgrade --target /tmp/flyship-site . >/dev/null
 # The GPU image lacks pyelftools and msgpack and cannot download: wheels carried in .whl/ (see docs/perf.md).
 if ! "$PY" -c 'import elftools, msgpack' 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --upgrade --target /tmp/flyship-site .whl/*.whl >/dev/null
-  export PYTHONPATH="/tmp/flyship-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
+export PYTHONPATH="/tmp/flyship-site${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1
 "$PY" -c 'import flyship.bundle, flyship.loader, elftools, msgpack' || { echo "gpu_check: flyship is not importable" >&2; exit 2; }
 # The CUDA image's default CXX (/opt/gcc/bin/g++) links libstdc++ statically into shared objects; an
 # extension built so crashes on its first C++ exception, and the loader refuses such a compiler. Use the
@@ -71,7 +72,7 @@ step() {  # step NAME SECONDS CMD...: run with a time limit, tee its log, rememb
   [[ $rc -eq 0 ]] || status=1
 }
 : > "$OUT/steps.txt"
-step gpu-tests "${GPU_TESTS_LIMIT:-300}" "$PY" -m pytest tests/gpu tests/loader -m gpu -v -rA -p no:cacheprovider \
+step gpu-tests "${GPU_TESTS_LIMIT:-300}" "$PY" -m pytest --import-mode=importlib tests/gpu tests/loader -m gpu -v -rA -p no:cacheprovider \
   --junitxml="$OUT/gpu-tests.xml"
 [[ "${SKIP_LAUNCH_OVERHEAD:-0}" == 1 ]] || step launch_overhead "${BENCH_LIMIT:-110}" "$PY" bench/launch_overhead.py \
   --bundle "$BUNDLE" --out "$OUT"
