@@ -91,21 +91,34 @@ def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
 
 
 def plan(sf: SpecFile, targets: list[_targets.TargetID]) -> list[tuple[str, str, str]]:
-    """(op, spec, target) tasks. FlyDSL ops build only for AMD targets."""
+    """(op, spec, target) tasks: each op for every requested target whose vendor its frontend builds for."""
     tasks = []
     for op in sf.ops:
-        usable = [t for t in targets if op.frontend != "flydsl" or t.vendor == "amd"]
+        fe = _frontends.get(op.frontend)
+        usable = [t for t in targets if t.vendor in fe.vendors]
         if not usable:
             raise BuildError(f"flyc-build: op {op.name} ({op.frontend}) has no target among "
-                             f"{[t.text for t in targets]}; FlyDSL builds for AMD targets (gfx942, gfx950, ...)")
+                             f"{[t.text for t in targets]}; {op.frontend} builds for "
+                             f"{' and '.join(sorted(fe.vendors))} targets ({_VENDOR_EXAMPLES[min(fe.vendors)]}, ...)")
         for s in op.specs:
             for t in usable:
                 tasks.append((op.name, s.name, t.text))
     return tasks
 
 
+_VENDOR_EXAMPLES = {"amd": "gfx942, gfx950", "nvidia": "sm_90"}
+
+
+def _worker_config(opts: BuildOptions, target: str, toolchain: object, rocm_root: Optional[Path], scratch: Path,
+                   frontends: tuple[str, ...]) -> WorkerConfig:
+    return WorkerConfig(spec_path=str(Path(opts.spec_path).resolve()), target=target,
+                        rocm_root=str(rocm_root) if rocm_root else None, toolchain=toolchain,
+                        code_object_version=opts.code_object_version, keep_ir=opts.keep_ir,
+                        scratch_root=str(scratch), frontends=frontends)
+
+
 def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: object, rocm_root: Optional[Path],
-              scratch: Path, progress: Callable[[str], None]) -> list[TaskResult]:
+              scratch: Path, progress: Callable[[str], None], frontends: tuple[str, ...]) -> list[TaskResult]:
     """Run the tasks in spawned worker processes, one pool per target; report each as it ends."""
     by_target: dict[str, list[tuple[str, str]]] = {}
     for o, s, t in tasks:
@@ -116,10 +129,7 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: 
     results: list[TaskResult] = []
     try:
         for target, items in by_target.items():
-            cfg = WorkerConfig(spec_path=str(Path(opts.spec_path).resolve()), target=target,
-                               rocm_root=str(rocm_root) if rocm_root else None, toolchain=toolchain,
-                               code_object_version=opts.code_object_version, keep_ir=opts.keep_ir,
-                               scratch_root=str(scratch))
+            cfg = _worker_config(opts, target, toolchain, rocm_root, scratch, frontends)
             pool = cf.ProcessPoolExecutor(max_workers=min(per_pool, len(items)), mp_context=ctx,
                                           initializer=init_worker, initargs=(cfg,))
             pools.append(pool)
@@ -144,7 +154,7 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: 
         for p in pools:
             p.shutdown(wait=True, cancel_futures=True)
     for o, s, t in broken:
-        r = _run_alone(o, s, t, opts, toolchain, rocm_root, scratch, ctx)
+        r = _run_alone(o, s, _worker_config(opts, t, toolchain, rocm_root, scratch, frontends), ctx)
         done += 1
         results.append(r)
         status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
@@ -152,31 +162,15 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: 
     return results
 
 
-def _run_alone(o: str, s: str, t: str, opts: BuildOptions, toolchain: object, rocm_root: Optional[Path],
-               scratch: Path, ctx) -> TaskResult:
+def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
     """One task in a process of its own, so a crash is pinned on the kernel that caused it."""
-    cfg = WorkerConfig(spec_path=str(Path(opts.spec_path).resolve()), target=t,
-                       rocm_root=str(rocm_root) if rocm_root else None, toolchain=toolchain,
-                       code_object_version=opts.code_object_version, keep_ir=opts.keep_ir, scratch_root=str(scratch))
     with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker, initargs=(cfg,)) as pool:
         try:
             return pool.submit(run_task, o, s).result()
         except cf.process.BrokenProcessPool:
-            return TaskResult(o, s, t, None, "the worker process died while compiling this kernel (a crash or abort "
-                                             "in the DSL's native code; its own message, if any, is printed above)")
-
-
-def check_resources(op: OpDecl, spec_allow_scratch: bool, spec_name: str, v) -> None:
-    """LDS within the target's per-workgroup limit; no scratch spills unless allowed."""
-    lim = _targets.limits(v.target)["lds_bytes"]
-    static = v.metadata.group_segment_fixed_size
-    if static > lim:
-        raise BuildError(f"op {op.name} spec {spec_name} target {v.target}: kernel {v.symbol} uses {static} bytes of "
-                         f"LDS, over the target's {lim}-byte per-workgroup limit")
-    if v.metadata.private_segment_fixed_size > 0 and not spec_allow_scratch:
-        raise BuildError(f"op {op.name} spec {spec_name} target {v.target}: kernel {v.symbol} spills to scratch "
-                         f"({v.metadata.private_segment_fixed_size} bytes per work-item); reduce register pressure "
-                         "or set Spec(allow_scratch=True)")
+            return TaskResult(o, s, cfg.target, None,
+                              "the worker process died while compiling this kernel (a crash or abort in the DSL's "
+                              "native code; its own message, if any, is printed above)")
 
 
 def _fs_target(t: str) -> str:
@@ -193,18 +187,11 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
         alignment: dict[str, int] = {}
         shapes = op.example_shapes(s)
         scalars = {k: v for k, v in op.example_scalars(s).items()}
-        int_scalars = {k: v for k, v in scalars.items() if isinstance(v, int) and not isinstance(v, bool)}
         example_grid = None
         for (o, sn, t), v in sorted(results.items()):
             if o != op.name or sn != s.name:
                 continue
-            check_resources(op, s.allow_scratch, s.name, v)
-            grid_here = tuple(_expr.evaluate_with_shapes(g, shapes, int_scalars) for g in v.launch.grid)
-            if grid_here != tuple(v.example_grid):
-                raise BuildError(f"op {op.name} spec {s.name} target {t}: the grid expressions {list(v.launch.grid)} "
-                                 f"give {list(grid_here)} at the example shapes but the frontend computed "
-                                 f"{list(v.example_grid)}")
-            example_grid = example_grid or grid_here
+            example_grid = example_grid or tuple(v.example_grid)  # the common tail checked it against the grid
             cons = tuple(sorted(set(_expr.canonical(c) for c in v.constraints)))
             if derived is None:
                 derived = cons
@@ -356,17 +343,15 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
     elif any(o.reference for o in sf.ops):
         raise BuildError(f"spec file {sf.path}: ops name references but the spec calls no references('<file>.py')")
     for op in sf.ops:
-        check = getattr(_frontends.get(op.frontend), "check_signature", None)
-        if check is not None:
-            try:
-                check(op)
-            except Exception as e:
-                raise BuildError(f"flyc-build: {e}") from None
+        try:
+            _frontends.get(op.frontend).check_declaration(op)
+        except Exception as e:
+            raise BuildError(f"flyc-build: {e}") from None
     tasks = plan(sf, targets)
-    frontends_used = sorted({o.frontend for o in sf.ops})
+    frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
     toolchain, rocm_root = None, None
     tools: dict[str, str] = {}
-    needs_llvm = any(o.frontend == "flydsl" for o in sf.ops) or opts.offload_bundle
+    needs_llvm = any(_frontends.get(f).needs_llvm for f in frontends_used) or opts.offload_bundle
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flyc-build-")))
         if needs_llvm and amd:
@@ -376,7 +361,7 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             tools = dict(toolchain.describe())
         progress(f"flyc-build: {len(tasks)} kernels ({len(sf.ops)} ops) for {', '.join(t.text for t in targets)}, "
                  f"jobs={opts.jobs}")
-        results = run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress)
+        results = run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress, frontends_used)
         failed = [r for r in results if r.error]
         if failed:
             lines = "\n".join(f"  {r.target} {r.op}.{r.spec}: {r.error}" for r in sorted(failed, key=lambda r: (
@@ -412,8 +397,8 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
 
 def _load_spec_for_planning(path: str, amd_target: Optional[str]) -> SpecFile:
     """Import the spec file in this process, only to list ops and specs (compiles happen in workers)."""
-    if amd_target:
-        os.environ.setdefault("FLYDSL_GPU_ARCH", amd_target.split(":")[0])
+    for name in _frontends.names():
+        _frontends.get(name).prepare_planning(amd_target)
     try:
         return load_spec_file(path)
     except Exception as e:

@@ -221,13 +221,13 @@ def references(path: str) -> None:
 
 
 def _detect_frontend(kernel: Any) -> str:
-    mod = type(kernel).__module__ or ""
-    if mod.startswith("flydsl"):
-        return "flydsl"
-    if mod.startswith("triton"):
-        return "triton"
-    raise SpecError(f"op kernel: expected a FlyDSL @flyc.jit launcher or a @triton.jit function, got "
-                    f"{type(kernel).__module__}.{type(kernel).__name__}")
+    from flyship.compiler import frontends
+
+    fe = frontends.detect(kernel)
+    if fe is None:
+        titles = " or a ".join(frontends.get(n).title for n in frontends.names())
+        raise SpecError(f"op kernel: expected a {titles}, got {type(kernel).__module__}.{type(kernel).__name__}")
+    return fe.name
 
 
 def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], reference: Optional[str] = None,
@@ -277,10 +277,13 @@ def validate(d: OpDecl) -> None:
                 raise SpecError(f"{w}: output {a.name}: like={a.like!r} names no input tensor ({sorted(tensors)})")
             if a.dtype and a.dtype not in tensors and a.dtype not in DTYPES:
                 raise SpecError(f"{w}: output {a.name}: dtype {a.dtype!r} is neither an input tensor nor a dtype")
-    if d.frontend == "triton" and not d.grid:
-        raise SpecError(f"{w}: a Triton kernel needs grid=(...) expressions, e.g. grid=('cdiv(x.numel, BLOCK)',)")
-    if d.frontend == "flydsl" and d.grid:
-        raise SpecError(f"{w}: a FlyDSL launcher computes its own grid; remove grid=")
+    from flyship.compiler import frontends
+
+    fe = frontends.get(d.frontend)
+    if fe.declares_grid and not d.grid:
+        raise SpecError(f"{w}: a {fe.title} needs grid=(...) expressions, e.g. grid=('cdiv(x.numel, BLOCK)',)")
+    if not fe.declares_grid and d.grid:
+        raise SpecError(f"{w}: a {fe.title} computes its own grid; remove grid=")
     if not d.specs:
         raise SpecError(f"{w}: no specializations (specs=[Spec(...)])")
     # Names constraints may use: every tensor (inputs and outputs, with their ranks) and the int scalars.

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 import sys
 import tempfile
 import traceback
 from pathlib import Path
 from typing import Optional
 
-from flyship.compiler.frontends import BuildContext, CompiledVariant
+from flyship.compiler.frontends import BuildContext, CompiledVariant, WorkerSetup
 from flyship.compiler.spec import SpecFile, run_spec_file
 from flyship.errors import CompileError
 
@@ -32,6 +31,7 @@ class WorkerConfig:
     code_object_version: Optional[int]
     keep_ir: bool
     scratch_root: str
+    frontends: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,15 +82,20 @@ class SpecImportError(CompileError, RuntimeError):
 
 
 def init_worker(cfg: WorkerConfig) -> None:
-    """Process initializer: target environment first, then the spec file."""
+    """Process initializer: each frontend that builds for this target prepares the environment, then the
+    spec file is imported."""
     global _SPEC, _CFG
-    _CFG = cfg
-    if cfg.target.startswith("gfx"):
-        from flyship.compiler.frontends import flydsl as _fd
+    from flyship.bundle import targets as _targets
+    from flyship.compiler import frontends
 
-        cache = Path(tempfile.mkdtemp(prefix="flydsl-cache-", dir=cfg.scratch_root))
-        _fd.setup_environment(cfg.target, Path(cfg.rocm_root) if cfg.rocm_root else None, cache)
-    os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cache-", dir=cfg.scratch_root))
+    _CFG = cfg
+    setup = WorkerSetup(target=cfg.target, scratch_root=Path(cfg.scratch_root),
+                        rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
+    vendor = _targets.parse_target(cfg.target).vendor
+    for name in cfg.frontends:
+        fe = frontends.get(name)
+        if vendor in fe.vendors:
+            fe.prepare_worker(setup)
     try:
         _SPEC = load_spec_file(cfg.spec_path)
     except Exception as e:  # reported per task
@@ -112,7 +117,7 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
         workdir = Path(tempfile.mkdtemp(prefix=f"{op_name}.{spec_name}.", dir=cfg.scratch_root))
         ctx = BuildContext(workdir=workdir, toolchain=cfg.toolchain, code_object_version=cfg.code_object_version,
                            keep_ir=cfg.keep_ir, rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
-        v = frontends.get(op.frontend).compile_variant(op, spec, cfg.target, ctx)
+        v = frontends.compile_variant(frontends.get(op.frontend), op, spec, cfg.target, ctx)
         return TaskResult(op_name, spec_name, cfg.target, v, None)
     except Exception as e:
         return TaskResult(op_name, spec_name, cfg.target, None, f"{type(e).__name__}: {e}")

@@ -1,90 +1,76 @@
-"""Frontends turn one (op, specialization, target) into a verified code object and its launch facts.
+"""Frontends: the registry, keyed by name. The protocol and the common tail are in :mod:`.base`.
 
-Each frontend module exposes ``compile_variant(op, spec, target, ctx) -> CompiledVariant`` and is the
-only code that imports its DSL (``flydsl`` or ``triton``), lazily, inside the worker process that
-builds ``target``.
+Each frontend is a package beside this file whose ``__init__`` calls :func:`register` with an instance of
+its :class:`~flyship.compiler.frontends.base.Frontend`. Adding a frontend = its own folder + one line in
+:data:`FRONTEND_MODULES`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-from typing import Optional
+import importlib
+from typing import Any
 
-from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof
-from flyship.errors import CompileError
+from flyship.compiler.frontends.base import (
+    BuildContext,
+    CompiledVariant,
+    Frontend,
+    FrontendError,
+    KernelBuild,
+    WorkerSetup,
+    compile_variant,
+    finish,
+)
+
+__all__ = ["BuildContext", "CompiledVariant", "Frontend", "FrontendError", "KernelBuild", "WorkerSetup",
+           "compile_variant", "detect", "finish", "get", "names", "register"]
+
+# The modules that register a frontend when imported, in the order declarations are matched against them.
+# Importing them imports no DSL (frontends import theirs lazily), so every name below is always available.
+FRONTEND_MODULES = (
+    "flyship.compiler.frontends.flydsl",
+    "flyship.compiler.frontends.triton",
+)
+
+_REGISTRY: dict[str, Frontend] = {}
 
 
-@dataclasses.dataclass(frozen=True)
-class BuildContext:
-    """What a frontend needs besides the op: tools, scratch space, options.
+def register(fe: Frontend) -> Frontend:
+    """Add a frontend under ``fe.name`` (called by the frontend's own package on import).
 
-    Attributes:
-        workdir: a fresh temporary folder for this variant (never the user's cwd).
-        toolchain: the LLVM toolchain (``flyship.compiler.toolchain.Toolchain``), or None when the
-            frontend needs none (Triton ships its own).
-        code_object_version: AMDHSA code object version to emit (5 or 6), None for the frontend's own.
-        keep_ir: keep the ISA text in the result.
-        rocm_root: ROCm-shaped root for FlyDSL's link step.
+    Raises:
+        FrontendError: another frontend already holds that name.
     """
+    held = _REGISTRY.get(fe.name)
+    if held is not None and type(held) is not type(fe):
+        raise FrontendError(f"frontend registry: expected one frontend named {fe.name!r}, got "
+                            f"{type(held).__qualname__} and {type(fe).__qualname__}")
+    _REGISTRY[fe.name] = fe
+    return fe
 
-    workdir: Path
-    toolchain: object | None
-    code_object_version: Optional[int] = None
-    keep_ir: bool = False
-    rocm_root: Optional[Path] = None
+
+def _registry() -> dict[str, Frontend]:
+    for m in FRONTEND_MODULES:
+        importlib.import_module(m)
+    return _REGISTRY
 
 
-@dataclasses.dataclass(frozen=True)
-class CompiledVariant:
-    """The result of compiling one specialization for one target (picklable: crosses processes).
+def names() -> list[str]:
+    """The registered frontends' names, in matching order."""
+    return list(_registry())
 
-    Attributes:
-        target: target ID (``gfx942``, ``sm_90``).
-        code_object: the code object bytes (hsaco or cubin).
-        format: ``hsaco`` or ``cubin``.
-        symbol: kernel symbol.
-        code_object_version: AMDHSA version or None.
-        metadata: read from the code object.
-        kernargs: kernarg layout with bindings to the op's arguments.
-        launch: grid expressions, block, dynamic LDS.
-        proof: how the code object was shown equal to the frontend's own.
-        toolchain: tool -> version for the manifest.
-        example_grid: the grid the frontend itself computed for the example shapes.
-        constraints: guard constraints derived from the lowering (static strides, shapes).
-        alignment: tensor -> data pointer alignment the kernel needs, in bytes.
-        isa: assembly text when ``keep_ir``.
-        seconds: wall time of the compile.
+
+def get(name: str) -> Frontend:
+    """The frontend registered as ``name``.
+
+    Raises:
+        FrontendError: no such frontend; the message lists the registered ones.
     """
-
-    target: str
-    code_object: bytes
-    format: str
-    symbol: str
-    code_object_version: Optional[int]
-    metadata: KernelMetadata
-    kernargs: KernargLayout
-    launch: Launch
-    proof: Proof
-    toolchain: dict[str, str]
-    example_grid: tuple[int, int, int]
-    constraints: tuple[str, ...] = ()
-    alignment: dict[str, int] = dataclasses.field(default_factory=dict)
-    isa: Optional[str] = None
-    seconds: float = 0.0
+    reg = _registry()
+    if name not in reg:
+        raise FrontendError(f"frontend: expected one of {', '.join(repr(n) for n in reg)}, got {name!r}")
+    return reg[name]
 
 
-class FrontendError(CompileError, RuntimeError):
-    """A kernel failed to trace or compile; the message names op, specialization, target and the DSL's
-    own message."""
-
-
-def get(frontend: str):
-    """The frontend module for ``"flydsl"`` or ``"triton"``."""
-    if frontend == "flydsl":
-        from flyship.compiler.frontends import flydsl as mod
-    elif frontend == "triton":
-        from flyship.compiler.frontends import triton as mod
-    else:
-        raise FrontendError(f"frontend: expected 'flydsl' or 'triton', got {frontend!r}")
-    return mod
+def detect(kernel: Any) -> Frontend | None:
+    """The frontend whose DSL made ``kernel`` (an op declaration's ``kernel=``), or None."""
+    return next((fe for fe in _registry().values() if fe.accepts(kernel)), None)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle.codeobject import KERNEL_DESCRIPTOR_FIELDS, CodeObjectFile
-from flyship.compiler.assemble import AssembleError, assemble, read_isa_header, set_code_object_version
-from flyship.compiler.proof import ProofError, extract_flydsl_binary, extract_flydsl_objects, prove
+from flyship.compiler.frontends.flydsl.assemble import AssembleError, assemble, read_isa_header, set_code_object_version
+from flyship.compiler.frontends.flydsl.proof import ProofError, extract_flydsl_binary, extract_flydsl_objects, prove
 from flyship.compiler.toolchain import ToolchainError, check_targets, find_toolchain
 
 pytestmark = pytest.mark.compile

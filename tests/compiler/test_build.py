@@ -247,24 +247,23 @@ def test_a_spec_that_omits_a_launcher_parameter_is_refused(tmp_path):
 
 def test_lds_over_the_target_limit_fails_naming_the_kernel(example_bundle):
     import dataclasses
-    import types
 
-    from flyship.compiler.build import BuildError, check_resources
-    from flyship.compiler.frontends import CompiledVariant
+    from flyship.compiler.frontends import FrontendError
+    from flyship.compiler.frontends.base import check_resources
+    from flyship.compiler.spec import Spec
 
-    gemm = types.SimpleNamespace(name="gemm")
     v = M.read(example_bundle).op("gemm").specializations[0].variants[0]
     meta = dataclasses.replace(v.metadata, group_segment_fixed_size=96 * 1024)
-    cv = CompiledVariant(target="gfx942", code_object=b"", format="hsaco", symbol=v.code_object.symbol,
-                         code_object_version=6, metadata=meta, kernargs=v.kernargs, launch=v.launch, proof=v.proof,
-                         toolchain={}, example_grid=(1, 1, 1))
-    with pytest.raises(BuildError, match=r"gemm_kernel_0 uses 98304 bytes of LDS, over the target's 65536"):
-        check_resources(gemm, False, "bf16", cv)
-    check_resources(gemm, False, "bf16", dataclasses.replace(cv, target="gfx950"))  # fits gfx950's 160 KiB
-    spill = dataclasses.replace(cv, metadata=dataclasses.replace(v.metadata, private_segment_fixed_size=64))
-    with pytest.raises(BuildError, match="spills to scratch"):
-        check_resources(gemm, False, "bf16", spill)
-    check_resources(gemm, True, "bf16", spill)  # Spec(allow_scratch=True)
+    spec, block = Spec(name="bf16", dtypes={}, shapes={}), v.launch.block
+    with pytest.raises(FrontendError, match=r"gemm_kernel_0 uses 98304 bytes of LDS / shared memory \(0 dynamic "
+                                            r"\+ 98304 static\), over the target's 65536"):
+        check_resources(meta, block, 0, "gfx942", spec, v.code_object.symbol, "op gemm")
+    check_resources(meta, block, 0, "gfx950", spec, v.code_object.symbol, "op gemm")  # fits gfx950's 160 KiB
+    spill = dataclasses.replace(v.metadata, private_segment_fixed_size=64)
+    with pytest.raises(FrontendError, match="spills to scratch"):
+        check_resources(spill, block, 0, "gfx942", spec, v.code_object.symbol, "op gemm")
+    allowed = Spec(name="bf16", dtypes={}, shapes={}, allow_scratch=True)
+    check_resources(spill, block, 0, "gfx942", allowed, v.code_object.symbol, "op gemm")
 
 
 def test_args_in_another_order_than_the_launchers_are_refused_before_compiling(tmp_path):

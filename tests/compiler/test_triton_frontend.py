@@ -21,8 +21,9 @@ from ..conftest import ROOT, run_build
 pytestmark = pytest.mark.compile
 triton = pytest.importorskip("triton", reason="needs triton 3.6 (the FlyDSL venv); it would compile Triton kernels")
 
+from flyship.compiler import frontends  # noqa: E402
 from flyship.compiler.frontends import BuildContext, FrontendError  # noqa: E402
-from flyship.compiler.frontends import triton as tf  # noqa: E402
+from flyship.compiler.frontends.triton import frontend as tf  # noqa: E402
 from flyship.compiler.spec import Constexpr, OpDecl, Output, Spec, Tensor, Value  # noqa: E402
 from flyship.compiler.worker import load_spec_file  # noqa: E402
 
@@ -51,7 +52,8 @@ def spec_of(op: OpDecl, name: str) -> Spec:
 
 
 def build(op: OpDecl, spec: Spec, target: str, tmp: Path):
-    return tf.compile_variant(op, spec, target, BuildContext(workdir=tmp, toolchain=None, keep_ir=True))
+    return frontends.compile_variant(frontends.get("triton"), op, spec, target,
+                                     BuildContext(workdir=tmp, toolchain=None, keep_ir=True))
 
 
 # One specialization per op and target keeps this file fast; flyc-build below compiles every one.
@@ -237,8 +239,9 @@ def test_too_much_shared_memory_is_refused_with_the_numbers(ops, tmp_path):
     op = ops["gemm_tma"]
     spec = dataclasses.replace(spec_of(op, "bf16"), constexprs={"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 128},
                                options={"num_warps": 8, "num_stages": 4})
-    with pytest.raises(FrontendError, match=r"needs \d+ bytes of shared memory \(\d+ dynamic \+ \d+ static\), over "
-                                            r"the target's 232448-byte limit; use smaller tiles or fewer num_stages"):
+    with pytest.raises(FrontendError, match=r"uses \d+ bytes of LDS / shared memory \(\d+ dynamic \+ \d+ static\), "
+                                            r"over the target's 232448-byte per-workgroup limit; use smaller tiles "
+                                            r"or fewer stages"):
         build(op, spec, "sm_90", tmp_path)
 
 
@@ -247,7 +250,7 @@ def test_a_kernel_that_spills_is_refused_unless_the_spec_allows_scratch(ops, tmp
     spec = dataclasses.replace(spec_of(op, "bf16"), constexprs={"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128,
                                                                  "GROUP_M": 8},
                                options={"num_warps": 8, "num_stages": 4})
-    with pytest.raises(FrontendError, match=r"spills to scratch / local memory \(\d+ bytes per thread\); reduce "
+    with pytest.raises(FrontendError, match=r"spills to scratch / local memory \(\d+ bytes per work-item\); reduce "
                                             r"register pressure or set Spec\(allow_scratch=True\)"):
         build(op, spec, "gfx942", tmp_path / "refused")
     v = build(op, dataclasses.replace(spec, allow_scratch=True), "gfx942", tmp_path / "allowed")

@@ -60,7 +60,7 @@ def _one(path_glob: str, folder: Path) -> Path:
 
 
 def _flydsl(arch: str, rocm: Path) -> None:
-    from flyship.compiler.proof import extract_flydsl_binary
+    from flyship.compiler.frontends.flydsl.proof import extract_flydsl_binary
 
     with tempfile.TemporaryDirectory(prefix="flyship-regen-") as dump:
         environ = dict(os.environ, FLYDSL_GPU_ARCH=arch, COMPILE_ONLY="1", FLYDSL_DUMP_IR="1",

@@ -1,4 +1,4 @@
-"""Triton frontend: compile a ``@triton.jit`` kernel on the CPU and ship Triton's own binary unchanged.
+"""The Triton frontend: compile a ``@triton.jit`` kernel on the CPU and ship Triton's own binary unchanged.
 
 The only module that imports ``triton`` (lazily, inside the worker process of one target). What it relies
 on (Triton 3.6.0, read in ``triton/compiler/compiler.py`` and ``triton/backends/{nvidia,amd}/``, and
@@ -28,7 +28,6 @@ import contextlib
 import dataclasses
 import hashlib
 import re
-import time
 from typing import Any, Optional
 
 from flyship.bundle import expr as _expr
@@ -36,9 +35,10 @@ from flyship.bundle import targets as _targets
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.cubin import CubinFile
 from flyship.bundle.errors import BundleError
-from flyship.bundle.manifest import FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch, Proof, check_layout
+from flyship.bundle.manifest import FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch, Proof
+from flyship.compiler.frontends.base import (BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup,
+                                            example_grid)
 from flyship.compiler.spec import Constexpr, OpDecl, Output, Scalar, Spec, Tensor, Value
-from flyship.compiler.frontends import BuildContext, CompiledVariant, FrontendError
 
 # torch dtype name -> Triton signature element type (triton/language/core.py dtype names).
 TRITON_DTYPES: dict[str, str] = {
@@ -63,9 +63,6 @@ OWN_OPTIONS = ("divisible_by_16",)
 VENDOR_KEYS = {"nvidia": "cuda", "amd": "hip"}
 # Options the bundle format cannot honour (no cluster / cooperative / PDL launch attributes).
 REFUSED_OPTIONS = {"num_ctas": 1, "launch_cooperative_grid": False, "launch_pdl": False}
-# NVIDIA: 32-bit registers available to one block (CUDA C++ Programming Guide, "Technical Specifications
-# per Compute Capability": 64 K registers per block for every sm_50 .. sm_120).
-NV_REGISTERS_PER_BLOCK = 65536
 
 
 @dataclasses.dataclass(frozen=True)
@@ -477,7 +474,7 @@ def kernarg_layout(meta: KernelMetadata, p: TritonPlan, global_scratch: tuple[in
         where: for messages.
 
     Returns:
-        The layout, checked with :func:`flyship.bundle.manifest.check_layout`.
+        The layout (the common tail checks it against the metadata).
     """
     explicit = sorted((a for a in meta.args if not a.hidden), key=lambda a: a.offset)
     fields = []
@@ -493,70 +490,7 @@ def kernarg_layout(meta: KernelMetadata, p: TritonPlan, global_scratch: tuple[in
         fields.append(KernargField(offset=g.offset, size=8, kind="null", type="ptr", kernel_arg=HIDDEN_PARAMS[0]))
     fields.append(KernargField(offset=prof.offset, size=8, kind="null", type="ptr", kernel_arg=HIDDEN_PARAMS[1]))
     extent = max(a.offset + a.size for a in explicit)
-    layout = KernargLayout(size=extent, alignment=max(8, meta.kernarg_segment_align), fields=tuple(fields))
-    try:
-        check_layout(layout, meta, where)
-    except BundleError as e:
-        raise FrontendError(str(e)) from None
-    return layout
-
-
-def check_resources(meta: KernelMetadata, block: int, dynamic_shared: int, tid: _targets.TargetID, spec: Spec,
-                    symbol: str, where: str) -> None:
-    """Refuse what would fail or misbehave at launch: too much shared memory, too many registers for the
-    block, a required block size other than ours, spills without ``allow_scratch``.
-
-    Raises:
-        FrontendError: naming the quantity, the limit and what to change.
-    """
-    lim = _targets.limits(tid)
-    total = meta.group_segment_fixed_size + dynamic_shared
-    if total > lim["lds_bytes"]:
-        raise FrontendError(f"{where}: kernel {symbol} needs {total} bytes of shared memory ({dynamic_shared} dynamic "
-                            f"+ {meta.group_segment_fixed_size} static), over the target's {lim['lds_bytes']}-byte "
-                            "limit; use smaller tiles or fewer num_stages")
-    if meta.reqd_workgroup_size is not None and tuple(meta.reqd_workgroup_size) != (block, 1, 1):
-        raise FrontendError(f"{where}: kernel {symbol} requires a block of {list(meta.reqd_workgroup_size)}, but "
-                            f"num_warps x warp size gives [{block}, 1, 1]")
-    if block > meta.max_flat_workgroup_size:
-        raise FrontendError(f"{where}: block of {block} threads exceeds kernel {symbol}'s maximum of "
-                            f"{meta.max_flat_workgroup_size}")
-    if tid.vendor == "nvidia" and meta.vgpr_count * block > NV_REGISTERS_PER_BLOCK:
-        raise FrontendError(f"{where}: kernel {symbol} uses {meta.vgpr_count} registers x {block} threads = "
-                            f"{meta.vgpr_count * block}, over the {NV_REGISTERS_PER_BLOCK} a block may hold; the "
-                            "launch would fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; lower num_warps or set maxnreg")
-    if meta.private_segment_fixed_size > 0 and not spec.allow_scratch:
-        raise FrontendError(f"{where}: kernel {symbol} spills to scratch / local memory "
-                            f"({meta.private_segment_fixed_size} bytes per thread); reduce register pressure "
-                            "or set Spec(allow_scratch=True)")
-
-
-def check_example(op: OpDecl, spec: Spec, p: TritonPlan, where: str) -> tuple[tuple[int, int, int], dict[str, int]]:
-    """The grid at the example shapes, after checking that the example satisfies the whole guard.
-
-    Returns:
-        (the example grid, the example's int scalars).
-
-    Raises:
-        FrontendError: an int scalar without an example value, an expression that cannot be evaluated at the
-            example, or a constraint the example violates (the specialization would never run its own example).
-    """
-    shapes = op.example_shapes(spec)
-    example = op.example_scalars(spec)
-    missing = [a.name for a in op.args if isinstance(a, Scalar) and a.type == "int" and example.get(a.name) is None]
-    if missing:
-        raise FrontendError(f"{where}: int scalars {missing} need example values (Spec(scalars=...) or "
-                            "Scalar(default=...)) to check the guard and the grid")
-    scalars = {k: v for k, v in example.items() if isinstance(v, int) and not isinstance(v, bool)}
-    try:
-        grid = tuple(_expr.evaluate_with_shapes(g, shapes, scalars) for g in p.grid)
-        for c in (*p.constraints, *spec.constraints):
-            if not _expr.evaluate_with_shapes(c, shapes, scalars):
-                raise FrontendError(f"{where}: the example call (shapes {shapes}, scalars {scalars}) violates the "
-                                    f"guard constraint {c!r}; the specialization would never run its own example")
-    except BundleError as e:
-        raise FrontendError(f"{where}: at the example shapes {shapes}: {e}") from None
-    return (grid[0], grid[1], grid[2]), scalars
+    return KernargLayout(size=extent, alignment=max(8, meta.kernarg_segment_align), fields=tuple(fields))
 
 
 def ptxas_version(arch: int) -> Optional[str]:
@@ -570,81 +504,102 @@ def ptxas_version(arch: int) -> Optional[str]:
         return None
 
 
-def compile_variant(op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> CompiledVariant:
-    """Compile one specialization of a Triton op for one target.
+class TritonFrontend(Frontend):
+    """``@triton.jit`` kernels, for NVIDIA (cubin) and AMD (hsaco) targets: Triton's own binary, unchanged."""
 
-    Args:
-        op: the op (its ``kernel`` a ``@triton.jit`` function, ``grid`` its grid expressions).
-        spec: the specialization (dtypes, constexprs, options such as ``num_warps``, ``num_stages``,
-            ``divisible_by_16`` and per-target overrides).
-        target: ``sm_90`` (any ``sm_XX`` flyship has limits for) or ``gfx942`` / ``gfx950`` / ...
-        ctx: build context; ``ctx.workdir`` holds Triton's cache for this compile.
+    name = "triton"
+    title = "Triton kernel"
+    vendors = frozenset({"amd", "nvidia"})
+    needs_llvm = False
+    declares_grid = True
 
-    Returns:
-        A :class:`CompiledVariant` holding Triton's binary unchanged (``proof.method`` ``frontend-binary``),
-        the metadata read back from it, kernargs bound to the op's arguments (Triton's hidden global-scratch
-        pointer as ``null`` or ``scratch``, the profile-scratch pointer ``null``), block
-        ``num_warps x warp size``, the metadata's ``shared`` bytes as dynamic shared memory, and the guard
-        constraints / alignment the compile relies on. ``target`` is the code object's own target ID
-        (``sm_90a`` for an ``sm_90`` request: Triton always asks ptxas for the arch-specific variant).
+    def accepts(self, kernel: Any) -> bool:
+        return (type(kernel).__module__ or "").startswith("triton")
 
-    Raises:
-        FrontendError: naming op, specialization and target, for every refusal of :func:`plan`,
-            :func:`read_metadata` and :func:`check_resources`, for Triton's own compile errors, and for a
-            kernel that needs profile scratch (proton instrumentation) or whose example violates its guard.
-    """
-    t0 = time.monotonic()
-    where = _where(op, spec, target)
-    tid = _targets.parse_target(target)
-    p = plan(op, spec, target)
-    example_grid, _ = check_example(op, spec, p, where)
-    kernel = run_triton(p, tid, ctx, where)
-    md = kernel.metadata
-    fmt = "cubin" if tid.vendor == "nvidia" else "hsaco"
-    binary = bytes(kernel.asm[fmt])
-    symbol = str(md.name)
-    meta, co_target, co_version = read_metadata(binary, fmt, symbol, p, tid, where)
+    def prepare_worker(self, setup: WorkerSetup) -> None:
+        import os
+        import tempfile
 
-    if int(getattr(md, "profile_scratch_size", 0) or 0) > 0:
-        raise FrontendError(f"{where}: kernel {symbol} needs profile scratch memory (proton instrumentation is on); "
-                            "unset TRITON_INSTRUMENTATION_MODE for a shippable build")
-    scratch_size = int(getattr(md, "global_scratch_size", 0) or 0) * int(getattr(md, "num_ctas", 1) or 1)
-    scratch_align = int(getattr(md, "global_scratch_align", 1) or 1)
-    kernargs = kernarg_layout(meta, p, (scratch_size, scratch_align), where)
+        os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cache-", dir=setup.scratch_root))
 
-    wave = _targets.limits(tid)["wavefront_size"]
-    if int(md.warp_size) != wave or meta.wavefront_size != wave:
-        raise FrontendError(f"{where}: Triton compiled for warp size {md.warp_size} (code object says "
-                            f"{meta.wavefront_size}), expected the target's {wave}")
-    block = int(md.num_warps) * wave
-    dynamic_shared = int(md.shared or 0)
-    check_resources(meta, block, dynamic_shared, tid, spec, symbol, where)
-    launch = Launch(grid=p.grid, block=(block, 1, 1), dynamic_lds=str(dynamic_shared))
+    def version(self) -> str:
+        return version()
 
-    toolchain = {"triton": version()}
-    if tid.vendor == "nvidia":
-        ptxas = ptxas_version(tid.sm)
-        if ptxas:
-            toolchain["ptxas"] = ptxas
-    digest = hashlib.sha256(binary).hexdigest()
-    isa = None
-    if ctx.keep_ir:
-        isa = str(kernel.asm.get("ptx" if fmt == "cubin" else "amdgcn", "")) or None
-    return CompiledVariant(
-        target=co_target if tid.vendor == "nvidia" else target,
-        code_object=binary,
-        format=fmt,
-        symbol=symbol,
-        code_object_version=co_version,
-        metadata=meta,
-        kernargs=kernargs,
-        launch=launch,
-        proof=Proof(method="frontend-binary", reference_sha256=digest, identical_sections=(), kernel_descriptor="n/a",
-                    metadata="n/a"),
-        toolchain=toolchain,
-        example_grid=example_grid,
-        constraints=p.constraints,
-        alignment=dict(p.alignment),
-        isa=isa,
-        seconds=time.monotonic() - t0,
-    )
+    def compile(self, op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> KernelBuild:
+        """Compile one specialization of a Triton op for one target.
+
+        Args:
+            op: the op (its ``kernel`` a ``@triton.jit`` function, ``grid`` its grid expressions).
+            spec: the specialization (dtypes, constexprs, options such as ``num_warps``, ``num_stages``,
+                ``divisible_by_16`` and per-target overrides).
+            target: ``sm_90`` (any ``sm_XX`` flyship has limits for) or ``gfx942`` / ``gfx950`` / ...
+            ctx: build context; ``ctx.workdir`` holds Triton's cache for this compile.
+
+        Returns:
+            A :class:`KernelBuild` holding Triton's binary unchanged (``proof.method`` ``frontend-binary``),
+            block ``num_warps x warp size``, the metadata's ``shared`` bytes as dynamic shared memory, and the
+            guard constraints / alignment the compile relies on; ``facts`` is ``(plan, global scratch)``.
+            ``target`` is the code object's own target ID (``sm_90a`` for an ``sm_90`` request: Triton always
+            asks ptxas for the arch-specific variant).
+
+        Raises:
+            FrontendError: naming op, specialization and target, for every refusal of :func:`plan`, for
+                Triton's own compile errors, and for a kernel that needs profile scratch (proton
+                instrumentation) or whose example violates its guard (checked before compiling).
+        """
+        where = _where(op, spec, target)
+        tid = _targets.parse_target(target)
+        p = plan(op, spec, target)
+        grid_at_example, _, _ = example_grid(op, spec, p.grid, (*p.constraints, *spec.constraints), where)
+        kernel = run_triton(p, tid, ctx, where)
+        md = kernel.metadata
+        fmt = "cubin" if tid.vendor == "nvidia" else "hsaco"
+        binary = bytes(kernel.asm[fmt])
+        symbol = str(md.name)
+        if int(getattr(md, "profile_scratch_size", 0) or 0) > 0:
+            raise FrontendError(f"{where}: kernel {symbol} needs profile scratch memory (proton instrumentation is "
+                                "on); unset TRITON_INSTRUMENTATION_MODE for a shippable build")
+        scratch_size = int(getattr(md, "global_scratch_size", 0) or 0) * int(getattr(md, "num_ctas", 1) or 1)
+        scratch_align = int(getattr(md, "global_scratch_align", 1) or 1)
+        wave = _targets.limits(tid)["wavefront_size"]
+        if int(md.warp_size) != wave:
+            raise FrontendError(f"{where}: Triton compiled for warp size {md.warp_size}, expected the target's {wave}")
+        block = int(md.num_warps) * wave
+        launch = Launch(grid=p.grid, block=(block, 1, 1), dynamic_lds=str(int(md.shared or 0)))
+        toolchain = {"triton": version()}
+        if tid.vendor == "nvidia":
+            ptxas = ptxas_version(tid.sm)
+            if ptxas:
+                toolchain["ptxas"] = ptxas
+        isa = None
+        if ctx.keep_ir:
+            isa = str(kernel.asm.get("ptx" if fmt == "cubin" else "amdgcn", "")) or None
+        co_target = target
+        if tid.vendor == "nvidia":  # the cubin's own arch (sm_90a); read_metadata checks it is the one asked for
+            co_target = _cubin_target(binary, symbol, where)
+        return KernelBuild(
+            target=co_target, code_object=binary, format=fmt, symbol=symbol, launch=launch,
+            proof=Proof(method="frontend-binary", reference_sha256=hashlib.sha256(binary).hexdigest(),
+                        identical_sections=(), kernel_descriptor="n/a", metadata="n/a"),
+            toolchain=toolchain, example_grid=grid_at_example, constraints=p.constraints, alignment=dict(p.alignment),
+            isa=isa, facts=(p, tid, (scratch_size, scratch_align)))
+
+    def read_metadata(self, build: KernelBuild, where: str) -> tuple[KernelMetadata, Optional[int]]:
+        p, tid, _ = build.facts
+        meta, _, co_version = read_metadata(build.code_object, build.format, build.symbol, p, tid, where)
+        wave = _targets.limits(tid)["wavefront_size"]
+        if meta.wavefront_size != wave:
+            raise FrontendError(f"{where}: the code object says warp size {meta.wavefront_size}, expected the "
+                                f"target's {wave}")
+        return meta, co_version
+
+    def kernarg_layout(self, build: KernelBuild, meta: KernelMetadata, where: str) -> KernargLayout:
+        p, _, scratch = build.facts
+        return kernarg_layout(meta, p, scratch, where)
+
+
+def _cubin_target(binary: bytes, symbol: str, where: str) -> str:
+    try:
+        return CubinFile(binary, f"{symbol}.cubin").target
+    except BundleError as e:
+        raise FrontendError(f"{where}: {e}") from None

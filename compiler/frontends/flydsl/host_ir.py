@@ -13,7 +13,7 @@ function with FlyDSL's own MLIR Python bindings and turns it into:
   at its integer width, a runtime scalar, or an integer expression;
 * constraints implied by the tensor layouts: static shape / stride entries.
 
-Only ``flyship.compiler.frontends.flydsl`` calls this; it imports ``flydsl`` lazily.
+Only ``flyship.compiler.frontends.flydsl.frontend`` calls this; it imports ``flydsl`` lazily.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor
-from flyship.compiler.frontends import FrontendError
+from flyship.compiler.frontends.base import FrontendError
 
 _MEMREF_RE = re.compile(r"^!fly\.memref<([^,]+),\s*([a-z_]+),\s*(.*)>$")
 _INT_W = {"i8": 1, "i16": 2, "i32": 4, "i64": 8}

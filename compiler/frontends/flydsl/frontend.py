@@ -1,4 +1,4 @@
-"""FlyDSL frontend: trace a ``@flyc.jit`` launcher on the CPU, assemble its ISA, prove, bind kernargs.
+"""The FlyDSL frontend: trace a ``@flyc.jit`` launcher on the CPU, assemble its ISA, prove, bind kernargs.
 
 The only module that imports ``flydsl`` (lazily, inside the worker process of one target). Version
 facts (FIELD-NOTES, FlyDSL 0.1.5 ... 0.5.0): compile without a GPU with ``COMPILE_ONLY=1`` and CPU
@@ -13,15 +13,13 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import time
 from pathlib import Path
 from typing import Any
 
-from flyship.bundle.codeobject import CodeObjectFile
-from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLayout, Launch
+from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch
+from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
+from flyship.compiler.frontends.flydsl import host_ir
 from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor
-from flyship.compiler.frontends import BuildContext, CompiledVariant, FrontendError
-from flyship.compiler.frontends import flydsl_ir
 
 ENV_DEFAULTS = {
     "COMPILE_ONLY": "1",
@@ -148,7 +146,7 @@ def _user_frame(e: BaseException) -> str:
     import torch
 
     skip = tuple(str(Path(m.__file__).resolve().parent) for m in (flydsl, torch))
-    ours = str(Path(__file__).resolve().parents[1])  # flyship's compiler package
+    ours = str(Path(__file__).resolve().parents[2])  # flyship's compiler package
     frames = [f for f in traceback.extract_tb(e.__traceback__)
               if not str(Path(f.filename).resolve()).startswith((*skip, ours))]
     if not frames:
@@ -166,7 +164,7 @@ def _one(kernel_dir: Path, pattern: str, what: str) -> Path:
     return found[-1]
 
 
-def _layout(analysis: flydsl_ir.HostAnalysis, meta, where: str) -> KernargLayout:
+def _layout(analysis: host_ir.HostAnalysis, meta, where: str) -> KernargLayout:
     """Place each kernel argument's fields at the metadata offset of that argument."""
     explicit = [a for a in meta.args if not a.hidden]
     if len(explicit) != len(analysis.kernel_args):
@@ -185,48 +183,73 @@ def _layout(analysis: flydsl_ir.HostAnalysis, meta, where: str) -> KernargLayout
     return KernargLayout(size=extent, alignment=max(8, meta.kernarg_segment_align), fields=tuple(fields))
 
 
-def compile_variant(op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> CompiledVariant:
-    """Compile one specialization of a FlyDSL op for one AMD target and prove the code object.
+class FlydslFrontend(Frontend):
+    """FlyDSL ``@flyc.jit`` launchers, for AMD targets: trace on the CPU, assemble FlyDSL's ISA with flyship's
+    LLVM toolchain, prove the code object equal to FlyDSL's own, read grid and bindings from the host IR."""
 
-    Returns:
-        A :class:`CompiledVariant` whose code object flyship assembled from FlyDSL's ``final_isa.s``
-        and proved equal to FlyDSL's own binary.
+    name = "flydsl"
+    title = "FlyDSL launcher"
+    vendors = frozenset({"amd"})
+    needs_llvm = True
+    declares_grid = False
 
-    Raises:
-        FrontendError: trace/compile failure (with FlyDSL's message), or IR flyship cannot bind.
-        flyship.compiler.proof.ProofError: our code object differs from FlyDSL's.
-    """
-    from flydsl._mlir import ir
-    from flydsl.compiler.jit_function import _create_mlir_context
+    def accepts(self, kernel: Any) -> bool:
+        return (type(kernel).__module__ or "").startswith("flydsl")
 
-    from flyship.compiler import assemble as _assemble
-    from flyship.compiler import proof as _proof
+    def prepare_planning(self, amd_target: str | None) -> None:
+        # Kernel modules may read the arch at import time; the planning import only lists ops, but must not
+        # fall back to a GPU probe.
+        if amd_target:
+            os.environ.setdefault("FLYDSL_GPU_ARCH", amd_target.split(":")[0])
 
-    where = f"op {op.name} spec {spec.name} target {target}"
-    t0 = time.perf_counter()
-    check_signature(op)
-    kernel_dir = _trace(op, spec, target, ctx.workdir / "dump")
-    isa = _one(kernel_dir, "*_final_isa.s", "final ISA").read_text()
-    theirs_all = _proof.extract_flydsl_binary(_one(kernel_dir, "*_gpu_module_to_binary.mlir", "FlyDSL binary")
-                                              .read_text())
-    ours = _assemble.assemble(isa, target, ctx.toolchain, ctx.workdir / "asm",
-                              code_object_version=ctx.code_object_version)
-    co = CodeObjectFile(ours, f"{op.name}.{spec.name}.{target}")
-    analysis = flydsl_ir.analyze(kernel_dir, op, spec, launcher_name(op.kernel), _create_mlir_context(), ir)
-    symbol = analysis.kernel_name
-    # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
-    # target flags): ours must equal each of them.
-    proofs = [_proof.prove(ours, theirs, symbol) for theirs in theirs_all]
-    proof = proofs[0]
-    meta = co.kernel_metadata(symbol)
-    kernargs = _layout(analysis, meta, where)
-    launch = Launch(grid=analysis.grid, block=analysis.block, dynamic_lds=analysis.dynamic_lds)
-    alignment = {}
-    for a in op.args:
-        if isinstance(a, Tensor):
-            alignment[a.name] = a.alignment or DTYPES[spec.dtypes[a.name]]
-    return CompiledVariant(
-        target=target, code_object=ours, format="hsaco", symbol=symbol, code_object_version=co.code_object_version,
-        metadata=meta, kernargs=kernargs, launch=launch, proof=proof, toolchain={**ctx.toolchain.describe(), "flydsl": version()},
-        example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
-        isa=isa if ctx.keep_ir else None, seconds=time.perf_counter() - t0)
+    def prepare_worker(self, setup: WorkerSetup) -> None:
+        import tempfile
+
+        cache = Path(tempfile.mkdtemp(prefix="flydsl-cache-", dir=setup.scratch_root))
+        setup_environment(setup.target, setup.rocm_root, cache)
+
+    def check_declaration(self, op: OpDecl) -> None:
+        check_signature(op)
+
+    def version(self) -> str:
+        return version()
+
+    def compile(self, op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> KernelBuild:
+        """Compile one specialization of a FlyDSL op for one AMD target and prove the code object.
+
+        Returns:
+            A :class:`KernelBuild` whose code object flyship assembled from FlyDSL's ``final_isa.s`` and
+            proved equal to FlyDSL's own binary; ``facts`` is the host-IR analysis.
+
+        Raises:
+            FrontendError: trace/compile failure (with FlyDSL's message), or IR flyship cannot bind.
+            flyship.compiler.frontends.flydsl.proof.ProofError: our code object differs from FlyDSL's.
+        """
+        from flydsl._mlir import ir
+        from flydsl.compiler.jit_function import _create_mlir_context
+
+        from flyship.compiler.frontends.flydsl import assemble as _assemble
+        from flyship.compiler.frontends.flydsl import proof as _proof
+
+        check_signature(op)
+        kernel_dir = _trace(op, spec, target, ctx.workdir / "dump")
+        isa = _one(kernel_dir, "*_final_isa.s", "final ISA").read_text()
+        theirs_all = _proof.extract_flydsl_binary(_one(kernel_dir, "*_gpu_module_to_binary.mlir", "FlyDSL binary")
+                                                  .read_text())
+        ours = _assemble.assemble(isa, target, ctx.toolchain, ctx.workdir / "asm",
+                                  code_object_version=ctx.code_object_version)
+        analysis = host_ir.analyze(kernel_dir, op, spec, launcher_name(op.kernel), _create_mlir_context(), ir)
+        symbol = analysis.kernel_name
+        # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
+        # target flags): ours must equal each of them.
+        proofs = [_proof.prove(ours, theirs, symbol) for theirs in theirs_all]
+        alignment = {a.name: a.alignment or DTYPES[spec.dtypes[a.name]] for a in op.args if isinstance(a, Tensor)}
+        return KernelBuild(
+            target=target, code_object=ours, format="hsaco", symbol=symbol,
+            launch=Launch(grid=analysis.grid, block=analysis.block, dynamic_lds=analysis.dynamic_lds),
+            proof=proofs[0], toolchain={**ctx.toolchain.describe(), "flydsl": version()},
+            example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
+            isa=isa if ctx.keep_ir else None, facts=analysis)
+
+    def kernarg_layout(self, build: KernelBuild, meta: KernelMetadata, where: str) -> KernargLayout:
+        return _layout(build.facts, meta, where)

@@ -1,0 +1,315 @@
+"""The frontend protocol and the common tail every frontend's code object goes through.
+
+A frontend turns one (op, specialization, target) into a code object and the launch facts only it can
+know (the grid, the block, what each kernel argument is bound to). Everything after that is the same for
+every frontend and lives here, in :func:`finish`: read the code object's metadata, lay out the kernarg
+segment against it, check the kernel's resources against the target, and check the declared example
+against the grid and the guard. The result is a :class:`CompiledVariant`, which crosses back to the
+build process.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Optional
+
+from flyship.bundle import expr as _expr
+from flyship.bundle import targets as _targets
+from flyship.bundle.codeobject import CodeObjectFile
+from flyship.bundle.errors import BundleError
+from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof, check_layout
+from flyship.compiler.spec import OpDecl, Scalar, Spec
+from flyship.errors import CompileError
+
+# NVIDIA: 32-bit registers available to one block (CUDA C++ Programming Guide, "Technical Specifications
+# per Compute Capability": 64 K registers per block for every sm_50 .. sm_120).
+NV_REGISTERS_PER_BLOCK = 65536
+
+
+class FrontendError(CompileError, RuntimeError):
+    """A kernel failed to trace or compile; the message names op, specialization, target and the DSL's
+    own message."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+    """What a frontend needs besides the op: tools, scratch space, options.
+
+    Attributes:
+        workdir: a fresh temporary folder for this variant (never the user's cwd).
+        toolchain: the LLVM toolchain (``flyship.compiler.toolchain.Toolchain``), or None when the
+            frontend needs none (Triton ships its own).
+        code_object_version: AMDHSA code object version to emit (5 or 6), None for the frontend's own.
+        keep_ir: keep the ISA text in the result.
+        rocm_root: ROCm-shaped root for FlyDSL's link step.
+    """
+
+    workdir: Path
+    toolchain: object | None
+    code_object_version: Optional[int] = None
+    keep_ir: bool = False
+    rocm_root: Optional[Path] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSetup:
+    """What a worker process knows before it imports the spec file (and with it the DSL).
+
+    Attributes:
+        target: the target ID this worker builds for.
+        scratch_root: the build's scratch folder; a frontend puts its caches under it.
+        rocm_root: ROCm-shaped toolkit root, when the build found an LLVM toolchain.
+    """
+
+    target: str
+    scratch_root: Path
+    rocm_root: Optional[Path]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelBuild:
+    """What a frontend's :meth:`Frontend.compile` hands to the common tail (stays in the worker process).
+
+    Attributes:
+        target: the code object's own target ID (``sm_90a`` for an ``sm_90`` request with Triton).
+        code_object: the code object bytes.
+        format: ``hsaco`` or ``cubin``.
+        symbol: kernel symbol.
+        launch: grid expressions, block, dynamic LDS expression.
+        proof: how the code object was shown equal to the frontend's own.
+        toolchain: tool -> version for the manifest.
+        example_grid: the grid the frontend itself computed for the example call.
+        constraints: guard constraints the lowering relies on.
+        alignment: tensor -> data pointer alignment the kernel needs, in bytes.
+        isa: assembly text when ``keep_ir``.
+        facts: the frontend's own facts for :meth:`Frontend.kernarg_layout` (never read by the tail).
+    """
+
+    target: str
+    code_object: bytes
+    format: str
+    symbol: str
+    launch: Launch
+    proof: Proof
+    toolchain: dict[str, str]
+    example_grid: tuple[int, int, int]
+    constraints: tuple[str, ...] = ()
+    alignment: dict[str, int] = dataclasses.field(default_factory=dict)
+    isa: Optional[str] = None
+    facts: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledVariant:
+    """The result of compiling one specialization for one target (picklable: crosses processes).
+
+    Attributes:
+        target: target ID (``gfx942``, ``sm_90``).
+        code_object: the code object bytes (hsaco or cubin).
+        format: ``hsaco`` or ``cubin``.
+        symbol: kernel symbol.
+        code_object_version: AMDHSA version or None.
+        metadata: read from the code object.
+        kernargs: kernarg layout with bindings to the op's arguments.
+        launch: grid expressions, block, dynamic LDS.
+        proof: how the code object was shown equal to the frontend's own.
+        toolchain: tool -> version for the manifest.
+        example_grid: the grid the frontend itself computed for the example shapes.
+        constraints: guard constraints derived from the lowering (static strides, shapes).
+        alignment: tensor -> data pointer alignment the kernel needs, in bytes.
+        isa: assembly text when ``keep_ir``.
+        seconds: wall time of the compile.
+    """
+
+    target: str
+    code_object: bytes
+    format: str
+    symbol: str
+    code_object_version: Optional[int]
+    metadata: KernelMetadata
+    kernargs: KernargLayout
+    launch: Launch
+    proof: Proof
+    toolchain: dict[str, str]
+    example_grid: tuple[int, int, int]
+    constraints: tuple[str, ...] = ()
+    alignment: dict[str, int] = dataclasses.field(default_factory=dict)
+    isa: Optional[str] = None
+    seconds: float = 0.0
+
+
+class Frontend(abc.ABC):
+    """One DSL's way from a declaration to a code object.
+
+    A frontend module is the only code that imports its DSL, and imports it lazily (inside the worker
+    process of one target), so every frontend can be registered in a Python that lacks the others' DSLs.
+
+    Attributes:
+        name: the registry key and ``OpDecl.frontend`` (``"flydsl"``); also the manifest's
+            ``build.frontends`` key and the ``toolchain`` key holding the DSL's version.
+        title: how messages name one of its kernels (``"FlyDSL launcher"``).
+        vendors: the vendors it builds for (``{"amd"}``, ``{"amd", "nvidia"}``).
+        needs_llvm: whether its AMD builds need flyship's LLVM toolchain (assembler, linker, ROCm root).
+        declares_grid: True when the op declares grid expressions (``op(grid=...)`` is required), False
+            when the kernel computes its own grid (then ``grid=`` is refused).
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    vendors: ClassVar[frozenset[str]]
+    needs_llvm: ClassVar[bool]
+    declares_grid: ClassVar[bool]
+
+    @abc.abstractmethod
+    def accepts(self, kernel: Any) -> bool:
+        """Whether ``kernel`` (the ``kernel=`` of an op declaration) is one of this DSL's kernels."""
+
+    def prepare_planning(self, amd_target: Optional[str]) -> None:
+        """Set what the DSL reads at import time in the build process, which imports the spec file once to
+        list its ops (``amd_target``: the first AMD target requested, or None). Default: nothing."""
+
+    def prepare_worker(self, setup: WorkerSetup) -> None:
+        """Set the worker process's environment before the spec file (and the DSL) is imported; runs once in
+        each worker whose target's vendor this frontend builds for. Default: nothing."""
+
+    def check_declaration(self, op: OpDecl) -> None:
+        """Refuse a declaration that cannot compile, before any worker starts. Default: accept.
+
+        Raises:
+            FrontendError: naming the op and what to change.
+        """
+
+    @abc.abstractmethod
+    def version(self) -> str:
+        """The installed DSL's version."""
+
+    @abc.abstractmethod
+    def compile(self, op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> KernelBuild:
+        """Compile one specialization for one target (in that target's worker process).
+
+        Raises:
+            FrontendError: naming op, specialization and target, with the DSL's own message.
+        """
+
+    def read_metadata(self, build: KernelBuild, where: str) -> tuple[KernelMetadata, Optional[int]]:
+        """The kernel's metadata from the code object itself, and its AMDHSA code object version (None for a
+        cubin). Default: an hsaco's ``NT_AMDGPU_METADATA`` note.
+
+        Raises:
+            FrontendError: the code object cannot be read or has no such kernel.
+        """
+        try:
+            co = CodeObjectFile(build.code_object, f"{where}: {build.symbol}.{build.format}")
+            return co.kernel_metadata(build.symbol), co.code_object_version
+        except BundleError as e:
+            raise FrontendError(f"{where}: {e}") from None
+
+    @abc.abstractmethod
+    def kernarg_layout(self, build: KernelBuild, meta: KernelMetadata, where: str) -> KernargLayout:
+        """Place each kernel argument's fields (what the loader writes there) at the metadata's offsets."""
+
+
+def compile_variant(fe: Frontend, op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> CompiledVariant:
+    """Compile one (op, specialization, target) with ``fe`` and run the common tail on the result.
+
+    Raises:
+        FrontendError: from the frontend or the tail, naming op, specialization and target.
+    """
+    t0 = time.perf_counter()
+    build = fe.compile(op, spec, target, ctx)
+    v = finish(fe, op, spec, build, f"op {op.name} spec {spec.name} target {target}")
+    return dataclasses.replace(v, seconds=time.perf_counter() - t0)
+
+
+def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str) -> CompiledVariant:
+    """The common tail: code-object metadata -> kernarg layout -> resources -> example check.
+
+    Raises:
+        FrontendError: a layout that does not tile the metadata's explicit arguments, a kernel over the
+            target's limits, or an example that contradicts the grid or the guard.
+    """
+    meta, co_version = fe.read_metadata(build, where)
+    layout = fe.kernarg_layout(build, meta, where)
+    try:
+        check_layout(layout, meta, where)
+    except BundleError as e:
+        raise FrontendError(str(e)) from None
+    grid, shapes, scalars = example_grid(op, spec, build.launch.grid, (*build.constraints, *spec.constraints), where)
+    if grid != tuple(build.example_grid):
+        raise FrontendError(f"{where}: the grid expressions {list(build.launch.grid)} give {list(grid)} at the "
+                            f"example shapes but the frontend computed {list(build.example_grid)}")
+    try:
+        dynamic_lds = _expr.evaluate_with_shapes(build.launch.dynamic_lds, shapes, scalars)
+    except BundleError as e:
+        raise FrontendError(f"{where}: dynamic LDS {build.launch.dynamic_lds!r} at the example shapes: {e}") from None
+    check_resources(meta, build.launch.block, dynamic_lds, build.target, spec, build.symbol, where)
+    return CompiledVariant(
+        target=build.target, code_object=build.code_object, format=build.format, symbol=build.symbol,
+        code_object_version=co_version, metadata=meta, kernargs=layout, launch=build.launch, proof=build.proof,
+        toolchain=build.toolchain, example_grid=build.example_grid, constraints=build.constraints,
+        alignment=dict(build.alignment), isa=build.isa)
+
+
+def example_grid(op: OpDecl, spec: Spec, grid: tuple[str, ...], constraints: tuple[str, ...],
+                 where: str) -> tuple[tuple[int, int, int], dict[str, tuple[int, ...]], dict[str, int]]:
+    """The grid at the example call, after checking that the example satisfies every guard constraint.
+
+    Returns:
+        (the example grid, the example's shapes, the example's int scalars).
+
+    Raises:
+        FrontendError: an int scalar without an example value, an expression that cannot be evaluated at the
+            example, or a constraint the example violates (the specialization would never run its own example).
+    """
+    shapes = op.example_shapes(spec)
+    example = op.example_scalars(spec)
+    missing = [a.name for a in op.args if isinstance(a, Scalar) and a.type == "int" and example.get(a.name) is None]
+    if missing:
+        raise FrontendError(f"{where}: int scalars {missing} need example values (Spec(scalars=...) or "
+                            "Scalar(default=...)) to check the guard and the grid")
+    scalars = {k: v for k, v in example.items() if isinstance(v, int) and not isinstance(v, bool)}
+    try:
+        values = tuple(_expr.evaluate_with_shapes(g, shapes, scalars) for g in grid)
+        for c in constraints:
+            if not _expr.evaluate_with_shapes(c, shapes, scalars):
+                raise FrontendError(f"{where}: the example call (shapes {shapes}, scalars {scalars}) violates the "
+                                    f"guard constraint {c!r}; the specialization would never run its own example")
+    except BundleError as e:
+        raise FrontendError(f"{where}: at the example shapes {shapes}: {e}") from None
+    return (values[0], values[1], values[2]), shapes, scalars
+
+
+def check_resources(meta: KernelMetadata, block: tuple[int, int, int], dynamic_lds: int, target: str, spec: Spec,
+                    symbol: str, where: str) -> None:
+    """Refuse what would fail or misbehave at launch: too much LDS / shared memory, a required block size
+    other than the launch's, too many registers for the block, spills without ``allow_scratch``.
+
+    Raises:
+        FrontendError: naming the quantity, the limit and what to change.
+    """
+    tid = _targets.parse_target(target)
+    lim = _targets.limits(tid)
+    static = meta.group_segment_fixed_size
+    total = static + dynamic_lds
+    if total > lim["lds_bytes"]:
+        raise FrontendError(f"{where}: kernel {symbol} uses {total} bytes of LDS / shared memory ({dynamic_lds} "
+                            f"dynamic + {static} static), over the target's {lim['lds_bytes']}-byte per-workgroup "
+                            "limit; use smaller tiles or fewer stages")
+    threads = block[0] * block[1] * block[2]
+    if meta.reqd_workgroup_size is not None and tuple(meta.reqd_workgroup_size) != tuple(block):
+        raise FrontendError(f"{where}: kernel {symbol} requires a block of {list(meta.reqd_workgroup_size)}, but "
+                            f"the launch uses {list(block)}")
+    if threads > meta.max_flat_workgroup_size:
+        raise FrontendError(f"{where}: block of {threads} threads exceeds kernel {symbol}'s maximum of "
+                            f"{meta.max_flat_workgroup_size}")
+    if tid.vendor == "nvidia" and meta.vgpr_count * threads > NV_REGISTERS_PER_BLOCK:
+        raise FrontendError(f"{where}: kernel {symbol} uses {meta.vgpr_count} registers x {threads} threads = "
+                            f"{meta.vgpr_count * threads}, over the {NV_REGISTERS_PER_BLOCK} a block may hold; the "
+                            "launch would fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; lower num_warps or set maxnreg")
+    if meta.private_segment_fixed_size > 0 and not spec.allow_scratch:
+        raise FrontendError(f"{where}: kernel {symbol} spills to scratch / local memory "
+                            f"({meta.private_segment_fixed_size} bytes per work-item); reduce register pressure "
+                            "or set Spec(allow_scratch=True)")
