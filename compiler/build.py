@@ -1,7 +1,7 @@
 """The compile stage, end to end: spec file -> per-target workers -> verified bundle on disk.
 
-Reads like its steps: :func:`plan` the tasks, :func:`run_tasks` in one process pool per target,
-:func:`assemble_manifest` from the results, :func:`write_bundle` atomically.
+Reads like its steps (:func:`build`): read the declarations, :func:`plan` the tasks, :func:`run_tasks` in
+one process pool per target, :func:`assemble_manifest` from the results, :func:`write_bundle`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from flyship.bundle import manifest as M
 from flyship.bundle import targets as _targets
 from flyship.compiler import frontends as _frontends
 from flyship.compiler.spec import OpDecl, Output, Scalar, SpecFile, Tensor
+from flyship.compiler.frontends import CompiledVariant
 from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, load_spec_file, run_task
 from flyship.errors import CompileError
 
@@ -303,10 +304,10 @@ def write_bundle(m: M.Manifest, files: dict[str, bytes], out_dir: Path, force: b
             (tmp / name).write_bytes(data)
         M.write(m, tmp / M.MANIFEST_NAME)
         M.read(tmp)  # what we wrote must read back
+        if out_dir.exists() and not force:
+            raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
         old = None
         if out_dir.exists():
-            if not force:
-                raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
             out_dir.rename(old)
         tmp.rename(out_dir)
@@ -327,15 +328,43 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
         BuildError: anything that stops the build (unknown arch, tools missing, output exists, a kernel
             failing to compile or prove); every failing task is listed. Nothing is written then.
     """
-    from flyship.compiler import toolchain as _tc
-
     targets = check_archs(opts.archs)
     out_dir = Path(opts.out_dir)
     if out_dir.exists() and not opts.force:
         raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
+    sf = read_declarations(opts.spec_path, targets)
+    tasks = plan(sf, targets)
+    frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
+    with contextlib.ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flyc-build-")))
+        toolchain, rocm_root, tools = find_tools(frontends_used, targets, opts, stack)
+        progress(f"flyc-build: {len(tasks)} kernels ({len(sf.ops)} ops) for "
+                 f"{', '.join(t.text for t in targets)}, jobs={opts.jobs}")
+        results = run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress, frontends_used)
+        variants = succeeded(results)
+        offload, offload_files = offload_bundles(sf, variants, toolchain, scratch) if opts.offload_bundle \
+            else ({}, {})
+        m, files = assemble_manifest(sf, variants, tools, frontend_versions(frontends_used, variants), offload)
+        write_bundle(m, {**files, **offload_files}, out_dir, opts.force)
+    return [Row(o, s, v.target, v.metadata.vgpr_count, v.metadata.sgpr_count, v.metadata.group_segment_fixed_size,
+                v.kernargs.size, v.seconds) for (o, s, t), v in sorted(variants.items())]
+
+
+def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecFile:
+    """Import the spec file here, only to list ops and specs (compiles happen in workers), and refuse what
+    would fail later: a references module that cannot stand alone, a declaration its frontend rejects.
+
+    Raises:
+        BuildError: naming the spec file or the op.
+    """
     amd = [t.text for t in targets if t.vendor == "amd"]
-    sf = _load_spec_for_planning(opts.spec_path, amd[0] if amd else None)
-    if sf.references:  # mistakes in a declaration fail before anything compiles
+    for name in _frontends.names():
+        _frontends.get(name).prepare_planning(amd[0] if amd else None)
+    try:
+        sf = load_spec_file(spec_path)
+    except Exception as e:
+        raise BuildError(f"flyc-build: {e}") from None
+    if sf.references:
         rp = (Path(sf.path).parent / sf.references).resolve()
         if not rp.is_file():
             raise BuildError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
@@ -347,59 +376,65 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             _frontends.get(op.frontend).check_declaration(op)
         except Exception as e:
             raise BuildError(f"flyc-build: {e}") from None
-    tasks = plan(sf, targets)
-    frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
-    toolchain, rocm_root = None, None
-    tools: dict[str, str] = {}
-    needs_llvm = any(_frontends.get(f).needs_llvm for f in frontends_used) or opts.offload_bundle
-    with contextlib.ExitStack() as stack:
-        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flyc-build-")))
-        if needs_llvm and amd:
-            toolchain = _tc.find_toolchain(opts.llvm_bin)
-            _tc.check_targets(toolchain, amd)
-            rocm_root = stack.enter_context(_tc.rocm_root(toolchain))
-            tools = dict(toolchain.describe())
-        progress(f"flyc-build: {len(tasks)} kernels ({len(sf.ops)} ops) for {', '.join(t.text for t in targets)}, "
-                 f"jobs={opts.jobs}")
-        results = run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress, frontends_used)
-        failed = [r for r in results if r.error]
-        if failed:
-            lines = "\n".join(f"  {r.target} {r.op}.{r.spec}: {r.error}" for r in sorted(failed, key=lambda r: (
-                r.op, r.spec, r.target)))
-            raise BuildError(f"flyc-build: {len(failed)} of {len(results)} kernels failed; nothing was written:\n{lines}")
-        by_key = {(r.op, r.spec, r.target): r.variant for r in results}
-        frontends = {}
-        for fe in frontends_used:
-            for r in results:
-                if r.variant and r.variant.toolchain.get(fe):
-                    frontends[fe] = r.variant.toolchain[fe]
-        offload, extra_files = {}, {}
-        if opts.offload_bundle:
-            from flyship.compiler import offload as _off
-
-            for op in sf.ops:
-                for s in op.specs:
-                    cos = {t: v.code_object for (o, sn, t), v in by_key.items()
-                           if o == op.name and sn == s.name and v.format == "hsaco"}
-                    if not cos:
-                        continue
-                    path = scratch / f"{op.name}.{s.name}.offload"
-                    _off.make_offload_bundle(cos, toolchain, path)
-                    offload[f"{op.name}.{s.name}"] = path.name
-                    extra_files[path.name] = path.read_bytes()
-        m, files = assemble_manifest(sf, by_key, tools, frontends, offload)
-        files.update(extra_files)
-        write_bundle(m, files, out_dir, opts.force)
-    rows = [Row(o, s, v.target, v.metadata.vgpr_count, v.metadata.sgpr_count, v.metadata.group_segment_fixed_size,
-                v.kernargs.size, v.seconds) for (o, s, t), v in sorted(by_key.items())]
-    return rows
+    return sf
 
 
-def _load_spec_for_planning(path: str, amd_target: Optional[str]) -> SpecFile:
-    """Import the spec file in this process, only to list ops and specs (compiles happen in workers)."""
-    for name in _frontends.names():
-        _frontends.get(name).prepare_planning(amd_target)
-    try:
-        return load_spec_file(path)
-    except Exception as e:
-        raise BuildError(f"flyc-build: {e}") from None
+def find_tools(frontends_used: tuple[str, ...], targets: list[_targets.TargetID], opts: BuildOptions,
+               stack: contextlib.ExitStack) -> tuple[object, Optional[Path], dict[str, str]]:
+    """The LLVM toolchain, checked for every AMD target, and a ROCm-shaped root (kept for ``stack``'s life),
+    when a frontend in use needs them or offload bundles are asked for; else ``(None, None, {})``."""
+    from flyship.compiler import toolchain as _tc
+
+    amd = [t.text for t in targets if t.vendor == "amd"]
+    if not amd or not (opts.offload_bundle or any(_frontends.get(f).needs_llvm for f in frontends_used)):
+        return None, None, {}
+    toolchain = _tc.find_toolchain(opts.llvm_bin)
+    _tc.check_targets(toolchain, amd)
+    rocm_root = stack.enter_context(_tc.rocm_root(toolchain))
+    return toolchain, rocm_root, dict(toolchain.describe())
+
+
+def succeeded(results: list[TaskResult]) -> dict[tuple[str, str, str], CompiledVariant]:
+    """(op, spec, target) -> variant, when every task succeeded.
+
+    Raises:
+        BuildError: listing every failed task with its error.
+    """
+    failed = sorted((r for r in results if r.error), key=lambda r: (r.op, r.spec, r.target))
+    if failed:
+        lines = "\n".join(f"  {r.target} {r.op}.{r.spec}: {r.error}" for r in failed)
+        raise BuildError(f"flyc-build: {len(failed)} of {len(results)} kernels failed; nothing was written:\n{lines}")
+    return {(r.op, r.spec, r.target): r.variant for r in results}
+
+
+def frontend_versions(frontends_used: tuple[str, ...], variants: dict) -> dict[str, str]:
+    """Frontend name -> the DSL version its variants were built with (the manifest's ``build.frontends``)."""
+    out = {}
+    for fe in frontends_used:
+        for v in variants.values():
+            if v.toolchain.get(fe):
+                out[fe] = v.toolchain[fe]
+    return out
+
+
+def offload_bundles(sf: SpecFile, variants: dict, toolchain: object, scratch: Path) -> tuple[dict[str, str],
+                                                                                           dict[str, bytes]]:
+    """One clang offload bundle per specialization holding all its AMD code objects.
+
+    Returns:
+        (``op.spec`` -> file name, file name -> bytes).
+    """
+    from flyship.compiler import offload as _off
+
+    offload, files = {}, {}
+    for op in sf.ops:
+        for s in op.specs:
+            cos = {t: v.code_object for (o, sn, t), v in variants.items()
+                   if o == op.name and sn == s.name and v.format == "hsaco"}
+            if not cos:
+                continue
+            path = scratch / f"{op.name}.{s.name}.offload"
+            _off.make_offload_bundle(cos, toolchain, path)
+            offload[f"{op.name}.{s.name}"] = path.name
+            files[path.name] = path.read_bytes()
+    return offload, files
