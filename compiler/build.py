@@ -1,7 +1,8 @@
 """The compile stage, end to end: spec file -> per-target workers -> verified bundle on disk.
 
-Reads like its steps (:func:`build`): read the declarations, :func:`plan` the tasks, :func:`run_tasks` in
-one process pool per target, :func:`assemble_manifest` from the results, :func:`write_bundle`.
+Reads like its steps (:func:`build`): lock the output, read the declarations, :func:`plan` the tasks,
+:func:`run_tasks` in one process pool per target, :func:`assemble_manifest` from the results,
+:func:`write_bundle` atomically. What a build leaves behind is :mod:`flyship.compiler.hygiene`'s business.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as M
 from flyship.bundle import targets as _targets
 from flyship.compiler import frontends as _frontends
+from flyship.compiler import hygiene as _hygiene
 from flyship.compiler.spec import OpDecl, Output, Scalar, SpecFile, Tensor
 from flyship.compiler.frontends import CompiledVariant
 from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, load_spec_file, run_task
@@ -115,7 +117,7 @@ def _worker_config(opts: BuildOptions, target: str, toolchain: object, rocm_root
     return WorkerConfig(spec_path=str(Path(opts.spec_path).resolve()), target=target,
                         rocm_root=str(rocm_root) if rocm_root else None, toolchain=toolchain,
                         code_object_version=opts.code_object_version, keep_ir=opts.keep_ir,
-                        scratch_root=str(scratch), frontends=frontends)
+                        scratch_root=str(scratch), frontends=frontends, parent_pid=os.getpid())
 
 
 def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: object, rocm_root: Optional[Path],
@@ -290,10 +292,11 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
 
 
 def write_bundle(m: M.Manifest, files: dict[str, bytes], out_dir: Path, force: bool) -> None:
-    """Write into a temporary sibling folder, then rename into place: a failure leaves nothing at ``out_dir``."""
+    """Write into a staging sibling folder, read it back, then move it into place (swapped atomically with an
+    existing bundle under ``force``): a failure leaves ``out_dir`` as it was and no staging folder."""
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_hygiene.staging_prefix(out_dir)}{os.getpid()}-", dir=out_dir.parent))
     umask = os.umask(0)
     os.umask(umask)
     try:
@@ -306,13 +309,7 @@ def write_bundle(m: M.Manifest, files: dict[str, bytes], out_dir: Path, force: b
         M.read(tmp)  # what we wrote must read back
         if out_dir.exists() and not force:
             raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
-        old = None
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            out_dir.rename(old)
-        tmp.rename(out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _hygiene.replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -327,25 +324,28 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
     Raises:
         BuildError: anything that stops the build (unknown arch, tools missing, output exists, a kernel
             failing to compile or prove); every failing task is listed. Nothing is written then.
+        flyship.compiler.hygiene.OutputBusyError: another build is writing ``opts.out_dir``.
     """
     targets = check_archs(opts.archs)
     out_dir = Path(opts.out_dir)
-    if out_dir.exists() and not opts.force:
-        raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
-    sf = read_declarations(opts.spec_path, targets)
-    tasks = plan(sf, targets)
-    frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
-    with contextlib.ExitStack() as stack:
-        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="flyc-build-")))
-        toolchain, rocm_root, tools = find_tools(frontends_used, targets, opts, stack)
-        progress(f"flyc-build: {len(tasks)} kernels ({len(sf.ops)} ops) for "
-                 f"{', '.join(t.text for t in targets)}, jobs={opts.jobs}")
-        results = run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress, frontends_used)
-        variants = succeeded(results)
-        offload, offload_files = offload_bundles(sf, variants, toolchain, scratch) if opts.offload_bundle \
-            else ({}, {})
-        m, files = assemble_manifest(sf, variants, tools, frontend_versions(frontends_used, variants), offload)
-        write_bundle(m, {**files, **offload_files}, out_dir, opts.force)
+    with _hygiene.output_lock(out_dir.resolve()):
+        _hygiene.recover_output(out_dir.resolve())
+        if out_dir.exists() and not opts.force:
+            raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
+        sf = read_declarations(opts.spec_path, targets)
+        tasks = plan(sf, targets)
+        frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
+        with contextlib.ExitStack() as stack:
+            scratch = stack.enter_context(_hygiene.scratch_dir())
+            toolchain, rocm_root, tools = find_tools(frontends_used, targets, opts, stack)
+            progress(f"flyc-build: {len(tasks)} kernels ({len(sf.ops)} ops) for "
+                     f"{', '.join(t.text for t in targets)}, jobs={opts.jobs}")
+            results = run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress, frontends_used)
+            variants = succeeded(results)
+            offload, offload_files = offload_bundles(sf, variants, toolchain, scratch) if opts.offload_bundle \
+                else ({}, {})
+            m, files = assemble_manifest(sf, variants, tools, frontend_versions(frontends_used, variants), offload)
+            write_bundle(m, {**files, **offload_files}, out_dir, opts.force)
     return [Row(o, s, v.target, v.metadata.vgpr_count, v.metadata.sgpr_count, v.metadata.group_segment_fixed_size,
                 v.kernargs.size, v.seconds) for (o, s, t), v in sorted(variants.items())]
 

@@ -32,6 +32,7 @@ class WorkerConfig:
     keep_ir: bool
     scratch_root: str
     frontends: tuple[str, ...] = ()
+    parent_pid: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +90,10 @@ def init_worker(cfg: WorkerConfig) -> None:
     from flyship.compiler import frontends
 
     _CFG = cfg
+    if cfg.parent_pid:  # first: a worker never outlives the build (kill -9 included)
+        from flyship.compiler.hygiene import die_with_parent
+
+        die_with_parent(cfg.parent_pid)
     setup = WorkerSetup(target=cfg.target, scratch_root=Path(cfg.scratch_root),
                         rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
     vendor = _targets.parse_target(cfg.target).vendor

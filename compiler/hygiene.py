@@ -1,0 +1,239 @@
+"""Build hygiene: what a ``flyc-build`` run leaves behind when it ends, fails or is killed.
+
+Guarantees (docs/compile-stage.md, "What a build leaves behind"):
+
+* Worker processes die with the build process, even on ``kill -9``: each worker asks the kernel for
+  ``SIGKILL`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``, Linux) and also runs a watchdog thread
+  that polls its parent (every platform). The multiprocessing resource tracker exits by itself once the
+  build and its workers are gone (it reads its pipe until every writer has closed it).
+* Scratch folders are named ``flyc-build-<pid>-*`` in the temp dir; a build removes those whose owner
+  process is dead (left by a killed build) before it starts. The same holds for the half-written sibling
+  folders ``.<bundle>.flyc-build-<pid>-*`` next to the output.
+* ``--force`` swaps the new bundle in atomically (``renameat2(RENAME_EXCHANGE)`` on Linux); where the
+  kernel or file system cannot exchange, two renames with a window between them, after which a later
+  build restores the old bundle if a crash fell in that window.
+* Concurrent builds into one path: the first holds a file lock next to the output; the others fail at
+  once, saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Iterator, Optional
+
+import filelock
+
+from flyship.errors import CompileError
+
+SCRATCH_PREFIX = "flyc-build-"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_RENAME_EXCHANGE = 2  # <linux/fs.h>
+_SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}  # for C libraries without the renameat2() wrapper (glibc < 2.28)
+_AT_FDCWD = -100
+
+
+class OutputBusyError(CompileError, RuntimeError):
+    """Another ``flyc-build`` is writing the same output folder."""
+
+
+# --- workers die with the build ----------------------------------------------------------------------------------
+
+def die_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
+    """Make this (worker) process end when ``parent_pid`` does; call first thing in the worker.
+
+    On Linux the kernel sends SIGKILL when the parent dies (``PR_SET_PDEATHSIG``), even while this process
+    is inside native code holding the GIL. Everywhere, a daemon thread also polls ``os.getppid()`` and kills
+    this process once it no longer equals ``parent_pid`` (the death signal is tied to the parent *thread*
+    that started us, and is not inherited across platforms). If the parent is already gone, exits at once.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still applies
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def watch() -> None:
+        while True:
+            threading.Event().wait(poll_s)
+            if os.getppid() != parent_pid:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="flyship-parent-watchdog", daemon=True).start()
+
+
+# --- scratch folders ---------------------------------------------------------------------------------------------
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (a zombie counts as dead; another user's process as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has exited; only its parent has not reaped it yet
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] != "Z"
+    except (OSError, ValueError, IndexError):
+        return True
+
+
+def _owner(name: str, prefix: str) -> Optional[int]:
+    m = re.match(re.escape(prefix) + r"(\d+)(?:-|$)", name)
+    return int(m.group(1)) if m else None
+
+
+def clean_stale(folder: Path, prefix: str) -> list[Path]:
+    """Remove the entries of ``folder`` named ``<prefix><pid>-...`` whose owner process is dead.
+
+    Returns:
+        The paths removed.
+    """
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        pid = _owner(p.name, prefix)
+        if pid is None or pid == os.getpid() or pid_alive(pid):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                p.unlink()
+        removed.append(p)
+    return removed
+
+
+@contextlib.contextmanager
+def scratch_dir() -> Iterator[Path]:
+    """A private scratch folder ``<tmp>/flyc-build-<pid>-XXXX``, removed on exit; first removes the scratch
+    folders of dead builds (a ``kill -9`` leaves its scratch behind)."""
+    tmp = Path(tempfile.gettempdir())
+    clean_stale(tmp, SCRATCH_PREFIX)
+    path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=tmp))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def staging_prefix(out_dir: Path) -> str:
+    """Name prefix of the sibling folders a build writes a bundle into before it moves into ``out_dir``."""
+    return f".{out_dir.name}.{SCRATCH_PREFIX}"
+
+
+def old_prefix(out_dir: Path) -> str:
+    """Name prefix under which the two-rename fallback parks the replaced bundle."""
+    return f".{out_dir.name}.old-"
+
+
+def recover_output(out_dir: Path) -> None:
+    """Before a build into ``out_dir``: remove half-written staging folders of dead builds, and undo a
+    two-rename replacement that a crash interrupted (put the old bundle back if nothing took its place)."""
+    parent = out_dir.parent
+    clean_stale(parent, staging_prefix(out_dir))
+    try:
+        parked = [p for p in parent.iterdir() if _owner(p.name, old_prefix(out_dir)) is not None]
+    except OSError:
+        return
+    for p in parked:
+        pid = _owner(p.name, old_prefix(out_dir))
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        if not out_dir.exists():
+            p.rename(out_dir)
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+# --- atomic replacement ------------------------------------------------------------------------------------------
+
+def _renameat2_exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(..., RENAME_EXCHANGE)``); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return False
+    args = (_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    fn = getattr(libc, "renameat2", None)
+    if fn is not None:
+        rc = fn(ctypes.c_int(args[0]), ctypes.c_char_p(args[1]), ctypes.c_int(args[2]), ctypes.c_char_p(args[3]),
+                ctypes.c_uint(args[4]))
+    else:
+        nr = _SYS_RENAMEAT2.get(os.uname().machine)
+        if nr is None:
+            return False
+        rc = libc.syscall(ctypes.c_long(nr), ctypes.c_int(args[0]), ctypes.c_char_p(args[1]),
+                          ctypes.c_int(args[2]), ctypes.c_char_p(args[3]), ctypes.c_uint(args[4]))
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False  # old kernel, or a file system that cannot exchange: the caller falls back
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def replace_dir(new: Path, out_dir: Path, exchange: bool = True) -> str:
+    """Move the folder ``new`` to ``out_dir``, replacing what is there.
+
+    With ``exchange`` (Linux), the two are swapped in one ``renameat2(RENAME_EXCHANGE)``: ``out_dir`` always
+    holds a whole bundle, the old one or the new one. Without it (or where the file system refuses), the old
+    bundle is first parked as ``.<name>.old-<pid>`` and the new one renamed into place; a crash between the
+    two renames leaves ``out_dir`` absent, and the next build into it (:func:`recover_output`) moves the old
+    bundle back.
+
+    Returns:
+        ``"rename"`` (nothing was there), ``"exchange"`` or ``"two-renames"``.
+    """
+    if not out_dir.exists() and not out_dir.is_symlink():
+        new.rename(out_dir)
+        return "rename"
+    if exchange and _renameat2_exchange(new, out_dir):
+        shutil.rmtree(new, ignore_errors=True)  # ``new`` now names the old bundle
+        return "exchange"
+    old = out_dir.with_name(f"{old_prefix(out_dir)}{os.getpid()}")
+    out_dir.rename(old)
+    new.rename(out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+    return "two-renames"
+
+
+# --- one writer per output ---------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def output_lock(out_dir: Path) -> Iterator[None]:
+    """Hold ``.<name>.flyc-build.lock`` beside ``out_dir`` for a whole build; a second build fails at once.
+
+    Raises:
+        OutputBusyError: another build holds the lock.
+    """
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(out_dir.with_name(f".{out_dir.name}.flyc-build.lock")), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise OutputBusyError(f"flyc-build: expected to be the only build writing {out_dir}, but another flyc-build "
+                              "is writing it now; wait for it to finish, or choose another -o") from None
+    try:
+        yield
+    finally:
+        lock.release()

@@ -1,0 +1,194 @@
+"""What flyc-build leaves behind: no worker after kill -9, no stale scratch, atomic --force, one writer per path."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from flyship.bundle import manifest as M
+from flyship.compiler import hygiene
+
+from ..conftest import ROOT, flydsl_python, run_build
+
+pytestmark = pytest.mark.compile
+SLOW_SPEC = Path(__file__).parent / "data" / "slow_spec.py"
+
+
+def children_of(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (read from /proc)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                out.append(int(p.name))
+    return out
+
+
+def wait_for(cond, seconds: float, what: str) -> None:
+    end = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {seconds}s waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def slow_build(tmp_path):
+    """Start flyc-build on the slow spec (two targets, two workers, both sleeping) and wait for both workers.
+    Yields (the build process, its helper processes, the test folder, the build's TMPDIR); whatever the test
+    does, every one of those processes is gone afterwards."""
+    py = flydsl_python()
+    if py is None:
+        pytest.skip("needs the FlyDSL build Python; it would kill a running flyc-build and check what is left")
+    marks, tmp = tmp_path / "marks", tmp_path / "tmp"
+    marks.mkdir()
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), FLYSHIP_TEST_SLOW_MARKS=str(marks))
+    cmd = [py, "-m", "flyship.compiler.cli", str(SLOW_SPEC), "-o", str(tmp_path / "out"), "--arch", "sm_90",
+           "--arch", "gfx942", "-j", "2"]
+    log = (tmp_path / "build.log").open("wb")  # a file, not a pipe: a surviving worker would hold a pipe open
+    proc = subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdout=log, stderr=log)
+    helpers: list[int] = []
+    try:
+        wait_for(lambda: len(list(marks.iterdir())) == 2 or proc.poll() is not None, 120, "two busy workers")
+        assert proc.poll() is None, (tmp_path / "build.log").read_text()
+        helpers = children_of(proc.pid)  # two workers and multiprocessing's resource tracker
+        yield proc, helpers, tmp_path, tmp
+    finally:
+        for pid in [proc.pid, *helpers]:
+            if hygiene.pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
+
+
+def test_kill_9_of_flyc_build_leaves_no_process_running_and_the_next_build_removes_its_scratch(slow_build):
+    proc, helpers, root, tmp = slow_build
+    assert len(helpers) >= 2
+    scratch = list(tmp.glob(f"flyc-build-{proc.pid}-*"))
+    assert len(scratch) == 1
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    wait_for(lambda: not any(hygiene.pid_alive(p) for p in helpers), 10, f"processes {helpers} to end")
+    assert scratch[0].exists()  # kill -9 gives no chance to clean up ...
+    run_build(SLOW_SPEC, root / "out2", ["sm_90"], env={"TMPDIR": str(tmp)})
+    assert not scratch[0].exists()  # ... so the next build removes it
+    assert list(tmp.glob("flyc-build-*")) == []
+    assert not (root / "out").exists() and list(root.glob(".out.flyc-build-*")) == []
+
+
+def test_a_second_build_into_the_same_path_fails_saying_another_build_is_writing_it(slow_build):
+    proc, _, root, tmp = slow_build
+    r = run_build(SLOW_SPEC, root / "out", ["sm_90"], "--force", check=False, env={"TMPDIR": str(tmp)})
+    assert r.returncode == 1
+    assert (f"expected to be the only build writing {root / 'out'}, but another flyc-build is writing it now"
+            in r.stderr)
+    assert "Traceback" not in r.stderr
+    assert proc.poll() is None  # the first build goes on
+
+
+def test_a_failed_build_leaves_the_existing_bundle_and_nothing_else(tmp_path):
+    out = tmp_path / "out"
+    run_build(SLOW_SPEC, out, ["sm_90"], env={"TMPDIR": str(tmp_path)})
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    bad = tmp_path / "bad_spec.py"
+    bad.write_text(SLOW_SPEC.read_text().replace('"BLOCK": 1024', '"BLOCK": 1000'))  # not a power of two
+    r = run_build(bad, out, ["sm_90"], "--force", check=False, env={"TMPDIR": str(tmp_path)})
+    assert r.returncode == 1 and "nothing was written" in r.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".out.flyc-build.lock", "bad_spec.py", "out"])
+
+
+def make_bundle_dir(path: Path, text: str) -> Path:
+    path.mkdir()
+    (path / M.MANIFEST_NAME).write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2-exchange", "two-renames"])
+def test_replacing_a_bundle_leaves_the_new_one_and_no_leftovers(tmp_path, exchange):
+    out = make_bundle_dir(tmp_path / "out", "old")
+    new = make_bundle_dir(tmp_path / ".out.flyc-build-1-x", "new")
+    how = hygiene.replace_dir(new, out, exchange=exchange)
+    assert how == ("exchange" if exchange else "two-renames")
+    assert (out / M.MANIFEST_NAME).read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_the_path_holds_a_whole_bundle_at_every_step_of_an_exchange(tmp_path, monkeypatch):
+    out = make_bundle_dir(tmp_path / "out", "old")
+    new = make_bundle_dir(tmp_path / "new", "new")
+    seen = []
+    rmtree = hygiene.shutil.rmtree
+
+    def spy(path, *a, **k):  # the moment between the swap and the removal of the old bundle
+        seen.append((out / M.MANIFEST_NAME).read_text())
+        rmtree(path, *a, **k)
+
+    monkeypatch.setattr(hygiene.shutil, "rmtree", spy)
+    renames = []
+    monkeypatch.setattr(Path, "rename", lambda self, target: renames.append((self, target)))  # must not be used
+    assert hygiene.replace_dir(new, out) == "exchange"
+    assert seen == ["new"] and renames == []
+
+
+def test_a_crash_between_the_two_fallback_renames_is_undone_by_the_next_build(tmp_path):
+    out = tmp_path / "out"
+    dead = 2**22 + 12345  # above pid_max on this machine: no such process
+    make_bundle_dir(tmp_path / f".out.old-{dead}", "old")  # parked, and the new one never arrived
+    make_bundle_dir(tmp_path / f".out.flyc-build-{dead}-abc", "half")
+    hygiene.recover_output(out)
+    assert (out / M.MANIFEST_NAME).read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_stale_scratch_of_a_dead_build_is_removed_and_a_live_ones_is_kept(tmp_path):
+    dead = 2**22 + 12345
+    stale = tmp_path / f"flyc-build-{dead}-abc"
+    live = tmp_path / f"flyc-build-{os.getppid()}-abc"
+    other = tmp_path / "flyc-build-notapid"
+    for p in (stale, live, other):
+        p.mkdir()
+    assert hygiene.clean_stale(tmp_path, "flyc-build-") == [stale]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+CHILD = """
+import os, sys, time
+from flyship.compiler.hygiene import die_with_parent
+die_with_parent(os.getppid())
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(120)
+"""
+PARENT = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]])
+time.sleep(120)
+"""
+
+
+def test_a_worker_whose_parent_is_killed_dies_with_it(tmp_path):
+    (tmp_path / "child.py").write_text(CHILD)
+    (tmp_path / "parent.py").write_text(PARENT)
+    pidfile = tmp_path / "child.pid"
+    parent = subprocess.Popen([flydsl_python() or "python3", str(tmp_path / "parent.py"), str(tmp_path / "child.py"),
+                               str(pidfile)])
+    try:
+        wait_for(pidfile.exists, 30, "the child to arm its death signal")
+        child = int(pidfile.read_text())
+        parent.kill()
+        parent.wait()
+        wait_for(lambda: not hygiene.pid_alive(child), 10, f"child {child} to end with its parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
