@@ -8,15 +8,20 @@ inputs gives the same bytes. Reading refuses an unknown major version, naming bo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
+import re
+import types
 import typing
 from pathlib import Path
 from typing import Any, Optional
 
 from flyship.bundle import expr as _expr
+from flyship.bundle import limits as _limits
 from flyship.bundle.errors import BundleError, ManifestVersionError
 
-SCHEMA_MAJOR, SCHEMA_MINOR = 1, 0
+SCHEMA_MAJOR, SCHEMA_MINOR = 1, 1
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 FORMAT_NAME = "flyship-bundle"
 MANIFEST_NAME = "manifest.json"
@@ -328,7 +333,18 @@ class BuildInfo:
 
 @dataclasses.dataclass(frozen=True)
 class Manifest:
-    """The whole manifest (``manifest.json`` at the bundle root)."""
+    """The whole manifest (``manifest.json`` at the bundle root).
+
+    Attributes:
+        schema_version: ``MAJOR.MINOR`` of the schema the bundle was written with.
+        namespace: torch namespace of the ops (never one of torch's own).
+        build: who built the bundle.
+        references: path of the references module (``references.py``), or None.
+        ops: the ops.
+        offload_bundles: ``<op>.<specialization>`` -> path of a clang offload bundle holding every AMD target.
+        references_sha256: hex digest of the references module (schema 1.1; None in 1.0 bundles).
+        offload_bundles_sha256: offload-bundle path -> hex digest (schema 1.1).
+    """
 
     schema_version: str
     namespace: str
@@ -336,6 +352,8 @@ class Manifest:
     references: Optional[str]
     ops: tuple[Op, ...]
     offload_bundles: dict[str, str] = dataclasses.field(default_factory=dict)
+    references_sha256: Optional[str] = None
+    offload_bundles_sha256: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def op(self, name: str) -> Op:
         for o in self.ops:
@@ -363,23 +381,36 @@ def to_json_obj(obj: Any) -> Any:
     return obj
 
 
-def dumps(manifest: Manifest) -> str:
-    """Serialise to sorted-key JSON with a trailing newline (byte-stable)."""
-    return json.dumps(to_json_obj(manifest), sort_keys=True, indent=1, allow_nan=False) + "\n"
+def _scalar(data: Any, where: str) -> int | float | bool:
+    """A JSON scalar that stands for a kernel or argument value: a bool, an int within int64, or a finite float."""
+    if isinstance(data, bool):
+        return data
+    if isinstance(data, int):
+        if not _limits.INT64_MIN <= data <= _limits.INT64_MAX:
+            raise BundleError(f"manifest {where}: expected an integer within int64, got one of {data.bit_length()} bits")
+        return data
+    if isinstance(data, float):
+        if not math.isfinite(data):
+            raise BundleError(f"manifest {where}: expected a finite number, got {data!r}")
+        return data
+    raise BundleError(f"manifest {where}: expected a number or a bool, got {type(data).__name__}")
 
 
 def _from(cls: Any, data: Any, where: str, lenient: bool) -> Any:
-    """Build dataclass ``cls`` from JSON ``data``, checking keys and converting nested types."""
+    """Build dataclass ``cls`` from JSON ``data``, checking keys, types and the sizes of
+    :mod:`flyship.bundle.limits` (list and object lengths, string lengths, int64 range, finite floats)."""
     origin = typing.get_origin(cls)
-    if cls is Any:
-        return data
-    if origin is typing.Union:
+    if origin is typing.Union or origin is types.UnionType:
         members = [a for a in typing.get_args(cls) if a is not type(None)]
         if data is None:
-            return None
+            if type(None) in typing.get_args(cls):
+                return None
+            raise BundleError(f"manifest {where}: expected a value, got null")
         if len(members) == 1:
             return _from(members[0], data, where, lenient)
-        return data  # Union of plain scalars (int | float | bool)
+        return _scalar(data, where)  # a union of plain scalars (int | float | bool)
+    if isinstance(data, (list, dict)) and len(data) > _limits.MAX_ITEMS:
+        raise BundleError(f"manifest {where}: expected at most {_limits.MAX_ITEMS} items, got {len(data)}")
     if origin is tuple:
         if not isinstance(data, list):
             raise BundleError(f"manifest {where}: expected a list, got {type(data).__name__}")
@@ -393,16 +424,20 @@ def _from(cls: Any, data: Any, where: str, lenient: bool) -> Any:
         if not isinstance(data, dict):
             raise BundleError(f"manifest {where}: expected an object, got {type(data).__name__}")
         _, vt = typing.get_args(cls)
-        return {k: _from(vt, v, f"{where}.{k}", lenient) for k, v in data.items()}
+        out = {}
+        for k, v in data.items():
+            _from(str, k, f"{where} key", lenient)
+            out[k] = _from(vt, v, f"{where}.{k[:40]}", lenient)
+        return out
     if dataclasses.is_dataclass(cls):
         if not isinstance(data, dict):
             raise BundleError(f"manifest {where}: expected an object for {cls.__name__}, got {type(data).__name__}")
-        hints = typing.get_type_hints(cls)
+        hints = _hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = set(data) - set(fields)
         if unknown and not lenient:
             raise BundleError(
-                f"manifest {where}: unknown keys {sorted(unknown)} for {cls.__name__}; "
+                f"manifest {where}: unknown keys {sorted(k[:40] for k in unknown)} for {cls.__name__}; "
                 f"expected only {sorted(fields)}"
             )
         kwargs = {}
@@ -413,15 +448,35 @@ def _from(cls: Any, data: Any, where: str, lenient: bool) -> Any:
                 continue
             kwargs[name] = _from(hints[name], data[name], f"{where}.{name}", lenient)
         return cls(**kwargs)
-    if cls in (int, str, bool):
-        if not isinstance(data, cls) or (cls is int and isinstance(data, bool)):
-            raise BundleError(f"manifest {where}: expected {cls.__name__}, got {data!r}")
+    if cls is str:
+        if not isinstance(data, str):
+            raise BundleError(f"manifest {where}: expected a string, got {type(data).__name__}")
+        if len(data) > _limits.MAX_STRING:
+            raise BundleError(f"manifest {where}: expected at most {_limits.MAX_STRING} characters, got {len(data)}")
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BundleError(f"manifest {where}: the string holds an unpaired surrogate escape; expected "
+                              "valid Unicode text") from None
         return data
+    if cls is bool:
+        if not isinstance(data, bool):
+            raise BundleError(f"manifest {where}: expected a bool, got {type(data).__name__}")
+        return data
+    if cls is int:
+        if not isinstance(data, int) or isinstance(data, bool):
+            raise BundleError(f"manifest {where}: expected an integer, got {type(data).__name__}")
+        return _scalar(data, where)
     if cls is float:
         if not isinstance(data, (int, float)) or isinstance(data, bool):
-            raise BundleError(f"manifest {where}: expected a number, got {data!r}")
-        return float(data)
-    return data
+            raise BundleError(f"manifest {where}: expected a number, got {type(data).__name__}")
+        return float(_scalar(data, where))
+    raise TypeError(f"manifest reader: no rule for type {cls!r} at {where}")  # a bug in the dataclasses
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: Any) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def from_json_obj(data: Any) -> Manifest:
@@ -432,16 +487,16 @@ def from_json_obj(data: Any) -> Manifest:
         BundleError: a key is missing, unknown (for the same or an older minor version), or mistyped.
     """
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        got = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise BundleError(
-            f"manifest: expected a JSON object with \"format\": {FORMAT_NAME!r}, "
-            f"got {str(data.get('format') if isinstance(data, dict) else type(data).__name__)!r}; "
+            f"manifest: expected a JSON object with \"format\": {FORMAT_NAME!r}, got {str(got)[:60]!r}; "
             "is this a flyship bundle?"
         )
-    version = str(data.get("schema_version", ""))
-    try:
-        major, minor = (int(p) for p in version.split("."))
-    except ValueError:
-        raise BundleError(f"manifest: expected schema_version 'MAJOR.MINOR', got {version!r}") from None
+    version = data.get("schema_version", "")
+    match = re.fullmatch(r"([0-9]{1,6})\.([0-9]{1,6})", version) if isinstance(version, str) else None
+    if match is None:
+        raise BundleError(f"manifest: expected schema_version 'MAJOR.MINOR', got {str(version)[:60]!r}")
+    major, minor = int(match[1]), int(match[2])
     if major != SCHEMA_MAJOR:
         raise ManifestVersionError(
             f"manifest: bundle schema version {version} is not readable by this flyship, which reads "
@@ -464,11 +519,44 @@ def write(manifest: Manifest, path: Path) -> None:
     Path(path).write_text(json.dumps(to_json_data(manifest), sort_keys=True, indent=1, allow_nan=False) + "\n")
 
 
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse(data: bytes, where: str) -> Manifest:
+    """Parse manifest bytes (UTF-8 JSON) and check every rule of :mod:`flyship.bundle.rules`.
+
+    Raises:
+        BundleError: naming ``where`` and the JSON path of the first bad value.
+    """
+    from flyship.bundle import rules as _rules
+
+    if len(data) > _limits.MAX_MANIFEST_BYTES:
+        raise BundleError(f"read bundle: expected a manifest of at most {_limits.MAX_MANIFEST_BYTES} bytes, {where} "
+                          f"has {len(data)}; is this a flyship bundle?")
+    try:
+        obj = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as e:
+        raise BundleError(f"read bundle: {where} is not UTF-8 text ({e}); the bundle is damaged, rebuild it") from None
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, NaN / Infinity, an int of > 4300 digits
+        raise BundleError(f"read bundle: {where} is not valid JSON ({str(e)[:200]}); the bundle is damaged, "
+                          "rebuild it") from None
+    try:
+        m = from_json_obj(obj)
+        _rules.check_manifest(m)
+    except BundleError as e:
+        raise type(e)(f"{where}: {e}") from None
+    except RecursionError:
+        raise BundleError(f"{where}: the manifest nests too deeply; the bundle is damaged, rebuild it") from None
+    return m
+
+
 def read(path: Path | str) -> Manifest:
     """Read and check a manifest file (or a bundle directory holding ``manifest.json``).
 
     Raises:
-        BundleError: the file is missing, not JSON, or not a valid manifest; the message names the path.
+        BundleError: the file is missing, too large, not UTF-8 JSON, or not a valid manifest; the message
+            names the path and the JSON path of the bad value.
     """
     p = Path(path)
     if p.is_dir():
@@ -477,19 +565,15 @@ def read(path: Path | str) -> Manifest:
         raise BundleError(f"read bundle: expected a manifest at {p}, found no file; pass a bundle directory "
                           f"built by flyc-build (it holds {MANIFEST_NAME})")
     try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise BundleError(f"read bundle: {p} is not valid JSON ({e}); the bundle is damaged, rebuild it") from None
-    try:
-        m = from_json_obj(data)
-    except BundleError as e:
-        raise type(e)(f"{p}: {e}") from None
-    check(m)
-    return m
+        with open(p, "rb") as fh:
+            data = fh.read(_limits.MAX_MANIFEST_BYTES + 1)
+    except OSError as e:
+        raise BundleError(f"read bundle: cannot read {p}: {e}") from None
+    return parse(data, str(p))
 
 
 # ---------------------------------------------------------------------------------------------
-# Semantic checks (beyond the JSON Schema)
+# Helpers shared by the rule book and the loader
 
 
 def slots(op: Op) -> dict[str, _expr.Slot]:
@@ -500,108 +584,3 @@ def slots(op: Op) -> dict[str, _expr.Slot]:
     for j, o in enumerate(op.outputs):
         out[o.name] = _expr.Slot(len(op.args) + j, "tensor", len(o.shape))
     return out
-
-
-def check_layout(layout: KernargLayout, meta: KernelMetadata, where: str) -> None:
-    """Check that kernarg fields tile the metadata's explicit arguments exactly.
-
-    Every field lies inside one explicit argument; fields do not overlap; each explicit argument's
-    bytes are covered except alignment padding (a gap smaller than the next field's size inside a
-    by-value struct); ``layout.size`` is the end of the last explicit argument.
-
-    Raises:
-        BundleError: naming the field or argument, its offset and size.
-    """
-    explicit = sorted((a for a in meta.args if not a.hidden), key=lambda a: a.offset)
-    extent = max((a.offset + a.size for a in explicit), default=0)
-    if layout.size != extent:
-        raise BundleError(f"{where}: kernarg size {layout.size} != explicit-argument extent {extent} "
-                          "from the code object metadata")
-    fields = sorted(layout.fields, key=lambda f: f.offset)
-    prev_end = 0
-    for f in fields:
-        if f.kind not in FIELD_KINDS or f.type not in FIELD_TYPES or FIELD_TYPES[f.type] != f.size:
-            raise BundleError(f"{where}: field at offset {f.offset}: kind {f.kind!r} / type {f.type!r} / "
-                              f"size {f.size} are inconsistent")
-        if f.offset < prev_end:
-            raise BundleError(f"{where}: kernarg field at offset {f.offset} overlaps the previous one "
-                              f"(ends at {prev_end})")
-        prev_end = f.offset + f.size
-        owner = [a for a in explicit if a.offset <= f.offset and f.offset + f.size <= a.offset + a.size]
-        if not owner:
-            raise BundleError(f"{where}: kernarg field {f.kind} at offset {f.offset} (size {f.size}) lies "
-                              "outside every explicit kernel argument of the metadata")
-    for a in explicit:
-        inside = [f for f in fields if a.offset <= f.offset < a.offset + a.size]
-        if not inside:
-            raise BundleError(f"{where}: kernel argument {a.name or '?'} at offset {a.offset} (size {a.size}, "
-                              f"{a.value_kind}) has no kernarg field; the loader would leave it unset")
-        pos = a.offset
-        for f in inside:
-            gap = f.offset - pos
-            if gap < 0 or gap >= f.size:
-                raise BundleError(f"{where}: kernel argument {a.name or '?'} at offset {a.offset}: bytes "
-                                  f"{pos}..{f.offset} are neither a field nor alignment padding")
-            pos = f.offset + f.size
-        tail = a.offset + a.size - pos
-        if tail < 0 or tail >= max(f.size for f in inside):
-            raise BundleError(f"{where}: kernel argument {a.name or '?'} at offset {a.offset}: its last "
-                              f"{tail} bytes are not covered by a field")
-
-
-def check(m: Manifest) -> None:
-    """Semantic checks every manifest must pass (the JSON Schema covers the shapes of values).
-
-    Raises:
-        BundleError: naming op, specialization and target, and what is wrong.
-    """
-    from flyship.bundle import targets as _targets
-
-    if not m.namespace.isidentifier():
-        raise BundleError(f"manifest: namespace must be a Python identifier, got {m.namespace!r}")
-    seen_ops: set[str] = set()
-    for op in m.ops:
-        if op.name in seen_ops or not op.name.isidentifier():
-            raise BundleError(f"manifest: op name {op.name!r} is duplicated or not an identifier")
-        seen_ops.add(op.name)
-        names = [a.name for a in op.args] + [o.name for o in op.outputs]
-        if len(set(names)) != len(names):
-            raise BundleError(f"op {op.name}: argument names repeat: {names}")
-        sl = slots(op)
-        tensor_in = {a.name for a in op.args if a.kind == "tensor"}
-        for o in op.outputs:
-            if o.dtype not in DTYPES and o.dtype not in tensor_in:
-                raise BundleError(f"op {op.name}: output {o.name} dtype {o.dtype!r} is neither a dtype nor an "
-                                  f"input tensor ({', '.join(sorted(tensor_in))})")
-            for e in o.shape:
-                _expr.compile_program(e, {k: v for k, v in sl.items() if k not in {x.name for x in op.outputs}})
-        for s in op.specializations:
-            where = f"op {op.name} specialization {s.name}"
-            for t, d in s.guard.dtypes.items():
-                if t not in tensor_in or d not in DTYPES:
-                    raise BundleError(f"{where}: guard dtype {t}={d} names no input tensor or no known dtype")
-            for c in s.guard.constraints:
-                _expr.compile_program(c, sl)
-            if not s.variants:
-                raise BundleError(f"{where}: no compiled variants")
-            for v in s.variants:
-                vw = f"{where} target {v.target}"
-                _targets.parse_target(v.target)
-                check_layout(v.kernargs, v.metadata, vw)
-                for f in v.kernargs.fields:
-                    if f.kind in ("pointer", "shape", "stride", "scalar") and f.arg not in sl:
-                        raise BundleError(f"{vw}: kernarg field at {f.offset} names unknown argument {f.arg!r}")
-                    if f.kind == "expr":
-                        _expr.compile_program(f.expr or "", sl)
-                for e in v.launch.grid:
-                    _expr.compile_program(e, sl)
-                _expr.compile_program(v.launch.dynamic_lds, sl)
-                req = v.metadata.reqd_workgroup_size
-                if req is not None and tuple(req) != tuple(v.launch.block):
-                    raise BundleError(f"{vw}: launch block {list(v.launch.block)} differs from the code object's "
-                                      f"required workgroup size {list(req)}; the HIP runtime would silently "
-                                      "replace it, so this bundle is refused")
-                threads = v.launch.block[0] * v.launch.block[1] * v.launch.block[2]
-                if threads > v.metadata.max_flat_workgroup_size:
-                    raise BundleError(f"{vw}: block of {threads} work-items exceeds the kernel's max flat "
-                                      f"workgroup size {v.metadata.max_flat_workgroup_size}")

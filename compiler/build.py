@@ -24,6 +24,7 @@ from typing import Callable, Optional
 from flyship import __version__
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as M
+from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import hygiene as _hygiene
@@ -267,7 +268,8 @@ def check_references_module(path: Path, needed: dict[str, str]) -> None:
 
 
 def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], frontends: dict[str, str],
-                      offload: dict[str, str]) -> tuple[M.Manifest, dict[str, bytes]]:
+                      offload: dict[str, str], offload_files: Optional[dict[str, bytes]] = None
+                      ) -> tuple[M.Manifest, dict[str, bytes]]:
     """Build the manifest (and the files it names) from every task's result."""
     files: dict[str, bytes] = {}
     ops = []
@@ -286,8 +288,11 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
     m = M.Manifest(schema_version=M.SCHEMA_VERSION, namespace=sf.namespace,
                    build=M.BuildInfo(flyship_version=__version__, frontends=dict(sorted(frontends.items())),
                                      python=platform.python_version(), tools=dict(sorted(tools.items()))),
-                   references=refs, ops=tuple(ops), offload_bundles=dict(sorted(offload.items())))
-    M.check(m)
+                   references=refs, ops=tuple(ops), offload_bundles=dict(sorted(offload.items())),
+                   references_sha256=hashlib.sha256(files[refs]).hexdigest() if refs else None,
+                   offload_bundles_sha256={f: hashlib.sha256(d).hexdigest()
+                                           for f, d in sorted((offload_files or {}).items())})
+    _rules.check_manifest(m)
     return m, files
 
 
@@ -344,7 +349,8 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             variants = succeeded(results)
             offload, offload_files = offload_bundles(sf, variants, toolchain, scratch) if opts.offload_bundle \
                 else ({}, {})
-            m, files = assemble_manifest(sf, variants, tools, frontend_versions(frontends_used, variants), offload)
+            m, files = assemble_manifest(sf, variants, tools, frontend_versions(frontends_used, variants), offload,
+                                         offload_files)
             write_bundle(m, {**files, **offload_files}, out_dir, opts.force)
     return [Row(o, s, v.target, v.metadata.vgpr_count, v.metadata.sgpr_count, v.metadata.group_segment_fixed_size,
                 v.kernargs.size, v.seconds) for (o, s, t), v in sorted(variants.items())]

@@ -55,9 +55,12 @@ def main() -> None:
 @main.command("list")
 @click.argument("bundle", type=click.Path(file_okay=False, path_type=Path))
 def list_cmd(bundle: Path) -> None:
-    """List the ops, specializations and targets of BUNDLE."""
+    """List the ops, specializations and targets of BUNDLE (after every check a load makes without torch)."""
+    from flyship.bundle import rules
+
     try:
         manifest = _m.read(bundle)
+        rules.check_bundle_files(bundle, manifest)
         click.echo(describe(manifest))
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None

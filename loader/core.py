@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from flyship import env
 from flyship.bundle import manifest as _m
+from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
@@ -31,7 +32,6 @@ from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
 from flyship.loader import references as _references
 from flyship.loader import schema as _schema
-from flyship.loader import validate as _validate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,8 +449,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
     root = Path(path).resolve()  # absolute: a later chdir must not make the same bundle look like another
     manifest = _m.read(root)
     ns = namespace or manifest.namespace
-    if not ns.isidentifier():
-        raise BundleError(f"load bundle {root}: namespace must be a Python identifier, got {ns!r}")
+    _rules.check_namespace(ns, f"load bundle {root}: namespace")
     digest = hashlib.sha256((root / _m.MANIFEST_NAME).read_bytes()).hexdigest()
     with _lock:
         existing = _loaded.get(ns)
@@ -463,7 +462,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
                 existing.fallback = fallback
             ops = existing
         else:
-            images = _validate.check_bundle(root, manifest)
+            images = _rules.check_bundle_files(root, manifest)
             refs = _references.resolve(root, manifest, references)
             ext = _build.extension()
             plan = _plan.lower_bundle(manifest, ns, images, refs)

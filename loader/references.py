@@ -8,35 +8,32 @@ function in it. ``load(..., references={"add": fn})`` replaces or adds reference
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, Optional
 
 from flyship.bundle import manifest as _m
+from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
 
 
 def import_references(root: Path, manifest: _m.Manifest) -> Optional[ModuleType]:
-    """Import the bundle's references module, or None when the manifest names none.
+    """Import the bundle's references module, or None when the manifest names none. The bytes run are the
+    bytes checked: contained in the bundle, bounded and matching ``references_sha256``
+    (:func:`flyship.bundle.rules.references_source`).
 
     Raises:
-        BundleError: the file is missing or raises on import.
+        BundleError: the file is missing, escapes the bundle, was changed, or raises on import.
     """
     if not manifest.references:
         return None
-    path = root / manifest.references
-    if not path.is_file():
-        raise BundleError(f"load bundle {root}: the manifest names references {manifest.references!r}, found no file "
-                          f"at {path}; re-copy the bundle")
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
-    name = f"flyship_references_{manifest.namespace}_{digest}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise BundleError(f"load bundle {root}: cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
+    source = _rules.references_source(root, manifest)
+    path = _rules.contained_path(root, manifest.references, f"load bundle {root}: references")
+    digest = hashlib.sha256(str(path).encode() + source).hexdigest()[:12]
+    module = ModuleType(f"flyship_references_{manifest.namespace}_{digest}")
+    module.__file__ = str(path)
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the bundle's own, checked code
     except Exception as e:  # noqa: BLE001 - any error in user code is reported with its file
         raise BundleError(f"load bundle {root}: importing {path} raised {type(e).__name__}: {e}") from e
     return module

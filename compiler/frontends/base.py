@@ -20,7 +20,9 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import targets as _targets
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.errors import BundleError
-from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof, check_layout
+from flyship.bundle import rules as _rules
+from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof
+from flyship.bundle.rules import check_layout
 from flyship.compiler.spec import OpDecl, Scalar, Spec
 from flyship.errors import CompileError
 
@@ -299,12 +301,10 @@ def check_resources(meta: KernelMetadata, block: tuple[int, int, int], dynamic_l
                             f"dynamic + {static} static), over the target's {lim['lds_bytes']}-byte per-workgroup "
                             "limit; use smaller tiles or fewer stages")
     threads = block[0] * block[1] * block[2]
-    if meta.reqd_workgroup_size is not None and tuple(meta.reqd_workgroup_size) != tuple(block):
-        raise FrontendError(f"{where}: kernel {symbol} requires a block of {list(meta.reqd_workgroup_size)}, but "
-                            f"the launch uses {list(block)}")
-    if threads > meta.max_flat_workgroup_size:
-        raise FrontendError(f"{where}: block of {threads} threads exceeds kernel {symbol}'s maximum of "
-                            f"{meta.max_flat_workgroup_size}")
+    try:  # required and maximum workgroup size, static LDS: the rule book's rules, as the loader applies them
+        _rules.check_resources(meta, block, target, f"{where}: kernel {symbol}")
+    except BundleError as e:
+        raise FrontendError(str(e)) from None
     if tid.vendor == "nvidia" and meta.vgpr_count * threads > NV_REGISTERS_PER_BLOCK:
         raise FrontendError(f"{where}: kernel {symbol} uses {meta.vgpr_count} registers x {threads} threads = "
                             f"{meta.vgpr_count * threads}, over the {NV_REGISTERS_PER_BLOCK} a block may hold; the "

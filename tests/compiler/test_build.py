@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle import manifest as M
+from flyship.bundle import rules
 from flyship.bundle import schema as S
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.expr import evaluate_with_shapes
@@ -72,7 +73,7 @@ def test_kernarg_fields_tile_the_explicit_arguments_exactly(example_bundle):
     for op in m.ops:
         for s in op.specializations:
             for v in s.variants:
-                M.check_layout(v.kernargs, v.metadata, f"{op.name}.{s.name}.{v.target}")
+                rules.check_layout(v.kernargs, v.metadata, f"{op.name}.{s.name}.{v.target}")
                 explicit = [a for a in v.metadata.args if not a.hidden]
                 covered = sum(f.size for f in v.kernargs.fields)
                 padding = sum(a.size for a in explicit) - covered

@@ -13,6 +13,7 @@ import pytest
 
 from flyship.bundle import expr as E
 from flyship.bundle import manifest as M
+from flyship.bundle import rules
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.cubin import CubinFile
 
@@ -67,7 +68,7 @@ def test_each_example_builds_with_a_layout_read_from_its_own_binary(ops, op_name
     op = ops[op_name]
     spec = spec_of(op, spec_name)
     v = build(op, spec, target, tmp_path)
-    M.check_layout(v.kernargs, v.metadata, f"{op_name}.{spec_name}.{target}")
+    rules.check_layout(v.kernargs, v.metadata, f"{op_name}.{spec_name}.{target}")
     if target == "sm_90":
         assert v.format == "cubin" and v.target == "sm_90a" and v.code_object_version is None
         meta = CubinFile(v.code_object).kernel_metadata(v.symbol, names=[a.name for a in v.metadata.args],
@@ -318,7 +319,7 @@ def test_flyc_build_writes_a_bundle_for_sm90_and_gfx942(tmp_path):
                 else:
                     meta = CodeObjectFile(data).kernel_metadata(v.code_object.symbol)
                 assert [(a.offset, a.size) for a in meta.args] == [(a.offset, a.size) for a in v.metadata.args]
-                M.check_layout(v.kernargs, v.metadata, f"{op.name}.{s.name}.{v.target}")
+                rules.check_layout(v.kernargs, v.metadata, f"{op.name}.{s.name}.{v.target}")
                 scratch |= {(op.name, v.target) for f in v.kernargs.fields if f.kind == "scratch"}
             assert tuple(s.example.grid) == tuple(E.evaluate_with_shapes(g, s.example.shapes) for g in
                                                   s.variants[0].launch.grid)

@@ -11,6 +11,7 @@ import json
 import pytest
 
 from flyship.bundle import manifest as M
+from flyship.bundle import rules
 from flyship.bundle.cubin import CubinFile
 
 from .conftest import out_dir
@@ -116,7 +117,7 @@ def test_every_cubin_is_what_the_driver_reports(gpu, ops, bundle):
                 }
                 evidence.append({"variant": f"{op.name}.{s.name}.{v.target}", "file": v.code_object.file,
                                  "driver": got, "manifest": want})
-                M.check_layout(v.kernargs, meta, v.code_object.file)
+                rules.check_layout(v.kernargs, meta, v.code_object.file)
     d = out_dir()
     if d is not None:  # evidence first, so a disagreement leaves both sides on record
         (d / "cubin_vs_driver.json").write_text(json.dumps(evidence, indent=1))

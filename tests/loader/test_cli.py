@@ -22,7 +22,7 @@ def test_list_shows_ops_schemas_specializations_and_targets(tiny_bundle):
     r = flyship_cli("list", str(tiny_bundle))
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "namespace flyship_tiny (schema 1.0" in out
+    assert "namespace flyship_tiny (schema 1.1" in out
     assert "targets: gfx942, gfx950, sm_90a" in out
     assert "flyship_tiny::add(Tensor x, Tensor y) -> Tensor" in out
     assert "flyship_tiny::addsub.out(Tensor x, Tensor y, *, Tensor(a!) sum, Tensor(b!) diff) -> ()" in out

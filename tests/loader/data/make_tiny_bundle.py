@@ -33,6 +33,7 @@ from triton.backends.compiler import GPUTarget
 ROOT = Path(__file__).resolve().parents[3]
 
 from flyship.bundle import manifest as m  # noqa: E402
+from flyship.bundle import rules  # noqa: E402
 from flyship.bundle.codeobject import CodeObjectFile  # noqa: E402
 from flyship.bundle.cubin import CubinFile  # noqa: E402
 from flyship.bundle.expr import evaluate_with_shapes  # noqa: E402
@@ -229,8 +230,9 @@ def main() -> None:
         schema_version=m.SCHEMA_VERSION, namespace=NAMESPACE,
         build=m.BuildInfo(flyship_version="0.1.0", frontends={"triton": triton.__version__},
                           python=platform.python_version(), tools={}),
-        references="references.py", ops=ops)
-    m.check(manifest)
+        references="references.py", ops=ops,
+        references_sha256=hashlib.sha256(REFERENCES.encode()).hexdigest())
+    rules.check_manifest(manifest)
     (OUT / "references.py").write_text(REFERENCES)
     m.write(manifest, OUT / m.MANIFEST_NAME)
     m.read(OUT)  # round trip
