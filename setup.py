@@ -38,7 +38,7 @@ setup(
         # version flyship is tested with (docs/compile-stage.md says how to try another).
         "compiler": ["flydsl==0.5.0", "jsonschema>=4"],
         "triton": ["triton==3.6.0"],
-        "test": ["pytest>=7", "jsonschema>=4", "numpy", "expecttest"],
+        "test": ["pytest>=7", "jsonschema>=4", "numpy", "expecttest", "hypothesis>=6"],
     },
     entry_points={
         "console_scripts": [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,27 @@ def test_list_of_a_folder_without_a_bundle_fails_with_one_clear_line(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip() == (f"Error: read bundle: expected a manifest at {tmp_path / 'manifest.json'}, found no "
                                 "file; pass a bundle directory built by flyc-build (it holds manifest.json)")
+
+
+@pytest.mark.parametrize("damage", ["huge rank", "not utf-8", "truncated code object"])
+def test_list_of_a_damaged_bundle_prints_the_message_and_lists_nothing(bundle_copy, damage):
+    if damage == "huge rank":
+        root = bundle_copy(lambda d: d["ops"][0]["args"][0].update(rank=10**7))
+        expect = r"args\[0\]\.rank: expected a rank in 0\.\.16, got 10000000"
+    elif damage == "not utf-8":
+        root = bundle_copy()
+        (root / "manifest.json").write_bytes(b"\xff" + (root / "manifest.json").read_bytes())
+        expect = "is not UTF-8 text"
+    else:
+        root = bundle_copy()
+        (root / "add.f32.gfx942.hsaco").write_bytes((root / "add.f32.gfx942.hsaco").read_bytes()[:100])
+        expect = r"add\.f32\.gfx942\.hsaco\): sha256 mismatch"
+    r = flyship_cli("list", str(root))
+    assert r.returncode == 1
+    assert r.stdout == ""
+    assert "Traceback" not in r.stderr
+    assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1
+    assert re.search(expect, r.stderr), r.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present; this proves the no-GPU message")

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 import flyship
-from flyship.bundle.errors import BundleError, ManifestVersionError
+from flyship.bundle.errors import BundleError, CodeObjectError, ManifestVersionError
 
 pytestmark = pytest.mark.cpu
 
@@ -168,3 +168,30 @@ def test_a_second_bundle_cannot_take_a_loaded_namespace(tiny, bundle_copy):
     root = bundle_copy(lambda d: op_json(d, "add").update(doc="changed"))
     with pytest.raises(BundleError, match="namespace 'flyship_tiny' is already registered by the bundle at"):
         flyship.load(root)
+
+
+def test_load_refuses_torchs_own_namespaces(tiny_bundle, ext):
+    with pytest.raises(BundleError, match=r"namespace 'aten' is one of torch's own operator namespaces"):
+        flyship.load(tiny_bundle, namespace="aten")
+
+
+def test_a_changed_references_module_is_refused_at_load(bundle_copy):
+    root = bundle_copy()
+    with open(root / "references.py", "a") as f:
+        f.write("\nprint('tampered')\n")
+    with pytest.raises(BundleError, match=r"references\.py'.*sha256 mismatch: the manifest says [0-9a-f]{64}"):
+        load(root)
+
+
+def test_a_truncated_code_object_with_a_matching_sha256_is_refused_at_load(bundle_copy):
+    import hashlib
+
+    def edit(d):
+        v = variant_json(d, "add", "f32", "gfx942")
+        v["code_object"]["sha256"] = hashlib.sha256(cut).hexdigest()
+
+    cut = (bundle_copy() / "add.f32.gfx942.hsaco").read_bytes()[:300]
+    root = bundle_copy(edit)
+    (root / "add.f32.gfx942.hsaco").write_bytes(cut)
+    with pytest.raises(CodeObjectError, match=r"add\.f32\.gfx942\.hsaco\).*damaged"):
+        load(root)
