@@ -387,7 +387,8 @@ def _scalar(data: Any, where: str) -> int | float | bool:
         return data
     if isinstance(data, int):
         if not _limits.INT64_MIN <= data <= _limits.INT64_MAX:
-            raise BundleError(f"manifest {where}: expected an integer within int64, got one of {data.bit_length()} bits")
+            raise BundleError(f"manifest {where}: expected an integer within int64, got one of "
+                              f"{data.bit_length()} bits")
         return data
     if isinstance(data, float):
         if not math.isfinite(data):

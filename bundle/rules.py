@@ -169,12 +169,21 @@ def _literal(text: str) -> Optional[int]:
 
 
 def _compile(text: str, slots: dict[str, _expr.Slot], where: str) -> None:
+    """An expression compiles against the op's slots and every literal in it fits int64 (the C++ core's
+    type: a larger one would fail to cross into C++ at load, not be refused here)."""
     try:
         _expr.compile_program(text, slots)
+        for node in ast.walk(_expr.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, int) \
+                    and not L.INT64_MIN <= node.value <= L.INT64_MAX:
+                raise _fail(where, f"expression {text[:60]!r}: literal {node.value} does not fit int64")
     except _expr.ExprError as e:
         raise _fail(where, str(e)) from None
+    except BundleError:
+        raise
     except (RecursionError, MemoryError, ValueError) as e:  # deep nesting or a huge literal
-        raise _fail(where, f"expression {text[:60]!r}... cannot be compiled ({type(e).__name__}); simplify it") from None
+        raise _fail(where, f"expression {text[:60]!r}... cannot be compiled ({type(e).__name__}); "
+                           "simplify it") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,6 +448,8 @@ def check_op(op: _m.Op, where: str) -> None:
         for t, shape in s.example.shapes.items():
             if len(shape) > L.MAX_RANK or any(d < 0 for d in shape):
                 raise _fail(f"{sw}.example.shapes.{t}", f"expected up to {L.MAX_RANK} sizes >= 0, got {list(shape)}")
+        if any(g < 0 or g > L.MAX_GRID for g in s.example.grid):
+            raise _fail(f"{sw}.example.grid", f"expected 0..{L.MAX_GRID} per dimension, got {list(s.example.grid)}")
         for k, v in s.example.scalars.items():
             if k in kinds and kinds[k] != "tensor":
                 check_scalar_value(kinds[k], v, f"{sw}.example.scalars.{k}")
@@ -508,8 +519,8 @@ def contained_path(root: Path, rel: str, where: str) -> Path:
 
 def read_bundle_file(root: Path, rel: str, sha256: Optional[str], limit: int, where: str,
                      what: str = "file") -> bytes:
-    """A file the manifest names (``what``: "code object", "references module"...): contained in the bundle, a regular file of at most ``limit`` bytes
-    (checked before reading), whose sha256 is the manifest's (``None``: not checked, for 1.0 bundles).
+    """A file the manifest names (``what``: "code object", "references module"...): contained in the
+    bundle, a regular file of at most ``limit`` bytes (checked before reading), whose sha256 is the manifest's (``None``: not checked, for 1.0 bundles).
 
     Raises:
         BundleError: escape, missing file, oversize file, digest mismatch.

@@ -311,7 +311,13 @@ def write_bundle(m: M.Manifest, files: dict[str, bytes], out_dir: Path, force: b
         for name, data in sorted(files.items()):
             (tmp / name).write_bytes(data)
         M.write(m, tmp / M.MANIFEST_NAME)
-        M.read(tmp)  # what we wrote must read back
+        written = M.read(tmp)  # what we wrote must read back and pass every rule the loader applies
+        try:
+            _rules.check_bundle_files(tmp, written)
+            if written.references:
+                _rules.references_source(tmp, written)
+        except M.BundleError as e:
+            raise BuildError(f"flyc-build: the bundle would be refused at load: {e}") from e
         if out_dir.exists() and not force:
             raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
         _hygiene.replace_dir(tmp, out_dir)

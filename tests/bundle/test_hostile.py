@@ -143,6 +143,11 @@ def scale_rows_arg(d: dict, name: str) -> dict:
     (lambda d: variant(d)["launch"].update(grid=["4294967296", "1", "1"]), r"launch\.grid\[0\]: expected a grid "
                                                                             r"dimension in 0\.\.2147483647"),
     (lambda d: variant(d)["launch"].update(grid=["-1", "1", "1"]), r"launch\.grid\[0\]: expected a grid dimension"),
+    (lambda d: variant(d)["launch"].update(grid=["cdiv(x.shape[0], 99999999999999999999)", "1", "1"]),
+     r"launch\.grid\[0\]: expression .*: literal 99999999999999999999 does not fit int64"),
+    (lambda d: variant(d)["kernargs"]["fields"][3].update(expr="x.numel * 9223372036854775808"),
+     r"fields\[3\]\.expr: expression .*does not fit int64"),
+    (lambda d: op(d, "add")["specializations"][0]["example"].update(grid=[-1, 1, 1]), r"example\.grid: expected"),
     (lambda d: scale_rows_arg(d, "x").update(rank=L.MAX_RANK + 1), r"args\[0\]\.rank: expected a rank in 0\.\.16"),
     (lambda d: scale_rows_arg(d, "x").update(rank=-1), r"args\[0\]\.rank: expected a rank in 0\.\.16"),
     (lambda d: op(d, "add")["outputs"][0].update(shape=["1"] * (L.MAX_RANK + 1)), r"outputs\[0\]\.shape: expected a "
@@ -155,7 +160,8 @@ def scale_rows_arg(d: dict, name: str) -> dict:
      r"fields\[3\]\.value: expected an integer that fits i32"),
     (lambda d: variant(d)["kernargs"]["fields"][3].update(kind="constant", value=1.5, expr=None),
      r"fields\[3\]\.value: expected an integer that fits i32"),
-    (lambda d: variant(d)["metadata"].update(max_flat_workgroup_size=0), r"max_flat_workgroup_size: expected 1\.\.1024"),
+    (lambda d: variant(d)["metadata"].update(max_flat_workgroup_size=0),
+     r"max_flat_workgroup_size: expected 1\.\.1024"),
     (lambda d: op(d, "add")["specializations"].append(op(d, "add")["specializations"][0]), r"specialization name 'f32' "
                                                                                             r"is duplicated"),
     (lambda d: variant(d)["code_object"].update(sha256="XYZ"), r"code_object\.sha256: expected 64 lowercase hex"),
