@@ -520,7 +520,8 @@ def contained_path(root: Path, rel: str, where: str) -> Path:
 def read_bundle_file(root: Path, rel: str, sha256: Optional[str], limit: int, where: str,
                      what: str = "file") -> bytes:
     """A file the manifest names (``what``: "code object", "references module"...): contained in the
-    bundle, a regular file of at most ``limit`` bytes (checked before reading), whose sha256 is the manifest's (``None``: not checked, for 1.0 bundles).
+    bundle, a regular file of at most ``limit`` bytes (checked before reading), whose sha256 is the
+    manifest's (``None``: not checked, for 1.0 bundles).
 
     Raises:
         BundleError: escape, missing file, oversize file, digest mismatch.
