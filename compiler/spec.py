@@ -27,6 +27,8 @@ import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 from flyship.bundle import expr as _expr
+from flyship.bundle import rules as _rules
+from flyship.bundle.errors import BundleError
 from flyship.bundle.manifest import DTYPES, SCALAR_TYPES
 from flyship.errors import SpecError
 
@@ -209,8 +211,10 @@ def _current() -> SpecFile:
 
 def namespace(name: str) -> None:
     """Set the torch op namespace of the bundle (a Python identifier)."""
-    if not name.isidentifier():
-        raise SpecError(f"namespace: expected a Python identifier, got {name!r}")
+    try:  # the rule book's rule: an ASCII identifier, not one of torch's own namespaces
+        _rules.check_namespace(name, "namespace")
+    except BundleError as e:
+        raise SpecError(str(e)) from None
     _current().namespace = name
 
 
