@@ -326,19 +326,29 @@ def test_a_truncated_code_object_with_a_valid_sha256_is_a_code_object_error(copy
         rules.check_bundle_files(root, M.read(root))
 
 
-# Regression cases the fuzzer found (scripts/fuzz_bundle.py; tests/bundle/test_fuzz.py): (file, byte, xor).
-FUZZ_REGRESSIONS: list[tuple[str, int, int]] = []
+# Regression cases the fuzzer found: single bit flips that made the raw readers (pyelftools, msgpack, our
+# note and .nv.info parsers) raise something other than a flyship error; (file, byte offset, xor, what escaped).
+FUZZ_REGRESSIONS: list[tuple[str, int, int, str]] = [
+    ("scale_rows.f32.gfx942.hsaco", 9501, 128, "ELFError"),
+    ("scale_rows.f32.gfx942.hsaco", 1064, 1, "KeyError"),
+    ("add.f32.gfx942.hsaco", 837, 32, "TypeError"),
+    ("add.f32.gfx942.hsaco", 1411, 4, "ELFParseError"),
+    ("scale_rows.f32.sm_90a.cubin", 8695, 128, "OverflowError"),
+    ("add.f16.gfx942.hsaco", 800, 128, "UnicodeDecodeError"),
+    ("addsub.f32.sm_90a.cubin", 9614, 1, "AttributeError"),
+    ("add.f32.sm_90a.cubin", 61, 2, "ELFError"),
+    ("addsub.f32.gfx942.hsaco", 893, 4, "msgpack ExtraData"),
+    ("addsub.f32.gfx942.hsaco", 516, 16, "msgpack ValueError"),
+    ("add.f32.sm_90a.cubin", 45, 128, "ELFParseError"),
+]
 
 
-@pytest.mark.parametrize("file, offset, xor", FUZZ_REGRESSIONS or [pytest.param("", 0, 0, marks=pytest.mark.skip(
-    reason="no fuzz failure found yet; each one found becomes a case here"))])
-def test_a_bit_flipped_code_object_found_by_the_fuzzer_is_refused_or_accepted_never_crashes(copy_bundle, file, offset,
-                                                                                            xor):
+@pytest.mark.parametrize("file, offset, xor, escaped", FUZZ_REGRESSIONS)
+def test_a_bit_flipped_code_object_with_a_valid_sha256_is_a_code_object_error(copy_bundle, file, offset, xor,
+                                                                              escaped):
     root = copy_bundle()
     data = bytearray((root / file).read_bytes())
     data[offset] ^= xor
     rehash(root, file, bytes(data))
-    try:
+    with pytest.raises(CodeObjectError, match=rf"\({file}\).*damaged"):
         rules.check_bundle_files(root, M.read(root))
-    except BundleError:
-        pass
