@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
