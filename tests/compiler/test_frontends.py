@@ -101,7 +101,8 @@ def test_the_common_tail_refuses_a_grid_that_disagrees_with_the_frontends_own(to
 
 def test_the_common_tail_refuses_a_block_other_than_the_kernels_required_one(toy, tmp_path):
     launch = Launch(grid=("cdiv(a.numel, 64)", "1", "1"), block=(128, 1, 1))
-    with pytest.raises(FrontendError, match=r"requires a block of \[64, 1, 1\], but the launch uses \[128, 1, 1\]"):
+    with pytest.raises(FrontendError, match=r"launch block \[128, 1, 1\] differs from the code object's required "
+                                            r"workgroup size \[64, 1, 1\]"):
         compile_with(ToyFrontend(launch=launch), tmp_path)
 
 
