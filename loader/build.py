@@ -3,7 +3,7 @@
 The shim is chosen when the extension is built (:func:`choose_flavor`): ``FLYSHIP_FLAVOR`` if set,
 else ROCm torch -> ``hip``, CUDA torch -> ``cuda``, CPU-only torch -> ``hip`` when HIP headers exist
 (how CI compiles and links the HIP flavor against Debian's HIP 5.2). Only driver APIs are called, so
-the extension is a plain C++ extension: no nvcc or hipcc, two translation units, ``-O2``.
+the extension is a plain C++ extension: no nvcc or hipcc, the core's units plus one shim, ``-O2``.
 
 The build is cached under ``$FLYSHIP_EXTENSIONS_DIR`` (else ``$TORCH_EXTENSIONS_DIR``, else
 ``~/.cache/torch_extensions``) in ``flyship/<name>``; ``<name>`` carries the flavor, the Python ABI,
@@ -30,10 +30,11 @@ from flyship import env
 from flyship.errors import LoadError
 
 CSRC = Path(__file__).parent.parent / "csrc"
-CORE_SOURCES = ("flyship.cpp",)
-HEADERS = ("driver.h", "expr.h")
 # hip-nvidia is test-only: the HIP shim on HIP's NVIDIA platform (see hip_nvidia_config), never chosen by default.
 SHIM_SOURCES = {"hip": "driver_hip.cpp", "cuda": "driver_cuda.cpp", "hip-nvidia": "driver_hip.cpp"}
+# The core: every csrc/*.cpp that is not a driver shim (one unit per job, see csrc/bundle.h).
+CORE_SOURCES = tuple(sorted(p.name for p in CSRC.glob("*.cpp") if not p.name.startswith("driver_")))
+HEADERS = tuple(sorted(p.name for p in CSRC.glob("*.h")))
 
 
 class ExtensionBuildError(LoadError, RuntimeError):

@@ -1,0 +1,136 @@
+// The per-call path, part 1: bind the call's arguments, apply the output rules, check out tensors.
+#include <ATen/ops/empty.h>
+
+#include "bundle.h"
+#include "check.h"
+#include "op.h"
+#include "util.h"
+
+namespace flyship {
+
+void OpState::bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const {
+  const OpPlan& p = plan_;
+  c.op = &p;
+  const size_t expect = p.n_inputs + (is_out ? p.outputs.size() : 0);
+  FLYSHIP_CHECK(args.size() == expect, label(), ": expected ", expect, " arguments, got ", args.size());
+  const at::Tensor* first = nullptr;
+  int first_slot = -1;
+  for (size_t k = 0; k < expect; ++k) {
+    const Slot& s = p.slots[k];
+    const c10::IValue& v = args[k];
+    if (s.kind == kTensor) {
+      FLYSHIP_CHECK_TYPE(v.isTensor(), label(), ": expected a tensor for argument '", s.name, "', got ", v.tagKind());
+      const at::Tensor& x = v.toTensor();
+      FLYSHIP_CHECK(x.defined(), label(), ": argument '", s.name, "' is an undefined tensor");
+      FLYSHIP_CHECK(x.dim() == s.rank, label(), ": expected '", s.name, "' of rank ", s.rank, ", got rank ", x.dim(),
+                  " (shape ", shape_str(x.sizes()), ")");
+      c.t[k] = &x;
+      if (check_device) {
+        FLYSHIP_CHECK(x.is_cuda(), label(), ": expected tensors on a GPU device, got ", x.device().str(),
+                    " for argument '", s.name, "'; move inputs with .cuda()");
+      }
+      if (first == nullptr) {
+        first = &x;
+        first_slot = static_cast<int>(k);
+      } else if (check_device) {
+        FLYSHIP_CHECK(x.device() == first->device(), label(), ": expected all tensors on one device, got ",
+                    first->device().str(), " for '", p.slots[first_slot].name, "' and ", x.device().str(), " for '",
+                    s.name, "'");
+      }
+    } else if (s.kind == kFloat) {
+      FLYSHIP_CHECK_TYPE(v.isDouble() || v.isInt(), label(), ": expected a float for argument '", s.name, "', got ",
+                       v.tagKind());
+      c.f[k] = v.isDouble() ? v.toDouble() : static_cast<double>(v.toInt());
+    } else if (s.kind == kInt) {
+      FLYSHIP_CHECK_TYPE(v.isInt() && !v.isBool(), label(), ": expected an int for argument '", s.name, "', got ",
+                       v.tagKind());
+      c.i[k] = v.toInt();
+    } else {
+      FLYSHIP_CHECK_TYPE(v.isBool(), label(), ": expected a bool for argument '", s.name, "', got ", v.tagKind());
+      c.i[k] = v.toBool() ? 1 : 0;
+    }
+  }
+  for (size_t k = expect; k < p.slots.size(); ++k) c.t[k] = nullptr;
+  c.device = first->device();
+}
+
+void OpState::output_rules(Call& c) const {
+  const OpPlan& p = plan_;
+  c.out_shapes.clear();
+  c.out_dtypes.clear();
+  for (const OutputPlan& o : p.outputs) {
+    c10::SmallVector<int64_t, 6> shape;
+    for (const Program& prog : o.shape) {
+      int64_t d = 0;
+      FLYSHIP_CHECK(evaluate(prog.code, c, &d), label(), ": output '", o.name, "' shape expression '", prog.text,
+                  "' divides by zero for these inputs");
+      FLYSHIP_CHECK(d >= 0, label(), ": output '", o.name, "' shape expression '", prog.text, "' gives ", d,
+                  " for these inputs; expected a size >= 0");
+      shape.push_back(d);
+    }
+    c.out_shapes.push_back(std::move(shape));
+    c.out_dtypes.push_back(o.dtype_slot >= 0 ? c.t[o.dtype_slot]->scalar_type() : o.dtype);
+  }
+}
+
+void OpState::allocate_outputs(Call& c) const {
+  const OpPlan& p = plan_;
+  c.fresh.clear();
+  c.fresh.reserve(p.outputs.size());  // pointers into `fresh` are kept in c.t
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    c.fresh.push_back(at::empty(c.out_shapes[j], at::TensorOptions().dtype(c.out_dtypes[j]).device(c.device)));
+  }
+  for (size_t j = 0; j < p.outputs.size(); ++j) c.t[p.n_inputs + j] = &c.fresh[j];
+}
+
+namespace {
+// Bytes [first, last) a tensor's elements can touch (strides are non-negative in torch).
+std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& t) {
+  const auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
+  if (t.numel() == 0) return {start, start};
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return {start, start + static_cast<uintptr_t>((last + 1) * t.element_size())};
+}
+}  // namespace
+
+// The out variant's tensors must not share memory with an input or with each other. A kernel may read an
+// input after writing an output (a GEMM reads A and B across the whole K loop), so even an exact alias can
+// give wrong results silently; flyship cannot know which kernels tolerate it, so it refuses all overlap.
+void OpState::check_no_overlap(const Call& c) const {
+  const OpPlan& p = plan_;
+  const int n = p.n_inputs + static_cast<int>(p.outputs.size());
+  for (int j = p.n_inputs; j < n; ++j) {
+    const auto [o0, o1] = byte_span(*c.t[j]);
+    if (o0 == o1) continue;
+    for (int k = 0; k < j; ++k) {
+      if (p.slots[k].kind != kTensor) continue;
+      const auto [a0, a1] = byte_span(*c.t[k]);
+      FLYSHIP_CHECK(a0 == a1 || o1 <= a0 || a1 <= o0, label(), ": out tensor '", p.slots[j].name,
+                  "' shares memory with ", (k < p.n_inputs ? "input '" : "out tensor '"), p.slots[k].name,
+                  "'; a kernel may read its inputs after writing its outputs, so out= must not overlap them; "
+                  "pass a separate tensor (or call the functional op)");
+    }
+  }
+}
+
+void OpState::prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const {
+  const OpPlan& p = plan_;
+  bind(c, args, is_out, check_device);
+  output_rules(c);
+  if (is_out) {
+    for (size_t j = 0; j < p.outputs.size(); ++j) {
+      const at::Tensor& o = *c.t[p.n_inputs + j];
+      FLYSHIP_CHECK(o.sizes() == c10::IntArrayRef(c.out_shapes[j]) && o.scalar_type() == c.out_dtypes[j], label(),
+                  ": expected out tensor '", p.slots[p.n_inputs + j].name, "' of shape ", shape_str(c.out_shapes[j]),
+                  " and dtype ", dtype_name(c.out_dtypes[j]), ", got shape ", shape_str(o.sizes()), " and dtype ",
+                  dtype_name(o.scalar_type()), "; allocate it with torch.empty(", shape_str(c.out_shapes[j]),
+                  ", dtype=torch.", dtype_name(c.out_dtypes[j]), ", device=x.device)");
+    }
+    check_no_overlap(c);
+  } else if (p.guard_uses_outputs) {
+    allocate_outputs(c);
+  }
+}
+
+}  // namespace flyship

@@ -1,0 +1,85 @@
+// flyship's C++ launch core: per-call argument checks, specialization choice, output allocation,
+// kernarg packing and the launch, registered as boxed torch kernels.
+//
+// Python (flyship/loader/plan.py) lowers the manifest once per load into a plan (plan.h, parsed by
+// plan.cpp): codes, offsets and postfix programs (expr.h). Per call everything runs in C++ (bind.cpp ->
+// decide.cpp -> kernargs.cpp -> launch.cpp); Python is entered only (a) once per (bundle, device target) to
+// choose code-object variants (flyship.bundle.targets keeps the rules) and (b) to call an op's PyTorch
+// reference when no specialization fits the inputs (python_calls.cpp). Code objects are loaded through the
+// driver shim (driver.h, one driver_*.cpp per flavor) into a process-wide cache (module.h); register.cpp
+// registers the kernels, bindings.cpp is the Python module. Checks use one vocabulary (check.h).
+//
+// One function owns the kernarg layout (the manifest, checked against the code object's metadata at
+// load); a launch only copies values to offsets (kernargs.cpp).
+//
+// This header: a loaded bundle, its ops, the variant choice per device target and the state per device.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "device.h"
+#include "op.h"
+#include "plan.h"
+#include "pyref.h"
+
+namespace flyship {
+
+class BundleCore {
+ public:
+  BundleCore(const py::dict& plan, py::object selector, bool fallback) : selector_(std::move(selector)) {
+    const int version = need<int>(plan, "version", "bundle");
+    FLYSHIP_CHECK(version == kPlanVersion, "flyship: plan version ", version, " from Python, extension reads ",
+                kPlanVersion, "; the loader and its compiled extension are out of step, rebuild it (flyship prebuild)");
+    ns_ = need<std::string>(plan, "namespace", "bundle");
+    fallback_.store(fallback);
+    for (size_t d = 0; d < kMaxDevices; ++d) devices_[d].store(nullptr);
+    auto ops = need<py::list>(plan, "ops", "bundle");
+    auto refs = need<py::list>(plan, "references", "bundle");
+    FLYSHIP_CHECK(refs.size() == ops.size(), "flyship plan: one reference entry per op expected");
+    int variant_id = 0;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      OpPlan p = parse_op(ops[k].cast<py::dict>());
+      for (auto& s : p.specs)
+        for (auto& v : s.variants) v.id = variant_id++;
+      ops_.push_back(std::make_unique<OpState>(this, static_cast<int>(k), std::move(p),
+                                               py::reinterpret_borrow<py::object>(refs[k])));
+    }
+    for (auto& o : ops_)
+      for (auto& s : o->plan().specs)
+        for (auto& v : s.variants) variants_.push_back(&v);
+  }
+
+  const std::string& ns() const { return ns_; }
+  OpState& op(int k) {
+    FLYSHIP_CHECK(k >= 0 && k < static_cast<int>(ops_.size()), "flyship: op index ", k, " out of range");
+    return *ops_[k];
+  }
+  int n_ops() const { return static_cast<int>(ops_.size()); }
+  bool fallback() const { return fallback_.load(std::memory_order_relaxed); }
+  void set_fallback(bool on) { fallback_.store(on); }
+
+  // The variant choice for a device target ID, asked of Python once per target.
+  const Selection& selection(const std::string& target);
+  // The state of device `index`, created on first use (reads the device's target ID).
+  DeviceState& device(int index);
+  // The kernel of variant `v` on device `ds`, loaded on first use; checks the device limits.
+  LoadedKernel& kernel(DeviceState& ds, const VariantPlan& v, const OpState& op);
+
+ private:
+  std::string ns_;
+  PyRef selector_;
+  std::atomic<bool> fallback_{true};
+  std::vector<std::unique_ptr<OpState>> ops_;
+  std::vector<const VariantPlan*> variants_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Selection>> selections_;
+  std::atomic<DeviceState*> devices_[kMaxDevices];
+  std::vector<std::unique_ptr<DeviceState>> device_owned_;
+};
+
+}  // namespace flyship

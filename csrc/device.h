@@ -1,0 +1,39 @@
+// Per-target variant choice and per-device state of a loaded bundle.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "driver.h"
+
+namespace flyship {
+
+struct Selection {
+  std::string target;
+  std::vector<std::vector<int>> variant;  // [op][spec] -> variant index, or -1
+  std::vector<std::vector<std::string>> reason;  // [op][spec] -> why none (when -1)
+};
+
+struct LoadedKernel {
+  void* function = nullptr;
+  std::atomic<int64_t> dynamic_shared_allowed{48 * 1024};
+};
+
+struct DeviceState {
+  DeviceState(int index, driver::DeviceInfo i, const Selection* s, size_t n_variants)
+      : device(index), info(std::move(i)), selection(s), kernels(new std::atomic<LoadedKernel*>[n_variants]) {
+    for (size_t k = 0; k < n_variants; ++k) kernels[k].store(nullptr, std::memory_order_relaxed);
+  }
+  int device;
+  driver::DeviceInfo info;
+  const Selection* selection;
+  std::unique_ptr<std::atomic<LoadedKernel*>[]> kernels;  // by variant id, published once loaded
+  std::mutex mu;
+  std::vector<std::unique_ptr<LoadedKernel>> owned;
+};
+
+}  // namespace flyship

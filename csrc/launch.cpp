@@ -1,0 +1,98 @@
+// The per-call path, part 4: the boxed kernel's body (bind -> decide -> allocate -> launch or fall back)
+// and the launch itself.
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <vector>
+
+#include "bundle.h"
+#include "check.h"
+#include "driver.h"
+#include "op.h"
+
+namespace flyship {
+
+void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
+  const OpPlan& p = plan_;
+  const size_t n_args = p.n_inputs + (is_out ? p.outputs.size() : 0);
+  FLYSHIP_CHECK(stack->size() >= n_args, label(), ": internal error: stack holds ", stack->size(), " values");
+  auto args = torch::jit::last(*stack, n_args);
+  Call c;
+  prepare(c, args, is_out, /*check_device=*/true);
+  DeviceState& ds = bundle_->device(c.device.index());
+  Decision d;
+  if (forced_spec >= 0) {
+    FLYSHIP_CHECK(forced_spec < static_cast<int>(p.specs.size()), label(), ": specialization index out of range");
+    std::string why;
+    FLYSHIP_CHECK(fits(c, forced_spec, *ds.selection, is_out, &why), label(), ": these inputs do not fit specialization ",
+                p.specs[forced_spec].name, ": ", why);
+    d.spec = forced_spec;
+    d.variant = ds.selection->variant[index_][forced_spec];
+  } else {
+    d = decide(c, *ds.selection, is_out);
+  }
+  if (d.spec >= 0) {
+    if (!is_out && c.fresh.empty()) allocate_outputs(c);
+    launch(c, ds, d.spec, d.variant);
+  } else {
+    fallback(c, d.reason, is_out);
+  }
+  // Results: the fresh outputs; the out variant returns nothing (its schema mutates the out tensors and
+  // returns (), the form torch.compile can functionalize for a custom op).
+  std::vector<at::Tensor> results;
+  if (!is_out) results = outputs(c);
+  torch::jit::drop(*stack, n_args);
+  for (auto& r : results) stack->emplace_back(std::move(r));
+}
+
+std::vector<at::Tensor> OpState::outputs(const Call& c) const {
+  std::vector<at::Tensor> results;
+  results.reserve(plan_.outputs.size());
+  for (size_t j = 0; j < plan_.outputs.size(); ++j) results.push_back(*c.t[plan_.n_inputs + j]);
+  return results;
+}
+
+void OpState::launch(Call& c, DeviceState& ds, int spec, int variant) {
+  const VariantPlan& v = plan_.specs[spec].variants[variant];
+  const int dev = c.device.index();
+  LoadedKernel& k = bundle_->kernel(ds, v, *this);
+  int64_t g[3];
+  grid(v, c, g);
+  if (g[0] == 0 || g[1] == 0 || g[2] == 0) {  // empty inputs: nothing to launch (a zero grid is a launch error)
+    empty_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const int64_t dyn = eval(v, v.programs[v.dynamic_lds], c, "dynamic LDS");
+  FLYSHIP_CHECK(dyn >= 0 && v.static_lds + dyn <= ds.info.max_shared_per_block, label(), ": kernel ", v.label,
+              " needs ", v.static_lds, " bytes of static + ", dyn, " bytes of dynamic LDS / shared memory for these "
+              "inputs; device ", dev, " (", ds.info.target, ") allows ", ds.info.max_shared_per_block,
+              " per workgroup");
+  if (dyn > k.dynamic_shared_allowed.load(std::memory_order_relaxed)) {
+    driver::Status s = driver::allow_dynamic_shared(dev, k.function, dyn);
+    FLYSHIP_CHECK(s.ok(), label(), ": allowing ", dyn, " bytes of dynamic shared memory for ", v.label,
+                " on device ", dev, " failed: ", s.message);
+    k.dynamic_shared_allowed.store(dyn, std::memory_order_relaxed);
+  }
+  c10::DeviceGuard guard(c.device);
+  alignas(64) uint8_t inline_buf[kInlineKernargBytes];
+  std::vector<uint8_t> heap_buf;
+  uint8_t* buf = inline_buf;
+  if (static_cast<size_t>(v.kernarg_size) > kInlineKernargBytes) {
+    heap_buf.resize(static_cast<size_t>(v.kernarg_size) + 64);
+    buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(heap_buf.data()) + 63) & ~uintptr_t(63));
+  }
+  c10::SmallVector<at::Tensor, 2> scratch;
+  pack_kernargs(v, c, g[0] * g[1] * g[2], buf, &scratch);
+  // torch's current stream of this device; Stream::native_handle gives the hipStream_t / cudaStream_t
+  // without the CUDA or HIP torch headers (c10::Stream::native_handle, torch >= 2.2).
+  void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(c.device).native_handle();
+  const uint32_t grid32[3] = {static_cast<uint32_t>(g[0]), static_cast<uint32_t>(g[1]), static_cast<uint32_t>(g[2])};
+  driver::Status s = driver::launch(dev, k.function, grid32, v.block, static_cast<uint32_t>(dyn), stream, buf,
+                                    static_cast<size_t>(v.kernarg_size));
+  FLYSHIP_CHECK(s.ok(), label(), ": launching ", v.label, " on device ", dev, " (", ds.info.target, ") failed: ",
+              s.message, " [grid ", g[0], "x", g[1], "x", g[2], ", block ", v.block[0], "x", v.block[1], "x",
+              v.block[2], "]");
+  launches_[spec].fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace flyship

@@ -1,0 +1,88 @@
+// An op of a loaded bundle: its plan, reference and counters, and the per-call path over them
+// (bind.cpp, decide.cpp, kernargs.cpp, launch.cpp; python_calls.cpp for what takes the GIL).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/stack.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "call.h"
+#include "device.h"
+#include "plan.h"
+#include "pyref.h"
+
+namespace flyship {
+
+class BundleCore;
+
+class OpState {
+ public:
+  OpState(BundleCore* bundle, int index, OpPlan plan, py::object reference)
+      : bundle_(bundle), index_(index), plan_(std::move(plan)), reference_(std::move(reference)),
+        launches_(new std::atomic<uint64_t>[plan_.specs.size() ? plan_.specs.size() : 1]) {
+    for (size_t s = 0; s < plan_.specs.size(); ++s) launches_[s].store(0);
+  }
+
+  const OpPlan& plan() const { return plan_; }
+  int index() const { return index_; }
+
+  // The boxed kernel: the last arguments on `stack` are the op's inputs (and out tensors for .out).
+  // `forced_spec` >= 0 runs that specialization or raises (verification).
+  void run(torch::jit::Stack* stack, bool is_out, int forced_spec);
+
+  // Bind `args` (inputs, then out tensors when is_out) into `c`, checking kinds, ranks and, when
+  // `check_device`, that every tensor is on one GPU.
+  void bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const;
+  // Output shapes and dtypes from the plan's rules.
+  void output_rules(Call& c) const;
+  // Allocate the outputs (functional form) on the call's device.
+  void allocate_outputs(Call& c) const;
+  // The first specialization whose guard holds and that has code for `sel`'s target.
+  Decision decide(const Call& c, const Selection& sel, bool is_out) const;
+  // Whether specialization `s` fits; fills *why when it does not and why != nullptr.
+  bool fits(const Call& c, int s, const Selection& sel, bool is_out, std::string* why) const;
+  // Pack the kernarg buffer of variant `v` for call `c` into `buf` (v.kernarg_size bytes).
+  void pack_kernargs(const VariantPlan& v, const Call& c, int64_t programs, uint8_t* buf,
+                     c10::SmallVector<at::Tensor, 2>* scratch) const;
+  // Evaluate program `p` of variant `v` (grid, dynamic LDS, expr fields).
+  int64_t eval(const VariantPlan& v, const Program& p, const Call& c, const char* what) const;
+  void grid(const VariantPlan& v, const Call& c, int64_t g[3]) const;
+
+  py::dict stats() const;
+  void reset_stats();
+  // Counts a fallback; true the first time this reason is seen (the caller then warns once).
+  bool count_fallback(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return ++fallbacks_[reason] == 1;
+  }
+
+  std::vector<at::Tensor> call_reference(const Call& c) const;
+  // bind + output rules + out-tensor checks (+ early allocation when a guard reads an output).
+  void prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const;
+  void check_no_overlap(const Call& c) const;
+  // No specialization fits: run the reference (or raise when the fallback is off), counting the reason.
+  void fallback(Call& c, const std::string& reason, bool is_out);
+  std::vector<at::Tensor> outputs(const Call& c) const;
+
+  std::string label() const { return "flyship " + plan_.qualname; }
+
+ private:
+  void launch(Call& c, DeviceState& ds, int spec, int variant);
+
+  BundleCore* bundle_;
+  int index_;
+  OpPlan plan_;
+  PyRef reference_;
+  std::unique_ptr<std::atomic<uint64_t>[]> launches_;
+  std::atomic<uint64_t> empty_{0};
+  mutable std::mutex stats_mu_;
+  std::map<std::string, uint64_t> fallbacks_;
+};
+
+}  // namespace flyship

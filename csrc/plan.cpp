@@ -1,0 +1,179 @@
+// Plan parsing: the plan's dicts and lists into OpPlan, every index and code checked once per load.
+#include "plan.h"
+
+#include <cstring>
+
+#include "check.h"
+#include "util.h"
+
+namespace flyship {
+
+Program parse_program(const py::handle& h, const std::vector<SlotShape>& shapes, const std::string& where) {
+  auto pair = h.cast<py::sequence>();
+  FLYSHIP_CHECK(pair.size() == 2, "flyship plan: ", where, ": expected (text, program)");
+  Program p;
+  p.text = pair[0].cast<std::string>();
+  p.code = pair[1].cast<std::vector<int64_t>>();
+  std::string why = validate(p.code, shapes);
+  FLYSHIP_CHECK(why.empty(), "flyship plan: ", where, ": program for '", p.text, "' is malformed: ", why);
+  return p;
+}
+
+VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shapes, const std::vector<Slot>& slots,
+                          const std::string& where) {
+  VariantPlan v;
+  v.target = need<std::string>(d, "target", where);
+  const std::string vw = where + " target " + v.target;
+  v.format = need<std::string>(d, "format", vw);
+  v.file = need<std::string>(d, "file", vw);
+  v.symbol = need<std::string>(d, "symbol", vw);
+  v.sha256 = need<std::string>(d, "sha256", vw);
+  v.image = need<py::bytes>(d, "image", vw);
+  v.kernarg_size = need<int64_t>(d, "kernarg_size", vw);
+  v.kernarg_align = need<int64_t>(d, "kernarg_align", vw);
+  v.static_lds = need<int64_t>(d, "static_lds", vw);
+  v.label = v.file + " (kernel " + v.symbol + ", built for " + v.target + ")";
+  FLYSHIP_CHECK(v.kernarg_size >= 0 && v.kernarg_size <= (1 << 20), "flyship plan: ", vw, ": kernarg size ",
+              v.kernarg_size);
+  FLYSHIP_CHECK(v.kernarg_align > 0 && v.kernarg_align <= 64 && (v.kernarg_align & (v.kernarg_align - 1)) == 0,
+              "flyship plan: ", vw, ": kernarg alignment ", v.kernarg_align,
+              " is not a power of two up to 64 (the loader aligns its buffer to 64 bytes)");
+  for (auto p : need<py::list>(d, "programs", vw)) v.programs.push_back(parse_program(p, shapes, vw));
+  const int n_programs = static_cast<int>(v.programs.size());
+  auto grid = need<std::vector<int>>(d, "grid", vw);
+  auto block = need<std::vector<int64_t>>(d, "block", vw);
+  FLYSHIP_CHECK(grid.size() == 3 && block.size() == 3, "flyship plan: ", vw, ": grid and block need 3 entries");
+  for (int i = 0; i < 3; ++i) {
+    FLYSHIP_CHECK(grid[i] >= 0 && grid[i] < n_programs, "flyship plan: ", vw, ": grid program index out of range");
+    FLYSHIP_CHECK(block[i] >= 1 && block[i] <= 65536, "flyship plan: ", vw, ": block size ", block[i], " out of range");
+    v.grid[i] = grid[i];
+    v.block[i] = static_cast<uint32_t>(block[i]);
+  }
+  v.dynamic_lds = need<int>(d, "dynamic_lds", vw);
+  FLYSHIP_CHECK(v.dynamic_lds >= 0 && v.dynamic_lds < n_programs, "flyship plan: ", vw,
+              ": dynamic_lds program out of range");
+  for (auto fh : need<py::list>(d, "fields", vw)) {
+    auto f = fh.cast<py::sequence>();
+    FLYSHIP_CHECK(f.size() == 10, "flyship plan: ", vw, ": a field needs 10 entries");
+    Field x;
+    x.kind = f[0].cast<int>();
+    x.type = f[1].cast<int>();
+    x.offset = f[2].cast<int64_t>();
+    x.slot = f[3].cast<int>();
+    x.dim = f[4].cast<int>();
+    x.program = f[5].cast<int>();
+    const int64_t constant = f[6].cast<int64_t>();
+    std::memcpy(x.constant, &constant, 8);  // little-endian bytes, as Python packed them
+    x.bytes_per_program = f[7].cast<int64_t>();
+    x.align = f[8].cast<int64_t>();
+    x.label = f[9].cast<std::string>();
+    const std::string fw = vw + " field " + x.label;
+    FLYSHIP_CHECK(x.kind >= kPointer && x.kind <= kScratch, "flyship plan: ", fw, ": unknown kind ", x.kind);
+    FLYSHIP_CHECK(x.type >= kPtr && x.type <= kBF16, "flyship plan: ", fw, ": unknown type ", x.type);
+    FLYSHIP_CHECK(x.offset >= 0 && x.offset + kTypeSize[x.type] <= v.kernarg_size, "flyship plan: ", fw,
+                ": lies outside the kernarg buffer of ", v.kernarg_size, " bytes");
+    const bool needs_slot = x.kind == kPointer || x.kind == kShape || x.kind == kStride || x.kind == kScalar;
+    if (needs_slot) {
+      FLYSHIP_CHECK(x.slot >= 0 && x.slot < static_cast<int>(slots.size()), "flyship plan: ", fw, ": slot out of range");
+      const Slot& s = slots[x.slot];
+      FLYSHIP_CHECK((x.kind == kScalar) == (s.kind != kTensor), "flyship plan: ", fw, ": slot kind does not fit");
+      if (x.kind == kShape || x.kind == kStride) {
+        FLYSHIP_CHECK(x.dim >= 0 && x.dim < s.rank, "flyship plan: ", fw, ": dim out of range");
+      }
+      if (x.kind == kScalar && s.kind == kFloat) {
+        FLYSHIP_CHECK(x.type >= kF64, "flyship plan: ", fw, ": a float scalar needs a float type");
+      }
+    }
+    if (x.kind == kPointer || x.kind == kNull || x.kind == kScratch) {
+      FLYSHIP_CHECK(kTypeSize[x.type] == 8 && x.type <= kU64, "flyship plan: ", fw, ": a pointer needs an 8-byte type");
+    }
+    if (x.kind == kExpr) {
+      FLYSHIP_CHECK(x.program >= 0 && x.program < n_programs, "flyship plan: ", fw, ": program out of range");
+    }
+    if (x.kind == kScratch) {
+      FLYSHIP_CHECK(x.bytes_per_program >= 0 && x.align > 0 && (x.align & (x.align - 1)) == 0, "flyship plan: ", fw,
+                  ": scratch needs bytes_per_program >= 0 and a power-of-two alignment");
+    }
+    v.fields.push_back(std::move(x));
+  }
+  return v;
+}
+
+OpPlan parse_op(const py::dict& d) {
+  OpPlan op;
+  op.name = need<std::string>(d, "name", "op");
+  op.qualname = need<std::string>(d, "qualname", "op " + op.name);
+  const std::string where = "op " + op.name;
+  for (auto sh : need<py::list>(d, "slots", where)) {
+    auto s = sh.cast<py::dict>();
+    op.slots.push_back({need<std::string>(s, "name", where), need<int>(s, "kind", where), need<int>(s, "rank", where)});
+  }
+  op.n_inputs = need<int>(d, "n_inputs", where);
+  FLYSHIP_CHECK(static_cast<int>(op.slots.size()) <= kMaxSlots, "flyship: op ", op.name, " has more than ", kMaxSlots,
+              " arguments and outputs");
+  std::vector<SlotShape> shapes, input_shapes;
+  for (size_t i = 0; i < op.slots.size(); ++i) {
+    const Slot& s = op.slots[i];
+    SlotShape ss{s.kind == kTensor, s.kind == kInt, s.rank};
+    shapes.push_back(ss);
+    // Output shapes may read only the inputs (the outputs do not exist yet).
+    input_shapes.push_back(static_cast<int>(i) < op.n_inputs ? ss : SlotShape{false, false, 0});
+  }
+  bool has_tensor_input = false;
+  for (int i = 0; i < op.n_inputs; ++i) has_tensor_input |= op.slots[i].kind == kTensor;
+  FLYSHIP_CHECK(has_tensor_input, "flyship: op ", op.name, " takes no tensor; the loader needs one to know the device");
+  for (auto oh : need<py::list>(d, "outputs", where)) {
+    auto o = oh.cast<py::dict>();
+    OutputPlan out;
+    out.name = need<std::string>(o, "name", where);
+    out.dtype_slot = need<int>(o, "dtype_slot", where);
+    if (out.dtype_slot < 0) out.dtype = dtype_from_name(need<std::string>(o, "dtype", where));
+    for (auto p : need<py::list>(o, "shape", where)) out.shape.push_back(parse_program(p, input_shapes, where));
+    op.outputs.push_back(std::move(out));
+  }
+  FLYSHIP_CHECK(op.n_inputs + op.outputs.size() == op.slots.size(), "flyship plan: ", where, ": slot count mismatch");
+  for (auto sh : need<py::list>(d, "specs", where)) {
+    auto s = sh.cast<py::dict>();
+    SpecPlan spec;
+    spec.name = need<std::string>(s, "name", where);
+    const std::string sw = where + " specialization " + spec.name;
+    for (auto p : need<py::list>(s, "dtypes", sw)) {
+      auto pr = p.cast<py::sequence>();
+      spec.dtypes.emplace_back(pr[0].cast<int>(), dtype_from_name(pr[1].cast<std::string>()));
+    }
+    for (auto p : need<py::list>(s, "alignment", sw)) {
+      auto pr = p.cast<py::sequence>();
+      spec.alignment.emplace_back(pr[0].cast<int>(), pr[1].cast<int64_t>());
+      FLYSHIP_CHECK(spec.alignment.back().second > 0, "flyship plan: ", sw, ": alignment must be positive");
+    }
+    for (auto p : need<py::list>(s, "constraints", sw)) spec.constraints.push_back(parse_program(p, shapes, sw));
+    for (auto p : need<py::list>(s, "out_constraints", sw)) {
+      spec.out_constraints.push_back(parse_program(p, shapes, sw));
+    }
+    for (auto vh : need<py::list>(s, "variants", sw)) {
+      spec.variants.push_back(parse_variant(vh.cast<py::dict>(), shapes, op.slots, sw));
+    }
+    for (const auto& pr : spec.dtypes) {
+      FLYSHIP_CHECK(pr.first >= 0 && pr.first < op.n_inputs && op.slots[pr.first].kind == kTensor, "flyship plan: ", sw,
+                  ": dtype guard names no input tensor");
+    }
+    for (const auto& pr : spec.alignment) {
+      // An alignment guard on an output does not force early allocation: a fresh output comes from
+      // torch's allocator, aligned to at least 64 bytes (CPU) or 512 (CUDA/HIP caching allocator).
+      FLYSHIP_CHECK(pr.first >= 0 && pr.first < static_cast<int>(op.slots.size()) && op.slots[pr.first].kind == kTensor,
+                  "flyship plan: ", sw, ": alignment guard names no tensor");
+    }
+    for (const auto& c : spec.constraints) {
+      for (size_t i = 0; i < c.code.size();) {
+        const int64_t o = c.code[i];
+        const bool reads_tensor = o == OP_SHAPE || o == OP_STRIDE || o == OP_NUMEL;
+        if (reads_tensor && c.code[i + 1] >= op.n_inputs) op.guard_uses_outputs = true;
+        i += 1 + detail::operand_count(o);
+      }
+    }
+    op.specs.push_back(std::move(spec));
+  }
+  return op;
+}
+
+}  // namespace flyship

@@ -1,0 +1,108 @@
+// The plan: what Python (flyship/loader/plan.py) lowered from the manifest, as the core reads it once
+// per load (parse_op). docs/loader.md documents each field.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "check.h"
+#include "expr.h"
+
+namespace flyship {
+
+namespace py = pybind11;
+
+// Plan format version: flyship/loader/plan.py PLAN_VERSION.
+constexpr int kPlanVersion = 1;
+constexpr int kMaxDevices = 64;
+constexpr int kMaxSlots = 64;
+// Kernarg buffers up to this size live on the stack; bigger ones on the heap.
+constexpr size_t kInlineKernargBytes = 1024;
+
+// Codes shared with flyship/loader/plan.py.
+enum ArgKind : int { kTensor = 0, kInt = 1, kFloat = 2, kBool = 3 };
+enum FieldKind : int {
+  kPointer = 0, kShape = 1, kStride = 2, kScalar = 3, kExpr = 4, kConstant = 5, kNull = 6, kScratch = 7
+};
+enum FieldType : int {
+  kPtr = 0, kI64 = 1, kU64 = 2, kI32 = 3, kU32 = 4, kI16 = 5, kI8 = 6, kF64 = 7, kF32 = 8, kF16 = 9, kBF16 = 10
+};
+constexpr int kTypeSize[] = {8, 8, 8, 4, 4, 2, 1, 8, 4, 2, 2};
+constexpr const char* kTypeName[] = {"ptr", "i64", "u64", "i32", "u32", "i16", "i8", "f64", "f32", "f16", "bf16"};
+
+struct Slot {
+  std::string name;
+  int kind = kTensor;
+  int rank = 0;
+};
+
+struct OutputPlan {
+  std::string name;
+  int dtype_slot = -1;  // an input tensor whose dtype the output takes, or -1
+  at::ScalarType dtype = at::kFloat;  // the fixed dtype when dtype_slot < 0
+  std::vector<Program> shape;  // one program per dimension, over the inputs
+};
+
+struct Field {
+  int kind = kNull;
+  int type = kPtr;
+  int64_t offset = 0;
+  int slot = -1;
+  int dim = -1;
+  int program = -1;
+  uint8_t constant[8] = {0};
+  int64_t bytes_per_program = 0;
+  int64_t align = 0;
+  std::string label;
+};
+
+struct VariantPlan {
+  int id = -1;  // index among all variants of the bundle
+  std::string target, format, file, symbol, sha256;
+  std::string image;  // the code object's bytes
+  int64_t kernarg_size = 0;
+  int64_t kernarg_align = 8;
+  std::vector<Field> fields;
+  std::vector<Program> programs;  // referenced by fields (expr), grid and dynamic_lds
+  int grid[3] = {-1, -1, -1};
+  int dynamic_lds = -1;
+  uint32_t block[3] = {1, 1, 1};
+  int64_t static_lds = 0;
+  std::string label;  // "add.f32.gfx942.hsaco (kernel add_kernel, built for gfx942)"
+};
+
+struct SpecPlan {
+  std::string name;
+  std::vector<std::pair<int, at::ScalarType>> dtypes;
+  std::vector<std::pair<int, int64_t>> alignment;
+  std::vector<Program> constraints;
+  std::vector<Program> out_constraints;  // layout checks on out= tensors (fresh outputs meet them)
+  std::vector<VariantPlan> variants;
+};
+
+struct OpPlan {
+  std::string name, qualname;
+  std::vector<Slot> slots;  // inputs, then outputs
+  int n_inputs = 0;
+  std::vector<OutputPlan> outputs;
+  std::vector<SpecPlan> specs;
+  bool guard_uses_outputs = false;  // a guard reads an output: allocate outputs before choosing
+};
+
+// Read one op of the plan, checking every index and code in it (FLYSHIP_PLAN_CHECK).
+OpPlan parse_op(const py::dict& d);
+
+// d[key] as T, or a plan error naming `where`.
+template <class T>
+T need(const py::dict& d, const char* key, const std::string& where) {
+  FLYSHIP_CHECK(d.contains(key), "flyship plan: ", where, " lacks key '", key,
+              "'; the loader and the extension disagree, rebuild the extension (flyship prebuild)");
+  return d[key].cast<T>();
+}
+
+}  // namespace flyship

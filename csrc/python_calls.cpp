@@ -1,0 +1,179 @@
+// Everything in the core that takes the GIL: the variant choice (asked of Python once per device target),
+// the reference (fallback) call and its warning, and the counters as Python dicts.
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "bundle.h"
+#include "check.h"
+#include "op.h"
+#include "util.h"
+
+namespace flyship {
+
+const Selection& BundleCore::selection(const std::string& target) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = selections_.find(target);
+    if (it != selections_.end()) return *it->second;
+  }
+  // Ask Python without holding mu_ (never wait for the GIL while holding a lock of ours).
+  auto sel = std::make_unique<Selection>();
+  sel->target = target;
+  {
+    py::gil_scoped_acquire gil;
+    py::object r;
+    try {
+      r = selector_.get()(target);
+    } catch (py::error_already_set& e) {
+      FLYSHIP_CHECK(false, "flyship: choosing code objects for target '", target, "' failed: ",
+                  std::string(py::str(e.type().attr("__name__"))), ": ", std::string(py::str(e.value())));
+    }
+    auto per_op = r.cast<py::list>();
+    FLYSHIP_CHECK(static_cast<int>(per_op.size()) == n_ops(), "flyship: target selection returned ", per_op.size(),
+                " ops, expected ", n_ops());
+    for (int k = 0; k < n_ops(); ++k) {
+      auto per_spec = per_op[k].cast<py::list>();
+      const auto& specs = ops_[k]->plan().specs;
+      FLYSHIP_CHECK(per_spec.size() == specs.size(), "flyship: target selection for op ", ops_[k]->plan().name,
+                  " has the wrong number of specializations");
+      std::vector<int> v;
+      std::vector<std::string> why;
+      for (size_t s = 0; s < specs.size(); ++s) {
+        auto pr = per_spec[s].cast<py::sequence>();
+        const int idx = pr[0].cast<int>();
+        FLYSHIP_CHECK(idx >= -1 && idx < static_cast<int>(specs[s].variants.size()),
+                    "flyship: target selection index out of range");
+        v.push_back(idx);
+        why.push_back(pr[1].cast<std::string>());
+      }
+      sel->variant.push_back(std::move(v));
+      sel->reason.push_back(std::move(why));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = selections_.find(target);
+  if (it == selections_.end()) it = selections_.emplace(target, std::move(sel)).first;
+  return *it->second;
+}
+
+std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
+  const OpPlan& p = plan_;
+  std::vector<at::Tensor> out;
+  std::string error;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      py::tuple args(p.n_inputs);
+      for (int k = 0; k < p.n_inputs; ++k) {
+        switch (p.slots[k].kind) {
+          case kTensor: args[k] = py::cast(*c.t[k]); break;
+          case kFloat: args[k] = py::float_(c.f[k]); break;
+          case kInt: args[k] = py::int_(c.i[k]); break;
+          default: args[k] = py::bool_(c.i[k] != 0); break;
+        }
+      }
+      py::object r = reference_.get()(*args);
+      if (THPVariable_Check(r.ptr())) {
+        out.push_back(r.cast<at::Tensor>());
+      } else if (py::isinstance<py::tuple>(r) || py::isinstance<py::list>(r)) {
+        for (auto item : r.cast<py::sequence>()) {
+          if (!THPVariable_Check(item.ptr())) {
+            error = "returned a sequence holding a " + std::string(py::str(py::type::handle_of(item).attr("__name__")));
+            break;
+          }
+          out.push_back(item.cast<at::Tensor>());
+        }
+      } else {
+        error = "returned a " + std::string(py::str(py::type::handle_of(r).attr("__name__"))) + ", expected tensors";
+      }
+    } catch (py::error_already_set& e) {
+      // The exception's type and message; its Python traceback stays out of the one-line error.
+      error = "raised " + std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()));
+    }
+  }
+  FLYSHIP_CHECK(error.empty(), label(), ": the reference (fallback) ", error);
+  // The functional op promises fresh outputs (its schema has no alias annotation): a reference that returns
+  // an input, or a view of one, is given a copy.
+  for (auto& o : out) {
+    for (int k = 0; k < p.n_inputs; ++k) {
+      if (p.slots[k].kind == kTensor && o.is_alias_of(*c.t[k])) {
+        o = o.clone();
+        break;
+      }
+    }
+  }
+  FLYSHIP_CHECK(out.size() == p.outputs.size(), label(), ": the reference returned ", out.size(), " tensors, the op has ",
+              p.outputs.size(), " outputs");
+  for (size_t j = 0; j < out.size(); ++j) {
+    FLYSHIP_CHECK(out[j].sizes() == c10::IntArrayRef(c.out_shapes[j]) && out[j].scalar_type() == c.out_dtypes[j] &&
+                    out[j].device() == c.device,
+                label(), ": the reference returned output '", p.outputs[j].name, "' of shape ",
+                shape_str(out[j].sizes()), ", dtype ", dtype_name(out[j].scalar_type()), " on ", out[j].device().str(),
+                "; the manifest's rule gives ", shape_str(c.out_shapes[j]), ", ", dtype_name(c.out_dtypes[j]), " on ",
+                c.device.str(), "; fix the reference or the output rule");
+  }
+  return out;
+}
+
+void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
+  const OpPlan& p = plan_;
+  std::vector<std::string> names;
+  for (const auto& s : p.specs) names.push_back(s.name);
+  FLYSHIP_CHECK(bundle_->fallback(), label(), ": no specialization fits these inputs (", reason,
+              ") and the fallback is off (FLYSHIP_FALLBACK=0 or load(fallback=False)); specializations: ",
+              join(names, ", "), "; change the inputs to fit one, or turn the fallback on to run the PyTorch "
+              "reference");
+  FLYSHIP_CHECK(!reference_.empty(), label(), ": no specialization fits these inputs (", reason, ") and the op has no "
+              "reference to fall back to; pass one with load(..., references={'", p.name, "': fn})");
+  if (count_fallback(reason)) {
+    // Once per op and reason: a workload whose inputs never fit the kernel should not pass unnoticed.
+    // (FLYSHIP_FALLBACK=0 turns this into an error; stats() counts every fallback.)
+    py::gil_scoped_acquire gil;
+    const std::string msg = label() + ": no specialization fits these inputs (" + reason +
+                            "); running the PyTorch reference instead. This warning is shown once per reason; "
+                            "ops.<op>.stats() counts fallbacks, FLYSHIP_FALLBACK=0 makes them errors.";
+    if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
+  }
+  std::vector<at::Tensor> out = call_reference(c);
+  if (is_out) {
+    for (size_t j = 0; j < out.size(); ++j) const_cast<at::Tensor*>(c.t[p.n_inputs + j])->copy_(out[j]);
+  } else {
+    c.fresh.clear();
+    c.fresh.reserve(out.size());
+    for (auto& t : out) c.fresh.push_back(std::move(t));
+    for (size_t j = 0; j < out.size(); ++j) c.t[p.n_inputs + j] = &c.fresh[j];
+  }
+}
+
+py::dict OpState::stats() const {
+  py::dict launches;
+  uint64_t total = 0;
+  for (size_t s = 0; s < plan_.specs.size(); ++s) {
+    const uint64_t n = launches_[s].load();
+    launches[py::str(plan_.specs[s].name)] = n;
+    total += n;
+  }
+  py::dict fallbacks;
+  uint64_t fb_total = 0;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    for (const auto& [reason, n] : fallbacks_) {
+      fallbacks[py::str(reason)] = n;
+      fb_total += n;
+    }
+  }
+  py::dict d;
+  d["launches"] = launches;
+  d["fallbacks"] = fallbacks;
+  d["empty"] = empty_.load();
+  d["calls"] = total + fb_total + empty_.load();
+  return d;
+}
+
+void OpState::reset_stats() {
+  for (size_t s = 0; s < plan_.specs.size(); ++s) launches_[s].store(0);
+  empty_.store(0);
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  fallbacks_.clear();
+}
+
+}  // namespace flyship

@@ -1,0 +1,108 @@
+// Registration with the dispatcher: the boxed kernels, autograd for the .out variant, version bumps.
+#include "register.h"
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "check.h"
+
+namespace flyship {
+
+class OpKernel final : public c10::OperatorKernel {
+ public:
+  OpKernel(std::shared_ptr<BundleCore> bundle, int op, bool is_out)
+      : bundle_(std::move(bundle)), op_(op), is_out_(is_out) {}
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    bundle_->op(op_).run(stack, is_out_, -1);
+  }
+
+ private:
+  std::shared_ptr<BundleCore> bundle_;
+  int op_;
+  bool is_out_;
+};
+
+// Autograd for the .out variant: aten's rule for out= functions (no automatic differentiation through
+// them), then on below autograd, keeping ADInplaceOrView so the out tensors' versions are bumped.
+class OutAutogradKernel final : public c10::OperatorKernel {
+ public:
+  explicit OutAutogradKernel(std::string qualname) : qualname_(std::move(qualname)) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    const auto& schema_args = op.schema().arguments();
+    if (at::GradMode::is_enabled()) {
+      auto args = torch::jit::last(*stack, schema_args.size());
+      for (size_t k = 0; k < args.size(); ++k) {
+        FLYSHIP_CHECK(!(args[k].isTensor() && args[k].toTensor().requires_grad()), "flyship ", qualname_,
+                    ".out: functions with out=... arguments don't support automatic differentiation, but argument '",
+                    schema_args[k].name(), "' requires grad; call it under torch.no_grad() or torch.inference_mode()");
+      }
+    }
+    at::AutoDispatchBelowAutograd guard;
+    op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+  }
+
+ private:
+  std::string qualname_;
+};
+
+// ADInplaceOrView for the .out variant: bump the out tensors' version counters, as torch does for
+// every in-place write, so autograd notices if a tensor it saved was overwritten.
+class OutVersionKernel final : public c10::OperatorKernel {
+ public:
+  explicit OutVersionKernel(size_t n_out) : n_out_(n_out) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    c10::SmallVector<at::Tensor, 4> outs;
+    for (const auto& v : torch::jit::last(*stack, n_out_)) outs.push_back(v.toTensor());
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+    }
+    for (const auto& t : outs) torch::autograd::impl::bump_version(t);
+  }
+
+ private:
+  size_t n_out_;
+};
+
+
+void register_kernels(Bundle& b) {
+  FLYSHIP_CHECK(b.libraries.empty(), "flyship: bundle ", b.core->ns(), " is already registered");
+  auto make = [&](c10::DispatchKey key) {
+    b.libraries.push_back(
+        std::make_unique<torch::Library>(torch::Library::IMPL, b.core->ns(), key, __FILE__, __LINE__));
+    return b.libraries.back().get();
+  };
+  // The real kernel for GPU tensors (ROCm torch dispatches HIP tensors under the CUDA key too). CPU
+  // tensors run the op's reference: that kernel is Python, registered beside the fake kernel
+  // (flyship/loader/cpu.py), so the CPU key is left to it.
+  for (c10::DispatchKey key : {c10::DispatchKey::CUDA}) {
+    torch::Library* lib = make(key);
+    for (int k = 0; k < b.core->n_ops(); ++k) {
+      const std::string& name = b.core->op(k).plan().name;
+      lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedKernel(
+                          c10::BoxedKernel::makeFromFunctor(std::make_unique<OpKernel>(b.core, k, false))));
+      lib->impl((name + ".out").c_str(), torch::CppFunction::makeFromBoxedKernel(
+                                   c10::BoxedKernel::makeFromFunctor(std::make_unique<OpKernel>(b.core, k, true))));
+    }
+  }
+  // No derivatives. The functional op runs with inputs that require grad and its backward raises
+  // "derivative for <op> is not implemented" (torch's NotImplemented node) rather than silently giving no
+  // gradient; the out variant refuses such inputs up front, as aten's out= functions do.
+  torch::Library* autograd = make(c10::DispatchKey::Autograd);
+  torch::Library* inplace = make(c10::DispatchKey::ADInplaceOrView);
+  for (int k = 0; k < b.core->n_ops(); ++k) {
+    const OpPlan& p = b.core->op(k).plan();
+    autograd->impl(p.name.c_str(), torch::autograd::autogradNotImplementedFallback());
+    autograd->impl((p.name + ".out").c_str(),
+                   torch::CppFunction::makeFromBoxedKernel(
+                       c10::BoxedKernel::makeFromFunctor(std::make_unique<OutAutogradKernel>(p.qualname))));
+    inplace->impl((p.name + ".out").c_str(),
+                  torch::CppFunction::makeFromBoxedKernel(
+                      c10::BoxedKernel::makeFromFunctor(std::make_unique<OutVersionKernel>(p.outputs.size()))));
+  }
+}
+
+}  // namespace flyship
