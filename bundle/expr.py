@@ -10,8 +10,18 @@ Python subset, e.g. ``cdiv(x.shape[0], 128)`` or ``x.shape[1] % 8 == 0``. Gramma
   ``cdiv(a, b)``, ``min(a, b)``, ``max(a, b)``;
 * comparisons ``== != < <= > >=`` (one operator each), ``and``, ``or``, ``not``; booleans are 0 / 1.
 
-All arithmetic is on signed 64-bit integers. The loader compiles each expression into a postfix
-program (:func:`compile_program`) that the C++ core evaluates per call.
+Semantics, the same in this module's evaluator and the C++ core's (``csrc/expr.h``; a differential test
+runs both): signed 64-bit integers; every operation gives its mathematical result and a result outside
+int64 is an error (:class:`ExprOverflowError`), never a silent wrap; ``//`` and ``%`` floor, ``cdiv`` is
+the ceiling; a zero divisor is an error; every operand is evaluated (``and``/``or`` do not short-circuit),
+so the first error in postfix order is the one reported.
+
+Limits, enforced by :func:`parse` so that an expression the compile stage accepts never fails at load:
+``MAX_EXPR_CHARS`` characters, literals within int64, and a postfix program of at most
+``MAX_PROGRAM_WORDS`` words needing at most ``MAX_PROGRAM_DEPTH`` stack entries.
+
+The loader compiles each expression into a postfix program (:func:`compile_program`) that the C++ core
+evaluates per call; opcodes travel by mnemonic (``"shape"``, ``"cdiv"``), which the core maps once.
 """
 
 from __future__ import annotations
@@ -19,19 +29,32 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from flyship.bundle.errors import ExprError
 
-# Opcodes of the postfix program the C++ core evaluates (csrc/expr.h mirrors these numbers).
-OP_CONST, OP_SHAPE, OP_STRIDE, OP_NUMEL, OP_SCALAR = 0, 1, 2, 3, 4
-OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_MOD, OP_CDIV, OP_MIN, OP_MAX, OP_NEG = 10, 11, 12, 13, 14, 15, 16, 17, 18
-OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_AND, OP_OR, OP_NOT = 20, 21, 22, 23, 24, 25, 26, 27, 28
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_EXPR_CHARS = 1000
+# The C++ core refuses longer or deeper programs (csrc/expr.h kMaxProgramWords / kMaxProgramDepth; the
+# extension exports them as PLAN_TABLES and a test compares).
+MAX_PROGRAM_WORDS = 256
+MAX_PROGRAM_DEPTH = 32
 
-_BINOPS = {ast.Add: OP_ADD, ast.Sub: OP_SUB, ast.Mult: OP_MUL, ast.FloorDiv: OP_FLOORDIV, ast.Mod: OP_MOD}
-_CMPOPS = {ast.Eq: OP_EQ, ast.NotEq: OP_NE, ast.Lt: OP_LT, ast.LtE: OP_LE, ast.Gt: OP_GT, ast.GtE: OP_GE}
-_CALLS = {"cdiv": OP_CDIV, "min": OP_MIN, "max": OP_MAX}
-_ATTRS = {"shape": OP_SHAPE, "stride": OP_STRIDE}
+# Opcode mnemonics of the postfix program; the C++ core maps them to its codes (csrc/expr.h kOpcodeNames).
+_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.FloorDiv: "floordiv", ast.Mod: "mod"}
+_CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
+_CALLS = {"cdiv": "cdiv", "min": "min", "max": "max"}
+_ATTRS = {"shape": "shape", "stride": "stride"}
+OPCODES = ("const", "shape", "stride", "numel", "scalar", *_BINOPS.values(), "cdiv", "min", "max", "neg",
+           *_CMPOPS.values(), "and", "or", "not")
+
+
+class ExprOverflowError(ExprError):
+    """An expression's value (or an intermediate one) leaves int64 for these inputs."""
+
+
+class ExprDivisionError(ExprError):
+    """An expression divides by zero for these inputs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,18 +85,52 @@ def parse(text: str) -> ast.expr:
     """
     if not isinstance(text, str) or not text.strip():
         raise ExprError(f"expression: expected a non-empty string, got {text!r}")
+    if len(text) > MAX_EXPR_CHARS:
+        raise ExprError(f"expression {text[:60]!r}...: {len(text)} characters, expected at most {MAX_EXPR_CHARS}; "
+                        "split the rule or simplify it")
     try:
         tree = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError as e:
-        raise _fail(text, f"not valid syntax ({e.msg})") from None
+    except (SyntaxError, RecursionError, MemoryError) as e:
+        raise _fail(text, f"not valid syntax ({getattr(e, 'msg', type(e).__name__)})") from None
     _check(tree, text)
+    words, depth = _program_size(tree)
+    if words > MAX_PROGRAM_WORDS or depth > MAX_PROGRAM_DEPTH:
+        raise _fail(text, f"compiles to {words} words needing {depth} stack entries; expected at most "
+                          f"{MAX_PROGRAM_WORDS} words and {MAX_PROGRAM_DEPTH} entries (the C++ core's limits); "
+                          "simplify it")
     return tree
+
+
+def _program_size(n: ast.expr) -> tuple[int, int]:
+    """(words, stack depth) of the postfix program :func:`compile_program` emits for a checked tree."""
+    if isinstance(n, ast.Subscript):
+        return 3, 1
+    if isinstance(n, (ast.Constant, ast.Name, ast.Attribute)):
+        return 2, 1
+    if isinstance(n, ast.UnaryOp):
+        w, d = _program_size(n.operand)
+        return w + 1, d
+    if isinstance(n, ast.BoolOp):
+        operands = n.values
+    elif isinstance(n, ast.BinOp):
+        operands = [n.left, n.right]
+    elif isinstance(n, ast.Compare):
+        operands = [n.left, n.comparators[0]]
+    else:  # ast.Call
+        operands = list(n.args)
+    w, d = _program_size(operands[0])
+    for v in operands[1:]:  # the value so far stays on the stack while the next operand is computed
+        vw, vd = _program_size(v)
+        w, d = w + vw + 1, max(d, 1 + vd)
+    return w, d
 
 
 def _check(node: ast.AST, text: str) -> None:
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, int):
             raise _fail(text, f"only integer literals are allowed, got {node.value!r}")
+        if not INT64_MIN <= node.value <= INT64_MAX:
+            raise _fail(text, f"literal {node.value} is outside int64")
     elif isinstance(node, ast.Name):
         pass
     elif isinstance(node, ast.Attribute):
@@ -120,15 +177,6 @@ def _tensor_index(node: ast.Subscript, text: str) -> tuple[str, str, int]:
     return v.value.id, v.attr, idx
 
 
-def names(text: str) -> set[str]:
-    """Argument names an expression refers to (tensors and int scalars)."""
-    out: set[str] = set()
-    for node in ast.walk(parse(text)):
-        if isinstance(node, ast.Name) and node.id not in _CALLS:
-            out.add(node.id)
-    return out
-
-
 def canonical(text: str) -> str:
     """The expression in normal form (stable spacing and parentheses), for manifests and diffs."""
     return ast.unparse(parse(text))
@@ -151,59 +199,87 @@ def substitute(text: str, values: Mapping[str, int]) -> str:
     return canonical(ast.unparse(tree))
 
 
-def _floordiv(a: int, b: int, text: str) -> int:
-    if b == 0:
-        raise _fail(text, "division by zero")
-    return a // b
+@dataclasses.dataclass(frozen=True)
+class Symbolic:
+    """Arithmetic over symbolic sizes (torch SymInts), for fake kernels: ``min``/``max`` that trace
+    (``torch.sym_min``/``torch.sym_max``). Symbolic values are not range-checked; the C++ core checks the
+    real call."""
+
+    min: Callable[[Any, Any], Any]
+    max: Callable[[Any, Any], Any]
 
 
-def evaluate(text: str, env: Callable[[str, str, int | None], int]) -> int:
-    """Evaluate an expression; ``env(name, what, index)`` resolves ``what`` in
-    ``{"shape", "stride", "numel", "scalar"}`` for argument ``name``.
+def _div(a: Any, b: Any, op: str, text: str) -> Any:
+    """Floor division, modulo or ceiling division with the core's refusals (zero divisor)."""
+    if isinstance(b, int) and b == 0:
+        raise ExprDivisionError(f"expression {text!r}: division by zero")
+    if op == "floordiv":
+        return a // b
+    if op == "mod":
+        return a % b
+    return -((-a) // b)
+
+
+def evaluate(text: str, env: Callable[[str, str, int | None], Any], *, symbolic: Optional[Symbolic] = None) -> Any:
+    """Evaluate an expression with the C++ core's semantics (module docstring). The one interpreter of
+    expressions in Python: example checks and the compile stage use it on ints, fake kernels on SymInts.
+
+    Args:
+        text: the expression.
+        env: ``env(name, what, index)`` resolves ``what`` in ``{"shape", "stride", "numel", "scalar"}`` for
+            argument ``name`` (``index`` as written, negative counts from the end).
+        symbolic: evaluate on symbolic sizes (no range checks; min/max from here).
 
     Returns:
-        The value as a Python int (booleans as 0 / 1).
+        The value (booleans as 0 / 1).
 
     Raises:
-        ExprError: division by zero, or a name ``env`` cannot resolve (its own error, re-raised).
+        ExprDivisionError: division by zero.
+        ExprOverflowError: a value outside int64 (not with ``symbolic``).
+        ExprError: a name ``env`` cannot resolve (its own error, re-raised).
     """
 
-    def ev(n: ast.expr) -> int:
+    def checked(v: Any) -> Any:
+        if symbolic is None and not INT64_MIN <= v <= INT64_MAX:
+            raise ExprOverflowError(f"expression {text!r}: a value leaves int64 ({v}) for these inputs")
+        return v
+
+    def ev(n: ast.expr) -> Any:
         if isinstance(n, ast.Constant):
             return int(n.value)
         if isinstance(n, ast.Name):
-            return int(env(n.id, "scalar", None))
+            return checked(env(n.id, "scalar", None))
         if isinstance(n, ast.Attribute):
-            return int(env(n.value.id, "numel", None))
+            return checked(env(n.value.id, "numel", None))
         if isinstance(n, ast.Subscript):
             name, what, idx = _tensor_index(n, text)
-            return int(env(name, what, idx))
+            return checked(env(name, what, idx))
         if isinstance(n, ast.BinOp):
             a, b = ev(n.left), ev(n.right)
-            op = type(n.op)
-            if op is ast.Add:
-                return a + b
-            if op is ast.Sub:
-                return a - b
-            if op is ast.Mult:
-                return a * b
-            if op is ast.FloorDiv:
-                return _floordiv(a, b, text)
-            return a - b * _floordiv(a, b, text)
+            op = _BINOPS[type(n.op)]
+            if op == "add":
+                return checked(a + b)
+            if op == "sub":
+                return checked(a - b)
+            if op == "mul":
+                return checked(a * b)
+            return checked(_div(a, b, op, text))
         if isinstance(n, ast.UnaryOp):
             v = ev(n.operand)
-            return -v if isinstance(n.op, ast.USub) else int(not v)
+            return checked(-v) if isinstance(n.op, ast.USub) else int(not v)
         if isinstance(n, ast.Compare):
             a, b = ev(n.left), ev(n.comparators[0])
             return int({ast.Eq: a == b, ast.NotEq: a != b, ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b,
                         ast.GtE: a >= b}[type(n.ops[0])])
         if isinstance(n, ast.BoolOp):
-            vals = [ev(v) for v in n.values]
+            vals = [ev(v) for v in n.values]  # all of them, as the postfix program does
             return int(all(vals) if isinstance(n.op, ast.And) else any(vals))
         if isinstance(n, ast.Call):
             a, b = ev(n.args[0]), ev(n.args[1])
             if n.func.id == "cdiv":
-                return -_floordiv(-a, b, text)
+                return checked(_div(a, b, "cdiv", text))
+            if symbolic is not None:
+                return (symbolic.min if n.func.id == "min" else symbolic.max)(a, b)
             return min(a, b) if n.func.id == "min" else max(a, b)
         raise _fail(text, f"cannot evaluate {ast.unparse(n)!r}")
 
@@ -215,7 +291,7 @@ def evaluate_with_shapes(text: str, shapes: Mapping[str, tuple[int, ...]], scala
     """Evaluate against concrete shapes (row-major contiguous strides unless ``strides`` is given).
 
     Raises:
-        ExprError: a name that is neither a tensor in ``shapes`` nor a scalar in ``scalars``.
+        ExprError: a name that is neither a tensor in ``shapes`` nor a scalar in ``scalars``; see :func:`evaluate`.
     """
     scalars = dict(scalars)
 
@@ -228,7 +304,10 @@ def evaluate_with_shapes(text: str, shapes: Mapping[str, tuple[int, ...]], scala
             raise _fail(text, f"unknown tensor {name!r}; known: {', '.join(sorted(shapes))}")
         shape = tuple(shapes[name])
         if what == "numel":
-            return functools.reduce(lambda a, b: a * b, shape, 1)
+            n = functools.reduce(lambda a, b: a * b, shape, 1)
+            if not INT64_MIN <= n <= INT64_MAX:
+                raise ExprOverflowError(f"expression {text!r}: {name}.numel of shape {shape} leaves int64")
+            return n
         if what == "stride":
             st = tuple(strides[name]) if strides and name in strides else contiguous_strides(shape)
             return st[_dim(idx, len(shape), text, name)]
@@ -254,7 +333,7 @@ def _dim(idx: int | None, rank: int, text: str, name: str) -> int:
     return d
 
 
-def compile_program(text: str, slots: Mapping[str, Slot]) -> list[int]:
+def compile_program(text: str, slots: Mapping[str, Slot]) -> list[str | int]:
     """Compile an expression into the postfix program the C++ core runs (``csrc/expr.h``).
 
     Args:
@@ -262,13 +341,13 @@ def compile_program(text: str, slots: Mapping[str, Slot]) -> list[int]:
         slots: argument name -> :class:`Slot`.
 
     Returns:
-        A flat list of int64 words: opcode, then its operands (CONST: value; SHAPE/STRIDE: slot, dim;
-        NUMEL/SCALAR: slot).
+        A flat list of words: an opcode mnemonic (:data:`OPCODES`), then its int operands (const: value;
+        shape/stride: slot, dim; numel/scalar: slot).
 
     Raises:
         ExprError: an unknown name, a float scalar used as an integer, or a dimension out of range.
     """
-    prog: list[int] = []
+    prog: list[str | int] = []
 
     def slot(name: str, want_tensor: bool) -> Slot:
         if name not in slots:
@@ -282,11 +361,11 @@ def compile_program(text: str, slots: Mapping[str, Slot]) -> list[int]:
 
     def emit(n: ast.expr) -> None:
         if isinstance(n, ast.Constant):
-            prog.extend((OP_CONST, int(n.value)))
+            prog.extend(("const", int(n.value)))
         elif isinstance(n, ast.Name):
-            prog.extend((OP_SCALAR, slot(n.id, False).index))
+            prog.extend(("scalar", slot(n.id, False).index))
         elif isinstance(n, ast.Attribute):
-            prog.extend((OP_NUMEL, slot(n.value.id, True).index))
+            prog.extend(("numel", slot(n.value.id, True).index))
         elif isinstance(n, ast.Subscript):
             name, what, idx = _tensor_index(n, text)
             s = slot(name, True)
@@ -297,7 +376,7 @@ def compile_program(text: str, slots: Mapping[str, Slot]) -> list[int]:
             prog.append(_BINOPS[type(n.op)])
         elif isinstance(n, ast.UnaryOp):
             emit(n.operand)
-            prog.append(OP_NEG if isinstance(n.op, ast.USub) else OP_NOT)
+            prog.append("neg" if isinstance(n.op, ast.USub) else "not")
         elif isinstance(n, ast.Compare):
             emit(n.left)
             emit(n.comparators[0])
@@ -306,7 +385,7 @@ def compile_program(text: str, slots: Mapping[str, Slot]) -> list[int]:
             emit(n.values[0])
             for v in n.values[1:]:
                 emit(v)
-                prog.append(OP_AND if isinstance(n.op, ast.And) else OP_OR)
+                prog.append("and" if isinstance(n.op, ast.And) else "or")
         elif isinstance(n, ast.Call):
             emit(n.args[0])
             emit(n.args[1])

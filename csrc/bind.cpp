@@ -3,10 +3,22 @@
 
 #include "bundle.h"
 #include "check.h"
+#include "driver.h"
 #include "op.h"
 #include "util.h"
 
 namespace flyship {
+
+void OpState::check_device_type(const at::Tensor& x, const std::string& name) const {
+  if (driver::host_tensors()) {
+    FLYSHIP_CHECK(x.device().is_cpu(), label(), ": expected CPU tensors (this extension is the recording driver, "
+                  "FLYSHIP_FLAVOR=record, which runs no GPU), got ", x.device().str(), " for argument '", name,
+                  "'; unset FLYSHIP_FLAVOR to launch on a GPU");
+  } else {
+    FLYSHIP_CHECK(x.is_cuda(), label(), ": expected tensors on a GPU device, got ", x.device().str(),
+                  " for argument '", name, "'; move inputs with .cuda()");
+  }
+}
 
 void OpState::bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const {
   const OpPlan& p = plan_;
@@ -25,17 +37,20 @@ void OpState::bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool c
       FLYSHIP_CHECK(x.dim() == s.rank, label(), ": expected '", s.name, "' of rank ", s.rank, ", got rank ", x.dim(),
                   " (shape ", shape_str(x.sizes()), ")");
       c.t[k] = &x;
-      if (check_device) {
-        FLYSHIP_CHECK(x.is_cuda(), label(), ": expected tensors on a GPU device, got ", x.device().str(),
-                    " for argument '", s.name, "'; move inputs with .cuda()");
-      }
       if (first == nullptr) {
         first = &x;
         first_slot = static_cast<int>(k);
-      } else if (check_device) {
+        if (check_device) check_device_type(x, s.name);
+      } else {
+        // Refused before anything runs: a meta tensor has no memory to read or write, and a kernel
+        // launched on one device cannot reach another's.
+        FLYSHIP_CHECK(x.is_meta() == first->is_meta(), label(), ": expected all tensors real or all meta, got ",
+                      first->device().str(), " for '", p.slots[first_slot].name, "' and ", x.device().str(),
+                      " for '", s.name, "'; a meta tensor has no data, so pass real tensors only (a call on meta "
+                      "tensors alone runs the op's fake kernel)");
         FLYSHIP_CHECK(x.device() == first->device(), label(), ": expected all tensors on one device, got ",
-                    first->device().str(), " for '", p.slots[first_slot].name, "' and ", x.device().str(), " for '",
-                    s.name, "'");
+                      first->device().str(), " for '", p.slots[first_slot].name, "' and ", x.device().str(),
+                      " for '", s.name, "'; move them to one device");
       }
     } else if (s.kind == kFloat) {
       FLYSHIP_CHECK_TYPE(v.isDouble() || v.isInt(), label(), ": expected a float for argument '", s.name, "', got ",
@@ -57,19 +72,39 @@ void OpState::bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool c
 void OpState::output_rules(Call& c) const {
   const OpPlan& p = plan_;
   c.out_shapes.clear();
+  c.out_strides.clear();
+  c.out_numel.clear();
   c.out_dtypes.clear();
   for (const OutputPlan& o : p.outputs) {
     c10::SmallVector<int64_t, 6> shape;
     for (const Program& prog : o.shape) {
       int64_t d = 0;
-      FLYSHIP_CHECK(evaluate(prog.code, c, &d), label(), ": output '", o.name, "' shape expression '", prog.text,
-                  "' divides by zero for these inputs");
+      const EvalStatus st = evaluate(prog.code, c, &d);
+      FLYSHIP_CHECK(st == EvalStatus::kOk, label(), ": output '", o.name, "' shape expression '", prog.text, "' ",
+                    describe(st), " for these inputs");
       FLYSHIP_CHECK(d >= 0, label(), ": output '", o.name, "' shape expression '", prog.text, "' gives ", d,
                   " for these inputs; expected a size >= 0");
       shape.push_back(d);
     }
+    const at::ScalarType dtype = o.dtype_slot >= 0 ? c.t[o.dtype_slot]->scalar_type() : o.dtype;
+    // Element count, bytes and contiguous strides, each checked: a wrapped product would allocate a buffer
+    // smaller than the grid writes.
+    int64_t numel = 1, bytes = 0, stride = 1;
+    c10::SmallVector<int64_t, 6> strides(shape.size());
+    bool overflow = false;
+    for (size_t k = shape.size(); k-- > 0;) {
+      strides[k] = stride;
+      overflow |= __builtin_mul_overflow(numel, shape[k], &numel);
+      overflow |= __builtin_mul_overflow(stride, std::max<int64_t>(shape[k], 1), &stride);
+    }
+    overflow |= __builtin_mul_overflow(numel, static_cast<int64_t>(c10::elementSize(dtype)), &bytes);
+    FLYSHIP_CHECK(!overflow, label(), ": output '", o.name, "' of shape ", shape_str(shape), " and dtype ",
+                  dtype_name(dtype), " overflows int64 (elements, strides or bytes) for these inputs; expected "
+                  "an output that fits in memory");
     c.out_shapes.push_back(std::move(shape));
-    c.out_dtypes.push_back(o.dtype_slot >= 0 ? c.t[o.dtype_slot]->scalar_type() : o.dtype);
+    c.out_strides.push_back(std::move(strides));
+    c.out_numel.push_back(numel);
+    c.out_dtypes.push_back(dtype);
   }
 }
 

@@ -32,12 +32,10 @@ std::vector<c10::IValue> to_ivalues(const py::sequence& seq) {
   return out;
 }
 
-// Bind a call from Python values without touching a device: the same checks, rules and guards as a
-// launch, on tensors of any device (CPU tensors stand in for GPU ones when there is no GPU).
-// `allocate`: give a functional call its outputs now (packing needs their pointers).
-void bind_for_test(Call& c, OpState& op, const std::vector<c10::IValue>& args, bool is_out, bool allocate) {
+// Bind a call from Python values without touching a device (OpHandle.dispatch): the same checks, rules and
+// guards as a launch, on tensors of any one device (CPU tensors stand in for GPU ones).
+void bind_without_device(Call& c, OpState& op, const std::vector<c10::IValue>& args, bool is_out) {
   op.prepare(c, args, is_out, /*check_device=*/false);
-  if (!is_out && allocate && c.fresh.empty()) op.allocate_outputs(c);
 }
 
 }  // namespace flyship
@@ -48,7 +46,7 @@ void bind_for_test(Call& c, OpState& op, const std::vector<c10::IValue>& args, b
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace flyship;
   m.doc() = "flyship launch core (see csrc/)";
-  py::register_exception_translator([](std::exception_ptr p) {
+  py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const c10::TypeError& e) {
@@ -61,7 +59,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.attr("PLAN_VERSION") = kPlanVersion;
   m.def("flavor", [] { return std::string(driver::flavor()); },
-        "The driver shim compiled in: 'hip' or 'cuda' (test-only: 'hip-nvidia').");
+        "The driver shim compiled in: 'hip' or 'cuda' (test-only: 'hip-nvidia', 'record').");
   m.def("runtime_version", &driver::runtime_version, "The GPU runtime's version, and the headers'.");
   m.def(
       "device_info",
@@ -81,9 +79,69 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         d["max_threads_per_block"] = info.max_threads_per_block;
         return d;
       });
+  driver::add_python_bindings(m.ptr());
+  {
+    // The names the plan uses for codes, and the program limits: the only tables (plan.h, expr.h).
+    py::dict tables;
+    py::list opcodes, arg_kinds, field_kinds;
+    for (const char* n : kOpcodeNames) opcodes.append(n);
+    for (const char* n : kArgKindName) arg_kinds.append(n);
+    for (const char* n : kFieldKindName) field_kinds.append(n);
+    py::dict field_types;
+    for (int k = 0; k < kFieldTypeCount; ++k) field_types[kTypeName[k]] = kTypeSize[k];
+    tables["opcodes"] = opcodes;
+    tables["arg_kinds"] = arg_kinds;
+    tables["field_kinds"] = field_kinds;
+    tables["field_types"] = field_types;
+    tables["max_program_depth"] = kMaxProgramDepth;
+    tables["max_program_words"] = kMaxProgramWords;
+    m.attr("PLAN_TABLES") = tables;
+  }
+  m.def(
+      "evaluate_program",
+      [](const py::dict& program, const std::vector<std::vector<int64_t>>& shapes,
+         const std::vector<std::vector<int64_t>>& strides, const std::vector<int64_t>& scalars) -> py::tuple {
+        // One slot per entry: a tensor when its shape list is non-empty, else an int scalar (scalars[k]).
+        struct Env {
+          const std::vector<std::vector<int64_t>>& shapes;
+          const std::vector<std::vector<int64_t>>& strides;
+          const std::vector<int64_t>& scalars;
+          std::vector<int64_t> numels;
+          int64_t shape(int s, int d) const { return shapes[s][d]; }
+          int64_t stride(int s, int d) const { return strides[s][d]; }
+          int64_t numel(int s) const { return numels[s]; }
+          int64_t scalar(int s) const { return scalars[s]; }
+        } env{shapes, strides, scalars, {}};
+        FLYSHIP_CHECK_VALUE(strides.size() == shapes.size() && scalars.size() == shapes.size(),
+                            "evaluate_program: expected one shape, stride list and scalar per slot");
+        std::vector<SlotShape> slots;
+        for (size_t k = 0; k < shapes.size(); ++k) {
+          const bool tensor = !shapes[k].empty();
+          FLYSHIP_CHECK_VALUE(strides[k].size() == shapes[k].size(), "evaluate_program: slot ", k,
+                              " has ", shapes[k].size(), " sizes and ", strides[k].size(), " strides");
+          int64_t n = 1;
+          for (int64_t d : shapes[k]) {
+            FLYSHIP_CHECK_VALUE(d >= 0 && !__builtin_mul_overflow(n, d, &n), "evaluate_program: slot ", k,
+                                " has no int64 element count");
+          }
+          env.numels.push_back(n);
+          slots.push_back({tensor, !tensor, static_cast<int>(shapes[k].size())});
+        }
+        Program p = parse_program(program, slots, "evaluate_program");
+        int64_t out = 0;
+        const EvalStatus st = evaluate(p.code, env, &out);
+        if (st != EvalStatus::kOk) return py::make_tuple(describe(st), py::none());
+        return py::make_tuple("ok", out);
+      },
+      py::arg("program"), py::arg("shapes"), py::arg("strides"), py::arg("scalars"),
+      "Evaluate one plan program (flyship.bundle.expr.compile_program's {'text', 'code'}) over slots given by "
+      "shape, strides and scalar value: ('ok', value), or (why, None) when it divides by zero or overflows. "
+      "For the differential test of the two evaluators.");
   m.def("loaded_modules", [] { return ModuleCache::instance().size(); });
 
-  py::class_<Bundle, std::shared_ptr<Bundle>>(m, "Bundle")
+  // module_local: a second flyship extension in the process (the recording driver beside a GPU flavor) has its
+  // own Bundle type; pybind11 would otherwise refuse to register the C++ type twice.
+  py::class_<Bundle, std::shared_ptr<Bundle>>(m, "Bundle", py::module_local())
       .def(py::init([](const py::dict& plan, py::object selector, bool fallback) {
              auto b = std::make_shared<Bundle>();
              b->core = std::make_shared<BundleCore>(plan, std::move(selector), fallback);
@@ -103,63 +161,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
             const Selection& sel = b.core->selection(target);
             auto iv = to_ivalues(args);
             Call c;
-            bind_for_test(c, o, iv, is_out, /*allocate=*/false);
+            bind_without_device(c, o, iv, is_out);
             Decision d = o.decide(c, sel, is_out);
             return py::make_tuple(d.spec, d.variant, d.reason);
           },
           "Which specialization and variant a call would run for a device target, or why none fits.")
-      .def(
-          "pack",
-          [](Bundle& b, int op, int spec, int variant, const py::sequence& args, bool is_out) {
-            OpState& o = b.core->op(op);
-            const auto& specs = o.plan().specs;
-            FLYSHIP_CHECK(spec >= 0 && spec < static_cast<int>(specs.size()), o.label(),
-                        ": specialization index out of range");
-            FLYSHIP_CHECK(variant >= 0 && variant < static_cast<int>(specs[spec].variants.size()), o.label(),
-                        ": variant index out of range");
-            const VariantPlan& v = specs[spec].variants[variant];
-            auto iv = to_ivalues(args);
-            Call c;
-            bind_for_test(c, o, iv, is_out, /*allocate=*/true);
-            int64_t g[3];
-            o.grid(v, c, g);
-            const int64_t dyn = o.eval(v, v.programs[v.dynamic_lds], c, "dynamic LDS");
-            std::vector<uint8_t> buf(static_cast<size_t>(v.kernarg_size) + 1);
-            c10::SmallVector<at::Tensor, 2> scratch;
-            o.pack_kernargs(v, c, g[0] * g[1] * g[2], buf.data(), &scratch);
-            py::dict d;
-            d["buffer"] = py::bytes(reinterpret_cast<const char*>(buf.data()), static_cast<size_t>(v.kernarg_size));
-            d["grid"] = py::make_tuple(g[0], g[1], g[2]);
-            d["block"] = py::make_tuple(v.block[0], v.block[1], v.block[2]);
-            d["dynamic_lds"] = dyn;
-            py::list outs, scr;
-            for (size_t j = 0; j < o.plan().outputs.size(); ++j) outs.append(py::cast(*c.t[o.plan().n_inputs + j]));
-            for (auto& t : scratch) scr.append(py::cast(t));
-            d["outputs"] = outs;
-            d["scratch"] = scr;
-            return d;
-          },
-          "The kernarg bytes, grid, block and dynamic LDS of a call (no launch).")
-      .def(
-          "call_on_target",
-          [](Bundle& b, int op, const std::string& target, const py::sequence& args, bool is_out) {
-            OpState& o = b.core->op(op);
-            const Selection& sel = b.core->selection(target);
-            auto iv = to_ivalues(args);
-            Call c;
-            bind_for_test(c, o, iv, is_out, /*allocate=*/false);
-            Decision d = o.decide(c, sel, is_out);
-            py::list out;
-            if (d.spec >= 0) return py::make_tuple(d.spec, out);
-            {
-              py::gil_scoped_release release;
-              o.fallback(c, d.reason, is_out);
-            }
-            for (auto& t : o.outputs(c)) out.append(py::cast(t));
-            return py::make_tuple(d.spec, out);
-          },
-          "A call as a device of `target` would take it, without a device: returns (spec, []) when a "
-          "specialization fits (nothing is launched), else runs the fallback exactly as a launch would.")
       .def(
           "run",
           [](Bundle& b, int op, const py::sequence& args, bool is_out, int forced_spec) {

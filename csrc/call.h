@@ -17,18 +17,31 @@ struct Call {
   double f[kMaxSlots];  // float scalars
   c10::SmallVector<at::Tensor, 4> fresh;  // outputs allocated by this call
   c10::SmallVector<c10::SmallVector<int64_t, 6>, 4> out_shapes;
+  c10::SmallVector<c10::SmallVector<int64_t, 6>, 4> out_strides;  // contiguous, as at::empty gives them
+  c10::SmallVector<int64_t, 4> out_numel;
   c10::SmallVector<at::ScalarType, 4> out_dtypes;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
 
-  int64_t shape(int s, int d) const { return t[s]->sizes()[d]; }
-  int64_t stride(int s, int d) const { return t[s]->strides()[d]; }
-  int64_t numel(int s) const { return t[s]->numel(); }
+  // The expression environment. An output not allocated yet (t == nullptr) reads its rule's shape and
+  // contiguous strides, so guards and launch checks run before anything is allocated.
+  int64_t shape(int s, int d) const { return t[s] ? t[s]->sizes()[d] : out_shapes[s - op->n_inputs][d]; }
+  int64_t stride(int s, int d) const { return t[s] ? t[s]->strides()[d] : out_strides[s - op->n_inputs][d]; }
+  int64_t numel(int s) const { return t[s] ? t[s]->numel() : out_numel[s - op->n_inputs]; }
   int64_t scalar(int s) const { return i[s]; }
+};
+
+// What a variant's launch needs from the call, computed (and checked) before anything is allocated.
+struct LaunchShape {
+  int64_t grid[3] = {0, 0, 0};
+  int64_t programs = 0;  // grid[0] * grid[1] * grid[2]
+  int64_t dynamic_lds = 0;
+  bool empty = false;  // a zero grid and outputs that hold no elements: nothing to launch
 };
 
 struct Decision {
   int spec = -1;
   int variant = -1;
+  LaunchShape launch;
   std::string reason;  // why nothing fits (spec == -1)
 };
 

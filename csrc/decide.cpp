@@ -5,7 +5,8 @@
 
 namespace flyship {
 
-bool OpState::fits(const Call& c, int si, const Selection& sel, bool is_out, std::string* why) const {
+bool OpState::fits(const Call& c, int si, const Selection& sel, bool is_out, std::string* why,
+                   LaunchShape* ls) const {
   const OpPlan& p = plan_;
   const SpecPlan& s = p.specs[si];
   if (sel.variant[index_][si] < 0) {
@@ -27,8 +28,9 @@ bool OpState::fits(const Call& c, int si, const Selection& sel, bool is_out, std
   }
   auto holds = [&](const Program& prog) {
     int64_t v = 0;
-    if (!evaluate(prog.code, c, &v)) {
-      if (why) *why = "constraint '" + prog.text + "' divides by zero";
+    const EvalStatus st = evaluate(prog.code, c, &v);
+    if (st != EvalStatus::kOk) {
+      if (why) *why = "constraint '" + prog.text + "' " + describe(st);
       return false;
     }
     if (v == 0) {
@@ -43,14 +45,15 @@ bool OpState::fits(const Call& c, int si, const Selection& sel, bool is_out, std
     for (const Program& prog : s.out_constraints)
       if (!holds(prog)) return false;
   }
-  return true;
+  LaunchShape local;
+  return check_launch(s.variants[sel.variant[index_][si]], c, ls ? ls : &local, why);
 }
 
 Decision OpState::decide(const Call& c, const Selection& sel, bool is_out) const {
   Decision d;
   const int n = static_cast<int>(plan_.specs.size());
   for (int s = 0; s < n; ++s) {
-    if (fits(c, s, sel, is_out, nullptr)) {
+    if (fits(c, s, sel, is_out, nullptr, &d.launch)) {
       d.spec = s;
       d.variant = sel.variant[index_][s];
       return d;
@@ -61,7 +64,7 @@ Decision OpState::decide(const Call& c, const Selection& sel, bool is_out) const
   bool all_same = true;
   for (int s = 0; s < n; ++s) {
     std::string why;
-    fits(c, s, sel, is_out, &why);
+    fits(c, s, sel, is_out, &why, nullptr);
     if (!whys.empty() && why != whys.front()) all_same = false;
     whys.push_back(why);
   }

@@ -1,8 +1,8 @@
 // The driver shim: the few GPU runtime calls the loader makes, one implementation per vendor.
 //
-// driver_hip.cpp (HIP module API, libamdhip64) or driver_cuda.cpp (CUDA driver API, libcuda) is
-// compiled into the extension, chosen when it is built (flyship/loader/build.py). This header and
-// those files do not include torch: the core (flyship.cpp) turns a failed Status into a TORCH_CHECK
+// driver_hip.cpp (HIP module API, libamdhip64), driver_cuda.cpp (CUDA driver API, libcuda) or
+// driver_record.cpp (no runtime; records launches for tests) is compiled into the extension, chosen when it is built (flyship/loader/build.py). This header and
+// those files do not include torch: the core (csrc/*.cpp) turns a failed Status into a TORCH_CHECK
 // error with the op, kernel, target and device around the runtime's own words.
 #pragma once
 
@@ -28,8 +28,16 @@ struct DeviceInfo {
   int64_t max_threads_per_block = 0;  // work-items per workgroup
 };
 
-// "hip" or "cuda".
+// "hip", "cuda" or "record" (driver_record.cpp: runs nothing, records each launch; test-only).
 const char* flavor();
+
+// Whether the driver launches on tensors in host memory (the recording driver: CPU tensors, device 0)
+// rather than on a GPU's (torch device type cuda, which ROCm torch uses for HIP devices too).
+bool host_tensors();
+
+// Add the flavor's own functions to the extension's Python module (a PyObject*); the recording driver adds
+// its launch log. A no-op for the GPU drivers.
+void add_python_bindings(void* module);
 
 // Runtime version, e.g. "HIP runtime 50221153 (headers 5.2.21153)" or "CUDA driver 13000".
 std::string runtime_version();

@@ -96,6 +96,10 @@ class ContextScope {
 
 const char* flavor() { return "cuda"; }
 
+bool host_tensors() { return false; }
+
+void add_python_bindings(void*) {}
+
 std::string runtime_version() {
   int v = 0;
   if (cuDriverGetVersion(&v) != CUDA_SUCCESS) return "CUDA driver unknown";

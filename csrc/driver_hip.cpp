@@ -77,6 +77,10 @@ const char* flavor() { return "hip-nvidia"; }  // test-only: this shim over HIP'
 const char* flavor() { return "hip"; }
 #endif
 
+bool host_tensors() { return false; }
+
+void add_python_bindings(void*) {}
+
 std::string runtime_version() {
   int v = 0;
   hipError_t e = hipRuntimeGetVersion(&v);

@@ -1,49 +1,51 @@
 // Postfix integer programs: the C++ side of flyship/bundle/expr.py (compile_program).
 //
-// A program is a flat list of int64 words: an opcode, then its operands (CONST: value; SHAPE/STRIDE:
-// slot, dim; NUMEL/SCALAR: slot). Arithmetic is signed 64-bit with Python's floor semantics for
-// // and %; booleans are 0 / 1. Programs are checked once when a bundle loads (validate), so the
-// per-call evaluator only has to guard against division by zero.
+// A program is a flat list of int64 words: an opcode, then its operands (const: value; shape/stride:
+// slot, dim; numel/scalar: slot). The plan names opcodes by mnemonic ("shape", "cdiv", ...); parse_program
+// maps them once through kOpcodeNames below, the one table of opcodes (exported to Python as
+// PLAN_TABLES["opcodes"]).
+//
+// Semantics (bundle/expr.py evaluates exactly these, and tests/loader/test_expr_differential.py proves it):
+// signed 64-bit integers; every operation gives its mathematical result, and a result outside int64 is an
+// error (never a silent wrap); // and % floor as Python's do, cdiv(a, b) is the ceiling of a / b; a zero
+// divisor is an error; comparisons and and/or/not give 0 / 1, and every operand is evaluated (no short
+// circuit), so the first error in postfix order is the one reported.
 //
 // This header has no torch dependency: the argument accessors come from an Env template parameter.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
 namespace flyship {
 
-// Opcodes: keep in step with flyship/bundle/expr.py (OP_*).
 enum Opcode : int64_t {
-  OP_CONST = 0,
-  OP_SHAPE = 1,
-  OP_STRIDE = 2,
-  OP_NUMEL = 3,
-  OP_SCALAR = 4,
-  OP_ADD = 10,
-  OP_SUB = 11,
-  OP_MUL = 12,
-  OP_FLOORDIV = 13,
-  OP_MOD = 14,
-  OP_CDIV = 15,
-  OP_MIN = 16,
-  OP_MAX = 17,
-  OP_NEG = 18,
-  OP_EQ = 20,
-  OP_NE = 21,
-  OP_LT = 22,
-  OP_LE = 23,
-  OP_GT = 24,
-  OP_GE = 25,
-  OP_AND = 26,
-  OP_OR = 27,
-  OP_NOT = 28,
+  OP_CONST, OP_SHAPE, OP_STRIDE, OP_NUMEL, OP_SCALAR,
+  OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_MOD, OP_CDIV, OP_MIN, OP_MAX, OP_NEG,
+  OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_AND, OP_OR, OP_NOT,
+  OP_COUNT
 };
 
-// Deepest evaluation stack a program may need; validate() refuses deeper ones.
-constexpr int kMaxProgramDepth = 32;
+// Mnemonics by opcode, as the plan spells them.
+constexpr const char* kOpcodeNames[OP_COUNT] = {
+    "const", "shape", "stride", "numel", "scalar",
+    "add", "sub", "mul", "floordiv", "mod", "cdiv", "min", "max", "neg",
+    "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"};
+
+// Limits of a program; flyship/bundle/expr.py enforces the same when it compiles an expression, so a bundle
+// that flyc-build accepts never fails here (a test compares them through PLAN_TABLES).
+constexpr int kMaxProgramDepth = 32;  // deepest evaluation stack
+constexpr int kMaxProgramWords = 256;  // words (opcodes and operands)
+
+// The opcode of a mnemonic, or -1.
+inline int64_t opcode_of(const std::string& name) {
+  for (int64_t k = 0; k < OP_COUNT; ++k)
+    if (name == kOpcodeNames[k]) return k;
+  return -1;
+}
 
 // One compiled expression: its words and its source text (for error messages and fallback reasons).
 struct Program {
@@ -58,6 +60,17 @@ struct SlotShape {
   int rank;
 };
 
+// Why an evaluation failed.
+enum class EvalStatus { kOk, kDivisionByZero, kOverflow };
+
+inline const char* describe(EvalStatus s) {
+  switch (s) {
+    case EvalStatus::kOk: return "ok";
+    case EvalStatus::kDivisionByZero: return "divides by zero";
+    default: return "overflows int64";
+  }
+}
+
 namespace detail {
 
 inline int operand_count(int64_t op) {
@@ -70,18 +83,15 @@ inline int operand_count(int64_t op) {
 }
 
 inline int arity(int64_t op) {
+  if (op < 0 || op >= OP_COUNT) return -1;
   switch (op) {
     case OP_CONST: case OP_SHAPE: case OP_STRIDE: case OP_NUMEL: case OP_SCALAR: return 0;
     case OP_NEG: case OP_NOT: return 1;
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_FLOORDIV: case OP_MOD: case OP_CDIV: case OP_MIN:
-    case OP_MAX: case OP_EQ: case OP_NE: case OP_LT: case OP_LE: case OP_GT: case OP_GE: case OP_AND:
-    case OP_OR:
-      return 2;
-    default: return -1;
+    default: return 2;
   }
 }
 
-// Python's a // b; b != 0 and not (a == INT64_MIN and b == -1) are checked by the caller.
+// Floor division and modulo (Python's); b != 0 and not (a == INT64_MIN and b == -1), checked by the caller.
 inline int64_t floordiv(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
@@ -94,21 +104,44 @@ inline int64_t floormod(int64_t a, int64_t b) {
   return r;
 }
 
-// Wrapping arithmetic without signed-overflow undefined behaviour.
-inline int64_t wrap_add(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-}
-inline int64_t wrap_sub(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
-}
-inline int64_t wrap_mul(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+// a op b for a binary opcode, into *r; the status says why there is no int64 result.
+inline EvalStatus binary(int64_t op, int64_t a, int64_t b, int64_t* r) {
+  switch (op) {
+    case OP_ADD: return __builtin_add_overflow(a, b, r) ? EvalStatus::kOverflow : EvalStatus::kOk;
+    case OP_SUB: return __builtin_sub_overflow(a, b, r) ? EvalStatus::kOverflow : EvalStatus::kOk;
+    case OP_MUL: return __builtin_mul_overflow(a, b, r) ? EvalStatus::kOverflow : EvalStatus::kOk;
+    case OP_FLOORDIV: case OP_MOD: case OP_CDIV:
+      if (b == 0) return EvalStatus::kDivisionByZero;
+      if (b == -1) {  // a / -1 is -a: only INT64_MIN has no int64 result; a % -1 is 0 (C++'s would be UB)
+        if (op == OP_MOD) *r = 0;
+        else if (a == INT64_MIN) return EvalStatus::kOverflow;
+        else *r = -a;
+        return EvalStatus::kOk;
+      }
+      if (op == OP_FLOORDIV) *r = floordiv(a, b);
+      else if (op == OP_MOD) *r = floormod(a, b);
+      else *r = floordiv(a, b) + (floormod(a, b) != 0 ? 1 : 0);  // |b| >= 2: no overflow
+      return EvalStatus::kOk;
+    case OP_MIN: *r = a < b ? a : b; return EvalStatus::kOk;
+    case OP_MAX: *r = a > b ? a : b; return EvalStatus::kOk;
+    case OP_EQ: *r = a == b; return EvalStatus::kOk;
+    case OP_NE: *r = a != b; return EvalStatus::kOk;
+    case OP_LT: *r = a < b; return EvalStatus::kOk;
+    case OP_LE: *r = a <= b; return EvalStatus::kOk;
+    case OP_GT: *r = a > b; return EvalStatus::kOk;
+    case OP_GE: *r = a >= b; return EvalStatus::kOk;
+    case OP_AND: *r = (a != 0) && (b != 0); return EvalStatus::kOk;
+    default: *r = (a != 0) || (b != 0); return EvalStatus::kOk;  // OP_OR (validate() admits nothing else)
+  }
 }
 
 }  // namespace detail
 
 // Check a program against the op's slots. Returns "" when it is well formed, else why not.
 inline std::string validate(const std::vector<int64_t>& code, const std::vector<SlotShape>& slots) {
+  if (code.size() > static_cast<size_t>(kMaxProgramWords)) {
+    return std::to_string(code.size()) + " words, more than " + std::to_string(kMaxProgramWords);
+  }
   int depth = 0;
   size_t i = 0;
   while (i < code.size()) {
@@ -117,7 +150,7 @@ inline std::string validate(const std::vector<int64_t>& code, const std::vector<
     if (a < 0) return "unknown opcode " + std::to_string(op) + " at word " + std::to_string(i);
     const int n = detail::operand_count(op);
     if (i + 1 + n > code.size()) {
-      return "opcode " + std::to_string(op) + " at word " + std::to_string(i) + " lacks operands";
+      return std::string("opcode ") + kOpcodeNames[op] + " at word " + std::to_string(i) + " lacks operands";
     }
     if (op == OP_SHAPE || op == OP_STRIDE || op == OP_NUMEL || op == OP_SCALAR) {
       const int64_t slot = code[i + 1];
@@ -145,9 +178,9 @@ inline std::string validate(const std::vector<int64_t>& code, const std::vector<
 }
 
 // Evaluate a validated program. Env provides shape(slot, dim), stride(slot, dim), numel(slot) and
-// scalar(slot), all int64. Returns false on division by zero (the only run-time failure).
+// scalar(slot), all int64.
 template <class Env>
-inline bool evaluate(const std::vector<int64_t>& code, const Env& env, int64_t* out) {
+inline EvalStatus evaluate(const std::vector<int64_t>& code, const Env& env, int64_t* out) {
   int64_t st[kMaxProgramDepth];
   int sp = 0;
   const int64_t* w = code.data();
@@ -160,40 +193,20 @@ inline bool evaluate(const std::vector<int64_t>& code, const Env& env, int64_t* 
       case OP_STRIDE: st[sp++] = env.stride(static_cast<int>(w[0]), static_cast<int>(w[1])); w += 2; break;
       case OP_NUMEL: st[sp++] = env.numel(static_cast<int>(*w++)); break;
       case OP_SCALAR: st[sp++] = env.scalar(static_cast<int>(*w++)); break;
-      case OP_NEG: st[sp - 1] = detail::wrap_sub(0, st[sp - 1]); break;
+      case OP_NEG:
+        if (st[sp - 1] == INT64_MIN) return EvalStatus::kOverflow;
+        st[sp - 1] = -st[sp - 1];
+        break;
       case OP_NOT: st[sp - 1] = st[sp - 1] == 0 ? 1 : 0; break;
       default: {
         const int64_t b = st[--sp];
-        const int64_t a = st[sp - 1];
-        int64_t r = 0;
-        switch (op) {
-          case OP_ADD: r = detail::wrap_add(a, b); break;
-          case OP_SUB: r = detail::wrap_sub(a, b); break;
-          case OP_MUL: r = detail::wrap_mul(a, b); break;
-          case OP_FLOORDIV: case OP_MOD: case OP_CDIV:
-            if (b == 0 || (b == -1 && a == INT64_MIN)) return false;
-            r = op == OP_FLOORDIV ? detail::floordiv(a, b)
-                : op == OP_MOD    ? detail::floormod(a, b)
-                                  : detail::wrap_sub(0, detail::floordiv(detail::wrap_sub(0, a), b));
-            break;
-          case OP_MIN: r = a < b ? a : b; break;
-          case OP_MAX: r = a > b ? a : b; break;
-          case OP_EQ: r = a == b; break;
-          case OP_NE: r = a != b; break;
-          case OP_LT: r = a < b; break;
-          case OP_LE: r = a <= b; break;
-          case OP_GT: r = a > b; break;
-          case OP_GE: r = a >= b; break;
-          case OP_AND: r = (a != 0) && (b != 0); break;
-          case OP_OR: r = (a != 0) || (b != 0); break;
-          default: return false;  // unreachable after validate()
-        }
-        st[sp - 1] = r;
+        const EvalStatus s = detail::binary(op, st[sp - 1], b, &st[sp - 1]);
+        if (s != EvalStatus::kOk) return s;
       }
     }
   }
   *out = st[0];
-  return true;
+  return EvalStatus::kOk;
 }
 
 }  // namespace flyship

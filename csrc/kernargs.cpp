@@ -54,19 +54,92 @@ bool put_int(uint8_t* buf, const Field& f, int64_t v) {
 
 }  // namespace
 
+// Whether integer `v` fits a field of type `type` (float types hold any integer, rounded).
+bool int_fits(int type, int64_t v) {
+  switch (type) {
+    case kU64: return v >= 0;
+    case kI32: return v >= INT32_MIN && v <= INT32_MAX;
+    case kU32: return v >= 0 && v <= UINT32_MAX;
+    case kI16: return v >= INT16_MIN && v <= INT16_MAX;
+    case kI8: return v >= INT8_MIN && v <= INT8_MAX;
+    default: return true;
+  }
+}
+
 int64_t OpState::eval(const VariantPlan& v, const Program& p, const Call& c, const char* what) const {
   int64_t out = 0;
-  FLYSHIP_CHECK(evaluate(p.code, c, &out), label(), ": ", what, " expression '", p.text, "' of ", v.label,
-              " divides by zero for these inputs");
+  const EvalStatus st = evaluate(p.code, c, &out);
+  FLYSHIP_CHECK(st == EvalStatus::kOk, label(), ": ", what, " expression '", p.text, "' of ", v.label, " ",
+                describe(st), " for these inputs");
   return out;
 }
 
-void OpState::grid(const VariantPlan& v, const Call& c, int64_t g[3]) const {
+bool OpState::check_launch(const VariantPlan& v, const Call& c, LaunchShape* ls, std::string* why) const {
+  auto fail = [&](const std::string& s) {
+    if (why) *why = s;
+    return false;
+  };
+  auto value = [&](const Program& p, const char* what, int64_t* out) {
+    const EvalStatus st = evaluate(p.code, c, out);
+    return st == EvalStatus::kOk || fail(std::string(what) + " '" + p.text + "' " + describe(st));
+  };
+  ls->programs = 1;
   for (int k = 0; k < 3; ++k) {
-    g[k] = eval(v, v.programs[v.grid[k]], c, "grid");
-    FLYSHIP_CHECK(g[k] >= 0 && g[k] <= UINT32_MAX, label(), ": grid expression '", v.programs[v.grid[k]].text, "' gives ",
-                g[k], " workgroups; expected 0..", UINT32_MAX);
+    const Program& p = v.programs[v.grid[k]];
+    if (!value(p, "grid", &ls->grid[k])) return false;
+    if (ls->grid[k] < 0 || ls->grid[k] > UINT32_MAX) {
+      return fail("grid '" + p.text + "' gives " + std::to_string(ls->grid[k]) + " workgroups, expected 0.." +
+                  std::to_string(UINT32_MAX));
+    }
+    if (__builtin_mul_overflow(ls->programs, ls->grid[k], &ls->programs)) return fail("grid overflows int64");
   }
+  ls->empty = ls->programs == 0;
+  if (ls->empty) {
+    // A zero grid launches nothing (the runtimes refuse it): right only when there is nothing to write. A grid
+    // rule that rounds down to 0 for a non-empty output would return uninitialised memory.
+    for (size_t j = 0; j < plan_.outputs.size(); ++j) {
+      const int64_t n = c.numel(plan_.n_inputs + static_cast<int>(j));
+      if (n != 0) {
+        int k = ls->grid[0] == 0 ? 0 : ls->grid[1] == 0 ? 1 : 2;
+        return fail("grid '" + v.programs[v.grid[k]].text + "' gives 0 workgroups, but output '" +
+                    plan_.outputs[j].name + "' holds " + std::to_string(n) + " elements");
+      }
+    }
+    return true;
+  }
+  if (!value(v.programs[v.dynamic_lds], "dynamic LDS", &ls->dynamic_lds)) return false;
+  if (ls->dynamic_lds < 0 || ls->dynamic_lds > UINT32_MAX) {
+    return fail("dynamic LDS '" + v.programs[v.dynamic_lds].text + "' gives " + std::to_string(ls->dynamic_lds) +
+                " bytes");
+  }
+  for (const Field& f : v.fields) {
+    int64_t x = 0;
+    switch (f.kind) {
+      case kScalar:
+        if (plan_.slots[f.slot].kind == kFloat) continue;
+        x = c.i[f.slot];
+        break;
+      case kShape: x = c.shape(f.slot, f.dim); break;
+      case kStride: x = c.stride(f.slot, f.dim); break;
+      case kExpr:
+        if (!value(v.programs[f.program], "kernel argument", &x)) return false;
+        break;
+      case kScratch: {
+        int64_t bytes = 0;
+        if (__builtin_mul_overflow(f.bytes_per_program, ls->programs, &bytes) ||
+            __builtin_add_overflow(bytes, f.align, &bytes)) {
+          return fail("scratch " + f.label + ": " + std::to_string(f.bytes_per_program) + " bytes x " +
+                      std::to_string(ls->programs) + " programs overflows int64");
+        }
+        continue;
+      }
+      default: continue;
+    }
+    if (!int_fits(f.type, x)) {
+      return fail("kernel argument " + f.label + " cannot hold the value " + std::to_string(x));
+    }
+  }
+  return true;
 }
 
 void OpState::pack_kernargs(const VariantPlan& v, const Call& c, int64_t programs, uint8_t* buf,
@@ -93,7 +166,7 @@ void OpState::pack_kernargs(const VariantPlan& v, const Call& c, int64_t program
       case kScratch: {
         // bytes_per_program x programs of fresh device memory, aligned. The tensor is kept alive until
         // the launch is enqueued; torch's stream-ordered allocator then reuses it only after the kernel.
-        const int64_t bytes = f.bytes_per_program * programs;
+        const int64_t bytes = f.bytes_per_program * programs;  // check_launch proved it fits
         at::Tensor t = at::empty({bytes + f.align}, at::TensorOptions().dtype(at::kByte).device(c.device));
         const uintptr_t base = reinterpret_cast<uintptr_t>(t.data_ptr());
         const uintptr_t aligned = (base + f.align - 1) & ~static_cast<uintptr_t>(f.align - 1);
@@ -103,9 +176,9 @@ void OpState::pack_kernargs(const VariantPlan& v, const Call& c, int64_t program
       }
       default: FLYSHIP_CHECK(false, "flyship: internal error: field kind ", f.kind);
     }
-    FLYSHIP_CHECK(put_int(buf, f, value), label(), ": kernel argument ", f.label, " of ", v.label, " (",
-                kTypeName[f.type], ") cannot hold the value ", value, " of these inputs; the bundle needs a guard for "
-                "it (rebuild with a constraint), or call with smaller inputs");
+    // check_launch refused every value a type cannot hold before anything was allocated.
+    FLYSHIP_INTERNAL_ASSERT(put_int(buf, f, value), label(), ": kernel argument ", f.label, " of ", v.label,
+                            " cannot hold the value ", value);
   }
 }
 

@@ -12,6 +12,9 @@
 
 namespace flyship {
 
+// The driver's device index: torch's for a GPU tensor; 0 for a CPU tensor (the recording driver).
+int device_index(const c10::Device& d) { return d.has_index() ? d.index() : 0; }
+
 void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
   const OpPlan& p = plan_;
   const size_t n_args = p.n_inputs + (is_out ? p.outputs.size() : 0);
@@ -19,13 +22,13 @@ void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
   auto args = torch::jit::last(*stack, n_args);
   Call c;
   prepare(c, args, is_out, /*check_device=*/true);
-  DeviceState& ds = bundle_->device(c.device.index());
+  DeviceState& ds = bundle_->device(device_index(c.device));
   Decision d;
   if (forced_spec >= 0) {
     FLYSHIP_CHECK(forced_spec < static_cast<int>(p.specs.size()), label(), ": specialization index out of range");
     std::string why;
-    FLYSHIP_CHECK(fits(c, forced_spec, *ds.selection, is_out, &why), label(), ": these inputs do not fit specialization ",
-                p.specs[forced_spec].name, ": ", why);
+    FLYSHIP_CHECK(fits(c, forced_spec, *ds.selection, is_out, &why, &d.launch), label(),
+                  ": these inputs do not fit specialization ", p.specs[forced_spec].name, ": ", why);
     d.spec = forced_spec;
     d.variant = ds.selection->variant[index_][forced_spec];
   } else {
@@ -33,7 +36,7 @@ void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
   }
   if (d.spec >= 0) {
     if (!is_out && c.fresh.empty()) allocate_outputs(c);
-    launch(c, ds, d.spec, d.variant);
+    launch(c, ds, d);
   } else {
     fallback(c, d.reason, is_out);
   }
@@ -52,17 +55,17 @@ std::vector<at::Tensor> OpState::outputs(const Call& c) const {
   return results;
 }
 
-void OpState::launch(Call& c, DeviceState& ds, int spec, int variant) {
-  const VariantPlan& v = plan_.specs[spec].variants[variant];
-  const int dev = c.device.index();
+void OpState::launch(Call& c, DeviceState& ds, const Decision& d) {
+  const VariantPlan& v = plan_.specs[d.spec].variants[d.variant];
+  const LaunchShape& ls = d.launch;
+  const int dev = device_index(c.device);
   LoadedKernel& k = bundle_->kernel(ds, v, *this);
-  int64_t g[3];
-  grid(v, c, g);
-  if (g[0] == 0 || g[1] == 0 || g[2] == 0) {  // empty inputs: nothing to launch (a zero grid is a launch error)
+  const int64_t* g = ls.grid;
+  if (ls.empty) {  // outputs that hold no elements: nothing to launch (a zero grid is a launch error)
     empty_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  const int64_t dyn = eval(v, v.programs[v.dynamic_lds], c, "dynamic LDS");
+  const int64_t dyn = ls.dynamic_lds;
   FLYSHIP_CHECK(dyn >= 0 && v.static_lds + dyn <= ds.info.max_shared_per_block, label(), ": kernel ", v.label,
               " needs ", v.static_lds, " bytes of static + ", dyn, " bytes of dynamic LDS / shared memory for these "
               "inputs; device ", dev, " (", ds.info.target, ") allows ", ds.info.max_shared_per_block,
@@ -82,17 +85,20 @@ void OpState::launch(Call& c, DeviceState& ds, int spec, int variant) {
     buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(heap_buf.data()) + 63) & ~uintptr_t(63));
   }
   c10::SmallVector<at::Tensor, 2> scratch;
-  pack_kernargs(v, c, g[0] * g[1] * g[2], buf, &scratch);
+  pack_kernargs(v, c, ls.programs, buf, &scratch);
   // torch's current stream of this device; Stream::native_handle gives the hipStream_t / cudaStream_t
-  // without the CUDA or HIP torch headers (c10::Stream::native_handle, torch >= 2.2).
-  void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(c.device).native_handle();
+  // without the CUDA or HIP torch headers (c10::Stream::native_handle, torch >= 2.2). CPU tensors (the
+  // recording driver) have no stream: it gets a null one.
+  void* stream = driver::host_tensors()
+                     ? nullptr
+                     : c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(c.device).native_handle();
   const uint32_t grid32[3] = {static_cast<uint32_t>(g[0]), static_cast<uint32_t>(g[1]), static_cast<uint32_t>(g[2])};
   driver::Status s = driver::launch(dev, k.function, grid32, v.block, static_cast<uint32_t>(dyn), stream, buf,
                                     static_cast<size_t>(v.kernarg_size));
   FLYSHIP_CHECK(s.ok(), label(), ": launching ", v.label, " on device ", dev, " (", ds.info.target, ") failed: ",
               s.message, " [grid ", g[0], "x", g[1], "x", g[2], ", block ", v.block[0], "x", v.block[1], "x",
               v.block[2], "]");
-  launches_[spec].fetch_add(1, std::memory_order_relaxed);
+  launches_[d.spec].fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace flyship

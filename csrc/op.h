@@ -21,6 +21,9 @@ namespace flyship {
 
 class BundleCore;
 
+// The driver's device index of a tensor's device (CPU tensors, for the recording driver: 0).
+int device_index(const c10::Device& d);
+
 class OpState {
  public:
   OpState(BundleCore* bundle, int index, OpPlan plan, py::object reference)
@@ -38,21 +41,27 @@ class OpState {
 
   // Bind `args` (inputs, then out tensors when is_out) into `c`, checking kinds, ranks and, when
   // `check_device`, that every tensor is on one GPU.
+  // Any call refuses tensors on two devices, or real tensors mixed with meta ones.
   void bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const;
+  // The device type the driver launches on: a GPU's (cuda), or the CPU for the recording driver.
+  void check_device_type(const at::Tensor& x, const std::string& name) const;
   // Output shapes and dtypes from the plan's rules.
   void output_rules(Call& c) const;
   // Allocate the outputs (functional form) on the call's device.
   void allocate_outputs(Call& c) const;
   // The first specialization whose guard holds and that has code for `sel`'s target.
   Decision decide(const Call& c, const Selection& sel, bool is_out) const;
-  // Whether specialization `s` fits; fills *why when it does not and why != nullptr.
-  bool fits(const Call& c, int s, const Selection& sel, bool is_out, std::string* why) const;
+  // Whether specialization `s` fits: code for the target, its guard, and a launch its variant can take
+  // (check_launch); fills *why when it does not (why may be null) and *ls when it does (ls may be null).
+  bool fits(const Call& c, int s, const Selection& sel, bool is_out, std::string* why, LaunchShape* ls) const;
+  // The grid, dynamic LDS and scratch of variant `v` for call `c`, and every value field against its type,
+  // all overflow-checked; a zero grid passes only when every output holds no elements. False with *why.
+  bool check_launch(const VariantPlan& v, const Call& c, LaunchShape* ls, std::string* why) const;
   // Pack the kernarg buffer of variant `v` for call `c` into `buf` (v.kernarg_size bytes).
   void pack_kernargs(const VariantPlan& v, const Call& c, int64_t programs, uint8_t* buf,
                      c10::SmallVector<at::Tensor, 2>* scratch) const;
   // Evaluate program `p` of variant `v` (grid, dynamic LDS, expr fields).
   int64_t eval(const VariantPlan& v, const Program& p, const Call& c, const char* what) const;
-  void grid(const VariantPlan& v, const Call& c, int64_t g[3]) const;
 
   py::dict stats() const;
   void reset_stats();
@@ -73,7 +82,7 @@ class OpState {
   std::string label() const { return "flyship " + plan_.qualname; }
 
  private:
-  void launch(Call& c, DeviceState& ds, int spec, int variant);
+  void launch(Call& c, DeviceState& ds, const Decision& d);
 
   BundleCore* bundle_;
   int index_;

@@ -8,14 +8,41 @@
 
 namespace flyship {
 
+namespace {
+
+// The code of `name` in a table of names, or a plan error listing the names.
+template <size_t N>
+int code_of(const char* const (&table)[N], const std::string& name, const char* what, const std::string& where) {
+  for (size_t k = 0; k < N; ++k)
+    if (name == table[k]) return static_cast<int>(k);
+  std::string known;
+  for (size_t k = 0; k < N; ++k) known += (k ? ", " : "") + std::string(table[k]);
+  FLYSHIP_PLAN_CHECK(false, where, "expected a ", what, " (", known, "), got '", name, "'");
+  return -1;
+}
+
+}  // namespace
+
+// {"text": str, "code": [mnemonic, operands..., ...]}: mnemonics become opcodes (expr.h), operands stay ints.
 Program parse_program(const py::handle& h, const std::vector<SlotShape>& shapes, const std::string& where) {
-  auto pair = h.cast<py::sequence>();
-  FLYSHIP_CHECK(pair.size() == 2, "flyship plan: ", where, ": expected (text, program)");
+  auto d = h.cast<py::dict>();
   Program p;
-  p.text = pair[0].cast<std::string>();
-  p.code = pair[1].cast<std::vector<int64_t>>();
+  p.text = need<std::string>(d, "text", where);
+  auto words = need<py::list>(d, "code", where);
+  FLYSHIP_PLAN_CHECK(words.size() <= static_cast<size_t>(kMaxProgramWords), where, "program for '", p.text, "' has ",
+                     words.size(), " words, more than ", kMaxProgramWords);
+  for (size_t i = 0; i < words.size();) {
+    const auto name = words[i].cast<std::string>();
+    const int64_t op = opcode_of(name);
+    FLYSHIP_PLAN_CHECK(op >= 0, where, "program for '", p.text, "': unknown opcode '", name, "' at word ", i);
+    p.code.push_back(op);
+    const size_t n = static_cast<size_t>(detail::operand_count(op));
+    FLYSHIP_PLAN_CHECK(i + 1 + n <= words.size(), where, "program for '", p.text, "': opcode ", name, " lacks operands");
+    for (size_t k = 1; k <= n; ++k) p.code.push_back(words[i + k].cast<int64_t>());
+    i += 1 + n;
+  }
   std::string why = validate(p.code, shapes);
-  FLYSHIP_CHECK(why.empty(), "flyship plan: ", where, ": program for '", p.text, "' is malformed: ", why);
+  FLYSHIP_PLAN_CHECK(why.empty(), where, "program for '", p.text, "' is malformed: ", why);
   return p;
 }
 
@@ -53,24 +80,23 @@ VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shape
   FLYSHIP_CHECK(v.dynamic_lds >= 0 && v.dynamic_lds < n_programs, "flyship plan: ", vw,
               ": dynamic_lds program out of range");
   for (auto fh : need<py::list>(d, "fields", vw)) {
-    auto f = fh.cast<py::sequence>();
-    FLYSHIP_CHECK(f.size() == 10, "flyship plan: ", vw, ": a field needs 10 entries");
+    auto f = fh.cast<py::dict>();
     Field x;
-    x.kind = f[0].cast<int>();
-    x.type = f[1].cast<int>();
-    x.offset = f[2].cast<int64_t>();
-    x.slot = f[3].cast<int>();
-    x.dim = f[4].cast<int>();
-    x.program = f[5].cast<int>();
-    const int64_t constant = f[6].cast<int64_t>();
-    std::memcpy(x.constant, &constant, 8);  // little-endian bytes, as Python packed them
-    x.bytes_per_program = f[7].cast<int64_t>();
-    x.align = f[8].cast<int64_t>();
-    x.label = f[9].cast<std::string>();
+    x.label = need<std::string>(f, "label", vw);
     const std::string fw = vw + " field " + x.label;
+    x.kind = code_of(kFieldKindName, need<std::string>(f, "kind", fw), "field kind", fw);
+    x.type = code_of(kTypeName, need<std::string>(f, "type", fw), "field type", fw);
+    x.offset = need<int64_t>(f, "offset", fw);
+    x.slot = need<int>(f, "slot", fw);
+    x.dim = need<int>(f, "dim", fw);
+    x.program = need<int>(f, "program", fw);
+    const int64_t constant = need<int64_t>(f, "constant", fw);
+    std::memcpy(x.constant, &constant, 8);  // little-endian bytes, as Python packed them
+    x.bytes_per_program = need<int64_t>(f, "bytes_per_program", fw);
+    x.align = need<int64_t>(f, "align", fw);
     FLYSHIP_CHECK(x.kind >= kPointer && x.kind <= kScratch, "flyship plan: ", fw, ": unknown kind ", x.kind);
     FLYSHIP_CHECK(x.type >= kPtr && x.type <= kBF16, "flyship plan: ", fw, ": unknown type ", x.type);
-    FLYSHIP_CHECK(x.offset >= 0 && x.offset + kTypeSize[x.type] <= v.kernarg_size, "flyship plan: ", fw,
+    FLYSHIP_CHECK(x.offset >= 0 && x.offset <= v.kernarg_size - kTypeSize[x.type], "flyship plan: ", fw,
                 ": lies outside the kernarg buffer of ", v.kernarg_size, " bytes");
     const bool needs_slot = x.kind == kPointer || x.kind == kShape || x.kind == kStride || x.kind == kScalar;
     if (needs_slot) {
@@ -106,9 +132,17 @@ OpPlan parse_op(const py::dict& d) {
   const std::string where = "op " + op.name;
   for (auto sh : need<py::list>(d, "slots", where)) {
     auto s = sh.cast<py::dict>();
-    op.slots.push_back({need<std::string>(s, "name", where), need<int>(s, "kind", where), need<int>(s, "rank", where)});
+    Slot slot;
+    slot.name = need<std::string>(s, "name", where);
+    slot.kind = code_of(kArgKindName, need<std::string>(s, "kind", where), "argument kind", where + " " + slot.name);
+    slot.rank = need<int>(s, "rank", where);
+    FLYSHIP_PLAN_CHECK(slot.rank >= 0 && (slot.kind == kTensor || slot.rank == 0), where,
+                       "argument '", slot.name, "' has rank ", slot.rank);
+    op.slots.push_back(std::move(slot));
   }
   op.n_inputs = need<int>(d, "n_inputs", where);
+  FLYSHIP_PLAN_CHECK(op.n_inputs >= 0 && op.n_inputs <= static_cast<int>(op.slots.size()), where, "n_inputs ",
+                     op.n_inputs, " out of range for ", op.slots.size(), " slots");
   FLYSHIP_CHECK(static_cast<int>(op.slots.size()) <= kMaxSlots, "flyship: op ", op.name, " has more than ", kMaxSlots,
               " arguments and outputs");
   std::vector<SlotShape> shapes, input_shapes;
@@ -127,6 +161,11 @@ OpPlan parse_op(const py::dict& d) {
     OutputPlan out;
     out.name = need<std::string>(o, "name", where);
     out.dtype_slot = need<int>(o, "dtype_slot", where);
+    // A dtype rule reads a tensor's dtype: a slot of any other kind (a scalar named like a dtype) is refused
+    // here, so a call never reads a tensor that was never bound.
+    FLYSHIP_PLAN_CHECK(out.dtype_slot < op.n_inputs && (out.dtype_slot < 0 || op.slots[out.dtype_slot].kind == kTensor),
+                       where, "output '", out.name, "' takes its dtype from slot ", out.dtype_slot,
+                       ", expected an input tensor's slot or -1 (a fixed dtype)");
     if (out.dtype_slot < 0) out.dtype = dtype_from_name(need<std::string>(o, "dtype", where));
     for (auto p : need<py::list>(o, "shape", where)) out.shape.push_back(parse_program(p, input_shapes, where));
     op.outputs.push_back(std::move(out));

@@ -18,22 +18,24 @@ namespace flyship {
 namespace py = pybind11;
 
 // Plan format version: flyship/loader/plan.py PLAN_VERSION.
-constexpr int kPlanVersion = 1;
+constexpr int kPlanVersion = 2;
 constexpr int kMaxDevices = 64;
 constexpr int kMaxSlots = 64;
 // Kernarg buffers up to this size live on the stack; bigger ones on the heap.
 constexpr size_t kInlineKernargBytes = 1024;
 
-// Codes shared with flyship/loader/plan.py.
-enum ArgKind : int { kTensor = 0, kInt = 1, kFloat = 2, kBool = 3 };
-enum FieldKind : int {
-  kPointer = 0, kShape = 1, kStride = 2, kScalar = 3, kExpr = 4, kConstant = 5, kNull = 6, kScratch = 7
-};
-enum FieldType : int {
-  kPtr = 0, kI64 = 1, kU64 = 2, kI32 = 3, kU32 = 4, kI16 = 5, kI8 = 6, kF64 = 7, kF32 = 8, kF16 = 9, kBF16 = 10
-};
-constexpr int kTypeSize[] = {8, 8, 8, 4, 4, 2, 1, 8, 4, 2, 2};
-constexpr const char* kTypeName[] = {"ptr", "i64", "u64", "i32", "u32", "i16", "i8", "f64", "f32", "f16", "bf16"};
+// The plan names argument kinds, kernarg field kinds and field types as the manifest does ("tensor",
+// "pointer", "i32"); parse_op maps each name once through these tables, the only place their codes exist.
+// bindings.cpp exports them as PLAN_TABLES, and tests compare them with flyship.bundle's.
+enum ArgKind : int { kTensor, kInt, kFloat, kBool, kArgKindCount };
+constexpr const char* kArgKindName[kArgKindCount] = {"tensor", "int", "float", "bool"};
+enum FieldKind : int { kPointer, kShape, kStride, kScalar, kExpr, kConstant, kNull, kScratch, kFieldKindCount };
+constexpr const char* kFieldKindName[kFieldKindCount] = {"pointer", "shape", "stride", "scalar",
+                                                         "expr",    "constant", "null", "scratch"};
+enum FieldType : int { kPtr, kI64, kU64, kI32, kU32, kI16, kI8, kF64, kF32, kF16, kBF16, kFieldTypeCount };
+constexpr const char* kTypeName[kFieldTypeCount] = {"ptr", "i64", "u64", "i32", "u32", "i16",
+                                                    "i8",  "f64", "f32", "f16", "bf16"};
+constexpr int kTypeSize[kFieldTypeCount] = {8, 8, 8, 4, 4, 2, 1, 8, 4, 2, 2};
 
 struct Slot {
   std::string name;
@@ -93,6 +95,9 @@ struct OpPlan {
   std::vector<SpecPlan> specs;
   bool guard_uses_outputs = false;  // a guard reads an output: allocate outputs before choosing
 };
+
+// Read one program of the plan ({"text", "code"}), mapping mnemonics to opcodes and validating it.
+Program parse_program(const py::handle& h, const std::vector<SlotShape>& shapes, const std::string& where);
 
 // Read one op of the plan, checking every index and code in it (FLYSHIP_PLAN_CHECK).
 OpPlan parse_op(const py::dict& d);

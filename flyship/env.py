@@ -9,6 +9,8 @@ Options:
     FLYSHIP_HIP_NVIDIA_INCLUDE: TEST-ONLY, for ``FLYSHIP_FLAVOR=hip-nvidia``: the folder holding the test's
         ``hip/hip_runtime_api.h`` that maps the shim's HIP calls onto the CUDA driver
         (``tests/gpu/hip_nvidia/include``). The CUDA headers and libcuda are found as for the cuda flavor.
+        ``record`` is test-only and never chosen by default: the recording driver (csrc/driver_record.cpp)
+        runs the real call path on CPU tensors and records each launch instead of running it.
     FLYSHIP_HIP_PATH: root of the HIP install to compile the hip flavor against (default: ``$ROCM_PATH``,
         ``/opt/rocm``, then Debian's ``/usr``).
     FLYSHIP_EXTENSIONS_DIR: where the compiled extension is cached (default: ``$TORCH_EXTENSIONS_DIR`` or
@@ -29,7 +31,7 @@ import os
 from flyship.errors import ConfigError
 
 
-FLAVORS = ("hip", "cuda", "hip-nvidia")  # hip-nvidia: test-only, see FLYSHIP_FLAVOR
+FLAVORS = ("hip", "cuda", "hip-nvidia", "record")  # hip-nvidia and record: test-only, see FLYSHIP_FLAVOR
 
 
 def _get(name: str, default: str = "") -> str:
@@ -39,8 +41,8 @@ def _get(name: str, default: str = "") -> str:
 def flavor() -> str | None:
     v = _get("FLYSHIP_FLAVOR").lower()
     if v and v not in FLAVORS:
-        raise ConfigError(f"FLYSHIP_FLAVOR: expected 'hip' or 'cuda' (or the test-only 'hip-nvidia'), got {v!r}; "
-                          "unset it to pick from the torch build")
+        raise ConfigError(f"FLYSHIP_FLAVOR: expected 'hip' or 'cuda' (or the test-only 'hip-nvidia', 'record'), got "
+                          f"{v!r}; unset it to pick from the torch build")
     return v or None
 
 

@@ -49,27 +49,6 @@ class Decision:
     reason: str
 
 
-@dataclasses.dataclass(frozen=True)
-class Packed:
-    """A call's launch, packed but not launched.
-
-    Attributes:
-        buffer: the kernarg bytes (``kernargs.size`` of them), as the runtime receives them.
-        grid: workgroups in x, y, z.
-        block: work-items per workgroup in x, y, z.
-        dynamic_lds: dynamic LDS / shared memory bytes.
-        outputs: the output tensors whose pointers were packed (fresh ones unless out tensors were given).
-        scratch: scratch tensors allocated for ``scratch`` fields.
-    """
-
-    buffer: bytes
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    dynamic_lds: int
-    outputs: tuple[Any, ...]
-    scratch: tuple[Any, ...]
-
-
 def make_selector(manifest: _m.Manifest) -> Callable[[str], list[list[tuple[int, str]]]]:
     """The variant chooser the C++ core calls once per (bundle, device target): per op, per
     specialization, the index of the variant to run (:func:`flyship.bundle.targets.select`) or -1 with
@@ -99,19 +78,6 @@ def _no_code_object(device_target: str, candidates: list[str]) -> str:
     names = {"amd": "AMD", "nvidia": "NVIDIA"}
     return (f"no code object for {device_target}; bundle has no {names[vendor]} code objects "
             f"({', '.join(sorted(set(candidates)))})")
-
-
-@dataclasses.dataclass(frozen=True)
-class DryRun:
-    """A call taken as a device of some target would take it, without a device.
-
-    Attributes:
-        spec: the specialization that would launch (nothing was launched), or None.
-        outputs: when no specialization fits, the fallback's outputs (the reference ran); else ().
-    """
-
-    spec: Optional[str]
-    outputs: tuple[Any, ...]
 
 
 class OpHandle:
@@ -208,7 +174,9 @@ class OpHandle:
 
     def dispatch(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None, **kwargs: Any) -> Decision:
         """Which specialization a call would run on a device of ``target``, without a device: the same
-        C++ checks and guards as a launch, on tensors of any device.
+        C++ checks, guards and launch checks (grid, kernarg value ranges) as a launch, on tensors of any one
+        device. To run the whole call path without a GPU, tests use the recording driver
+        (``FLYSHIP_FLAVOR=record``, docs/loader.md).
 
         Args:
             args, kwargs: the op's inputs, as for a call (scalar defaults apply).
@@ -221,40 +189,6 @@ class OpHandle:
             return Decision(None, None, reason)
         s = self.manifest.specializations[spec]
         return Decision(s.name, s.variants[variant].target, "")
-
-    def dry_run(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None, **kwargs: Any) -> DryRun:
-        """Take a call as a device of ``target`` would, on tensors of any device, without launching:
-        the C++ checks, output rules and guards, then either the specialization that would launch, or
-        the fallback exactly as a launch would run it (reference call, stats, the fallback-off error).
-
-        Args:
-            args: the op's inputs, positionally.
-            target: a device target ID.
-            out: out tensors, to take the ``.out`` variant's path.
-        """
-        values = [*self._bind(args, kwargs), *(out or ())]
-        spec, outputs = self._ops._core.call_on_target(self._index, target, values, out is not None)
-        return DryRun(self.specializations[spec] if spec >= 0 else None, tuple(outputs))
-
-    def pack_kernargs(self, spec: str | int, *args: Any, target: Optional[str] = None,
-                      out: Optional[tuple[Any, ...]] = None, **kwargs: Any) -> Packed:
-        """Pack a call's kernargs for one specialization and target (no launch, no device needed).
-
-        This packs what that specialization would be given; it does not check the specialization's guard
-        (use :meth:`dispatch` to see which specialization a call would take).
-
-        Args:
-            spec: specialization name or index.
-            args, kwargs: the op's inputs, as for a call (scalar defaults apply).
-            target: the variant's target (default: the specialization's first variant).
-            out: out tensors (default: fresh outputs on the inputs' device).
-        """
-        si = self._spec_index(spec)
-        variants = self.manifest.specializations[si].variants
-        vi = 0 if target is None else self._variant_index(si, target)
-        d = self._ops._core.pack(self._index, si, vi, [*self._bind(args, kwargs), *(out or ())], out is not None)
-        return Packed(d["buffer"], tuple(d["grid"]), tuple(d["block"]), d["dynamic_lds"], tuple(d["outputs"]),
-                      tuple(d["scratch"]))
 
     def load_kernel(self, spec: str | int, *, target: str, device: int) -> None:
         """Load one variant's code object onto GPU ``device`` now (normally this happens at the first call).

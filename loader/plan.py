@@ -1,8 +1,10 @@
 """Lower a manifest to the plan the C++ core runs (``csrc/flyship.cpp``, ``parse_op``).
 
-The lowering happens once per load. Everything the core needs per call becomes integers: argument
-kinds, slots, kernarg field codes and offsets, and postfix programs (:func:`flyship.bundle.expr.compile_program`).
-The plan travels to C++ as plain Python lists and dicts; its shape is versioned by ``PLAN_VERSION``
+The lowering happens once per load: slots (argument positions), kernarg fields with their offsets, and
+postfix programs (:func:`flyship.bundle.expr.compile_program`). Kinds, field types and opcodes travel by
+the manifest's names ("tensor", "pointer", "i32", "cdiv"); the core maps each name to its code once, at
+plan parse, so the codes exist only in C++ (``csrc/plan.h``, ``csrc/expr.h``; exported as
+``PLAN_TABLES``). The plan travels as plain dicts and lists; its shape is versioned by ``PLAN_VERSION``
 (``kPlanVersion`` in C++) and documented in ``docs/loader.md``.
 """
 
@@ -15,11 +17,7 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle.errors import BundleError
 
-PLAN_VERSION = 1
-ARG_KINDS = {"tensor": 0, "int": 1, "float": 2, "bool": 3}
-FIELD_KINDS = {"pointer": 0, "shape": 1, "stride": 2, "scalar": 3, "expr": 4, "constant": 5, "null": 6, "scratch": 7}
-FIELD_TYPES = {"ptr": 0, "i64": 1, "u64": 2, "i32": 3, "u32": 4, "i16": 5, "i8": 6, "f64": 7, "f32": 8, "f16": 9,
-               "bf16": 10}
+PLAN_VERSION = 2
 FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
 _PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d",
          "f32": "<f", "f16": "<e"}
@@ -90,14 +88,19 @@ def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...]) -> d
     return out
 
 
+def lower_program(text: str, slots: dict[str, _expr.Slot]) -> dict[str, Any]:
+    """An expression as the core reads it (``parse_program``): its text and its postfix words."""
+    return {"text": text, "code": _expr.compile_program(text, slots)}
+
+
 def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, image: bytes,
                   slots: dict[str, _expr.Slot]) -> dict[str, Any]:
     """One variant as the core reads it (``parse_variant``)."""
     where = f"op {op.name} specialization {spec.name} target {v.target}"
-    programs: list[tuple[str, list[int]]] = []
+    programs: list[dict[str, Any]] = []
 
     def program(text: str) -> int:
-        programs.append((text, _expr.compile_program(text, slots)))
+        programs.append(lower_program(text, slots))
         return len(programs) - 1
 
     grid = [program(e) for e in v.launch.grid]
@@ -130,8 +133,8 @@ def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, image: byte
         elif f.kind == "scratch":
             bytes_per_program = int(f.bytes_per_program or 0)
             align = int(f.align or 256)
-        fields.append([FIELD_KINDS[f.kind], FIELD_TYPES[f.type], f.offset, slot, dim, prog, constant,
-                       bytes_per_program, align, label])
+        fields.append({"kind": f.kind, "type": f.type, "offset": f.offset, "slot": slot, "dim": dim, "program": prog,
+                       "constant": constant, "bytes_per_program": bytes_per_program, "align": align, "label": label})
     return {
         "target": v.target,
         "format": v.code_object.format,
@@ -143,7 +146,7 @@ def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, image: byte
         "kernarg_align": v.kernargs.alignment,
         "static_lds": v.metadata.group_segment_fixed_size,
         "fields": fields,
-        "programs": [[t, p] for t, p in programs],
+        "programs": programs,
         "grid": grid,
         "dynamic_lds": dynamic_lds,
         "block": list(v.launch.block),
@@ -166,22 +169,21 @@ def lower_op(op: _m.Op, namespace: str, images: dict[str, bytes]) -> dict[str, A
     inputs_only = {k: s for k, s in slots.items() if s.index < n_in}
     outputs = []
     for o in op.outputs:
-        dtype_slot = slots[o.dtype].index if o.dtype in inputs_only else -1
+        # Only an input *tensor* gives a dtype (a scalar named like a dtype does not); C++ refuses any other slot.
+        dtype_slot = slots[o.dtype].index if o.dtype in inputs_only and inputs_only[o.dtype].kind == "tensor" else -1
         outputs.append({
             "name": o.name,
             "dtype_slot": dtype_slot,
             "dtype": "" if dtype_slot >= 0 else o.dtype,
-            "shape": [[e, _expr.compile_program(e, inputs_only)] for e in o.shape],
+            "shape": [lower_program(e, inputs_only) for e in o.shape],
         })
     specs = []
     out_names = {o.name for o in op.outputs}
     for s in op.specializations:
         implied = implied_layout_constraints(op, s.variants)
-        constraints = [[c, _expr.compile_program(c, slots)] for c in s.guard.constraints]
-        constraints += [[c, _expr.compile_program(c, slots)] for name, cs in implied.items() if name not in out_names
-                        for c in cs]
-        out_constraints = [[c, _expr.compile_program(c, slots)] for name, cs in implied.items() if name in out_names
-                           for c in cs]
+        constraints = [lower_program(c, slots) for c in s.guard.constraints]
+        constraints += [lower_program(c, slots) for name, cs in implied.items() if name not in out_names for c in cs]
+        out_constraints = [lower_program(c, slots) for name, cs in implied.items() if name in out_names for c in cs]
         specs.append({
             "name": s.name,
             "dtypes": [[slots[t].index, d] for t, d in s.guard.dtypes.items()],
@@ -196,7 +198,7 @@ def lower_op(op: _m.Op, namespace: str, images: dict[str, bytes]) -> dict[str, A
     return {
         "name": op.name,
         "qualname": f"{namespace}::{op.name}",
-        "slots": [{"name": n, "kind": ARG_KINDS[s.kind], "rank": s.rank} for n, s in slots.items()],
+        "slots": [{"name": n, "kind": s.kind, "rank": s.rank} for n, s in slots.items()],
         "n_inputs": n_in,
         "outputs": outputs,
         "specs": specs,

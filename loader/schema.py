@@ -6,8 +6,9 @@ The schema follows from the manifest's ``args`` and ``outputs`` (docs/bundle-for
     add.out(Tensor x, Tensor y, *, Tensor(a!) out) -> ()
     addsub.out(Tensor x, Tensor y, *, Tensor(a!) sum, Tensor(b!) diff) -> ()
 
-The fake kernel computes output shapes with the same postfix programs the C++ core runs, evaluated on
-Python ints or SymInts, so torch.compile traces the op with dynamic shapes without a graph break.
+The fake kernel computes output shapes with flyship's one expression interpreter
+(:func:`flyship.bundle.expr.evaluate`, the C++ core's semantics) on Python ints or SymInts, so
+torch.compile traces the op with dynamic shapes without a graph break.
 """
 
 from __future__ import annotations
@@ -71,57 +72,6 @@ def schemas(op: _m.Op) -> tuple[str, str]:
     return functional, out
 
 
-def _run(code: list[int], shape: Callable, stride: Callable, numel: Callable, scalar: Callable) -> Any:
-    """Evaluate a postfix program on Python ints or SymInts (mirrors csrc/expr.h)."""
-    import torch
-
-    st: list[Any] = []
-    i = 0
-    binops: dict[int, Callable[[Any, Any], Any]] = {
-        _expr.OP_ADD: lambda a, b: a + b,
-        _expr.OP_SUB: lambda a, b: a - b,
-        _expr.OP_MUL: lambda a, b: a * b,
-        _expr.OP_FLOORDIV: lambda a, b: a // b,
-        _expr.OP_MOD: lambda a, b: a % b,
-        _expr.OP_CDIV: lambda a, b: -((-a) // b),
-        _expr.OP_MIN: torch.sym_min,
-        _expr.OP_MAX: torch.sym_max,
-        _expr.OP_EQ: lambda a, b: int(a == b),
-        _expr.OP_NE: lambda a, b: int(a != b),
-        _expr.OP_LT: lambda a, b: int(a < b),
-        _expr.OP_LE: lambda a, b: int(a <= b),
-        _expr.OP_GT: lambda a, b: int(a > b),
-        _expr.OP_GE: lambda a, b: int(a >= b),
-        _expr.OP_AND: lambda a, b: int(bool(a) and bool(b)),
-        _expr.OP_OR: lambda a, b: int(bool(a) or bool(b)),
-    }
-    while i < len(code):
-        op = code[i]
-        if op == _expr.OP_CONST:
-            st.append(code[i + 1])
-            i += 2
-        elif op in (_expr.OP_SHAPE, _expr.OP_STRIDE):
-            st.append((shape if op == _expr.OP_SHAPE else stride)(code[i + 1], code[i + 2]))
-            i += 3
-        elif op == _expr.OP_NUMEL:
-            st.append(numel(code[i + 1]))
-            i += 2
-        elif op == _expr.OP_SCALAR:
-            st.append(scalar(code[i + 1]))
-            i += 2
-        elif op == _expr.OP_NEG:
-            st[-1] = -st[-1]
-            i += 1
-        elif op == _expr.OP_NOT:
-            st[-1] = int(not st[-1])
-            i += 1
-        else:
-            b = st.pop()
-            st[-1] = binops[op](st[-1], b)
-            i += 1
-    return st[0]
-
-
 def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
     """The fake kernel of the functional op (fresh outputs) or of its ``.out`` variant (checks the out tensors,
     returns nothing).
@@ -132,7 +82,10 @@ def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
 
     slots = _m.slots(op)
     inputs_only = {k: s for k, s in slots.items() if s.index < len(op.args)}
-    shape_programs = [[_expr.compile_program(e, inputs_only) for e in o.shape] for o in op.outputs]
+    for o in op.outputs:  # refuse, at load, a rule that names anything but the inputs
+        for e in o.shape:
+            _expr.compile_program(e, inputs_only)
+    symbolic = _expr.Symbolic(min=torch.sym_min, max=torch.sym_max)
     arg_names = [a.name for a in op.args]
     defaults = {a.name: a.default for a in op.args if a.default is not None}
     outs = out_names(op)
@@ -148,16 +101,32 @@ def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
                 if v.dim() != a.rank:
                     raise RuntimeError(f"flyship {qualname}: expected '{a.name}' of rank {a.rank}, got rank {v.dim()} "
                                        f"(shape {list(v.shape)})")
+                if first is not None and v.device != first.device:
+                    # As the C++ core refuses it: a real tensor mixed with a meta one (the dispatcher picks this
+                    # fake kernel for such a call) or tensors on two devices.
+                    raise RuntimeError(f"flyship {qualname}: expected all tensors on one device (all real or all "
+                                       f"meta), got {first.device} and {v.device} for '{a.name}'; move them to one "
+                                       "device")
                 first = first if first is not None else v
+
+        def env(name: str, what: str, idx: int | None) -> Any:
+            v = values[name]
+            return {"shape": lambda: v.shape[idx], "stride": lambda: v.stride(idx), "numel": v.numel,
+                    "scalar": lambda: v}[what]()
+
         results = []
-        for o, progs in zip(op.outputs, shape_programs):
-            shape = [_run(p, lambda s, d: by_slot[s].shape[d], lambda s, d: by_slot[s].stride(d),
-                          lambda s: by_slot[s].numel(), lambda s: by_slot[s]) for p in progs]
-            dtype = by_slot[slots[o.dtype].index].dtype if o.dtype in inputs_only else getattr(torch, o.dtype)
+        for o in op.outputs:
+            shape = [_expr.evaluate(e, env, symbolic=symbolic) for e in o.shape]
+            is_tensor = o.dtype in inputs_only and inputs_only[o.dtype].kind == "tensor"
+            dtype = values[o.dtype].dtype if is_tensor else getattr(torch, o.dtype)
             results.append((shape, dtype))
         if is_out:
             got = [kwargs[n] for n in outs]
             for name, t, (shape, dtype) in zip(outs, got, results):
+                if t.device != first.device:
+                    raise RuntimeError(f"flyship {qualname}: expected all tensors on one device (all real or all "
+                                       f"meta), got {first.device} and {t.device} for '{name}'; move them to one "
+                                       "device")
                 if list(t.shape) != list(shape) or t.dtype != dtype:
                     raise RuntimeError(f"flyship {qualname}: expected out tensor '{name}' of shape {list(shape)} and "
                                        f"dtype {dtype}, got shape {list(t.shape)} and dtype {t.dtype}")

@@ -27,7 +27,7 @@ def test_unknown_syntax_is_refused_with_the_offending_part():
 def test_program_encodes_slots_and_resolves_negative_dims():
     slots = {"x": expr.Slot(0, "tensor", 2), "n": expr.Slot(1, "int")}
     prog = expr.compile_program("cdiv(x.shape[-1], n)", slots)
-    assert prog == [expr.OP_SHAPE, 0, 1, expr.OP_SCALAR, 1, expr.OP_CDIV]
+    assert prog == ["shape", 0, 1, "scalar", 1, "cdiv"]
     with pytest.raises(ExprError, match="out of range"):
         expr.compile_program("x.shape[2]", slots)
     with pytest.raises(ExprError, match="unknown name"):
@@ -41,3 +41,11 @@ def test_substitute_inlines_constexprs():
 def test_division_by_zero_names_the_expression():
     with pytest.raises(ExprError, match="division by zero"):
         expr.evaluate_with_shapes("x.shape[0] // 0", {"x": (3,)})
+
+
+def test_a_value_that_leaves_int64_is_an_error_not_a_wrap():
+    with pytest.raises(expr.ExprOverflowError, match="leaves int64"):
+        expr.evaluate_with_shapes("x.numel * 4611686018427387904 // 2", {"x": (3,)})
+    with pytest.raises(expr.ExprOverflowError, match="x.numel of shape"):
+        expr.evaluate_with_shapes("x.numel", {"x": (2**62, 4)})
+    assert expr.evaluate_with_shapes("x.shape[0] * 2 - x.shape[0]", {"x": (2**62 - 1,)}) == 2**62 - 1

@@ -1,6 +1,6 @@
-"""A dry run of the GPU tests' expectations without a GPU: the loader's own dispatch and kernarg packing
-(``OpHandle.dispatch`` / ``pack_kernargs`` bind CPU tensors as stand-ins) must pick, for every shape the
-GPU tests use, the specialization those tests require, and give the fallback reasons they look for.
+"""A dry run of the GPU tests' expectations without a GPU: the loader's own dispatch (``OpHandle.dispatch``
+binds CPU tensors as stand-ins) and the real call path on the recording driver must pick, for every shape
+the GPU tests use, the specialization those tests require, and give the fallback reasons they look for.
 
 Runs in the workload venv (torch + ninja; the loader builds its extension once) on the Triton bundle at
 ``FLYSHIP_GPU_BUNDLE`` / ``artifacts/triton``; skips when there is none.
@@ -9,8 +9,8 @@ Runs in the workload venv (torch + ninja; the loader builds its extension once) 
 from __future__ import annotations
 
 import importlib.util
-import math
 import struct
+import uuid
 
 import pytest
 import torch
@@ -87,7 +87,30 @@ def test_row_strided_inputs_and_out_views_still_run_the_kernel(ops):
     assert ops.gemm.dispatch(a, torch.randn(60, 72).to(torch.bfloat16), target=NV).spec == "bf16"
 
 
-def test_the_benchs_raw_kernarg_packing_equals_the_loaders(ops):
+@pytest.fixture
+def recorded(monkeypatch):
+    """``recorded(target)``: the Triton bundle on the recording driver (``FLYSHIP_FLAVOR=record``) as a device
+    of ``target`` runs it, and a function returning the launches recorded since the last call."""
+    from flyship.loader import build
+
+    try:
+        ext = build.extension("record")
+    except build.ExtensionBuildError as e:
+        pytest.skip(f"the recording extension cannot be built here: {e}")
+    import flyship
+
+    def make(target: str):
+        ext.set_recorded_device(0, target)
+        with monkeypatch.context() as m:
+            m.setenv("FLYSHIP_FLAVOR", "record")
+            ops = flyship.load(bundle_dir(), namespace=f"flyship_r{uuid.uuid4().hex[:10]}")
+        ext.recorded_launches(clear=True)
+        return ops, lambda: ext.recorded_launches(clear=True)
+
+    return make
+
+
+def test_the_benchs_raw_kernarg_packing_equals_the_loaders(ops, recorded):
     spec = importlib.util.spec_from_file_location("launch_overhead", ROOT / "bench" / "launch_overhead.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -95,20 +118,24 @@ def test_the_benchs_raw_kernarg_packing_equals_the_loaders(ops):
     variant = next(v for v in next(s for s in ops.add.manifest.specializations if s.name == "f32").variants
                    if is_compatible(v.target, NV))
     ours = bench.pack(variant, {"x": x, "y": y, "out": o})
-    theirs = ops.add.pack_kernargs("f32", x, y, target=NV, out=(o,)).buffer
-    assert ours == theirs
+    nv, launches = recorded(NV)
+    nv.add.out(x, y, out=o)
+    (launch,) = launches()
+    assert ours == launch["kernargs"]
     assert struct.unpack_from("<QQQi", ours) == (x.data_ptr(), y.data_ptr(), o.data_ptr(), 4096)
 
 
-def test_the_tma_gemm_gets_one_scratch_slice_per_program_on_sm90_only(ops):
+def test_the_tma_gemm_gets_one_scratch_slice_per_program_on_sm90_only(ops, recorded):
     a, b = randn(300, 264, dtype=torch.bfloat16), randn(200, 264, dtype=torch.bfloat16)
-    nv = ops.gemm_tma.pack_kernargs("bf16", a, b, target=NV)
+    nv_ops, launches = recorded(NV)
+    nv_ops.gemm_tma(a, b)
+    (nv,) = launches()
     field = next(f for f in next(v for v in ops.gemm_tma.manifest.specializations[0].variants
                                  if is_compatible(v.target, NV)).kernargs.fields if f.kind == "scratch")
-    programs = math.prod(nv.grid)
-    assert nv.grid == (3, 2, 1)
-    assert [t.numel() for t in nv.scratch] == [programs * field.bytes_per_program + field.align]
-    ptr = struct.unpack_from("<Q", nv.buffer, field.offset)[0]
-    assert ptr % field.align == 0 and nv.scratch[0].data_ptr() <= ptr
-    amd = ops.gemm_tma.pack_kernargs("bf16", a, b, target="gfx942")
-    assert amd.scratch == () and struct.unpack_from("<QQ", amd.buffer, len(amd.buffer) - 16) == (0, 0)
+    assert nv["grid"] == (3, 2, 1)
+    ptr = struct.unpack_from("<Q", nv["kernargs"], field.offset)[0]
+    assert ptr != 0 and ptr % field.align == 0
+    amd_ops, launches = recorded("gfx942")
+    amd_ops.gemm_tma(a, b)
+    (amd,) = launches()
+    assert struct.unpack_from("<QQ", amd["kernargs"], len(amd["kernargs"]) - 16) == (0, 0)

@@ -3,6 +3,10 @@
 ``tiny_bundle`` is the committed, real bundle under ``data/tiny`` (Triton code objects for gfx942,
 gfx950 and sm_90a; ``data/make_tiny_bundle.py`` regenerates it). ``example_bundle`` (tests/conftest.py)
 is the FlyDSL example bundle built by ``flyc-build`` once per session; the generic tests run on it.
+
+``tiny`` uses the extension of this machine's torch build (the hip flavor on a CPU-only torch, which
+refuses CPU tensors). ``recorded`` and ``fresh_ops`` load on the recording driver (``FLYSHIP_FLAVOR=record``):
+calls on CPU tensors take the real C++ path up to the runtime, and ``launches()`` returns what reached it.
 """
 
 from __future__ import annotations
@@ -45,14 +49,49 @@ def tiny(tiny_bundle: Path, ext: Any) -> Any:
     return flyship.load(tiny_bundle)
 
 
+@pytest.fixture(scope="session")
+def record_ext() -> Any:
+    """The extension with the recording driver (builds without any GPU SDK)."""
+    from flyship.loader import build
+
+    try:
+        return build.extension("record")
+    except build.ExtensionBuildError as e:
+        pytest.skip(f"the recording extension cannot be built here, so the C++ call path is untested: {e}")
+
+
 @pytest.fixture
-def fresh_ops(tiny_bundle: Path, ext: Any) -> Callable[..., Any]:
-    """Load the tiny bundle under a new namespace (ops stay registered for the process; a fresh namespace
-    gives a test its own counters and fallback setting)."""
+def recorded(record_ext: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """``recorded(bundle, target=..., **load_kwargs)``: load a bundle on the recording driver under a new
+    namespace (own counters and fallback setting), as a device of ``target`` would run it (the recording
+    device reads its target once, at the bundle's first call). The launch log starts empty."""
     import flyship
 
+    def make(bundle: Path, target: str = "gfx942:sramecc+:xnack-", **kwargs: Any) -> Any:
+        record_ext.set_recorded_device(0, target)
+        with monkeypatch.context() as m:
+            m.setenv("FLYSHIP_FLAVOR", "record")
+            ops = flyship.load(bundle, namespace=f"flyship_r{uuid.uuid4().hex[:10]}", **kwargs)
+        assert ops.flavor == "record"
+        record_ext.recorded_launches(clear=True)
+        return ops
+
+    return make
+
+
+@pytest.fixture
+def launches(record_ext: Any) -> Callable[[], list[dict]]:
+    """The launches recorded since the last look (each a dict: device, symbol, grid, block, dynamic_lds,
+    stream, kernargs)."""
+    return lambda: record_ext.recorded_launches(clear=True)
+
+
+@pytest.fixture
+def fresh_ops(tiny_bundle: Path, recorded: Callable[..., Any]) -> Callable[..., Any]:
+    """The tiny bundle on the recording driver under a new namespace; ``target=`` picks the device target."""
+
     def make(**kwargs: Any) -> Any:
-        return flyship.load(tiny_bundle, namespace=f"flyship_t{uuid.uuid4().hex[:10]}", **kwargs)
+        return recorded(tiny_bundle, **kwargs)
 
     return make
 

@@ -85,7 +85,7 @@ def test_empty_inputs_launch_nothing(gpu_ops):
 
 
 def test_cpu_and_gpu_tensors_mixed_raise(gpu_ops):
-    with pytest.raises(RuntimeError, match="expected tensors on a GPU device, got cpu for argument 'y'"):
+    with pytest.raises(RuntimeError, match="expected all tensors on one device, got cuda:0 for 'x' and cpu for 'y'"):
         gpu_ops.add(cuda(8), torch.randn(8))
 
 

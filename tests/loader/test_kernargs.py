@@ -1,4 +1,6 @@
-"""Kernarg packing, compared byte for byte with what the code object's own metadata and the tensors imply.
+"""Launches as the runtime receives them, recorded by the recording driver after the real C++ call path
+(bind -> guards -> allocate -> grid -> pack -> launch) ran on CPU tensors, compared byte for byte with what
+the code object's own metadata and the tensors imply.
 
 The offsets and sizes come from the code object itself (the AMDGPU metadata note of a hsaco, the
 ``.nv.info`` parameter records of a cubin), never from the manifest or the loader's plan; the values from
@@ -7,13 +9,13 @@ the tensors, by each kernel's parameter list (see data/make_tiny_bundle.py).
 
 from __future__ import annotations
 
+import re
 import struct
-import uuid
 
 import pytest
 import torch
 
-import flyship
+from flyship.bundle import expr
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.cubin import CubinFile
 from flyship.loader.verify import example_inputs
@@ -75,31 +77,47 @@ def code_object_args(bundle, variant):
     return [a for a in meta.args if not a.hidden], [a for a in meta.args if a.hidden]
 
 
-@pytest.mark.parametrize("op_name", ["add", "scale_rows", "addsub"])
-def test_packed_bytes_match_the_code_object_metadata_and_the_tensors(tiny, tiny_bundle, op_name):
-    handle = tiny[op_name]
-    call = calls()[op_name]
-    args = [call[a.name] for a in handle.manifest.args]
-    for spec in handle.manifest.specializations:
-        if any(call[t].dtype != getattr(torch, d) for t, d in spec.guard.dtypes.items()):
-            continue
-        for v in spec.variants:
-            packed = handle.pack_kernargs(spec.name, *args, target=v.target)
-            values = dict(call)
-            values.update({o.name: t for o, t in zip(handle.manifest.outputs, packed.outputs)})
-            explicit, hidden = code_object_args(tiny_bundle, v)
-            assert len(explicit) == len(PARAMS[op_name]), v.code_object.file
-            assert len(packed.buffer) == explicit[-1].offset + explicit[-1].size
-            covered = bytearray(len(packed.buffer))
-            for a, (name, ty, value) in zip(explicit, PARAMS[op_name]):
-                want = struct.pack(FMT[(ty, a.size)], value(values))
-                got = packed.buffer[a.offset:a.offset + a.size]
-                assert got == want, f"{v.code_object.file}: {name} at offset {a.offset}: {got.hex()} != {want.hex()}"
-                covered[a.offset:a.offset + a.size] = b"\1" * a.size
-            # Padding between arguments is zero; hidden arguments lie past the buffer (the runtime fills them).
-            assert all(b == 0 for b, c in zip(packed.buffer, covered) if not c)
-            assert all(h.offset >= len(packed.buffer) for h in hidden)
-            assert packed.block == tuple(v.launch.block)
+# A device target per variant target of the tiny bundle (sm_90a cubins run on an sm_90 device).
+DEVICE = {"gfx942": "gfx942:sramecc+:xnack-", "gfx950": "gfx950:sramecc+:xnack-", "sm_90a": "sm_90"}
+
+
+@pytest.mark.parametrize("variant_target", ["gfx942", "gfx950", "sm_90a"])
+def test_recorded_launches_match_the_code_object_metadata_and_the_tensors(tiny_bundle, recorded, launches,
+                                                                          variant_target):
+    ops = recorded(tiny_bundle, target=DEVICE[variant_target])
+    checked = 0
+    for op_name, call in calls().items():
+        handle = ops[op_name]
+        if not any(v.target == variant_target for s in handle.manifest.specializations for v in s.variants):
+            continue  # the tiny bundle has only add for gfx950
+        args = [call[a.name] for a in handle.manifest.args]
+        result = handle(*args)
+        outputs = result if isinstance(result, tuple) else (result,)
+        (launch,) = launches()
+        spec = next(s for s in handle.manifest.specializations if handle.stats()["launches"][s.name])
+        v = next(v for v in spec.variants if v.target == variant_target)
+        values = dict(call)
+        values.update({o.name: t for o, t in zip(handle.manifest.outputs, outputs)})
+        explicit, hidden = code_object_args(tiny_bundle, v)
+        assert (launch["symbol"], launch["block"], launch["stream"], launch["device"]) == (
+            v.code_object.symbol, tuple(v.launch.block), 0, 0)
+        shapes = {k: tuple(t.shape) for k, t in values.items() if isinstance(t, torch.Tensor)}
+        scalars = {k: t for k, t in values.items() if isinstance(t, int)}
+        assert launch["grid"] == tuple(expr.evaluate_with_shapes(g, shapes, scalars) for g in v.launch.grid)
+        buf = launch["kernargs"]
+        assert len(explicit) == len(PARAMS[op_name]), v.code_object.file
+        assert len(buf) == explicit[-1].offset + explicit[-1].size
+        covered = bytearray(len(buf))
+        for a, (name, ty, value) in zip(explicit, PARAMS[op_name]):
+            want = struct.pack(FMT[(ty, a.size)], value(values))
+            got = buf[a.offset:a.offset + a.size]
+            assert got == want, f"{v.code_object.file}: {name} at offset {a.offset}: {got.hex()} != {want.hex()}"
+            covered[a.offset:a.offset + a.size] = b"\1" * a.size
+        # Padding between arguments is zero; hidden arguments lie past the buffer (the runtime fills them).
+        assert all(b == 0 for b, c in zip(buf, covered) if not c)
+        assert all(h.offset >= len(buf) for h in hidden)
+        checked += 1
+    assert checked == (1 if variant_target == "gfx950" else 3)
 
 
 def test_the_strided_kernel_really_has_hidden_arguments_past_the_buffer(tiny, tiny_bundle):
@@ -107,39 +125,52 @@ def test_the_strided_kernel_really_has_hidden_arguments_past_the_buffer(tiny, ti
     explicit, hidden = code_object_args(tiny_bundle, v)
     kinds = {h.value_kind for h in hidden}
     assert {"hidden_block_count_x", "hidden_group_size_x", "hidden_hostcall_buffer"} <= kinds
-    packed = tiny.scale_rows.pack_kernargs("f32", torch.randn(4, 8), 1.0, 0, target=v.target)
-    assert len(packed.buffer) == v.kernargs.size < v.metadata.kernarg_segment_size
+    assert explicit[-1].offset + explicit[-1].size == v.kernargs.size < v.metadata.kernarg_segment_size
 
 
-def test_grid_follows_the_shapes(tiny):
-    p = tiny.scale_rows.pack_kernargs("f32", torch.randn(70, 1000), 1.0, 0, target="gfx942")
-    assert p.grid == (4, 70, 1)  # cdiv(1000, 256) column blocks, one row per program in y
-    p = tiny.add.pack_kernargs("f32", torch.randn(1025), torch.randn(1025), target="sm_90a")
-    assert p.grid == (2, 1, 1)
+def test_grid_follows_the_shapes(tiny_bundle, recorded, launches):
+    recorded(tiny_bundle).scale_rows(torch.randn(70, 1000), 1.0, 0)
+    assert launches()[0]["grid"] == (4, 70, 1)  # cdiv(1000, 256) column blocks, one row per program in y
+    recorded(tiny_bundle, target="sm_90").add(torch.randn(1025), torch.randn(1025))
+    assert launches()[0]["grid"] == (2, 1, 1)
 
 
-def test_out_tensors_are_packed_instead_of_fresh_outputs(tiny):
+def test_out_tensors_are_packed_instead_of_fresh_outputs(fresh_ops, launches):
     x, y = torch.randn(100), torch.randn(100)
     s, d = torch.empty(100), torch.empty(100)
-    p = tiny.addsub.pack_kernargs("f32", x, y, target="gfx942", out=(s, d))
-    assert struct.unpack_from("<QQ", p.buffer, 16) == (s.data_ptr(), d.data_ptr())
-    assert p.outputs[0] is not None and p.outputs[0].data_ptr() == s.data_ptr()
+    fresh_ops().addsub.out(x, y, sum=s, diff=d)
+    assert struct.unpack_from("<QQ", launches()[0]["kernargs"], 16) == (s.data_ptr(), d.data_ptr())
 
 
-def test_example_calls_pack_to_the_manifest_layout_and_grid(example_bundle, ext):
-    ops = flyship.load(example_bundle)
-    for handle in ops:
-        for spec in handle.manifest.specializations:
-            inputs = example_inputs(handle.manifest, spec, "cpu")
-            tensors = {a.name: t for a, t in zip(handle.manifest.args, inputs)}
-            for v in spec.variants:
-                p = handle.pack_kernargs(spec.name, *inputs, target=v.target)
-                tensors.update({o.name: t for o, t in zip(handle.manifest.outputs, p.outputs)})
-                assert len(p.buffer) == v.kernargs.size
-                assert p.grid == tuple(spec.example.grid), (handle.name, spec.name, v.target)
+def test_example_calls_launch_with_the_manifest_layout_and_grid(example_bundle, recorded, launches):
+    from flyship.bundle import manifest as _m
+
+    targets = sorted({v.target for op in _m.read(example_bundle).ops for s in op.specializations for v in s.variants})
+    checked = 0
+    for target in targets:
+        ops = recorded(example_bundle, target=target)
+        for handle in ops:
+            for spec in handle.manifest.specializations:
+                v = next((v for v in spec.variants if v.target == target), None)
+                if v is None:
+                    continue
+                inputs = example_inputs(handle.manifest, spec, "cpu")
+                d = handle.dispatch(*inputs, target=target)
+                if d.spec != spec.name:
+                    continue  # an earlier specialization takes this example (test_dispatch checks the order)
+                result = handle(*inputs)
+                outputs = result if isinstance(result, tuple) else (result,)
+                (launch,) = launches()
+                tensors = {a.name: t for a, t in zip(handle.manifest.args, inputs)}
+                tensors.update({o.name: t for o, t in zip(handle.manifest.outputs, outputs)})
+                assert (launch["symbol"], launch["grid"], launch["block"]) == (
+                    v.code_object.symbol, tuple(spec.example.grid), tuple(v.launch.block)), (handle.name, spec.name)
+                assert len(launch["kernargs"]) == v.kernargs.size
                 for f in v.kernargs.fields:
                     if f.kind == "pointer":
-                        assert struct.unpack_from("<Q", p.buffer, f.offset)[0] == tensors[f.arg].data_ptr()
+                        assert struct.unpack_from("<Q", launch["kernargs"], f.offset)[0] == tensors[f.arg].data_ptr()
+                checked += 1
+    assert checked > 0
 
 
 def _edit_add_fields(data: dict) -> None:
@@ -154,18 +185,32 @@ def _edit_add_fields(data: dict) -> None:
             f.update(kind="constant", type="u64", value=7)
 
 
-def test_scratch_and_constant_fields_are_packed(bundle_copy, ext):
-    ops = flyship.load(bundle_copy(_edit_add_fields), namespace=f"flyship_t{uuid.uuid4().hex[:8]}")
-    p = ops.add.pack_kernargs("f32", torch.randn(4096), torch.randn(4096), target="gfx942")
-    (scratch,) = p.scratch
-    ptr = struct.unpack_from("<Q", p.buffer, 32)[0]
-    assert ptr % 128 == 0
-    assert scratch.data_ptr() <= ptr and ptr + 64 * 4 <= scratch.data_ptr() + scratch.numel()  # 64 B x 4 programs
-    assert struct.unpack_from("<Q", p.buffer, 40)[0] == 7
+def test_scratch_and_constant_fields_are_packed(bundle_copy, recorded, launches):
+    ops = recorded(bundle_copy(_edit_add_fields))
+    ops.add(torch.randn(4096), torch.randn(4096))
+    (launch,) = launches()
+    assert launch["grid"] == (4, 1, 1)
+    ptr = struct.unpack_from("<Q", launch["kernargs"], 32)[0]
+    assert ptr != 0 and ptr % 128 == 0  # 64 B x 4 programs of fresh memory, aligned
+    assert struct.unpack_from("<Q", launch["kernargs"], 40)[0] == 7
 
 
-def test_a_value_too_big_for_its_field_is_a_clear_error(tiny):
-    n = 2**31 + 5  # i32 cannot hold it; expanded tensors need no memory
-    x, y, out = (torch.empty(1).expand(n) for _ in range(3))
-    with pytest.raises(RuntimeError, match=r"kernel argument n \(offset 24, i32\) .* cannot hold the value 2147483653"):
-        tiny.add.pack_kernargs("f32", x, y, target="gfx942", out=(out,))
+def test_a_value_too_big_for_its_field_falls_back_before_anything_is_allocated(fresh_ops, launches):
+    n = 2**31 + 5  # the i32 N cannot hold it; an expanded tensor needs no memory (nor does the reference's result)
+    x = torch.empty(1, 1).expand(1, n)
+    reason = r"kernel argument N \(offset \d+, i32\) cannot hold the value 2147483653"
+    assert re.fullmatch(reason, fresh_ops().scale_rows.dispatch(x, 1.0, 0, target="gfx942").reason)
+    seen = []
+
+    def reference(a, alpha, bias):
+        seen.append(tuple(a.shape))
+        return torch.empty(1, 1).expand(1, n)
+
+    ops = fresh_ops(references={"scale_rows": reference})
+    with pytest.warns(UserWarning, match=reason):
+        ops.scale_rows(x, 1.0, 0)
+    assert seen == [(1, n)] and launches() == []
+    with pytest.raises(RuntimeError, match=reason + r".* and the fallback is off"):
+        fresh_ops(fallback=False).scale_rows(x, 1.0, 0)
+    ((why, count),) = ops.scale_rows.stats()["fallbacks"].items()
+    assert re.fullmatch(reason, why) and count == 1

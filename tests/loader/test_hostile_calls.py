@@ -1,0 +1,134 @@
+"""Calls and plans that must be refused (or fall back with a reason) before anything runs: issue 10's C++
+side, on the recording driver. Each would have been a silent wrong result or a crash."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from flyship.bundle import manifest as _m
+from flyship.loader import plan as _plan
+from flyship.loader import validate as _validate
+from flyship.loader.core import make_selector
+
+pytestmark = pytest.mark.cpu
+
+
+def edit_add_f32(change):
+    """A manifest edit applying ``change`` to the add op and its f32 gfx942 variant."""
+
+    def edit(data: dict) -> None:
+        op = next(o for o in data["ops"] if o["name"] == "add")
+        spec = next(s for s in op["specializations"] if s["name"] == "f32")
+        change(op, next(v for v in spec["variants"] if v["target"] == "gfx942"))
+
+    return edit
+
+
+def test_a_grid_that_rounds_to_zero_for_a_non_empty_output_falls_back_instead_of_returning_garbage(
+        bundle_copy, recorded, launches):
+    def zero_grid(op, v):
+        v["launch"]["grid"][0] = "x.shape[0] // 4096"
+
+    ops = recorded(bundle_copy(edit_add_f32(zero_grid)))
+    x, y = torch.randn(1000), torch.randn(1000)
+    with pytest.warns(UserWarning, match=re.escape("grid 'x.shape[0] // 4096' gives 0 workgroups, but output 'out' "
+                                                   "holds 1000 elements")):
+        out = ops.add(x, y)
+    torch.testing.assert_close(out, x + y)
+    assert launches() == [] and ops.add.stats()["empty"] == 0
+
+
+def test_empty_outputs_launch_nothing_and_count_as_empty(fresh_ops, launches):
+    ops = fresh_ops()
+    assert ops.add(torch.empty(0), torch.empty(0)).shape == (0,)
+    assert launches() == [] and ops.add.stats()["empty"] == 1 and ops.add.stats()["fallbacks"] == {}
+
+
+def test_an_output_shape_that_overflows_int64_is_refused(bundle_copy, recorded, launches):
+    def huge(op, v):
+        op["outputs"][0]["shape"] = ["x.shape[0] * 4611686018427387904"]
+
+    ops = recorded(bundle_copy(edit_add_f32(huge)))
+    with pytest.raises(RuntimeError, match=re.escape("output 'out' shape expression 'x.shape[0] * 4611686018427387904'"
+                                                     " overflows int64")):
+        ops.add(torch.randn(3), torch.randn(3))
+    with pytest.raises(RuntimeError, match=r"output 'out' of shape \[4611686018427387904\] and dtype float32 overflows"):
+        ops.add(torch.randn(1), torch.randn(1))  # 2**62 elements fit int64; their bytes do not
+    assert launches() == []
+
+
+def test_a_grid_that_overflows_falls_back_with_the_reason(bundle_copy, recorded, launches):
+    def huge(op, v):
+        v["launch"]["grid"][0] = "x.numel * 4611686018427387904 // 2"
+
+    ops = recorded(bundle_copy(edit_add_f32(huge)), fallback=False)
+    with pytest.raises(RuntimeError, match=re.escape("grid 'x.numel * 4611686018427387904 // 2' overflows int64")):
+        ops.add(torch.randn(3), torch.randn(3))
+    assert launches() == []
+
+
+def test_scratch_bytes_that_overflow_are_refused(bundle_copy, recorded, launches):
+    def scratch(op, v):
+        f = next(f for f in v["kernargs"]["fields"] if f["offset"] == 32)
+        f.update(kind="scratch", bytes_per_program=2**62, align=256)
+
+    ops = recorded(bundle_copy(edit_add_f32(scratch)), fallback=False)
+    with pytest.raises(RuntimeError, match=r"scratch .* 4611686018427387904 bytes x 4 programs overflows int64"):
+        ops.add(torch.randn(4096), torch.randn(4096))
+    assert launches() == []
+
+
+def test_an_int_scalar_its_kernarg_cannot_hold_falls_back_before_anything_is_allocated(fresh_ops, launches):
+    ops = fresh_ops()
+    x = torch.randn(4, 8, dtype=torch.float32)
+    reason = r"kernel argument bias \(offset \d+, i32\) cannot hold the value 1099511627776"
+    with pytest.warns(UserWarning, match=reason):
+        torch.testing.assert_close(ops.scale_rows(x, 2.0, 2**40), x * 2.0 + 2**40)
+    assert launches() == []
+    with pytest.raises(RuntimeError, match=reason + r"\) and the fallback is off"):
+        fresh_ops(fallback=False).scale_rows(x, 2.0, 2**40)
+    ops.scale_rows(x, 2.0, 2**31 - 1)  # the largest value it holds launches
+    assert len(launches()) == 1
+
+
+def test_a_real_tensor_mixed_with_a_meta_tensor_is_refused(fresh_ops, launches):
+    ops = fresh_ops()
+    real, meta = torch.randn(8), torch.randn(8, device="meta")
+    with pytest.raises(RuntimeError, match="expected all tensors real or all meta, got cpu for 'x' and meta for 'y'"):
+        ops.add.dispatch(real, meta, target="gfx942")
+    with pytest.raises(RuntimeError, match="expected all tensors (on one device|real or all meta)"):
+        ops.add(real, meta)
+    with pytest.raises(RuntimeError, match="expected all tensors (on one device|real or all meta)"):
+        ops.add.out(real, real.clone(), out=torch.empty(8, device="meta"))
+    assert launches() == []
+
+
+def lowered(tiny_bundle):
+    manifest = _m.read(tiny_bundle)
+    images = _validate.check_bundle(tiny_bundle, manifest)
+    return manifest, _plan.lower_bundle(manifest, "flyship_plan_test", images, [None] * len(manifest.ops))
+
+
+def test_the_core_refuses_a_dtype_rule_that_reads_a_scalars_slot(tiny_bundle, record_ext):
+    manifest, plan = lowered(tiny_bundle)
+    op = next(o for o in plan["ops"] if o["name"] == "scale_rows")
+    op["outputs"][0]["dtype_slot"] = 1  # alpha: a float scalar; reading it as a tensor would crash
+    with pytest.raises(RuntimeError, match=r"output 'out' takes its dtype from slot 1, expected an input tensor's slot"):
+        record_ext.Bundle(plan, make_selector(manifest), True)
+
+
+def test_the_core_refuses_a_field_of_the_wrong_slot_kind_and_unknown_names(tiny_bundle, record_ext):
+    manifest, plan = lowered(tiny_bundle)
+    fields = next(o for o in plan["ops"] if o["name"] == "scale_rows")["specs"][0]["variants"][0]["fields"]
+    pointer = next(f for f in fields if f["kind"] == "pointer")
+    pointer["slot"] = 1  # a pointer field over the float scalar alpha
+    with pytest.raises(RuntimeError, match="slot kind does not fit"):
+        record_ext.Bundle(plan, make_selector(manifest), True)
+    pointer["slot"], pointer["kind"] = 0, "pointr"
+    with pytest.raises(RuntimeError, match=r"expected a field kind \(pointer, shape, .*\), got 'pointr'"):
+        record_ext.Bundle(plan, make_selector(manifest), True)
+    pointer["kind"] = "pointer"
+    record_ext.Bundle(plan, make_selector(manifest), True)  # the plan as lowered is accepted
