@@ -157,7 +157,8 @@ def test_the_hip_nvidia_flavor_is_only_built_when_asked_for(monkeypatch):
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hip-nvidia")
     assert build.choose_flavor() == "hip-nvidia"
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hipnvidia")
-    with pytest.raises(ConfigError, match="expected 'hip' or 'cuda' \\(or the test-only 'hip-nvidia'\\), got"):
+    with pytest.raises(ConfigError,
+                       match="expected 'hip' or 'cuda' \\(or the test-only 'hip-nvidia', 'record'\\), got"):
         build.choose_flavor()
 
 
@@ -181,7 +182,7 @@ def test_the_hip_nvidia_build_compiles_the_hip_shim_for_the_nvidia_platform(monk
     monkeypatch.setattr(build, "find_cuda_library", lambda: tmp_path / "libcuda.so")  # linking happens on the GPU
     cfg = build.config()
     assert cfg.flavor == "hip-nvidia" and cfg.name.startswith("flyship_hip_nvidia_")
-    assert [Path(s).name for s in cfg.sources] == ["flyship.cpp", "driver_hip.cpp"]
+    assert [Path(s).name for s in cfg.sources] == [*build.CORE_SOURCES, "driver_hip.cpp"]
     assert "-D__HIP_PLATFORM_NVIDIA__=1" in cfg.cflags and not any("AMD" in f for f in cfg.cflags)
     assert cfg.include_dirs == (str(HIPNV / "include"), str(CUDA_INCLUDE))
     assert cfg.ldflags == (str(tmp_path / "libcuda.so"),)
