@@ -8,7 +8,6 @@
 // * FLYSHIP_CHECK_VALUE  an argument value out of range; ValueError.
 // * FLYSHIP_PLAN_CHECK   the plan Python lowered is malformed: the loader and this extension disagree, or a
 //                        bundle got past the load checks; the message says where in the plan.
-// * FLYSHIP_CHECK_OK     a driver call (driver::Status) failed; the message ends with the runtime's own words.
 // * FLYSHIP_INTERNAL_ASSERT  a bug in flyship itself (an invariant the core established earlier).
 // Messages follow `<operation>: expected <X>, got <Y> [where]; <what to do>`.
 #pragma once
@@ -19,5 +18,4 @@
 #define FLYSHIP_CHECK_TYPE(cond, ...) TORCH_CHECK_TYPE(cond, __VA_ARGS__)
 #define FLYSHIP_CHECK_VALUE(cond, ...) TORCH_CHECK_VALUE(cond, __VA_ARGS__)
 #define FLYSHIP_PLAN_CHECK(cond, where, ...) TORCH_CHECK(cond, "flyship plan: ", where, ": ", __VA_ARGS__)
-#define FLYSHIP_CHECK_OK(status, ...) TORCH_CHECK((status).ok(), __VA_ARGS__, ": ", (status).message)
 #define FLYSHIP_INTERNAL_ASSERT(cond, ...) TORCH_INTERNAL_ASSERT(cond, __VA_ARGS__)

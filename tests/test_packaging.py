@@ -34,7 +34,7 @@ def test_a_plain_install_holds_every_module_csrc_and_the_schema(tmp_path):
                        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}, timeout=300)
     assert r.returncode == 0, r.stderr
     installed = target / "flyship"
-    for name in ("flyship.cpp", "driver.h", "driver_hip.cpp", "driver_cuda.cpp", "expr.h"):
+    for name in ("bundle.h", "plan.cpp", "driver.h", "driver_hip.cpp", "driver_cuda.cpp", "driver_record.cpp", "expr.h"):
         assert (installed / "csrc" / name).is_file(), name
     assert (installed / "bundle" / "schema.json").is_file()
     assert not (target / "compiler").exists() and not (target / "loader").exists()  # one import name only
