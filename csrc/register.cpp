@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "check.h"
+#include "driver.h"
 
 namespace flyship {
 
@@ -77,8 +78,9 @@ void register_kernels(Bundle& b) {
   };
   // The real kernel for GPU tensors (ROCm torch dispatches HIP tensors under the CUDA key too). CPU
   // tensors run the op's reference: that kernel is Python, registered beside the fake kernel
-  // (flyship/loader/cpu.py), so the CPU key is left to it.
-  for (c10::DispatchKey key : {c10::DispatchKey::CUDA}) {
+  // (flyship/loader/cpu.py), so the CPU key is left to it. The recording driver launches on CPU tensors:
+  // there the real kernel takes the CPU key (and loader/core.py registers no Python CPU kernel).
+  for (c10::DispatchKey key : {driver::host_tensors() ? c10::DispatchKey::CPU : c10::DispatchKey::CUDA}) {
     torch::Library* lib = make(key);
     for (int k = 0; k < b.core->n_ops(); ++k) {
       const std::string& name = b.core->op(k).plan().name;

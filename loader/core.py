@@ -331,8 +331,8 @@ _lock = threading.Lock()
 _loaded: dict[str, Ops] = {}
 
 
-def _register(manifest: _m.Manifest, namespace: str, core: Any,
-              references: list[Optional[Callable[..., Any]]]) -> tuple[Any, list[_cpu.CpuKernel]]:
+def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list[Optional[Callable[..., Any]]],
+              cpu_in_core: bool = False) -> tuple[Any, list[_cpu.CpuKernel]]:
     import torch
 
     lib = torch.library.Library(namespace, "FRAGMENT")
@@ -349,7 +349,8 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any,
         torch.library.register_fake(qual, _schema.make_fake(op, False, qual), lib=lib)
         torch.library.register_fake(qual + ".out", _schema.make_fake(op, True, qual), lib=lib)
         cpu_kernel = _cpu.CpuKernel(op, qual, reference, lambda: core.fallback)
-        _cpu.register(lib, op, cpu_kernel)
+        if not cpu_in_core:  # the recording driver's C++ kernel owns the CPU key (it launches on CPU tensors)
+            _cpu.register(lib, op, cpu_kernel)
         cpu_kernels.append(cpu_kernel)
     core.register()
     return lib, cpu_kernels
@@ -401,7 +402,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             ext = _build.extension()
             plan = _plan.lower_bundle(manifest, ns, images, refs)
             core = ext.Bundle(plan, make_selector(manifest), env.fallback_enabled() if fallback is None else fallback)
-            library, cpu_kernels = _register(manifest, ns, core, refs)
+            library, cpu_kernels = _register(manifest, ns, core, refs, cpu_in_core=ext.flavor() == "record")
             ops = Ops(root, manifest, ns, core, library, ext, refs, digest, cpu_kernels)
             _loaded[ns] = ops
             if env.verbose():

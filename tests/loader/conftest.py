@@ -4,8 +4,9 @@
 gfx950 and sm_90a; ``data/make_tiny_bundle.py`` regenerates it). ``example_bundle`` (tests/conftest.py)
 is the FlyDSL example bundle built by ``flyc-build`` once per session; the generic tests run on it.
 
-``tiny`` uses the extension of this machine's torch build (the hip flavor on a CPU-only torch, which
-refuses CPU tensors). ``recorded`` and ``fresh_ops`` load on the recording driver (``FLYSHIP_FLAVOR=record``):
+``tiny`` and ``fresh_ops`` use the extension of this machine's torch build (the hip flavor on a CPU-only
+torch; CPU calls run the reference through loader/cpu.py). ``recorded`` and ``recorded_tiny`` load on the
+recording driver (``FLYSHIP_FLAVOR=record``):
 calls on CPU tensors take the real C++ path up to the runtime, and ``launches()`` returns what reached it.
 """
 
@@ -87,7 +88,19 @@ def launches(record_ext: Any) -> Callable[[], list[dict]]:
 
 
 @pytest.fixture
-def fresh_ops(tiny_bundle: Path, recorded: Callable[..., Any]) -> Callable[..., Any]:
+def fresh_ops(tiny_bundle: Path, ext: Any) -> Callable[..., Any]:
+    """Load the tiny bundle under a new namespace (ops stay registered for the process; a fresh namespace
+    gives a test its own counters and fallback setting)."""
+    import flyship
+
+    def make(**kwargs: Any) -> Any:
+        return flyship.load(tiny_bundle, namespace=f"flyship_t{uuid.uuid4().hex[:10]}", **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def recorded_tiny(tiny_bundle: Path, recorded: Callable[..., Any]) -> Callable[..., Any]:
     """The tiny bundle on the recording driver under a new namespace; ``target=`` picks the device target."""
 
     def make(**kwargs: Any) -> Any:

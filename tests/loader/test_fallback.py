@@ -12,22 +12,22 @@ import torch
 pytestmark = pytest.mark.cpu
 
 
-def test_inputs_that_fit_nothing_run_the_reference(fresh_ops):
-    ops = fresh_ops()
+def test_inputs_that_fit_nothing_run_the_reference(recorded_tiny):
+    ops = recorded_tiny()
     x, y = torch.randn(100, dtype=torch.float64), torch.randn(100, dtype=torch.float64)
     torch.testing.assert_close(ops.add(x, y), x + y)
     assert ops.add.stats()["fallbacks"] == {"dtype x=float64": 1}
 
 
-def test_inputs_that_fit_a_specialization_do_not_run_the_reference(fresh_ops, launches):
-    ops = fresh_ops(references={"add": lambda x, y: pytest.fail("the reference ran")})
+def test_inputs_that_fit_a_specialization_do_not_run_the_reference(recorded_tiny, launches):
+    ops = recorded_tiny(references={"add": lambda x, y: pytest.fail("the reference ran")})
     ops.add(torch.randn(100), torch.randn(100))
     assert [launch["symbol"] for launch in launches()] == ["add_kernel"]
     assert ops.add.stats()["launches"]["f32"] == 1
 
 
-def test_the_out_variant_falls_back_into_the_out_tensors(fresh_ops):
-    ops = fresh_ops(target="sm_90")
+def test_the_out_variant_falls_back_into_the_out_tensors(recorded_tiny):
+    ops = recorded_tiny(target="sm_90")
     x, y = torch.randn(300), torch.randn(300)
     s, d = torch.empty(600)[::2], torch.empty(300)  # `sum` is strided: the kernel cannot write it
     ops.addsub.out(x, y, sum=s, diff=d)
@@ -36,14 +36,14 @@ def test_the_out_variant_falls_back_into_the_out_tensors(fresh_ops):
     assert ops.addsub.stats()["fallbacks"] == {"constraint 'sum.shape[0] <= 1 or sum.stride[0] == 1' false": 1}
 
 
-def test_scalars_reach_the_reference(fresh_ops):
-    ops = fresh_ops()
+def test_scalars_reach_the_reference(recorded_tiny):
+    ops = recorded_tiny()
     x = torch.randn(4, 5, dtype=torch.float64)
     torch.testing.assert_close(ops.scale_rows(x, 0.5, -2), x * 0.5 - 2)
 
 
-def test_with_the_fallback_off_the_error_says_what_did_not_fit(fresh_ops):
-    ops = fresh_ops(fallback=False, target="gfx950")
+def test_with_the_fallback_off_the_error_says_what_did_not_fit(recorded_tiny):
+    ops = recorded_tiny(fallback=False, target="gfx950")
     with pytest.raises(RuntimeError) as e:
         ops.add(torch.randn(8).half(), torch.randn(8).half())
     msg = str(e.value)
@@ -63,24 +63,24 @@ def test_an_op_without_reference_raises_instead_of_falling_back(bundle_copy, rec
         ops.add(torch.randn(8).double(), torch.randn(8).double())
 
 
-def test_a_reference_that_breaks_the_output_rule_is_reported(fresh_ops):
-    ops = fresh_ops(references={"add": lambda x, y: (x + y)[:-1]})
+def test_a_reference_that_breaks_the_output_rule_is_reported(recorded_tiny):
+    ops = recorded_tiny(references={"add": lambda x, y: (x + y)[:-1]})
     with pytest.raises(RuntimeError, match=r"the reference returned output 'out' of shape \[7\], dtype float64 on cpu; "
                                            r"the manifest's rule gives \[8\], float64 on cpu"):
         ops.add(torch.randn(8).double(), torch.randn(8).double())
 
 
-def test_a_reference_that_raises_is_reported_with_its_message(fresh_ops):
+def test_a_reference_that_raises_is_reported_with_its_message(recorded_tiny):
     def broken(x, y):
         raise ValueError("reference is broken")
 
-    ops = fresh_ops(references={"add": broken})
+    ops = recorded_tiny(references={"add": broken})
     with pytest.raises(RuntimeError, match=r"the reference \(fallback\) raised ValueError: reference is broken"):
         ops.add(torch.randn(8).double(), torch.randn(8).double())
 
 
-def test_the_first_fallback_for_a_reason_warns_once(fresh_ops):
-    ops = fresh_ops()
+def test_the_first_fallback_for_a_reason_warns_once(recorded_tiny):
+    ops = recorded_tiny()
     x, y = torch.randn(10, dtype=torch.float64), torch.randn(10, dtype=torch.float64)
     with pytest.warns(UserWarning, match=r"no specialization fits these inputs \(dtype x=float64\); running the "
                                          r"PyTorch reference"):
@@ -93,8 +93,8 @@ def test_the_first_fallback_for_a_reason_warns_once(fresh_ops):
     assert ops.add.stats()["fallbacks"] == {"dtype x=float64": 2}
 
 
-def test_dispatch_and_calls_take_keywords_and_scalar_defaults(fresh_ops, launches):
-    ops = fresh_ops()
+def test_dispatch_and_calls_take_keywords_and_scalar_defaults(recorded_tiny, launches):
+    ops = recorded_tiny()
     x = torch.randn(4, 300)
     assert ops.scale_rows.dispatch(x, target="gfx942").spec == ops.scale_rows.dispatch(
         x, 1.0, 0, target="gfx942").spec
@@ -109,8 +109,8 @@ def test_dispatch_and_calls_take_keywords_and_scalar_defaults(fresh_ops, launche
         ops.scale_rows.dispatch(target="gfx942")
 
 
-def test_an_out_tensor_that_shares_memory_with_an_input_is_refused(fresh_ops):
-    ops = fresh_ops()
+def test_an_out_tensor_that_shares_memory_with_an_input_is_refused(recorded_tiny):
+    ops = recorded_tiny()
     x, y = torch.randn(100), torch.randn(100)
     with pytest.raises(RuntimeError, match="out tensor 'out' shares memory with input 'x'"):
         ops.add.out(x, y, out=x)
@@ -121,8 +121,8 @@ def test_an_out_tensor_that_shares_memory_with_an_input_is_refused(fresh_ops):
     assert ops.add.stats()["launches"]["f32"] == 1
 
 
-def test_a_reference_that_returns_its_input_gives_a_fresh_tensor(fresh_ops):
-    ops = fresh_ops(references={"add": lambda x, y: x})
+def test_a_reference_that_returns_its_input_gives_a_fresh_tensor(recorded_tiny):
+    ops = recorded_tiny(references={"add": lambda x, y: x})
     x = torch.randn(10, dtype=torch.float64)
     out = ops.add(x, x.clone())
     assert torch.equal(out, x) and not out._is_view() and out.data_ptr() != x.data_ptr()

@@ -41,8 +41,8 @@ def test_a_grid_that_rounds_to_zero_for_a_non_empty_output_falls_back_instead_of
     assert launches() == [] and ops.add.stats()["empty"] == 0
 
 
-def test_empty_outputs_launch_nothing_and_count_as_empty(fresh_ops, launches):
-    ops = fresh_ops()
+def test_empty_outputs_launch_nothing_and_count_as_empty(recorded_tiny, launches):
+    ops = recorded_tiny()
     assert ops.add(torch.empty(0), torch.empty(0)).shape == (0,)
     assert launches() == [] and ops.add.stats()["empty"] == 1 and ops.add.stats()["fallbacks"] == {}
 
@@ -81,21 +81,21 @@ def test_scratch_bytes_that_overflow_are_refused(bundle_copy, recorded, launches
     assert launches() == []
 
 
-def test_an_int_scalar_its_kernarg_cannot_hold_falls_back_before_anything_is_allocated(fresh_ops, launches):
-    ops = fresh_ops()
+def test_an_int_scalar_its_kernarg_cannot_hold_falls_back_before_anything_is_allocated(recorded_tiny, launches):
+    ops = recorded_tiny()
     x = torch.randn(4, 8, dtype=torch.float32)
     reason = r"kernel argument bias \(offset \d+, i32\) cannot hold the value 1099511627776"
     with pytest.warns(UserWarning, match=reason):
         torch.testing.assert_close(ops.scale_rows(x, 2.0, 2**40), x * 2.0 + 2**40)
     assert launches() == []
     with pytest.raises(RuntimeError, match=reason + r"\) and the fallback is off"):
-        fresh_ops(fallback=False).scale_rows(x, 2.0, 2**40)
+        recorded_tiny(fallback=False).scale_rows(x, 2.0, 2**40)
     ops.scale_rows(x, 2.0, 2**31 - 1)  # the largest value it holds launches
     assert len(launches()) == 1
 
 
-def test_a_real_tensor_mixed_with_a_meta_tensor_is_refused(fresh_ops, launches):
-    ops = fresh_ops()
+def test_a_real_tensor_mixed_with_a_meta_tensor_is_refused(recorded_tiny, launches):
+    ops = recorded_tiny()
     real, meta = torch.randn(8), torch.randn(8, device="meta")
     with pytest.raises(RuntimeError, match="expected all tensors real or all meta, got cpu for 'x' and meta for 'y'"):
         ops.add.dispatch(real, meta, target="gfx942")

@@ -135,10 +135,10 @@ def test_grid_follows_the_shapes(tiny_bundle, recorded, launches):
     assert launches()[0]["grid"] == (2, 1, 1)
 
 
-def test_out_tensors_are_packed_instead_of_fresh_outputs(fresh_ops, launches):
+def test_out_tensors_are_packed_instead_of_fresh_outputs(recorded_tiny, launches):
     x, y = torch.randn(100), torch.randn(100)
     s, d = torch.empty(100), torch.empty(100)
-    fresh_ops().addsub.out(x, y, sum=s, diff=d)
+    recorded_tiny().addsub.out(x, y, sum=s, diff=d)
     assert struct.unpack_from("<QQ", launches()[0]["kernargs"], 16) == (s.data_ptr(), d.data_ptr())
 
 
@@ -195,22 +195,22 @@ def test_scratch_and_constant_fields_are_packed(bundle_copy, recorded, launches)
     assert struct.unpack_from("<Q", launch["kernargs"], 40)[0] == 7
 
 
-def test_a_value_too_big_for_its_field_falls_back_before_anything_is_allocated(fresh_ops, launches):
+def test_a_value_too_big_for_its_field_falls_back_before_anything_is_allocated(recorded_tiny, launches):
     n = 2**31 + 5  # the i32 N cannot hold it; an expanded tensor needs no memory (nor does the reference's result)
     x = torch.empty(1, 1).expand(1, n)
     reason = r"kernel argument N \(offset \d+, i32\) cannot hold the value 2147483653"
-    assert re.fullmatch(reason, fresh_ops().scale_rows.dispatch(x, 1.0, 0, target="gfx942").reason)
+    assert re.fullmatch(reason, recorded_tiny().scale_rows.dispatch(x, 1.0, 0, target="gfx942").reason)
     seen = []
 
     def reference(a, alpha, bias):
         seen.append(tuple(a.shape))
         return torch.empty(1, 1).expand(1, n)
 
-    ops = fresh_ops(references={"scale_rows": reference})
+    ops = recorded_tiny(references={"scale_rows": reference})
     with pytest.warns(UserWarning, match=reason):
         ops.scale_rows(x, 1.0, 0)
     assert seen == [(1, n)] and launches() == []
     with pytest.raises(RuntimeError, match=reason + r".* and the fallback is off"):
-        fresh_ops(fallback=False).scale_rows(x, 1.0, 0)
+        recorded_tiny(fallback=False).scale_rows(x, 1.0, 0)
     ((why, count),) = ops.scale_rows.stats()["fallbacks"].items()
     assert re.fullmatch(reason, why) and count == 1

@@ -74,8 +74,8 @@ def test_the_fallback_setting_comes_from_the_environment_or_load(fresh_ops, monk
     assert fresh_ops(fallback=False).fallback is False
 
 
-def test_stats_start_at_zero_and_count_per_specialization_and_reason(fresh_ops):
-    ops = fresh_ops()
+def test_stats_start_at_zero_and_count_per_specialization_and_reason(recorded_tiny):
+    ops = recorded_tiny()
     assert ops.add.stats() == {"launches": {"f32": 0, "f16": 0}, "fallbacks": {}, "empty": 0, "calls": 0}
     ops.add(torch.randn(8).double(), torch.randn(8).double())
     ops.add(torch.randn(8).double(), torch.randn(8).double())
