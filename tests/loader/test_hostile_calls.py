@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from flyship.bundle import manifest as _m
+from flyship.bundle import rules as _rules
 from flyship.loader import plan as _plan
-from flyship.loader import validate as _validate
 from flyship.loader.core import make_selector
 
 pytestmark = pytest.mark.cpu
@@ -71,12 +71,13 @@ def test_a_grid_that_overflows_falls_back_with_the_reason(bundle_copy, recorded,
 
 
 def test_scratch_bytes_that_overflow_are_refused(bundle_copy, recorded, launches):
-    def scratch(op, v):
+    def scratch(op, v):  # the largest scratch the rule book allows, times 4 x 4294963200 programs
         f = next(f for f in v["kernargs"]["fields"] if f["offset"] == 32)
-        f.update(kind="scratch", bytes_per_program=2**62, align=256)
+        f.update(kind="scratch", bytes_per_program=2**30, align=256)
+        v["launch"]["grid"][1] = "x.shape[0] * 1048575"
 
     ops = recorded(bundle_copy(edit_add_f32(scratch)), fallback=False)
-    with pytest.raises(RuntimeError, match=r"scratch .* 4611686018427387904 bytes x 4 programs overflows int64"):
+    with pytest.raises(RuntimeError, match=r"scratch .* 1073741824 bytes x 17179852800 programs overflows int64"):
         ops.add(torch.randn(4096), torch.randn(4096))
     assert launches() == []
 
@@ -108,7 +109,7 @@ def test_a_real_tensor_mixed_with_a_meta_tensor_is_refused(recorded_tiny, launch
 
 def lowered(tiny_bundle):
     manifest = _m.read(tiny_bundle)
-    images = _validate.check_bundle(tiny_bundle, manifest)
+    images = _rules.check_bundle_files(tiny_bundle, manifest)
     return manifest, _plan.lower_bundle(manifest, "flyship_plan_test", images, [None] * len(manifest.ops))
 
 
