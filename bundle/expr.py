@@ -130,7 +130,7 @@ def _check(node: ast.AST, text: str) -> None:
         if isinstance(node.value, bool) or not isinstance(node.value, int):
             raise _fail(text, f"only integer literals are allowed, got {node.value!r}")
         if not INT64_MIN <= node.value <= INT64_MAX:
-            raise _fail(text, f"literal {node.value} is outside int64")
+            raise _fail(text, f"literal {node.value} does not fit int64")
     elif isinstance(node, ast.Name):
         pass
     elif isinstance(node, ast.Attribute):

@@ -126,5 +126,5 @@ def test_expressions_beyond_the_limits_are_refused_where_they_are_compiled():
         expr.parse(deep)
     with pytest.raises(ExprError, match="characters, expected at most 1000"):
         expr.parse("1 + " * 300 + "1")
-    with pytest.raises(ExprError, match="outside int64"):
+    with pytest.raises(ExprError, match="does not fit int64"):
         expr.parse("9223372036854775808")
