@@ -13,7 +13,7 @@ from flyship.errors import FlyshipError
 def format_table(rows: list[Row]) -> str:
     """The summary table: op, spec, arch, VGPRs, SGPRs, LDS bytes, kernarg bytes, compile seconds."""
     head = ("op", "spec", "arch", "VGPRs", "SGPRs", "LDS bytes", "kernarg bytes", "compile s")
-    body = [(r.op, r.spec, r.target, str(r.vgprs), str(r.sgprs), str(r.lds), str(r.kernarg_bytes), f"{r.seconds:.1f}")
+    body = [(r.op, r.spec, r.target, str(r.vgprs), str(r.sgprs), str(r.lds), str(r.kernarg_bytes), "cached" if r.cached else f"{r.seconds:.1f}")
             for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
@@ -34,11 +34,18 @@ def format_table(rows: list[Row]) -> str:
 @click.option("--offload-bundle", is_flag=True, help="Also write one clang offload bundle per specialization.")
 @click.option("--code-object-version", type=click.Choice(["5", "6"]), default=None,
               help="AMDHSA code object version (default: what FlyDSL emitted; ROCm < 6.3 refuses 6).")
-def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, code_object_version) -> None:
+@click.option("--no-cache", is_flag=True,
+              help="Compile everything; neither read nor fill the build cache (FLYSHIP_CACHE_DIR).")
+@click.option("--executor", default="local", show_default=True, metavar="local|ray[:ADDRESS]",
+              help="Where compile tasks run: local process pools, or a Ray cluster (ray: RAY_ADDRESS or a private "
+                   "local instance; ray:HOST:PORT an existing cluster).")
+def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, code_object_version, no_cache,
+         executor) -> None:
     """Compile the ops declared in SPEC into a verified bundle of code objects + manifest."""
     opts = BuildOptions(spec_path=spec, out_dir=out_dir, archs=tuple(archs), jobs=jobs, force=force, keep_ir=keep_ir,
                         llvm_bin=llvm_bin, offload_bundle=offload_bundle,
-                        code_object_version=int(code_object_version) if code_object_version else None)
+                        code_object_version=int(code_object_version) if code_object_version else None,
+                        cache=not no_cache, executor=executor)
     try:
         rows = build(opts)
     except FlyshipError as e:  # every deliberate error carries its own wording; anything else is a bug

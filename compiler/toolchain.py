@@ -133,12 +133,35 @@ def _is_exe(p: Path) -> bool:
     return p.is_file() and os.access(p, os.X_OK)
 
 
+# tool_version answers by the executable's identity (path, size, mtime): the build cache persists this
+# table so that a rebuild with nothing to compile starts no tool process.
+VERSION_MEMO: dict[str, str] = {}
+
+
+def _memo_key(argv: Sequence[str]) -> str | None:
+    try:
+        st = os.stat(argv[0])
+    except OSError:
+        return None
+    return f"{os.path.realpath(argv[0])}|{st.st_size}|{st.st_mtime_ns}|{' '.join(argv[1:])}"
+
+
 def tool_version(argv: Sequence[str]) -> str:
     """The version a tool reports for ``--version`` (``"22.1.8"``).
 
     Raises:
         ToolchainError: the tool cannot run.
     """
+    key = _memo_key(argv)
+    if key is not None and key in VERSION_MEMO:
+        return VERSION_MEMO[key]
+    version = _run_version(argv)
+    if key is not None:
+        VERSION_MEMO[key] = version
+    return version
+
+
+def _run_version(argv: Sequence[str]) -> str:
     try:
         r = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60, check=False)
     except OSError as e:

@@ -22,11 +22,14 @@ Options:
     FLYSHIP_REPORT: ``1`` prints each process's routing summary (patched sites: calls to the op and to the
         original, per reason; rank-tagged) to stderr at exit.
     FLYSHIP_HOOK: ``0`` turns off the patches that ``flyship hook install`` set up for this environment.
+    FLYSHIP_CACHE_DIR: flyc-build's content-addressed build cache (default: ``$XDG_CACHE_HOME/flyship/build``,
+        else ``~/.cache/flyship/build``); ``flyc-build --no-cache`` bypasses it.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from flyship.errors import ConfigError
 
@@ -79,3 +82,13 @@ def report() -> bool:
 
 def hook_enabled() -> bool:
     return _get("FLYSHIP_HOOK", "1") != "0"
+
+
+def cache_dir() -> Path:
+    """flyc-build's cache folder: ``FLYSHIP_CACHE_DIR``, else the XDG per-user cache (``~/.cache/flyship/build``)."""
+    v = _get("FLYSHIP_CACHE_DIR")
+    if v:
+        return Path(v).expanduser()
+    xdg = _get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "flyship" / "build"

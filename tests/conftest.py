@@ -28,14 +28,20 @@ def flydsl_python() -> str | None:
 
 
 def run_build(spec: Path | str, out: Path, archs: list[str], *extra: str, check: bool = True,
-              env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``flyc-build`` in the build Python as a subprocess (what a user types)."""
+              env: dict | None = None, cache: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``flyc-build`` in the build Python as a subprocess (what a user types).
+
+    Tests never touch the user's build cache: without ``cache`` the build runs with ``--no-cache`` (it really
+    compiles); with it, ``FLYSHIP_CACHE_DIR`` points there.
+    """
     py = flydsl_python()
     if py is None:
         pytest.skip("needs the FlyDSL build Python (make install creates .venv-flydsl); it would build bundles")
     cmd = [py, "-m", "flyship.compiler.cli", str(spec), "-o", str(out), *sum((["--arch", a] for a in archs), []),
-           *extra]
+           *extra, *(() if cache is not None else ("--no-cache",))]
     e = dict(os.environ, **(env or {}))  # flyship is installed (editable) in the build Python
+    if cache is not None:
+        e["FLYSHIP_CACHE_DIR"] = str(cache)
     r = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=str(ROOT), timeout=900)
     if check and r.returncode != 0:
         raise AssertionError(f"flyc-build failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")

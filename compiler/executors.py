@@ -1,0 +1,162 @@
+"""Where compile tasks run: process pools on this machine (the default) or a Ray cluster.
+
+Both take the same (op, specialization, target) tasks and return the same
+:class:`~flyship.compiler.worker.TaskResult` list: a kernel that fails to compile, and a worker that dies
+while compiling one, come back as a result with an error text naming it, so the build reports every
+failure the same way whichever executor ran it.
+
+Ray (``flyc-build --executor ray[:ADDRESS]``; ``pip install 'flyship[ray]'``): each task is a Ray task of
+one CPU in a worker process of the cluster's Python, which must have FlyDSL/Triton and flyship (the same
+image on every node, as with any Ray job). Each target gets its own runtime environment (``env_vars``:
+``FLYDSL_GPU_ARCH``/``ARCH`` and the DSL variables of the submitting shell, plus a build id), so a worker
+process only ever serves one target of one build: FlyDSL modules that fix arch constants at import, and
+user modules edited between two builds, cannot leak into another build. The compiled variant travels back
+as the task's return value; nothing is read from a shared disk. The spec file and the user's kernel
+modules are read at the same absolute path on every node (a shared checkout or image); see docs/scale.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from flyship.compiler.worker import TaskResult, WorkerConfig
+from flyship.errors import CompileError
+
+
+class ExecutorError(CompileError, RuntimeError):
+    """The executor cannot be used (unknown name, Ray missing or unreachable)."""
+
+
+def check_executor(spec: str) -> None:
+    """``local`` or ``ray[:ADDRESS]``; for Ray, the package must import.
+
+    Raises:
+        ExecutorError: naming what was given and what is accepted.
+    """
+    kind = spec.split(":", 1)[0]
+    if kind not in ("local", "ray"):
+        raise ExecutorError(f"flyc-build --executor: expected 'local' or 'ray[:ADDRESS]', got {spec!r}")
+    if kind == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise ExecutorError("flyc-build --executor ray: the ray package is not installed in this Python; "
+                                "pip install 'flyship[ray]' (or ray) here and on the cluster") from None
+
+
+def run(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path], scratch: Path,
+        progress: Callable[[str], None]) -> list[TaskResult]:
+    """Run ``tasks`` on the executor ``opts.executor`` names; one result per task."""
+    kind, _, address = opts.executor.partition(":")
+    if kind == "ray":
+        return run_ray(tasks, opts, toolchain, rocm_root, scratch, progress, address or None)
+    from flyship.compiler.build import run_tasks
+
+    return run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress)
+
+
+def worker_config(opts: Any, target: str, toolchain: object, rocm_root: Optional[Path], scratch: Path) -> WorkerConfig:
+    return WorkerConfig(spec_path=str(Path(opts.spec_path).resolve()), target=target,
+                        rocm_root=str(rocm_root) if rocm_root else None, toolchain=toolchain,
+                        code_object_version=opts.code_object_version, keep_ir=opts.keep_ir, scratch_root=str(scratch))
+
+
+def target_environment(target: str, build_id: str) -> dict[str, str]:
+    """The environment a Ray worker process of ``target`` starts with (its runtime_env ``env_vars``)."""
+    from flyship.compiler import cache as _cache
+
+    env = dict(_cache.dsl_environment())
+    if target.startswith("gfx"):
+        processor = target.split(":")[0]
+        env.update(FLYDSL_GPU_ARCH=processor, ARCH=processor)
+    env["FLYSHIP_BUILD_ID"] = build_id
+    return env
+
+
+def run_ray(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path], scratch: Path,
+            progress: Callable[[str], None], address: Optional[str]) -> list[TaskResult]:
+    """Run the tasks as Ray tasks on the cluster at ``address`` (None: ``RAY_ADDRESS`` or a local instance)."""
+    import logging
+
+    import ray
+
+    started_here = False
+    try:
+        if not ray.is_initialized():
+            kw: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
+            if address is None and not os.environ.get("RAY_ADDRESS"):
+                kw.update(num_cpus=opts.jobs, include_dashboard=False)  # a private instance for this build
+            ray.init(address=address, **kw)
+            started_here = True
+    except Exception as e:  # ConnectionError, RuntimeError, ValueError: each says what was wrong with the address
+        raise ExecutorError(f"flyc-build --executor {opts.executor}: cannot reach a Ray cluster ({type(e).__name__}: "
+                            f"{e}); start one with `ray start --head` or give its address as ray:HOST:PORT") from None
+    try:
+        build_id = uuid.uuid4().hex
+        remote = ray.remote(_compile_on_worker)
+        pending: dict[Any, tuple[str, str, str]] = {}
+        for o, s, t in tasks:
+            cfg = worker_config(opts, t, toolchain, rocm_root, scratch)
+            ref = remote.options(num_cpus=1, max_retries=0,
+                                 runtime_env={"env_vars": target_environment(t, build_id)}).remote(cfg, o, s)
+            pending[ref] = (o, s, t)
+        results: list[TaskResult] = []
+        total = len(pending)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                o, s, t = pending.pop(ref)
+                try:
+                    r = ray.get(ref)
+                except ray.exceptions.WorkerCrashedError:
+                    r = TaskResult(o, s, t, None, "the Ray worker process died while compiling this kernel (a crash or "
+                                                  "abort in the DSL's native code; its own message, if any, is above)")
+                except ray.exceptions.RayError as e:
+                    r = TaskResult(o, s, t, None, f"Ray task failed: {type(e).__name__}: {str(e).splitlines()[0]}")
+                results.append(r)
+                status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
+                progress(f"[{len(results)}/{total}] {t:<8} {o}.{s}  {status} (ray)")
+        return results
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+# --- inside a Ray worker process -----------------------------------------------------------------
+
+_WORKER_CFG: Optional[WorkerConfig] = None
+_WORKER_STACK = contextlib.ExitStack()
+atexit.register(_WORKER_STACK.close)
+
+
+def _compile_on_worker(cfg: WorkerConfig, op_name: str, spec_name: str) -> TaskResult:
+    """One task in a Ray worker: the first task of a process sets it up for its target (as the local pool's
+    initializer does), making its own scratch and ROCm-shaped folder when the submitting machine's paths do
+    not exist here."""
+    from flyship.compiler import worker
+
+    global _WORKER_CFG
+    if _WORKER_CFG != cfg:
+        local = cfg
+        if not Path(cfg.scratch_root).is_dir():
+            local = _replace(local, scratch_root=_WORKER_STACK.enter_context(
+                tempfile.TemporaryDirectory(prefix="flyc-ray-")))
+        if cfg.rocm_root and not Path(cfg.rocm_root).is_dir():
+            from flyship.compiler import toolchain as _tc
+
+            local = _replace(local, rocm_root=str(_WORKER_STACK.enter_context(_tc.rocm_root(cfg.toolchain))))
+        worker.init_worker(local)
+        _WORKER_CFG = cfg
+    return worker.run_task(op_name, spec_name)
+
+
+def _replace(cfg: WorkerConfig, **kw: Any) -> WorkerConfig:
+    import dataclasses
+
+    return dataclasses.replace(cfg, **kw)
