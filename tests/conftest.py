@@ -49,11 +49,18 @@ def run_build(spec: Path | str, out: Path, archs: list[str], *extra: str, check:
 
 
 @pytest.fixture(scope="session")
-def example_bundle(tmp_path_factory) -> Path:
+def example_cache(tmp_path_factory) -> Path:
+    """The build cache the example bundle is built with (fresh per session, so that build is a cold one)."""
+    return tmp_path_factory.mktemp("build-cache")
+
+
+@pytest.fixture(scope="session")
+def example_bundle(tmp_path_factory, example_cache) -> Path:
     """The FlyDSL example bundle for gfx942 + gfx950 (with an offload bundle and the ISA kept)."""
     pre = os.environ.get("FLYSHIP_EXAMPLE_BUNDLE")
     if pre and (Path(pre) / "manifest.json").exists():
         return Path(pre)
     out = tmp_path_factory.mktemp("bundles") / "examples"
-    run_build(ROOT / "examples/flydsl/ops.py", out, ["gfx942", "gfx950"], "-j", "2", "--offload-bundle", "--keep-ir")
+    run_build(ROOT / "examples/flydsl/ops.py", out, ["gfx942", "gfx950"], "-j", "2", "--offload-bundle", "--keep-ir",
+              cache=example_cache)
     return out
