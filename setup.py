@@ -38,6 +38,8 @@ setup(
         # version flyship is tested with (docs/compile-stage.md says how to try another).
         "compiler": ["flydsl==0.5.0", "jsonschema>=4"],
         "triton": ["triton==3.6.0"],
+        # flyc-build --executor ray[:ADDRESS]: compile tasks on a Ray cluster (local builds need no Ray).
+        "ray": ["ray>=2.9"],
         "test": ["pytest>=7", "jsonschema>=4", "numpy", "expecttest", "hypothesis>=6"],
     },
     entry_points={

@@ -95,6 +95,7 @@ def _library_roots() -> tuple[str, ...]:
 
 
 _LIB_ROOTS = _library_roots()
+_SYSTEM_ROOTS = ("/proc/", "/sys/", "/dev/", "/run/")  # process state (torch reads /proc/self/maps), not inputs
 _FLYSHIP_ROOTS: tuple[str, ...] = ()
 
 
@@ -119,7 +120,7 @@ def is_user_file(path: str | os.PathLike) -> bool:
     except (OSError, RuntimeError):
         return False
     s = str(p)
-    if not p.is_file() or "__pycache__" in p.parts or p.suffix in (".pyc", ".so"):
+    if s.startswith(_SYSTEM_ROOTS) or not p.is_file() or "__pycache__" in p.parts or p.suffix in (".pyc", ".so"):
         return False
     if "site-packages" in p.parts or "dist-packages" in p.parts:
         return False

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import socket
 import tempfile
 import uuid
 from pathlib import Path
@@ -39,15 +40,40 @@ def check_executor(spec: str) -> None:
     Raises:
         ExecutorError: naming what was given and what is accepted.
     """
-    kind = spec.split(":", 1)[0]
+    kind, _, address = spec.partition(":")
     if kind not in ("local", "ray"):
         raise ExecutorError(f"flyc-build --executor: expected 'local' or 'ray[:ADDRESS]', got {spec!r}")
     if kind == "ray":
+        if address:
+            _check_reachable(spec, address)
+        elif not os.environ.get("RAY_ADDRESS"):  # a private instance on this machine: keep it on loopback
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         try:
             import ray  # noqa: F401
         except ImportError:
             raise ExecutorError("flyc-build --executor ray: the ray package is not installed in this Python; "
                                 "pip install 'flyship[ray]' (or ray) here and on the cluster") from None
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _check_reachable(spec: str, address: str) -> None:
+    """Fail fast, with what to do, when nothing listens at HOST:PORT (Ray itself retries for minutes)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ExecutorError(f"flyc-build --executor {spec}: expected ray:HOST:PORT (the head's GCS address, "
+                            f"e.g. ray:10.0.0.5:6379), got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as e:
+        raise ExecutorError(f"flyc-build --executor {spec}: expected a Ray head listening at {address}, got "
+                            f"{e.strerror or e}; start one with `ray start --head --port {port}` or fix the address"
+                            ) from None
+    if host in _LOOPBACK:
+        # A cluster on this machine's loopback: keep Ray on loopback (by default it swaps 127.0.0.1 for the
+        # machine's outward address). Read by ray when it is imported, so set before that.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def run(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path], scratch: Path,
@@ -92,6 +118,8 @@ def run_ray(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, roc
             kw: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
             if address is None and not os.environ.get("RAY_ADDRESS"):
                 kw.update(num_cpus=opts.jobs, include_dashboard=False)  # a private instance for this build
+            if (address or "").rpartition(":")[0] in _LOOPBACK:  # a cluster on loopback: this node is there too
+                kw["_node_ip_address"] = "127.0.0.1"
             ray.init(address=address, **kw)
             started_here = True
     except Exception as e:  # ConnectionError, RuntimeError, ValueError: each says what was wrong with the address

@@ -1,0 +1,189 @@
+"""flyc-build's cost per kernel against FlyDSL's own compile of the same kernels (docs/perf.md).
+
+Run in the build Python (FlyDSL + LLVM tools), on a quiet machine::
+
+    .venv-flydsl/bin/python bench/build_overhead.py [--rounds 5] [--arch gfx942] [--json out.json]
+
+Per round and per target, two fresh processes compile every (op, specialization) of the FlyDSL examples,
+in the same order, with the same environment (``COMPILE_ONLY=1``, FlyDSL's disk cache off):
+
+* ``flydsl``: FlyDSL's own compile, a first call of the ``@flyc.jit`` launcher on CPU placeholder
+  tensors (what a user's JIT does), IR dump off;
+* ``flyship``: what one flyc-build worker task does for that kernel: the same compile with the IR dump
+  on, then assembly with llvm-mc + ld.lld, the proof against FlyDSL's binary, metadata, kernarg layout.
+
+The two modes alternate within each round (which goes first alternates too), so drift on a shared machine
+hits both. Per kernel it prints the median over rounds of the per-round ratio flyship/flydsl and its spread
+(min..max). Then whole ``flyc-build`` runs (process start, spec import, pools, bundle writing; --no-cache):
+wall seconds per kernel with -j 1 against the sum of FlyDSL's per-kernel compiles, a warm-cache rebuild,
+and a no-op rebuild. ``--ray-workers 1 2`` adds throughput on a local Ray instance (docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "examples" / "flydsl" / "ops.py"
+
+
+def child(mode: str, target: str, spec_path: str) -> None:
+    """One process: compile every kernel of the spec for ``target``; print {"op.spec": seconds} as JSON."""
+    from flyship.compiler import frontends
+    from flyship.compiler import toolchain as _tc
+    from flyship.compiler.frontends import BuildContext
+    from flyship.compiler.worker import load_spec_file
+
+    tc = _tc.find_toolchain()
+    with _tc.rocm_root(tc) as rocm, tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        fd = frontends.get("flydsl")
+        fd.setup_environment(target, rocm, Path(scratch) / "cache")
+        if mode == "flydsl":
+            os.environ["FLYDSL_DUMP_IR"] = "0"
+        sf = load_spec_file(spec_path)
+        times = {}
+        for op in sf.ops:
+            for spec in op.specs:
+                work = Path(tempfile.mkdtemp(dir=scratch))
+                t0 = time.perf_counter()
+                if mode == "flydsl":
+                    pos, kw = placeholders(op, spec)
+                    op.kernel(*pos, **kw)
+                else:
+                    fd.compile_variant(op, spec, target, BuildContext(workdir=work, toolchain=tc, rocm_root=rocm))
+                times[f"{op.name}.{spec.name}"] = time.perf_counter() - t0
+    print(json.dumps(times))
+
+
+def placeholders(op, spec) -> tuple[list, dict]:
+    """CPU tensors and scalars in launcher order (FlyDSL 0.5.0 compiles on placeholders), constexpr keywords."""
+    import torch
+
+    from flyship.compiler.spec import Output, Scalar, Tensor
+
+    shapes, scalars, pos = op.example_shapes(spec), op.example_scalars(spec), []
+    for a in op.args:
+        if isinstance(a, Tensor):
+            pos.append(torch.empty(shapes[a.name], dtype=getattr(torch, spec.dtypes[a.name])))
+        elif isinstance(a, Output):
+            pos.append(torch.empty(shapes[a.name], dtype=getattr(torch, op.output_dtype_for(a, spec))))
+        elif isinstance(a, Scalar):
+            pos.append({"float": float, "int": int, "bool": bool}[a.type](scalars[a.name]))
+    return pos, dict(spec.constexprs)
+
+
+def run_child(mode: str, target: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, __file__, "--child", mode, target], capture_output=True, text=True,
+                         check=True, cwd=str(ROOT))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def flyc_build(out: Path, archs: list[str], *extra: str, cache: Path | None = None) -> float:
+    env = dict(os.environ)
+    if cache is not None:
+        env["FLYSHIP_CACHE_DIR"] = str(cache)
+    cmd = [sys.executable, "-m", "flyship.compiler.cli", str(SPEC), "-o", str(out), "--force",
+           *sum((["--arch", a] for a in archs), []), *extra, *(() if cache is not None else ("--no-cache",))]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=str(ROOT))
+    return time.perf_counter() - t0
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    from flyship.compiler import toolchain as _tc
+
+    out = {"python": platform.python_version(), "flydsl": version("flydsl"), "torch": version("torch"),
+           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "date": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                                            time.gmtime())}
+    out.update({k: v.split(" (")[0] for k, v in _tc.find_toolchain().describe().items()})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--child", nargs=2, metavar=("MODE", "TARGET"), help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--arch", default="gfx942")
+    ap.add_argument("--ray-workers", type=int, nargs="*", default=[], help="also time flyc-build on a local Ray "
+                                                                           "instance with these worker counts")
+    ap.add_argument("--ray-spec", default=None, help="spec file for the Ray runs (default: the FlyDSL examples)")
+    ap.add_argument("--json", default=None, help="write every figure here")
+    a = ap.parse_args()
+    if a.child:
+        child(a.child[0], a.child[1], str(SPEC))
+        return
+    report: dict = {"versions": versions(), "rounds": a.rounds, "arch": a.arch, "per_kernel": {}}
+    ratios: dict[str, list[float]] = {}
+    sums = {"flydsl": [], "flyship": []}
+    for r in range(a.rounds):
+        order = ("flydsl", "flyship") if r % 2 == 0 else ("flyship", "flydsl")
+        got = {m: run_child(m, a.arch) for m in order}
+        for k in got["flydsl"]:
+            ratios.setdefault(k, []).append(got["flyship"][k] / got["flydsl"][k])
+            report["per_kernel"].setdefault(k, {"flydsl": [], "flyship": []})
+            for m in got:
+                report["per_kernel"][k][m].append(got[m][k])
+        for m in got:
+            sums[m].append(sum(got[m].values()))
+        print(f"round {r + 1}/{a.rounds}: flydsl {sums['flydsl'][-1]:.2f} s, flyship {sums['flyship'][-1]:.2f} s "
+              f"(all kernels)", file=sys.stderr)
+    print(f"{'kernel':<28} {'flydsl s':>9} {'flyship s':>9} {'ratio (median)':>15} {'spread':>13}")
+    for k, rs in ratios.items():
+        pk = report["per_kernel"][k]
+        print(f"{k:<28} {statistics.median(pk['flydsl']):9.3f} {statistics.median(pk['flyship']):9.3f} "
+              f"{statistics.median(rs):15.3f} {min(rs):6.3f}..{max(rs):.3f}")
+        pk["ratio_median"], pk["ratio_min"], pk["ratio_max"] = statistics.median(rs), min(rs), max(rs)
+    all_r = [statistics.median(rs) for rs in ratios.values()]
+    per_round = [f / d for f, d in zip(sums["flyship"], sums["flydsl"])]
+    report["ratio_all_kernels_median"] = statistics.median(per_round)
+    print(f"all kernels: flyship/flydsl per round {', '.join(f'{x:.3f}' for x in per_round)}; median "
+          f"{statistics.median(per_round):.3f}; per-kernel medians {min(all_r):.3f}..{max(all_r):.3f}")
+    with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
+        t = Path(tmp)
+        n = len(ratios)
+        cold = flyc_build(t / "cold", [a.arch], "-j", "1")
+        warm_tasks = flyc_build(t / "w1", [a.arch], "-j", "1", cache=t / "cache")
+        noop = flyc_build(t / "w2", [a.arch], "-j", "1", cache=t / "cache")
+        for p in (t / "cache" / "v1" / "builds").glob("*/*.json"):
+            p.unlink()
+        tasks_only = flyc_build(t / "w3", [a.arch], "-j", "1", cache=t / "cache")
+        fl = statistics.median(sums["flydsl"])
+        report["flyc_build"] = {"kernels": n, "cold_j1_s": cold, "cold_per_kernel_s": cold / n,
+                                "flydsl_sum_s": fl, "cold_vs_flydsl_sum": cold / fl, "cache_fill_s": warm_tasks,
+                                "noop_rebuild_s": noop, "rebuild_from_task_entries_s": tasks_only}
+        print(f"flyc-build -j 1 --no-cache: {cold:.2f} s for {n} kernels = {cold / n:.3f} s/kernel; FlyDSL's own "
+              f"compiles sum to {fl:.2f} s ({cold / fl:.2f}x, process start and spec import included)")
+        print(f"no-op rebuild (whole-build entry): {noop:.2f} s; from task entries only: {tasks_only:.2f} s")
+        for w in a.ray_workers:
+            spec = a.ray_spec or str(SPEC)
+            report.setdefault("ray", {})[w] = ray_throughput(spec, a.arch, w, t / f"ray{w}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(report, indent=1))
+
+
+def ray_throughput(spec: str, arch: str, workers: int, out: Path) -> dict:
+    """flyc-build --executor ray on a private local Ray instance of ``workers`` CPUs (--no-cache)."""
+    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
+    cmd = [sys.executable, "-m", "flyship.compiler.cli", spec, "-o", str(out), "--force", "--arch", arch,
+           "--no-cache", "--executor", "ray", "-j", str(workers)]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=str(ROOT))
+    wall = time.perf_counter() - t0
+    n = r.stderr.count("(ray)")
+    print(f"ray, {workers} worker(s): {n} kernels in {wall:.1f} s = {n / wall:.2f} kernels/s")
+    return {"kernels": n, "wall_s": wall, "kernels_per_s": n / wall}
+
+
+if __name__ == "__main__":
+    main()
