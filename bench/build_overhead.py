@@ -67,7 +67,6 @@ def child(mode: str, target: str, spec_path: str) -> None:
 def placeholders(op, spec) -> tuple[list, dict]:
     """CPU tensors and scalars in launcher order (FlyDSL 0.5.0 compiles on placeholders), constexpr keywords."""
     import torch
-
     from flyship.compiler.spec import Output, Scalar, Tensor
 
     shapes, scalars, pos = op.example_shapes(spec), op.example_scalars(spec), []
@@ -117,7 +116,9 @@ def main() -> None:
     ap.add_argument("--arch", default="gfx942")
     ap.add_argument("--ray-workers", type=int, nargs="*", default=[], help="also time flyc-build on a local Ray "
                                                                            "instance with these worker counts")
-    ap.add_argument("--ray-spec", default=None, help="spec file for the Ray runs (default: the FlyDSL examples)")
+    ap.add_argument("--ray-space", type=int, default=0, help="build a generated space of this many tiny Triton "
+                                                             "configs on Ray (tests/compiler/tiny_space.py) instead "
+                                                             "of the FlyDSL examples")
     ap.add_argument("--json", default=None, help="write every figure here")
     a = ap.parse_args()
     if a.child:
@@ -165,8 +166,13 @@ def main() -> None:
         print(f"flyc-build -j 1 --no-cache: {cold:.2f} s for {n} kernels = {cold / n:.3f} s/kernel; FlyDSL's own "
               f"compiles sum to {fl:.2f} s ({cold / fl:.2f}x, process start and spec import included)")
         print(f"no-op rebuild (whole-build entry): {noop:.2f} s; from task entries only: {tasks_only:.2f} s")
+        spec = str(SPEC)
+        if a.ray_space:
+            sys.path.insert(0, str(ROOT))
+            from tests.compiler import tiny_space
+
+            spec = str(tiny_space.write_space(t / "space", a.ray_space))
         for w in a.ray_workers:
-            spec = a.ray_spec or str(SPEC)
             report.setdefault("ray", {})[w] = ray_throughput(spec, a.arch, w, t / f"ray{w}")
     if a.json:
         Path(a.json).write_text(json.dumps(report, indent=1))

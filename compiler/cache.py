@@ -102,9 +102,10 @@ _FLYSHIP_ROOTS: tuple[str, ...] = ()
 def _flyship_roots() -> tuple[str, ...]:
     global _FLYSHIP_ROOTS
     if not _FLYSHIP_ROOTS:
-        import flyship
         import flyship.bundle
         import flyship.compiler
+
+        import flyship
 
         dirs = {Path(m.__file__).resolve().parent for m in (flyship, flyship.bundle, flyship.compiler)}
         _FLYSHIP_ROOTS = tuple(sorted(str(d) + os.sep for d in dirs))
@@ -195,20 +196,32 @@ def _value_fingerprint(v: Any, modules: list, depth: int) -> Any:
         return {str(k): _value_fingerprint(x, modules, depth) for k, x in v.items()}
     if isinstance(v, types.ModuleType):
         modules.append(v)
-        return f"module:{v.__name__}"
+        return f"module:{_module_name(v)}"
     fn = underlying_function(v)
     if fn is not None:
         mod = sys.modules.get(fn.__module__)
         if mod is not None:
             modules.append(mod)
-        return {"function": f"{fn.__module__}.{fn.__qualname__}", "closure": _closure(fn, modules, depth + 1)}
+        return {"function": _function_name(fn), "closure": _closure(fn, modules, depth + 1)}
     if isinstance(v, type):
         mod = sys.modules.get(v.__module__)
         if mod is not None:
             modules.append(mod)
-        return f"class:{v.__module__}.{v.__qualname__}"
+        return f"class:{_module_name(mod) if mod else v.__module__}.{v.__qualname__}"
     r = repr(v)
     return f"{type(v).__module__}.{type(v).__qualname__}" + ("" if " at 0x" in r else f":{r}")
+
+
+def _module_name(m: Any) -> str:
+    """A module's stable name: its file when it is the user's (a spec file is imported under a name that changes
+    from run to run), else its import name."""
+    f = getattr(m, "__file__", None)
+    return str(Path(f).resolve()) if f and is_user_file(f) else getattr(m, "__name__", "?")
+
+
+def _function_name(fn: types.FunctionType) -> str:
+    mod = sys.modules.get(fn.__module__)
+    return f"{_module_name(mod) if mod is not None else fn.__code__.co_filename}:{fn.__qualname__}"
 
 
 def _closure(fn: types.FunctionType, modules: list, depth: int = 0) -> list:
@@ -236,7 +249,7 @@ def kernel_sources(kernel: Any) -> dict[str, Any]:
     modules: list = []
     ident: dict[str, Any] = {"function": None, "closure": []}
     if fn is not None:
-        ident = {"function": f"{fn.__module__}.{fn.__qualname__}", "closure": _closure(fn, modules)}
+        ident = {"function": _function_name(fn), "closure": _closure(fn, modules)}
         mod = sys.modules.get(fn.__module__)
         if mod is not None:
             modules.append(mod)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from flyship.compiler.worker import TaskResult, WorkerConfig
+
 from flyship.errors import CompileError
 
 

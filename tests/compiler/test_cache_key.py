@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from flyship.compiler import cache as C
-from flyship.compiler.spec import Constexpr, Output, OpDecl, Spec, Tensor
+from flyship.compiler.spec import Constexpr, OpDecl, Output, Spec, Tensor
 
 pytestmark = pytest.mark.cpu
 
@@ -42,7 +41,7 @@ def user_pkg(tmp_path, monkeypatch):
 def test_the_kernel_sources_are_its_module_and_the_user_modules_it_imports(user_pkg):
     kmod = importlib.import_module("kmod")
     src = C.kernel_sources(kmod.kernel)
-    assert src["function"] == "kmod.kernel"
+    assert src["function"] == f"{(user_pkg / 'kmod.py').resolve()}:kernel"
     assert set(src["files"]) == {str((user_pkg / "kmod.py").resolve()), str((user_pkg / "khelp.py").resolve())}
     # installed packages (pytest here) and the standard library are keyed by version, not by file
     assert not any("site-packages" in f or f.endswith("/pathlib.py") for f in src["files"])
