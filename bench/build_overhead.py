@@ -9,8 +9,10 @@ in the same order, with the same environment (``COMPILE_ONLY=1``, FlyDSL's disk 
 
 * ``flydsl``: FlyDSL's own compile, a first call of the ``@flyc.jit`` launcher on CPU placeholder
   tensors (what a user's JIT does), IR dump off;
-* ``flyship``: what one flyc-build worker task does for that kernel: the same compile with the IR dump
-  on, then assembly with llvm-mc + ld.lld, the proof against FlyDSL's binary, metadata, kernarg layout.
+* ``flydsl_dump``: the same call with FlyDSL's IR dump on (``FLYDSL_DUMP_IR=1``), as flyship runs it: the
+  part of flyship's cost that is FlyDSL's own dump mode;
+* ``flyship``: what one flyc-build worker task does for that kernel: the compile with the IR dump on, then
+  assembly with llvm-mc + ld.lld, the proof against FlyDSL's binary, metadata, kernarg layout.
 
 The two modes alternate within each round (which goes first alternates too), so drift on a shared machine
 hits both. Per kernel it prints the median over rounds of the per-round ratio flyship/flydsl and its spread
@@ -22,6 +24,8 @@ and a no-op rebuild. ``--ray-workers 1 2`` adds throughput on a local Ray instan
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import platform
@@ -49,15 +53,17 @@ def child(mode: str, target: str, spec_path: str) -> None:
         fd.setup_environment(target, rocm, Path(scratch) / "cache")
         if mode == "flydsl":
             os.environ["FLYDSL_DUMP_IR"] = "0"
+        os.environ["FLYDSL_DUMP_DIR"] = str(Path(scratch) / "dump")
         sf = load_spec_file(spec_path)
         times = {}
         for op in sf.ops:
             for spec in op.specs:
                 work = Path(tempfile.mkdtemp(dir=scratch))
                 t0 = time.perf_counter()
-                if mode == "flydsl":
+                if mode in ("flydsl", "flydsl_dump"):
                     pos, kw = placeholders(op, spec)
-                    op.kernel(*pos, **kw)
+                    with contextlib.redirect_stdout(io.StringIO()):  # the dump prints a line per stage
+                        op.kernel(*pos, **kw)
                 else:
                     fd.compile_variant(op, spec, target, BuildContext(workdir=work, toolchain=tc, rocm_root=rocm))
                 times[f"{op.name}.{spec.name}"] = time.perf_counter() - t0
@@ -126,28 +132,30 @@ def main() -> None:
         return
     report: dict = {"versions": versions(), "rounds": a.rounds, "arch": a.arch, "per_kernel": {}}
     ratios: dict[str, list[float]] = {}
-    sums = {"flydsl": [], "flyship": []}
+    sums = {"flydsl": [], "flydsl_dump": [], "flyship": []}
     for r in range(a.rounds):
-        order = ("flydsl", "flyship") if r % 2 == 0 else ("flyship", "flydsl")
+        order = ("flydsl", "flydsl_dump", "flyship") if r % 2 == 0 else ("flyship", "flydsl_dump", "flydsl")
         got = {m: run_child(m, a.arch) for m in order}
         for k in got["flydsl"]:
             ratios.setdefault(k, []).append(got["flyship"][k] / got["flydsl"][k])
-            report["per_kernel"].setdefault(k, {"flydsl": [], "flyship": []})
+            report["per_kernel"].setdefault(k, {m: [] for m in sums})
             for m in got:
                 report["per_kernel"][k][m].append(got[m][k])
         for m in got:
             sums[m].append(sum(got[m].values()))
-        print(f"round {r + 1}/{a.rounds}: flydsl {sums['flydsl'][-1]:.2f} s, flyship {sums['flyship'][-1]:.2f} s "
-              f"(all kernels)", file=sys.stderr)
-    print(f"{'kernel':<28} {'flydsl s':>9} {'flyship s':>9} {'ratio (median)':>15} {'spread':>13}")
+        print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{m} {sums[m][-1]:.2f} s" for m in sums) + " (all kernels)",
+              file=sys.stderr)
+    print(f"{'kernel':<16} {'flydsl s':>9} {'+dump s':>9} {'flyship s':>9} {'ratio (median)':>15} {'spread':>13}")
     for k, rs in ratios.items():
         pk = report["per_kernel"][k]
-        print(f"{k:<28} {statistics.median(pk['flydsl']):9.3f} {statistics.median(pk['flyship']):9.3f} "
-              f"{statistics.median(rs):15.3f} {min(rs):6.3f}..{max(rs):.3f}")
+        print(f"{k:<16} {statistics.median(pk['flydsl']):9.3f} {statistics.median(pk['flydsl_dump']):9.3f} "
+              f"{statistics.median(pk['flyship']):9.3f} {statistics.median(rs):15.3f} {min(rs):6.3f}..{max(rs):.3f}")
         pk["ratio_median"], pk["ratio_min"], pk["ratio_max"] = statistics.median(rs), min(rs), max(rs)
     all_r = [statistics.median(rs) for rs in ratios.values()]
     per_round = [f / d for f, d in zip(sums["flyship"], sums["flydsl"])]
     report["ratio_all_kernels_median"] = statistics.median(per_round)
+    dump_share = [d / f for d, f in zip(sums["flydsl_dump"], sums["flyship"])]
+    print(f"FlyDSL with its IR dump on / flyship, per round: {', '.join(f'{x:.3f}' for x in dump_share)}")
     print(f"all kernels: flyship/flydsl per round {', '.join(f'{x:.3f}' for x in per_round)}; median "
           f"{statistics.median(per_round):.3f}; per-kernel medians {min(all_r):.3f}..{max(all_r):.3f}")
     with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
