@@ -353,13 +353,14 @@ def record_reads() -> Iterator[dict[str, str]]:
 class _ResultUnpickler(pickle.Unpickler):
     """Admits only flyship's result dataclasses and plain builtins: a planted pickle cannot run code."""
 
-    _MODULES = ("flyship.bundle.manifest", "flyship.compiler.frontends")
+    _MODULES = ("flyship.bundle.manifest", "flyship.compiler.frontends")  # and their submodules
     _BUILTINS = {"tuple", "list", "dict", "set", "frozenset", "int", "float", "str", "bytes", "bool", "NoneType"}
 
     def find_class(self, module: str, name: str) -> Any:
-        if module in self._MODULES or (module == "builtins" and name in self._BUILTINS):
+        ours = module in self._MODULES or module.startswith(tuple(m + "." for m in self._MODULES))
+        if ours or (module == "builtins" and name in self._BUILTINS):
             obj = super().find_class(module, name)
-            if isinstance(obj, type):
+            if isinstance(obj, type) and (not ours or dataclasses.is_dataclass(obj)):
                 return obj
         raise pickle.UnpicklingError(f"cache entry names {module}.{name}, which a build result never holds")
 
