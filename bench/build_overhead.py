@@ -188,7 +188,7 @@ def main() -> None:
 
 def ray_throughput(spec: str, arch: str, workers: int, out: Path) -> dict:
     """flyc-build --executor ray on a private local Ray instance of ``workers`` CPUs (--no-cache)."""
-    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
+    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     cmd = [sys.executable, "-m", "flyship.compiler.cli", spec, "-o", str(out), "--force", "--arch", arch,
            "--no-cache", "--executor", "ray", "-j", str(workers)]
     t0 = time.perf_counter()

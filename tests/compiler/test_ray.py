@@ -23,8 +23,9 @@ from . import tiny_space
 
 pytestmark = [pytest.mark.compile, pytest.mark.ray]
 
-# Ray swaps 127.0.0.1 for the machine's outward address unless told it is not forming a multi-machine cluster.
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+# Ray swaps 127.0.0.1 for the machine's outward address unless told it is not forming a multi-machine cluster;
+# a token in ~/.ray (left by any earlier Ray on this machine) would otherwise switch the test head to token auth.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 def _free_port() -> int:
