@@ -51,6 +51,7 @@ CACHE_FORMAT = 1
 _ENV_PREFIXES = ("FLYDSL_", "TRITON_", "MLIR_", "LLVM_", "AMDGCN_", "ROCM_", "HIP_")
 _ENV_NAMES = ("ARCH", "COMPILE_ONLY")
 _ENV_SKIP = ("CACHE", "DUMP")
+_VERSIONED = ("flydsl", "triton", "torch", "flyship")  # keyed by version (flyship: by its source), not walked
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,13 +243,18 @@ def kernel_sources(kernel: Any) -> dict[str, Any]:
     Returns:
         ``{"function": module.qualname, "closure": captured values, "files": {path: sha256}}``: the files
         are the kernel's module and every user module reachable from its globals (modules, functions and
-        DSL kernels imported from another of the user's files), recursively. Installed packages are left to
-        their versions in the key.
+        DSL kernels imported from another of the user's files), recursively. A kernel that lives in an
+        installed package (a kernel library in site-packages) has that package's modules walked the same
+        way, so upgrading it changes the key. FlyDSL, Triton and torch are left to their versions.
     """
     fn = underlying_function(kernel)
     modules: list = []
     ident: dict[str, Any] = {"function": None, "closure": []}
+    home = ""  # the installed package the kernel itself comes from, if any
     if fn is not None:
+        top = fn.__module__.split(".")[0]
+        if top not in _VERSIONED and not is_user_file(fn.__code__.co_filename or ""):
+            home = top
         ident = {"function": _function_name(fn), "closure": _closure(fn, modules)}
         mod = sys.modules.get(fn.__module__)
         if mod is not None:
@@ -263,7 +269,8 @@ def kernel_sources(kernel: Any) -> dict[str, Any]:
             continue
         seen.add(id(m))
         path = getattr(m, "__file__", None)
-        if not path or not is_user_file(path):
+        in_home = bool(home) and getattr(m, "__name__", "").split(".")[0] == home
+        if not path or not (is_user_file(path) or (in_home and Path(path).suffix == ".py")):
             continue
         files[str(Path(path).resolve())] = sha256_file(path) or "unreadable"
         for v in list(vars(m).values()):

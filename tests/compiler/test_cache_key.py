@@ -84,6 +84,23 @@ def test_every_input_of_a_compile_changes_the_key_and_nothing_else_does(user_pkg
     assert C.task_key(dataclasses.replace(op, doc="other words"), spec, "gfx942", CONTEXT, src) == base
 
 
+def test_a_kernel_from_an_installed_package_is_keyed_by_that_packages_files(tmp_path, monkeypatch):
+    site = tmp_path / "site-packages" / "kernlib"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("from kernlib import ops\n")
+    (site / "ops.py").write_text("def kernel(x):\n    return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
+    try:
+        ops = importlib.import_module("kernlib.ops")
+        before = C.kernel_sources(ops.kernel)
+        assert set(before["files"]) == {str((site / "ops.py").resolve())}
+        (site / "ops.py").write_text("def kernel(x):\n    return x + 1\n")  # an upgrade of the library
+        assert C.kernel_sources(ops.kernel)["files"] != before["files"]
+    finally:
+        for m in ("kernlib", "kernlib.ops"):
+            sys.modules.pop(m, None)
+
+
 def test_the_dsl_environment_leaves_out_cache_and_dump_folders():
     env = C.dsl_environment({"TRITON_CACHE_DIR": "/x", "FLYDSL_DUMP_DIR": "/y", "TRITON_DEBUG": "1", "HOME": "/h",
                              "FLYDSL_GPU_ARCH": "gfx942"})
