@@ -44,13 +44,13 @@ def child(mode: str, target: str, spec_path: str) -> None:
     """One process: compile every kernel of the spec for ``target``; print {"op.spec": seconds} as JSON."""
     from flyship.compiler import frontends
     from flyship.compiler import toolchain as _tc
-    from flyship.compiler.frontends import BuildContext
+    from flyship.compiler.frontends import BuildContext, WorkerSetup
     from flyship.compiler.worker import load_spec_file
 
     tc = _tc.find_toolchain()
     with _tc.rocm_root(tc) as rocm, tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         fd = frontends.get("flydsl")
-        fd.setup_environment(target, rocm, Path(scratch) / "cache")
+        fd.prepare_worker(WorkerSetup(target=target, scratch_root=Path(scratch), rocm_root=rocm))
         if mode == "flydsl":
             os.environ["FLYDSL_DUMP_IR"] = "0"
         os.environ["FLYDSL_DUMP_DIR"] = str(Path(scratch) / "dump")
@@ -65,7 +65,8 @@ def child(mode: str, target: str, spec_path: str) -> None:
                     with contextlib.redirect_stdout(io.StringIO()):  # the dump prints a line per stage
                         op.kernel(*pos, **kw)
                 else:
-                    fd.compile_variant(op, spec, target, BuildContext(workdir=work, toolchain=tc, rocm_root=rocm))
+                    frontends.compile_variant(fd, op, spec, target,
+                                              BuildContext(workdir=work, toolchain=tc, rocm_root=rocm))
                 times[f"{op.name}.{spec.name}"] = time.perf_counter() - t0
     print(json.dumps(times))
 

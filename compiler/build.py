@@ -26,6 +26,8 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as M
 from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
+from flyship.compiler import cache as _cache
+from flyship.compiler import executors as _executors
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import hygiene as _hygiene
 from flyship.compiler.spec import OpDecl, Output, Scalar, SpecFile, Tensor
@@ -52,6 +54,8 @@ class BuildOptions:
         llvm_bin: folder with llvm-mc / ld.lld, searched first.
         offload_bundle: also write one clang offload bundle per specialization holding every AMD target.
         code_object_version: 5 or 6; None keeps what the frontend emitted.
+        cache: reuse and fill the build cache (``FLYSHIP_CACHE_DIR``); ``--no-cache`` turns it off.
+        executor: ``local`` (process pools on this machine) or ``ray[:ADDRESS]`` (a Ray cluster).
     """
 
     spec_path: str
@@ -63,6 +67,8 @@ class BuildOptions:
     llvm_bin: Optional[str] = None
     offload_bundle: bool = False
     code_object_version: Optional[int] = None
+    cache: bool = True
+    executor: str = "local"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +83,7 @@ class Row:
     lds: int
     kernarg_bytes: int
     seconds: float
+    cached: bool = False
 
 
 def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
@@ -296,7 +303,7 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
     return m, files
 
 
-def write_bundle(m: M.Manifest, files: dict[str, bytes], out_dir: Path, force: bool) -> None:
+def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, force: bool) -> None:
     """Write into a staging sibling folder, read it back, then move it into place (swapped atomically with an
     existing bundle under ``force``): a failure leaves ``out_dir`` as it was and no staging folder."""
     out_dir = out_dir.resolve()
@@ -310,14 +317,17 @@ def write_bundle(m: M.Manifest, files: dict[str, bytes], out_dir: Path, force: b
         os.chmod(tmp, 0o777 & ~umask)
         for name, data in sorted(files.items()):
             (tmp / name).write_bytes(data)
-        M.write(m, tmp / M.MANIFEST_NAME)
-        written = M.read(tmp)  # what we wrote must read back and pass every rule the loader applies
-        try:
-            _rules.check_bundle_files(tmp, written)
-            if written.references:
-                _rules.references_source(tmp, written)
-        except M.BundleError as e:
-            raise BuildError(f"flyc-build: the bundle would be refused at load: {e}") from e
+        if isinstance(m, bytes):  # from the build cache: checked when first written, sha256-checked when read
+            (tmp / M.MANIFEST_NAME).write_bytes(m)
+        else:
+            M.write(m, tmp / M.MANIFEST_NAME)
+            written = M.read(tmp)  # what we wrote must read back and pass every rule the loader applies
+            try:
+                _rules.check_bundle_files(tmp, written)
+                if written.references:
+                    _rules.references_source(tmp, written)
+            except M.BundleError as e:
+                raise BuildError(f"flyc-build: the bundle would be refused at load: {e}") from e
         if out_dir.exists() and not force:
             raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
         _hygiene.replace_dir(tmp, out_dir)
@@ -339,11 +349,17 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
     """
     targets = check_archs(opts.archs)
     out_dir = Path(opts.out_dir)
+    _executors.check_executor(opts.executor)
+    cache = _cache.open_cache(opts.cache, progress)
     with _hygiene.output_lock(out_dir.resolve()):
         _hygiene.recover_output(out_dir.resolve())
         if out_dir.exists() and not opts.force:
             raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
-        sf = read_declarations(opts.spec_path, targets)
+        bkey = _build_key(opts, cache) if cache else ""
+        if cache and (rows := _reuse_bundle(cache, bkey, out_dir, opts.force, progress)) is not None:
+            return rows
+        with _cache.record_reads() as deps:  # every file the spec reads while imported: the whole-build entry's inputs
+            sf = read_declarations(opts.spec_path, targets)
         tasks = plan(sf, targets)
         frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
         with contextlib.ExitStack() as stack:
@@ -351,15 +367,92 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             toolchain, rocm_root, tools = find_tools(frontends_used, targets, opts, stack)
             progress(f"flyc-build: {len(tasks)} kernels ({len(sf.ops)} ops) for "
                      f"{', '.join(t.text for t in targets)}, jobs={opts.jobs}")
-            results = run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress, frontends_used)
+            results, hits = compile_with_cache(
+                tasks, sf, tools, opts, cache, progress,
+                lambda todo: _executors.run(todo, opts, toolchain, rocm_root, scratch, progress, frontends_used))
             variants = succeeded(results)
             offload, offload_files = offload_bundles(sf, variants, toolchain, scratch) if opts.offload_bundle \
                 else ({}, {})
             m, files = assemble_manifest(sf, variants, tools, frontend_versions(frontends_used, variants), offload,
                                          offload_files)
             write_bundle(m, {**files, **offload_files}, out_dir, opts.force)
-    return [Row(o, s, v.target, v.metadata.vgpr_count, v.metadata.sgpr_count, v.metadata.group_segment_fixed_size,
-                v.kernargs.size, v.seconds) for (o, s, t), v in sorted(variants.items())]
+        rows = [Row(o, s, v.target, v.metadata.vgpr_count, v.metadata.sgpr_count,
+                    v.metadata.group_segment_fixed_size, v.kernargs.size, v.seconds, cached=(o, s, t) in hits)
+                for (o, s, t), v in sorted(variants.items())]
+        if cache:
+            remember_build(cache, bkey, deps, opts.spec_path, out_dir, rows)
+    return rows
+
+
+def compile_with_cache(tasks: list[tuple[str, str, str]], sf: SpecFile, tools: dict[str, str], opts: BuildOptions,
+                       cache: Optional[_cache.BuildCache], progress: Callable[[str], None],
+                       run: Callable[[list], list[TaskResult]]) -> tuple[list[TaskResult], set]:
+    """Take what the cache holds, ``run`` the rest, store what compiled.
+
+    Returns:
+        (one result per task, the tasks that came from the cache).
+    """
+    if cache is None:
+        return run(tasks), set()
+    keys = task_keys(sf, tasks, tools, opts)
+    hits = {t: v for t in tasks if (v := cache.get_variant(keys[t])) is not None}
+    if hits:
+        progress(f"flyc-build: {len(hits)} of {len(tasks)} kernels from the cache ({cache.root.parent})")
+    todo = [t for t in tasks if t not in hits]
+    results = run(todo) if todo else []
+    for r in results:
+        if r.variant is not None:
+            cache.put_variant(keys[(r.op, r.spec, r.target)], r.variant)
+    return results + [TaskResult(o, s, t, v, None) for (o, s, t), v in hits.items()], set(hits)
+
+
+def task_keys(sf: SpecFile, tasks: list[tuple[str, str, str]], tools: dict[str, str],
+              opts: BuildOptions) -> dict[tuple[str, str, str], str]:
+    """Each task's cache key (see :mod:`flyship.compiler.cache` for what goes into it)."""
+    context = _cache.build_context(tools, opts.code_object_version, opts.keep_ir)
+    ops = {o.name: o for o in sf.ops}
+    sources = {name: _cache.kernel_sources(o.kernel) for name, o in ops.items()}
+    keys = {}
+    for o, s, t in tasks:
+        spec = next(x for x in ops[o].specs if x.name == s)
+        keys[(o, s, t)] = _cache.task_key(ops[o], spec, t, context, sources[o])
+    return keys
+
+
+def _build_key(opts: BuildOptions, cache: _cache.BuildCache) -> str:
+    """The whole-build key, known before the spec file is imported (tool versions are remembered by the cache,
+    so a no-op rebuild starts no tool process)."""
+    from flyship.compiler import toolchain as _tc
+
+    cache.load_tool_versions()
+    try:
+        tools = dict(_tc.find_toolchain(opts.llvm_bin).describe())
+    except CompileError:
+        tools = {}
+    cache.save_tool_versions()
+    return _cache.build_key(opts.spec_path, opts.archs, {"offload_bundle": opts.offload_bundle, "keep_ir": opts.keep_ir,
+                                                         "code_object_version": opts.code_object_version}, tools)
+
+
+def _reuse_bundle(cache: _cache.BuildCache, key: str, out_dir: Path, force: bool,
+                  progress: Callable[[str], None]) -> Optional[list[Row]]:
+    """Write the cached bundle of an unchanged build (no spec import, no compile); None when there is none."""
+    entry = cache.get_build(key)
+    if entry is None or M.MANIFEST_NAME not in entry.files:
+        return None
+    write_bundle(entry.files[M.MANIFEST_NAME], {n: b for n, b in entry.files.items() if n != M.MANIFEST_NAME},
+                 out_dir, force)
+    progress(f"flyc-build: the spec and every file it reads are unchanged since a cached build; wrote its bundle "
+             f"({len(entry.files)} files) without compiling")
+    return [dataclasses.replace(Row(**r), cached=True) for r in entry.rows]
+
+
+def remember_build(cache: _cache.BuildCache, key: str, deps: dict[str, str], spec_path: str, out_dir: Path,
+                   rows: list[Row]) -> None:
+    """Store the bundle just written with the files its spec read, for the next no-op rebuild."""
+    deps = {**deps, str(Path(spec_path).resolve()): _cache.sha256_file(spec_path) or "unreadable"}
+    written = {p.name: p.read_bytes() for p in sorted(out_dir.iterdir()) if p.is_file()}
+    cache.put_build(key, deps, written, [dataclasses.asdict(r) for r in rows])
 
 
 def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecFile:

@@ -78,20 +78,14 @@ def _check_reachable(spec: str, address: str) -> None:
 
 
 def run(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path], scratch: Path,
-        progress: Callable[[str], None]) -> list[TaskResult]:
+        progress: Callable[[str], None], frontends: tuple[str, ...]) -> list[TaskResult]:
     """Run ``tasks`` on the executor ``opts.executor`` names; one result per task."""
-    kind, _, address = opts.executor.partition(":")
-    if kind == "ray":
-        return run_ray(tasks, opts, toolchain, rocm_root, scratch, progress, address or None)
     from flyship.compiler.build import run_tasks
 
-    return run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress)
-
-
-def worker_config(opts: Any, target: str, toolchain: object, rocm_root: Optional[Path], scratch: Path) -> WorkerConfig:
-    return WorkerConfig(spec_path=str(Path(opts.spec_path).resolve()), target=target,
-                        rocm_root=str(rocm_root) if rocm_root else None, toolchain=toolchain,
-                        code_object_version=opts.code_object_version, keep_ir=opts.keep_ir, scratch_root=str(scratch))
+    kind, _, address = opts.executor.partition(":")
+    if kind == "ray":
+        return run_ray(tasks, opts, toolchain, rocm_root, scratch, progress, address or None, frontends)
+    return run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress, frontends)
 
 
 def target_environment(target: str, build_id: str) -> dict[str, str]:
@@ -107,11 +101,13 @@ def target_environment(target: str, build_id: str) -> dict[str, str]:
 
 
 def run_ray(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path], scratch: Path,
-            progress: Callable[[str], None], address: Optional[str]) -> list[TaskResult]:
+            progress: Callable[[str], None], address: Optional[str], frontends: tuple[str, ...]) -> list[TaskResult]:
     """Run the tasks as Ray tasks on the cluster at ``address`` (None: ``RAY_ADDRESS`` or a local instance)."""
     import logging
 
     import ray
+
+    from flyship.compiler.build import _worker_config
 
     started_here = False
     try:
@@ -131,7 +127,7 @@ def run_ray(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, roc
         remote = ray.remote(_compile_on_worker)
         pending: dict[Any, tuple[str, str, str]] = {}
         for o, s, t in tasks:
-            cfg = worker_config(opts, t, toolchain, rocm_root, scratch)
+            cfg = _worker_config(opts, t, toolchain, rocm_root, scratch, frontends)
             ref = remote.options(num_cpus=1, max_retries=0,
                                  runtime_env={"env_vars": target_environment(t, build_id)}).remote(cfg, o, s)
             pending[ref] = (o, s, t)
@@ -172,7 +168,7 @@ def _compile_on_worker(cfg: WorkerConfig, op_name: str, spec_name: str) -> TaskR
 
     global _WORKER_CFG
     if _WORKER_CFG != cfg:
-        local = cfg
+        local = _replace(cfg, parent_pid=0)  # the worker process is Ray's, not a child of flyc-build
         if not Path(cfg.scratch_root).is_dir():
             local = _replace(local, scratch_root=_WORKER_STACK.enter_context(
                 tempfile.TemporaryDirectory(prefix="flyc-ray-")))
