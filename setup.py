@@ -34,9 +34,10 @@ setup(
     package_data={"flyship.bundle": ["schema.json"], "flyship.csrc": ["*.cpp", "*.h"]},
     install_requires=["torch>=2.4", "ninja", "msgpack>=1.0", "pyelftools>=0.30", "filelock>=3.12", "click>=8.1"],
     extras_require={
-        # The FlyDSL side. flydsl's wheels declare no dependencies but import torch; the pin is the
-        # version flyship is tested with (docs/compile-stage.md says how to try another).
-        "compiler": ["flydsl==0.5.0", "jsonschema>=4"],
+        # The compile stage, installed next to the FlyDSL the user's Python already has: never flydsl
+        # itself (flyc-build checks its version at start-up: 0.1.5 to 0.5.0, docs/flydsl-versions.md).
+        # numpy: every flydsl release imports it without declaring it.
+        "compiler": ["numpy", "jsonschema>=4"],
         "triton": ["triton==3.6.0"],
         # flyc-build --executor ray[:ADDRESS]: compile tasks on a Ray cluster (local builds need no Ray).
         "ray": ["ray>=2.9"],

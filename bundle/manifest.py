@@ -41,6 +41,9 @@ FIELD_KINDS = ("pointer", "shape", "stride", "scalar", "expr", "constant", "null
 SCALAR_TYPES = ("int", "float", "bool")
 FRONTENDS = ("flydsl", "triton")
 CODE_OBJECT_FORMATS = ("hsaco", "cubin")
+# How a tensor reaches the kernel (FlyDSL): a bare pointer (static layout: shape and strides compiled in) or
+# a pointer + a by-value struct of its dynamic shape/stride values (dynamic layout).
+TENSOR_ABIS = ("static", "dynamic")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,7 +258,15 @@ class Proof:
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """One specialization compiled for one target."""
+    """One specialization compiled for one target.
+
+    Attributes:
+        toolchain: tool -> version for the tools that made this code object, the frontend's own included
+            (``{"flydsl": "0.1.5", "llvm-mc": ...}``): the FlyDSL release a variant was built with.
+        tensor_abi: tensor argument -> ``static`` or ``dynamic`` (:data:`TENSOR_ABIS`), as the frontend
+            lowered it (schema 1.1; empty for Triton and in 1.0 bundles). The kernargs already say where
+            each pointer and shape/stride value goes; this names the convention for people and tools.
+    """
 
     target: str
     code_object: CodeObject
@@ -264,6 +275,7 @@ class Variant:
     launch: Launch
     proof: Proof
     toolchain: dict[str, str]
+    tensor_abi: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,6 +22,7 @@ _ENUMS: dict[tuple[str, str], list[str]] = {
     ("CodeObject", "format"): list(M.CODE_OBJECT_FORMATS),
     ("Op", "frontend"): list(M.FRONTENDS),
     ("Arg", "kind"): ["tensor", *M.SCALAR_TYPES],
+    ("Variant", "tensor_abi"): list(M.TENSOR_ABIS),
 }
 
 
@@ -57,7 +58,8 @@ def _define(cls: Any, defs: dict[str, Any]) -> None:
     for f in dataclasses.fields(cls):
         s = _type_schema(hints[f.name], defs)
         if (cls.__name__, f.name) in _ENUMS:
-            s = {"enum": _ENUMS[(cls.__name__, f.name)]}
+            enum = {"enum": _ENUMS[(cls.__name__, f.name)]}
+            s = {**s, "additionalProperties": enum} if s.get("type") == "object" else enum  # a dict's values
         props[f.name] = s
     defs[cls.__name__] = {
         "type": "object",

@@ -221,7 +221,7 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
                 code_object=M.CodeObject(file=fname, sha256=hashlib.sha256(v.code_object).hexdigest(), format=v.format,
                                          target=v.target, symbol=v.symbol, code_object_version=v.code_object_version),
                 metadata=v.metadata, kernargs=v.kernargs, launch=v.launch, proof=v.proof,
-                toolchain=dict(sorted(v.toolchain.items()))))
+                toolchain=dict(sorted(v.toolchain.items())), tensor_abi=dict(sorted(v.tensor_abi.items()))))
         for k, d in s.dtypes.items():
             dtypes_seen[k].add(d)
         constraints = tuple(dict.fromkeys([_expr.canonical(c) for c in s.constraints] + list(derived or ())))
@@ -348,6 +348,10 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
         flyship.compiler.hygiene.OutputBusyError: another build is writing ``opts.out_dir``.
     """
     targets = check_archs(opts.archs)
+    if any(t.vendor == "amd" for t in targets):  # before the spec file imports flydsl
+        from flyship.compiler.frontends.flydsl import versions as _flydsl_versions
+
+        _flydsl_versions.check_installed()
     out_dir = Path(opts.out_dir)
     _executors.check_executor(opts.executor)
     cache = _cache.open_cache(opts.cache, progress)

@@ -86,6 +86,8 @@ class KernelBuild:
         example_grid: the grid the frontend itself computed for the example call.
         constraints: guard constraints the lowering relies on.
         alignment: tensor -> data pointer alignment the kernel needs, in bytes.
+        tensor_abi: tensor -> ``static`` (bare pointer) or ``dynamic`` (pointer + shape/stride struct), as the
+            frontend lowered it (FlyDSL); empty for frontends without layouts.
         isa: assembly text when ``keep_ir``.
         facts: the frontend's own facts for :meth:`Frontend.kernarg_layout` (never read by the tail).
     """
@@ -100,6 +102,7 @@ class KernelBuild:
     example_grid: tuple[int, int, int]
     constraints: tuple[str, ...] = ()
     alignment: dict[str, int] = dataclasses.field(default_factory=dict)
+    tensor_abi: dict[str, str] = dataclasses.field(default_factory=dict)
     isa: Optional[str] = None
     facts: Any = None
 
@@ -122,6 +125,7 @@ class CompiledVariant:
         example_grid: the grid the frontend itself computed for the example shapes.
         constraints: guard constraints derived from the lowering (static strides, shapes).
         alignment: tensor -> data pointer alignment the kernel needs, in bytes.
+        tensor_abi: tensor -> ``static`` / ``dynamic`` (see :class:`KernelBuild`).
         isa: assembly text when ``keep_ir``.
         seconds: wall time of the compile.
     """
@@ -139,6 +143,7 @@ class CompiledVariant:
     example_grid: tuple[int, int, int]
     constraints: tuple[str, ...] = ()
     alignment: dict[str, int] = dataclasses.field(default_factory=dict)
+    tensor_abi: dict[str, str] = dataclasses.field(default_factory=dict)
     isa: Optional[str] = None
     seconds: float = 0.0
 
@@ -252,7 +257,7 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
         target=build.target, code_object=build.code_object, format=build.format, symbol=build.symbol,
         code_object_version=co_version, metadata=meta, kernargs=layout, launch=build.launch, proof=build.proof,
         toolchain=build.toolchain, example_grid=build.example_grid, constraints=build.constraints,
-        alignment=dict(build.alignment), isa=build.isa)
+        alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa)
 
 
 def example_grid(op: OpDecl, spec: Spec, grid: tuple[str, ...], constraints: tuple[str, ...],

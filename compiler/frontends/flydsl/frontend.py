@@ -1,11 +1,12 @@
 """The FlyDSL frontend: trace a ``@flyc.jit`` launcher on the CPU, assemble its ISA, prove, bind kernargs.
 
-The only module that imports ``flydsl`` (lazily, inside the worker process of one target). Version
-facts (FIELD-NOTES, FlyDSL 0.1.5 ... 0.5.0): compile without a GPU with ``COMPILE_ONLY=1`` and CPU
-tensors as placeholders; the target comes from ``FLYDSL_GPU_ARCH`` (a bare ``ARCH`` overrides it, so
-both are set); ``FLYDSL_DUMP_IR=1`` + ``FLYDSL_DUMP_DIR`` write ``<dir>/<kernel>_0/NN_<stage>.mlir``,
-``NN_final_isa.s`` and ``NN_gpu_module_to_binary.mlir`` (FlyDSL's own code object). A missing ISA file
-is the only sign of a failed dump. The disk cache is turned off so every build really compiles.
+The only module that imports ``flydsl`` (lazily, inside the worker process of one target). What differs
+between FlyDSL releases (how to compile without launching, dump names, target triple, tensor ABI, MLIR
+context) is asked of the version adapter (:mod:`flyship.compiler.frontends.flydsl.versions`). The target
+comes from ``FLYDSL_GPU_ARCH`` (a bare ``ARCH`` overrides it, so both are set); ``FLYDSL_DUMP_IR=1`` +
+``FLYDSL_DUMP_DIR`` write ``<dir>/<kernel>_0/NN_<stage>.mlir``, ``NN_final_isa.s`` and
+``NN_gpu_module_to_binary.mlir`` (FlyDSL's own code object). A missing ISA file is the only sign of a
+failed dump. The disk cache is turned off so every build really compiles.
 """
 
 from __future__ import annotations
@@ -19,19 +20,14 @@ from typing import Any
 from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch
 from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
 from flyship.compiler.frontends.flydsl import host_ir
+from flyship.compiler.frontends.flydsl import versions as _versions
 from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor
-
-ENV_DEFAULTS = {
-    "COMPILE_ONLY": "1",
-    "FLYDSL_DUMP_IR": "1",
-    "FLYDSL_RUNTIME_ENABLE_CACHE": "0",
-}
 
 
 def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> None:
     """Set the process environment FlyDSL reads, before flydsl is imported (worker initializer)."""
     processor = target.split(":")[0]
-    os.environ.update(ENV_DEFAULTS)
+    _versions.apply_compile_environment(os.environ)
     os.environ["FLYDSL_GPU_ARCH"] = processor
     os.environ["ARCH"] = processor
     os.environ["FLYDSL_RUNTIME_CACHE_DIR"] = str(cache_dir)
@@ -40,9 +36,7 @@ def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> N
 
 
 def version() -> str:
-    from importlib.metadata import version as _v
-
-    return _v("flydsl")
+    return _versions.current().version
 
 
 def _torch_dtype(name: str) -> Any:
@@ -74,14 +68,15 @@ def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
 
 
 def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> Path:
-    """Run the launcher under COMPILE_ONLY with the IR dump on; return the kernel's dump folder."""
+    """Compile the launcher without launching (as the version adapter says) with the IR dump on; return the
+    kernel's dump folder."""
     dump_dir.mkdir(parents=True, exist_ok=True)
     os.environ["FLYDSL_DUMP_DIR"] = str(dump_dir)
     pos, kw = _call_args(op, spec)
     log = io.StringIO()  # FlyDSL prints a line per dumped stage; keep it for error reports only
     try:
         with contextlib.redirect_stdout(log):
-            op.kernel(*pos, **kw)
+            _versions.current().compile(op.kernel, pos, kw)
     except Exception as e:  # the DSL's own message, with where it happened
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: FlyDSL failed to trace/compile "
                             f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}{_user_frame(e)}") from None
@@ -226,19 +221,20 @@ class FlydslFrontend(Frontend):
             flyship.compiler.frontends.flydsl.proof.ProofError: our code object differs from FlyDSL's.
         """
         from flydsl._mlir import ir
-        from flydsl.compiler.jit_function import _create_mlir_context
 
         from flyship.compiler.frontends.flydsl import assemble as _assemble
         from flyship.compiler.frontends.flydsl import proof as _proof
 
         check_signature(op)
         kernel_dir = _trace(op, spec, target, ctx.workdir / "dump")
+        adapter = _versions.current()
         isa = _one(kernel_dir, "*_final_isa.s", "final ISA").read_text()
+        adapter.check_isa_target(isa, f"op {op.name} spec {spec.name} target {target}")
         theirs_all = _proof.extract_flydsl_binary(_one(kernel_dir, "*_gpu_module_to_binary.mlir", "FlyDSL binary")
                                                   .read_text())
         ours = _assemble.assemble(isa, target, ctx.toolchain, ctx.workdir / "asm",
                                   code_object_version=ctx.code_object_version)
-        analysis = host_ir.analyze(kernel_dir, op, spec, launcher_name(op.kernel), _create_mlir_context(), ir)
+        analysis = host_ir.analyze(kernel_dir, op, spec, launcher_name(op.kernel), adapter.mlir_context(), ir)
         symbol = analysis.kernel_name
         # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
         # target flags): ours must equal each of them.
@@ -247,8 +243,9 @@ class FlydslFrontend(Frontend):
         return KernelBuild(
             target=target, code_object=ours, format="hsaco", symbol=symbol,
             launch=Launch(grid=analysis.grid, block=analysis.block, dynamic_lds=analysis.dynamic_lds),
-            proof=proofs[0], toolchain={**ctx.toolchain.describe(), "flydsl": version()},
+            proof=proofs[0], toolchain={**ctx.toolchain.describe(), "flydsl": adapter.version},
             example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
+            tensor_abi=analysis.tensor_abi,
             isa=isa if ctx.keep_ir else None, facts=analysis)
 
     def kernarg_layout(self, build: KernelBuild, meta: KernelMetadata, where: str) -> KernargLayout:

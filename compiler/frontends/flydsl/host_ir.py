@@ -75,6 +75,7 @@ class HostAnalysis:
     kernel_args: tuple[tuple[FieldPlan, ...], ...]  # one tuple of fields per kernel argument
     kernel_arg_sizes: tuple[int, ...]
     constraints: tuple[str, ...]
+    tensor_abi: dict[str, str] = dataclasses.field(default_factory=dict)  # tensor -> "static" / "dynamic"
 
 
 def parse_layout(type_text: str) -> TensorLayout:
@@ -278,8 +279,11 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
                 constraints.append(f"{name}.stride[{d}] == {e.static}")
             elif e.width == "i32":
                 constraints.append(f"{name}.stride[{d}] <= 2147483647")
+    # A static layout reaches the kernel as a bare pointer (shape compiled in; FlyDSL before 0.2.0 makes
+    # every torch tensor one); a dynamic layout as a pointer + a struct of its dynamic shape/stride values.
+    abi = {name: "dynamic" if lay.dynamic else "static" for name, lay in layouts.items()}
     return HostAnalysis(kernel_name, grid, grid_num, tuple(block), dyn_lds, tuple(kernel_args), tuple(sizes),
-                        tuple(constraints))
+                        tuple(constraints), abi)
 
 
 class _Evaluator:
