@@ -17,7 +17,17 @@ STAMP       := .dev
 
 export FLYSHIP_TEST_FLYDSL_PY := $(abspath $(FLYDSL_PY))
 
-.PHONY: all setup apt venvs install demo test test-build test-workload bundles gpu-check clean
+# The FlyDSL version matrix (tests/matrix): "<python>:<flydsl release>" cells, one cached venv each under
+# MATRIX_DIR (a base venv per Python holds torch + numpy; a FlyDSL venv per release layers over it).
+# The last patch of each minor PyPI serves, on two Pythons. Python 3.11 takes the CPU torch on this machine's
+# disk; 3.12 gets PyPI's (CUDA) torch with its nvidia-* packages (~5.5 GB, once): it imports on the CPU.
+MATRIX_DIR  ?= $(HOME)/.cache/flyship-matrix/venvs
+PY311       ?= $(shell command -v python3.11 2>/dev/null)
+PY312       ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null || ls $(HOME)/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)
+FLYDSL_RELEASES ?= 0.1.5 0.2.4 0.3.4.1 0.4.2 0.5.0
+MATRIX      ?= $(foreach v,$(FLYDSL_RELEASES),$(PY311):$(v)) $(if $(PY312),$(foreach v,$(FLYDSL_RELEASES),$(PY312):$(v)))
+
+.PHONY: all setup apt venvs install demo test test-build test-workload test-matrix bundles gpu-check clean
 
 all: demo
 
@@ -73,7 +83,14 @@ bundles: install
 # `gpu` (skipped here with the reason). The workload tier builds the bundles it needs through flyc-build.
 test: install
 	$(FLYDSL_PY) -m pytest -m compile tests
-	$(WORKLOAD_PY) -m pytest -m "not compile" tests
+	$(WORKLOAD_PY) -m pytest -m "not compile and not matrix" tests
+
+# The version matrix: each cell builds examples/flydsl_portable for gfx942 + gfx950 in its own venv; the
+# workload Python loads every bundle (oldest and newest side by side) and checks the kernarg packing; and a
+# fresh venv made as the README says (pip install ".[compiler]" next to FlyDSL 0.1.5) keeps its FlyDSL.
+test-matrix: install
+	FLYSHIP_MATRIX="$(strip $(MATRIX))" FLYSHIP_MATRIX_DIR=$(MATRIX_DIR) FLYSHIP_MATRIX_TORCH_PY311=$(TORCH_PIN) \
+	    $(WORKLOAD_PY) -m pytest -m matrix tests/matrix
 
 gpu-check:
 	bash scripts/gpu_check.sh $(TRITON_BUNDLE)

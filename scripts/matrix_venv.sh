@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # One FlyDSL venv of the version test matrix: scripts/matrix_venv.sh <python> <flydsl version> <cache dir>
+# (tests/matrix runs it; make test-matrix names the cache dir).
 # Prints the venv's python. Venvs are cached under <cache dir> and reused:
 #   <cache>/base-pyX.Y         torch (CPU where the machine has it) + numpy + flyship's compile-stage deps
 #   <cache>/flydsl-V-pyX.Y     flydsl==V only; sees the base venv's packages through a .pth file
@@ -9,7 +10,9 @@ PY=$1; VER=$2; CACHE=$3
 PYV=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 BASE=$CACHE/base-py$PYV
 VENV=$CACHE/flydsl-$VER-py$PYV
-TORCH_PIN=${TORCH_PIN:-torch}
+# The torch requirement of this Python's base venv: FLYSHIP_MATRIX_TORCH_PY311 etc., else "torch".
+PIN_VAR=FLYSHIP_MATRIX_TORCH_PY${PYV/./}
+TORCH_PIN=${!PIN_VAR:-torch}
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock-py$PYV"; flock 9  # one builder per Python at a time
 if [ ! -f "$BASE/.ok" ]; then
