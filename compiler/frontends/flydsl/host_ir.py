@@ -3,7 +3,9 @@
 FlyDSL (>= 0.2) lowers a ``@flyc.jit`` launcher to a host ``func.func`` that takes each tensor as a
 pointer plus a packed by-value struct of its dynamic shape (i32/i64 each) and dynamic strides, computes
 the grid with plain ``arith`` ops over ``llvm.extractvalue`` of those structs, and ends in
-``gpu.launch_func ... blocks in (gx, gy, gz) threads in (bx, by, bz) args(...)``. This module walks that
+``gpu.launch_func ... blocks in (gx, gy, gz) threads in (bx, by, bz) args(...)``. Before 0.2 a torch tensor
+is a static layout: the pointer alone, its shape compiled in (constant grid, ``shape == N`` constraints);
+:attr:`HostAnalysis.tensor_abi` says which each tensor was. This module walks that
 function with FlyDSL's own MLIR Python bindings and turns it into:
 
 * the grid as expressions over the op's arguments (``cdiv``-style arithmetic), evaluated here too by
