@@ -303,6 +303,33 @@ class Specialization:
     variants: tuple[Variant, ...]
 
 
+GRAD_PREFIX = "grad:"
+
+
+@dataclasses.dataclass(frozen=True)
+class Backward:
+    """An op's derivative, computed by another op of the bundle (schema 1.1).
+
+    Attributes:
+        op: the backward op's name (an op of the same bundle).
+        inputs: the backward op's input name -> where its value comes from: a forward input or output
+            name (saved for backward when it is a tensor) or ``"grad:<output>"``, the gradient flowing
+            into that forward output.
+        grads: forward input name -> the backward op's output that is its gradient; inputs not named
+            get no gradient.
+    """
+
+    op: str
+    inputs: dict[str, str]
+    grads: dict[str, str]
+
+    def saved(self, fwd: "Op") -> tuple[str, ...]:
+        """The forward tensors (inputs, then outputs) the backward reads, in forward order."""
+        used = set(self.inputs.values())
+        tensors = [a.name for a in fwd.args if a.kind == "tensor"] + [o.name for o in fwd.outputs]
+        return tuple(n for n in tensors if n in used)
+
+
 @dataclasses.dataclass(frozen=True)
 class Op:
     """A kernel exposed as one torch op.
@@ -315,6 +342,8 @@ class Op:
         outputs: outputs, in order.
         reference: name of the PyTorch reference function in the bundle's references module, or None.
         specializations: tried in order; the first whose guard holds runs.
+        backward: the op's derivative as another op of the bundle (schema 1.1), or None (no autograd:
+            a backward through it raises torch's "derivative ... is not implemented").
     """
 
     name: str
@@ -324,6 +353,7 @@ class Op:
     outputs: tuple[Output, ...]
     reference: Optional[str]
     specializations: tuple[Specialization, ...]
+    backward: Optional[Backward] = None
 
 
 @dataclasses.dataclass(frozen=True)

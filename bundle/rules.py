@@ -388,6 +388,53 @@ def check_manifest(m: _m.Manifest) -> None:
             raise _fail(f"manifest ops[{i}].name", f"op name {op.name!r} is duplicated")
         seen_ops.add(op.name)
         check_op(op, f"manifest ops[{i}] (op {op.name})")
+    for op in m.ops:
+        if op.backward is not None:
+            check_backward(m, op, op.backward)
+
+
+def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
+    """Check an op's :class:`Backward` against the bundle: the backward op exists, each of its inputs is fed
+    from a forward input, output or output gradient of the right kind, and gradients go to tensor inputs.
+
+    Raises:
+        BundleError: naming the op, the backward op and the argument.
+    """
+    where = f"op {op.name} backward {b.op}"
+    names = [o.name for o in m.ops]
+    if b.op not in names:
+        raise BundleError(f"{where}: expected an op of this bundle, got {b.op!r}; the bundle has {', '.join(names)}")
+    bwd = m.op(b.op)
+    fwd_kind = {a.name: a.kind for a in op.args} | {o.name: "tensor" for o in op.outputs}
+    outs = [o.name for o in op.outputs]
+    bwd_kind = {a.name: a.kind for a in bwd.args}
+    missing = [a.name for a in bwd.args if a.name not in b.inputs and not (a.kind != "tensor" and a.default is not None)]
+    if missing:
+        raise BundleError(f"{where}: backward inputs {missing} have no source; map each to a forward input or output "
+                          f"or to 'grad:<output>' ({', '.join(outs)})")
+    for k, src in b.inputs.items():
+        if k not in bwd_kind:
+            raise BundleError(f"{where}: expected inputs of {b.op} ({', '.join(bwd_kind)}), got {k!r}")
+        if src.startswith(_m.GRAD_PREFIX):
+            o = src[len(_m.GRAD_PREFIX):]
+            if o not in outs:
+                raise BundleError(f"{where}: input {k} = {src!r}: expected 'grad:' of an output ({', '.join(outs)})")
+            kind = "tensor"
+        elif src in fwd_kind:
+            kind = fwd_kind[src]
+        else:
+            raise BundleError(f"{where}: input {k} = {src!r}: expected a forward input or output "
+                              f"({', '.join(fwd_kind)}) or 'grad:<output>'")
+        if (kind == "tensor") != (bwd_kind[k] == "tensor"):
+            raise BundleError(f"{where}: input {k} is a {bwd_kind[k]} but its source {src!r} is a {kind}")
+    bwd_outs = [o.name for o in bwd.outputs]
+    for x, g in b.grads.items():
+        if fwd_kind.get(x) != "tensor" or x in outs:
+            raise BundleError(f"{where}: grads: expected a tensor input of {op.name}, got {x!r}")
+        if g not in bwd_outs:
+            raise BundleError(f"{where}: grads[{x!r}] = {g!r}: expected an output of {b.op} ({', '.join(bwd_outs)})")
+    if not b.grads:
+        raise BundleError(f"{where}: grads is empty; name the inputs that get gradients")
 
 
 def check_op(op: _m.Op, where: str) -> None:

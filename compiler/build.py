@@ -239,7 +239,7 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
             args.append(M.Arg(name=a.name, kind=a.type, default=a.default))
     outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o)) for o in op.outputs)
     return M.Op(name=op.name, frontend=op.frontend, doc=op.doc, args=tuple(args), outputs=outputs,
-                reference=op.reference, specializations=tuple(specs)), files
+                reference=op.reference, specializations=tuple(specs), backward=op.backward), files
 
 
 def check_references_module(path: Path, needed: dict[str, str]) -> None:

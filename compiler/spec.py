@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional, Sequence
 from flyship.bundle import expr as _expr
 from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
-from flyship.bundle.manifest import DTYPES, SCALAR_TYPES
+from flyship.bundle.manifest import DTYPES, SCALAR_TYPES, Backward
 from flyship.errors import SpecError
 
 
@@ -140,6 +140,7 @@ class OpDecl:
     doc: str
     grid: Optional[tuple[str, ...]]
     frontend: str
+    backward: Optional[Backward] = None
 
     @property
     def inputs(self) -> list[Tensor | Scalar]:
@@ -235,7 +236,7 @@ def _detect_frontend(kernel: Any) -> str:
 
 
 def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], reference: Optional[str] = None,
-       doc: str = "", grid: Optional[Sequence[str]] = None) -> OpDecl:
+       doc: str = "", grid: Optional[Sequence[str]] = None, backward: Optional[Backward] = None) -> OpDecl:
     """Declare an op.
 
     Args:
@@ -247,6 +248,11 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
         reference: name of the reference function in the references module.
         doc: one-line description.
         grid: Triton only: up to three expressions for the launch grid.
+        backward: the op's derivative as another op of the spec file, e.g.
+            ``Backward("rmsnorm_bwd", inputs={"dy": "grad:out", "x": "x", "w": "w"}, grads={"x": "dx", "w": "dw"})``:
+            each backward input comes from a forward input or output (saved for backward) or from
+            ``"grad:<output>"``; ``grads`` maps forward inputs to the backward op's outputs. The loader
+            registers it with torch autograd (checked against the bundle when the manifest is written).
 
     Raises:
         SpecError: naming the op and what is inconsistent.
@@ -254,10 +260,19 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
     frontend = _detect_frontend(kernel)
     decl = OpDecl(name=name, kernel=kernel, args=tuple(args), specs=tuple(specs), reference=reference,
                   doc=doc or (getattr(kernel, "__doc__", "") or "").strip().split("\n")[0],
-                  grid=tuple(grid) if grid else None, frontend=frontend)
+                  grid=tuple(grid) if grid else None, frontend=frontend, backward=_backward(name, backward))
     validate(decl)
     _current().ops.append(decl)
     return decl
+
+
+def _backward(name: str, b: Optional[Backward]) -> Optional[Backward]:
+    """The declared backward with plain dicts (checked against the other ops when the manifest is built)."""
+    if b is None:
+        return None
+    if not isinstance(b, Backward) or not isinstance(b.inputs, dict) or not isinstance(b.grads, dict):
+        raise SpecError(f"op {name}: backward must be Backward(op, inputs={{...}}, grads={{...}}), got {b!r}")
+    return Backward(op=b.op, inputs=dict(sorted(b.inputs.items())), grads=dict(sorted(b.grads.items())))
 
 
 def validate(d: OpDecl) -> None:

@@ -7,7 +7,8 @@ Registration (per op, under the manifest's namespace or the one given to :func:`
 * a CPU kernel per overload (:mod:`flyship.loader.cpu`): CPU tensors run the op's reference, counted as a
   fallback with reason ``"cpu"``;
 * in C++: the boxed kernel for the CUDA key (ROCm torch uses it too) and torch's not-implemented autograd
-  kernels.
+  kernels;
+* for an op whose manifest names a backward op, its derivative (:mod:`flyship.loader.autograd`).
 
 The ops stay registered for the life of the process; loading the same bundle again returns the same
 :class:`Ops`.
@@ -27,6 +28,7 @@ from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
+from flyship.loader import autograd as _autograd
 from flyship.loader import build as _build
 from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
@@ -353,6 +355,7 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
             _cpu.register(lib, op, cpu_kernel)
         cpu_kernels.append(cpu_kernel)
     core.register()
+    _autograd.register(lib, namespace, manifest)
     return lib, cpu_kernels
 
 

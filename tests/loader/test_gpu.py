@@ -191,3 +191,20 @@ def test_per_call_host_time_is_reported(gpu_ops):
     print("\nper-call host time, us: " + "; ".join(f"{k} {v:.1f}" for k, v in times.items()))
     # Generous bound: a C++ kernel with no Python on the hot path stays within a few times torch's own op.
     assert times["torch.ops.<ns>.add.default(x, y)"] < 4 * times["torch.add(x, y)"] + 10
+
+
+def test_backward_of_an_autograd_pair_runs_the_backward_kernel_and_matches_the_reference(gpu_ops):
+    x = cuda(5000).requires_grad_()
+    y = cuda(5000).requires_grad_()
+    s, d = gpu_ops.addsub(x, y)
+    gs, gd = cuda(5000), cuda(5000)
+    gpu_ops.addsub.reset_stats()
+    torch.autograd.backward((s, d), (gs, gd))
+    torch.testing.assert_close(x.grad, gs + gd)
+    torch.testing.assert_close(y.grad, gs - gd)
+    assert gpu_ops.addsub.stats()["launches"] == {"f32": 1} and gpu_ops.addsub.stats()["fallbacks"] == {}
+
+
+def test_opcheck_passes_for_an_autograd_pair_on_the_gpu(gpu_ops):
+    x, y = cuda(3000).requires_grad_(), cuda(3000).requires_grad_()
+    torch.library.opcheck(getattr(torch.ops, gpu_ops.namespace).addsub.default, (x, y))

@@ -12,7 +12,8 @@ The ops:
                                 2-D, strided input (shape, stride i64 and i32 fields, f32 and i32
                                 scalars), a 2-D grid, a guard constraint; a never-taken device_print
                                 gives the AMD code object real hidden arguments (hostcall buffer, ...)
-  addsub(x, y) -> (sum, diff)   two outputs
+  addsub(x, y) -> (sum, diff)   two outputs; its own backward (linear and self-adjoint:
+                                d/dx = g_sum + g_diff, d/dy = g_sum - g_diff), an autograd pair
 
 Run from the repository root with the FlyDSL/build venv (it has Triton):
     .venv-flydsl/bin/python tests/loader/data/make_tiny_bundle.py
@@ -200,7 +201,9 @@ def addsub_op() -> m.Op:
     return m.Op(name="addsub", frontend="triton", doc="(x + y, x - y) of two 1-D tensors",
                 args=(m.Arg("x", "tensor", 1, ("float32",)), m.Arg("y", "tensor", 1, ("float32",))),
                 outputs=(m.Output("sum", ("x.shape[0]",), "x"), m.Output("diff", ("x.shape[0]",), "x")),
-                reference="addsub", specializations=(spec,))
+                reference="addsub", specializations=(spec,),
+                backward=m.Backward(op="addsub", inputs={"x": "grad:sum", "y": "grad:diff"},
+                                    grads={"x": "sum", "y": "diff"}))
 
 
 REFERENCES = '''"""PyTorch references of the tiny test bundle's ops (imports torch only)."""
