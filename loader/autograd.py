@@ -43,6 +43,13 @@ class _Rule:
     def backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
         import torch
 
+        # An input the backward gives no gradient to must not silently get none.
+        for name, needed in zip(self.in_names, ctx.needs_input_grad):
+            if needed and name not in self.b.grads:
+                raise RuntimeError(
+                    f"flyship {self.namespace}::{self.fwd.name} backward: expected gradients only for "
+                    f"{', '.join(self.b.grads)} (its backward op {self.bwd.name} gives no others), got an input "
+                    f"{name!r} that requires grad; detach it (or declare its gradient in the spec's Backward)")
         values = dict(zip(self.saved, ctx.saved_tensors)) | ctx.flyship_scalars
         # Incoming gradients are often expanded views (the gradient of .sum() has stride 0): give the kernel
         # the dense layout its guards expect instead of falling back.

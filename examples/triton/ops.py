@@ -13,9 +13,10 @@ fit no specialization run the reference in ``references.py``.
 from tl_elementwise import add_kernel
 from tl_gemm import gemm_kernel, gemm_tma_kernel
 from tl_rmsnorm import rmsnorm_kernel
-from tl_softmax import softmax_kernel
+from tl_softmax import softmax_bwd_kernel, softmax_kernel
 
-from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, namespace, op, references
+from flyship.compiler.spec import (Backward, Constexpr, Output, Scalar, Spec, Tensor, Value, namespace, op,
+                                   references)
 
 namespace("flyship_triton")
 references("references.py")
@@ -43,13 +44,27 @@ op("add", kernel=add_kernel, reference="add_ref", doc="out = x + y (same shape, 
 # -- softmax / rmsnorm: one program per row, the row held in registers (BLOCK_N >= N) --------------------
 ROW_BLOCKS = ((1024, 4), (4096, 8), (16384, 16))  # (BLOCK_N, num_warps)
 
+# softmax trains: its backward is softmax_bwd(dy=grad of out, y=out), saving the forward's output.
 op("softmax", kernel=softmax_kernel, reference="softmax_ref", doc="softmax over the last dim of a 2-D tensor",
+   backward=Backward("softmax_bwd", inputs={"dy": "grad:out", "y": "out"}, grads={"x": "dx"}),
    args=[Tensor("x", rank=2), Output("out", like="x"), Value("x_row_stride", "x.stride[0]"),
          Value("out_row_stride", "out.stride[0]"), Value("n_cols", "x.shape[1]"), Constexpr("BLOCK_N")],
    grid=("x.shape[0]",),
    specs=[Spec(f"{name}_n{bn}", dtypes={"x": dt}, shapes={"x": (64, bn - 24)}, constexprs={"BLOCK_N": bn},
                options={"num_warps": nw},
                constraints=("x.stride[1] == 1", "out.stride[1] == 1", "x.shape[1] >= 1", f"x.shape[1] <= {bn}"))
+          for bn, nw in ROW_BLOCKS for name, dt in FLOATS.items()])
+
+op("softmax_bwd", kernel=softmax_bwd_kernel, reference="softmax_bwd_ref",
+   doc="gradient of softmax's input: y * (dy - sum(dy * y, -1))",
+   args=[Tensor("dy", rank=2), Tensor("y", rank=2), Output("dx", like="y"), Value("dy_row_stride", "dy.stride[0]"),
+         Value("y_row_stride", "y.stride[0]"), Value("dx_row_stride", "dx.stride[0]"), Value("n_cols", "y.shape[1]"),
+         Constexpr("BLOCK_N")],
+   grid=("y.shape[0]",),
+   specs=[Spec(f"{name}_n{bn}", dtypes={"dy": dt, "y": dt}, shapes={"dy": (64, bn - 24), "y": (64, bn - 24)},
+               constexprs={"BLOCK_N": bn}, options={"num_warps": nw},
+               constraints=("dy.stride[1] == 1", "y.stride[1] == 1", "dx.stride[1] == 1", "dy.shape[0] == y.shape[0]",
+                            "dy.shape[1] == y.shape[1]", "y.shape[1] >= 1", f"y.shape[1] <= {bn}"))
           for bn, nw in ROW_BLOCKS for name, dt in FLOATS.items()])
 
 op("rmsnorm", kernel=rmsnorm_kernel, reference="rmsnorm_ref", doc="x * rsqrt(mean(x**2, -1) + eps) * w",

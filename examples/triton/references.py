@@ -6,6 +6,7 @@ the result is cast back to the input dtype, as the kernels do.
 
     add(x, y)             add_ref(x, y)          x + y
     softmax(x)            softmax_ref(x)         softmax over the last dim
+    softmax_bwd(dy, y)    softmax_bwd_ref(dy, y) y * (dy - sum(dy * y, -1)): the gradient of softmax's input
     rmsnorm(x, w, eps)    rmsnorm_ref(x, w, eps) x * rsqrt(mean(x**2, -1) + eps) * w
     gemm(a, b)            gemm_ref(a, b)         a @ b.T  (b is (N, K), the nn.Linear weight layout)
     gemm_tma(a, b)        gemm_ref(a, b)
@@ -20,6 +21,11 @@ def add_ref(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def softmax_ref(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x.float(), dim=-1).to(x.dtype)
+
+
+def softmax_bwd_ref(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    g, p = dy.float(), y.float()
+    return (p * (g - (g * p).sum(dim=-1, keepdim=True))).to(y.dtype)
 
 
 def rmsnorm_ref(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -163,3 +163,16 @@ def test_backward_saves_only_the_forward_tensors_it_reads(tiny_bundle):
     b = _m.Backward(op="addsub", inputs={"x": "grad:sum", "y": "x"}, grads={"x": "sum"})
     assert b.saved(op) == ("x",)
     assert json.loads(_m.dumps(m))["ops"][2]["backward"]["grads"] == {"x": "sum", "y": "diff"}
+
+
+def test_an_input_that_requires_grad_but_gets_none_from_the_backward_raises(bundle_copy, ext):
+    import uuid
+
+    import flyship
+
+    path = _with_backward(bundle_copy, {"op": "addsub", "inputs": {"x": "grad:sum", "y": "grad:diff"},
+                                        "grads": {"x": "sum"}})
+    ops = flyship.load(path, namespace=f"flyship_t{uuid.uuid4().hex[:10]}")
+    s, d = ops.addsub(meta(8), meta(8))
+    with pytest.raises(RuntimeError, match="expected gradients only for x .* got an input 'y' that requires grad"):
+        (s.sum() + d.sum()).backward()
