@@ -321,6 +321,12 @@ def validate(d: OpDecl) -> None:
         if s.name in seen or not s.name.replace("_", "a").isalnum():
             raise SpecError(f"{w}: specialization name {s.name!r} repeats or is not alphanumeric/underscore")
         seen.add(s.name)
+        for key in ("dtypes", "shapes"):
+            unknown = sorted(set(getattr(s, key)) - tensors)
+            if unknown:
+                raise SpecError(f"{w} spec {s.name}: {key} key {unknown[0]!r} names no input tensor; the op's input "
+                                f"tensors are {', '.join(sorted(tensors))} (outputs take their dtype and shape from "
+                                "Output(like=/shape=/dtype=))")
         for t in tensors:
             if t not in s.dtypes or s.dtypes[t] not in DTYPES:
                 raise SpecError(f"{w} spec {s.name}: dtype of {t!r} missing or unknown ({s.dtypes.get(t)!r}); "

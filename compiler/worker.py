@@ -72,6 +72,12 @@ def load_spec_file(path: str) -> SpecFile:
 
             if isinstance(e, SpecError):
                 raise
+            if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] in ("flydsl", "triton"):
+                raise SpecImportError(
+                    f"flyc-build {path}: expected a Python with {e.name.split('.')[0]} (the spec file imports it), got "
+                    f"{sys.executable}, which has none; run flyc-build from the build environment (make install "
+                    "creates .venv-flydsl: .venv-flydsl/bin/flyc-build), or pip install flydsl==0.5.0 / triton there"
+                ) from None
             tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])
             raise SpecImportError(f"spec file {path} failed to import: {type(e).__name__}: {e}\n{tb}") from None
 

@@ -108,7 +108,23 @@ class OpHandle:
 
     def out(self, *args: Any, **kwargs: Any) -> Any:
         """The out variant: ``ops.add.out(x, y, out=z)`` writes into ``z`` and returns it (a tuple for
-        several outputs). The torch op ``torch.ops.<ns>.<name>.out`` itself returns nothing."""
+        several outputs). The torch op ``torch.ops.<ns>.<name>.out`` itself returns nothing.
+
+        An op with several outputs takes them by name (``ops.addsub.out(x, y, sum=s, diff=d)``) or as a
+        tuple in output order (``out=(s, d)``).
+
+        Raises:
+            TypeError: ``out=`` is not one tensor per output.
+        """
+        if "out" in kwargs and "out" not in self._out_names:
+            given = kwargs.pop("out")
+            n = len(self._out_names)
+            if not isinstance(given, (tuple, list)) or len(given) != n:
+                what = f"{len(given)} tensors" if isinstance(given, (tuple, list)) else f"one {type(given).__name__}"
+                raise TypeError(f"{self.qualname}.out: expected out= to hold {n} tensors, one per output "
+                                f"({', '.join(self._out_names)}), got {what}; pass out=({', '.join(self._out_names)}) "
+                                f"or {', '.join(f'{o}=...' for o in self._out_names)}")
+            kwargs.update(zip(self._out_names, given))
         self.out_overload(*args, **kwargs)
         outs = tuple(kwargs[n] for n in self._out_names)
         return outs[0] if len(outs) == 1 else outs
@@ -333,6 +349,22 @@ _lock = threading.Lock()
 _loaded: dict[str, Ops] = {}
 
 
+def bundle_root(path: str | Path) -> Path:
+    """The bundle directory ``path`` names: the directory itself, or the one holding a ``manifest.json`` given
+    by its file name; absolute, so a later chdir cannot make the same bundle look like another.
+
+    Raises:
+        BundleError: the path is another file, or does not exist; says what to pass.
+    """
+    p = Path(path).resolve()
+    if p.is_file() and p.name == _m.MANIFEST_NAME:
+        return p.parent
+    if p.is_file():
+        raise BundleError(f"load bundle: expected a bundle directory (holding {_m.MANIFEST_NAME}) or its "
+                          f"{_m.MANIFEST_NAME}, got the file {p}; pass the folder flyc-build wrote")
+    return p
+
+
 def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list[Optional[Callable[..., Any]]],
               cpu_in_core: bool = False) -> tuple[Any, list[_cpu.CpuKernel]]:
     import torch
@@ -384,7 +416,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         ops = flyship.load("artifacts/examples")
         y = ops.add(x, y)
     """
-    root = Path(path).resolve()  # absolute: a later chdir must not make the same bundle look like another
+    root = bundle_root(path)
     manifest = _m.read(root)
     ns = namespace or manifest.namespace
     _rules.check_namespace(ns, f"load bundle {root}: namespace")
