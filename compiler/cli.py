@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from flyship.bundle import pack as _pack
 from flyship.compiler.build import BuildOptions, Row, build
 from flyship.errors import FlyshipError
 
@@ -32,6 +33,8 @@ def format_table(rows: list[Row]) -> str:
 @click.option("--llvm-bin", type=click.Path(file_okay=False), default=None,
               help="Folder with llvm-mc and ld.lld, searched before ROCm and Debian installs.")
 @click.option("--offload-bundle", is_flag=True, help="Also write one clang offload bundle per specialization.")
+@click.option("--pack", "pack", is_flag=True,
+              help="Also write the bundle as one file, OUT.flyship (flyship pack; flyship.load opens it).")
 @click.option("--code-object-version", type=click.Choice(["5", "6"]), default=None,
               help="AMDHSA code object version (default: what FlyDSL emitted; ROCm < 6.3 refuses 6).")
 @click.option("--no-cache", is_flag=True,
@@ -39,7 +42,7 @@ def format_table(rows: list[Row]) -> str:
 @click.option("--executor", default="local", show_default=True, metavar="local|ray[:ADDRESS]",
               help="Where compile tasks run: local process pools, or a Ray cluster (ray: RAY_ADDRESS or a private "
                    "local instance; ray:HOST:PORT an existing cluster).")
-def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, code_object_version, no_cache,
+def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, pack, code_object_version, no_cache,
          executor) -> None:
     """Compile the ops declared in SPEC into a verified bundle of code objects + manifest."""
     opts = BuildOptions(spec_path=spec, out_dir=out_dir, archs=tuple(archs), jobs=jobs, force=force, keep_ir=keep_ir,
@@ -48,11 +51,12 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, c
                         cache=not no_cache, executor=executor)
     try:
         rows = build(opts)
+        packed = _pack.pack(out_dir, str(out_dir).rstrip("/") + ".flyship") if pack else None
     except FlyshipError as e:  # every deliberate error carries its own wording; anything else is a bug
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
     click.echo(format_table(rows))
-    click.echo(f"\nwrote {out_dir}")
+    click.echo(f"\nwrote {out_dir}" + (f" and {packed}" if packed else ""))
 
 
 if __name__ == "__main__":

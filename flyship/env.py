@@ -24,6 +24,8 @@ Options:
     FLYSHIP_HOOK: ``0`` turns off the patches that ``flyship hook install`` set up for this environment.
     FLYSHIP_CACHE_DIR: flyc-build's content-addressed build cache (default: ``$XDG_CACHE_HOME/flyship/build``,
         else ``~/.cache/flyship/build``); ``flyc-build --no-cache`` bypasses it.
+    FLYSHIP_BUNDLE_CACHE: where packed bundles opened by ``flyship.load(FILE)`` are extracted, under
+        ``<sha256 of the file>`` (default: ``$XDG_CACHE_HOME/flyship/bundles``, else ``~/.cache/flyship/bundles``).
 """
 
 from __future__ import annotations
@@ -92,3 +94,13 @@ def cache_dir() -> Path:
     xdg = _get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
     return base / "flyship" / "build"
+
+
+def bundle_cache_dir() -> Path:
+    """Where packed bundles are extracted: ``FLYSHIP_BUNDLE_CACHE``, else ``<per-user cache>/flyship/bundles``."""
+    v = _get("FLYSHIP_BUNDLE_CACHE")
+    if v:
+        return Path(v).expanduser()
+    xdg = _get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "flyship" / "bundles"

@@ -5,6 +5,7 @@
     flyship prebuild           build and cache the C++ extension (container image build time)
     flyship hook install|status|remove   patch every process of this environment (docs/integrate.md)
     flyship bench FACTORY --patches FILE  baseline / patched / compiled / patched+compiled timings
+    flyship pack BUNDLE -o F   write the bundle as one reproducible file that flyship.load(F) opens
 
 Each command parses its options and calls one plain function; errors print one clear line and exit 1
 (2 for a usage error, as click does).
@@ -17,6 +18,7 @@ from pathlib import Path
 import click
 
 from flyship.bundle import manifest as _m
+from flyship.bundle import pack as _pack
 from flyship.errors import FlyshipError
 
 
@@ -53,12 +55,14 @@ def main() -> None:
 
 
 @main.command("list")
-@click.argument("bundle", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("bundle", type=click.Path(path_type=Path))
 def list_cmd(bundle: Path) -> None:
-    """List the ops, specializations and targets of BUNDLE (after every check a load makes without torch)."""
+    """List the ops, specializations and targets of BUNDLE (a folder, its manifest.json or a packed file), after
+    every check a load makes without torch."""
     from flyship.bundle import rules
 
     try:
+        bundle = _pack.bundle_dir(bundle)
         manifest = _m.read(bundle)
         rules.check_bundle_files(bundle, manifest)
         click.echo(describe(manifest))
@@ -67,7 +71,7 @@ def list_cmd(bundle: Path) -> None:
 
 
 @main.command("verify")
-@click.argument("bundle", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--namespace", default=None, help="register under this torch namespace instead of the manifest's")
 def verify_cmd(bundle: Path, namespace: str | None) -> None:
     """Run every specialization of BUNDLE against its reference on generated inputs (needs a GPU)."""
@@ -182,6 +186,19 @@ def bench_cmd(factory: str, patches: Path, repeats: int, iters: int, warmup: int
         raise click.ClickException(str(e)) from None
     click.echo(result.table())
     click.echo(format_report(routing_report()))
+
+
+@main.command("pack")
+@click.argument("bundle", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="the file to write (e.g. my_kernels.flyship)")
+def pack_cmd(bundle: Path, out: Path) -> None:
+    """Write BUNDLE as one reproducible file (manifest, references, code objects; sha256 of each)."""
+    try:
+        path = _pack.pack(bundle, out)
+    except FlyshipError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"packed {bundle} into {path} ({path.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

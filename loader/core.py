@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from flyship import env
 from flyship.bundle import manifest as _m
+from flyship.bundle import pack as _pack
 from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
@@ -349,22 +350,6 @@ _lock = threading.Lock()
 _loaded: dict[str, Ops] = {}
 
 
-def bundle_root(path: str | Path) -> Path:
-    """The bundle directory ``path`` names: the directory itself, or the one holding a ``manifest.json`` given
-    by its file name; absolute, so a later chdir cannot make the same bundle look like another.
-
-    Raises:
-        BundleError: the path is another file, or does not exist; says what to pass.
-    """
-    p = Path(path).resolve()
-    if p.is_file() and p.name == _m.MANIFEST_NAME:
-        return p.parent
-    if p.is_file():
-        raise BundleError(f"load bundle: expected a bundle directory (holding {_m.MANIFEST_NAME}) or its "
-                          f"{_m.MANIFEST_NAME}, got the file {p}; pass the folder flyc-build wrote")
-    return p
-
-
 def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list[Optional[Callable[..., Any]]],
               cpu_in_core: bool = False) -> tuple[Any, list[_cpu.CpuKernel]]:
     import torch
@@ -396,7 +381,8 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
     """Load a bundle built by ``flyc-build`` and register its ops with torch.
 
     Args:
-        path: the bundle directory (holding ``manifest.json``).
+        path: the bundle directory (holding ``manifest.json``), that ``manifest.json``, or a packed bundle
+            file (``flyship pack``).
         references: op name -> PyTorch function, replacing or adding to the bundle's ``references.py``.
         fallback: run the reference when no specialization fits (default: ``FLYSHIP_FALLBACK``, on);
             False raises instead, saying what did not fit.
@@ -408,7 +394,8 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         The bundle's :class:`Ops`. Loading the same bundle again returns the same object.
 
     Raises:
-        BundleError: the manifest or a code object is invalid, or the namespace is taken by another bundle.
+        BundleError: the manifest or a code object is invalid, a packed file is damaged, or the namespace
+            is taken by another bundle.
         ExtensionBuildError: the C++ extension could not be built.
 
     Example::
@@ -416,7 +403,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         ops = flyship.load("artifacts/examples")
         y = ops.add(x, y)
     """
-    root = bundle_root(path)
+    root = _pack.bundle_dir(path)
     manifest = _m.read(root)
     ns = namespace or manifest.namespace
     _rules.check_namespace(ns, f"load bundle {root}: namespace")

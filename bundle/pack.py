@@ -1,0 +1,223 @@
+"""One-file bundles: pack a bundle directory into one reproducible zip file, and open one safely.
+
+The format (``docs/bundle-format.md``, "Packed bundles"):
+
+* a zip archive, every member *stored* (no compression: the bytes do not depend on a zlib version), with a
+  fixed timestamp (1980-01-01 00:00:00), Unix mode 0644, no extra fields, no comment;
+* first member ``flyship-pack.json``: ``{"format": "flyship-pack", "version": 1, "members": {name: sha256}}``
+  (sorted keys), the sha256 of every other member; then the members in name order;
+* the members are exactly the bundle's ``manifest.json``, its references module, its code objects and its
+  offload bundles, each a plain file name (no folders).
+
+So the same bundle gives the same bytes. Opening a pack extracts it into a private, content-addressed cache
+folder (``<cache>/<sha256 of the pack>``), never elsewhere: member names are checked to be plain file names,
+every member's sha256 is checked against the index (and the index must list exactly the members), and the
+folder appears by an atomic rename, so a reader never sees half of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+from flyship.bundle import manifest as _m
+from flyship.bundle.errors import BundleError
+
+INDEX_NAME = "flyship-pack.json"
+PACK_FORMAT = "flyship-pack"
+PACK_VERSION = 1
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time zip can hold
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_+\-][A-Za-z0-9._+\-]*$")
+
+
+def members(root: Path, manifest: _m.Manifest) -> list[str]:
+    """The files of a bundle that a pack holds: the manifest, references, code objects, offload bundles.
+
+    Raises:
+        BundleError: a named file is missing or is not a plain file name.
+    """
+    names = {_m.MANIFEST_NAME}
+    if manifest.references:
+        names.add(manifest.references)
+    names |= {v.code_object.file for op in manifest.ops for s in op.specializations for v in s.variants}
+    names |= set(manifest.offload_bundles.values())
+    for n in sorted(names):
+        if not _SAFE_NAME.match(n):
+            raise BundleError(f"pack bundle {root}: expected plain file names in the manifest, got {n!r}; a packed "
+                              "bundle holds no folders")
+        if not (root / n).is_file():
+            raise BundleError(f"pack bundle {root}: expected the file {n} the manifest names, found none; rebuild "
+                              "the bundle")
+    return sorted(names)
+
+
+def _info(name: str) -> zipfile.ZipInfo:
+    zi = zipfile.ZipInfo(name, date_time=_EPOCH)
+    zi.compress_type = zipfile.ZIP_STORED
+    zi.create_system = 3  # Unix, so the mode below means what it says
+    zi.external_attr = 0o100644 << 16
+    return zi
+
+
+def pack_bytes(root: Path | str) -> bytes:
+    """The packed bytes of the bundle directory ``root`` (see the module docstring).
+
+    Raises:
+        BundleError: the manifest is invalid or names a missing file.
+    """
+    root = Path(root)
+    manifest = _m.read(root)
+    names = members(root, manifest)
+    data = {n: (root / n).read_bytes() for n in names}
+    index = {"format": PACK_FORMAT, "version": PACK_VERSION,
+             "members": {n: hashlib.sha256(b).hexdigest() for n, b in data.items()}}
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as z:
+        z.writestr(_info(INDEX_NAME), json.dumps(index, sort_keys=True, indent=1) + "\n")
+        for n in names:
+            z.writestr(_info(n), data[n])
+    return buf.getvalue()
+
+
+def pack(root: Path | str, out: Path | str) -> Path:
+    """Write the pack of bundle ``root`` to ``out`` (atomically: a temporary sibling, then a rename).
+
+    Returns:
+        ``out`` as a Path.
+    """
+    out = Path(out)
+    blob = pack_bytes(root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def is_pack(path: Path | str) -> bool:
+    """Whether ``path`` is a file that looks like a pack (a zip archive)."""
+    p = Path(path)
+    return p.is_file() and zipfile.is_zipfile(p)
+
+
+def _read_index(z: zipfile.ZipFile, where: str) -> dict[str, str]:
+    names = z.namelist()
+    if not names or names[0] != INDEX_NAME:
+        raise BundleError(f"open packed bundle {where}: expected {INDEX_NAME} as the first member, got "
+                          f"{names[0] if names else 'an empty archive'}; pack the bundle with `flyship pack`")
+    try:
+        index = json.loads(z.read(INDEX_NAME))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BundleError(f"open packed bundle {where}: {INDEX_NAME} is not valid JSON ({e}); the file is damaged") from None
+    if not isinstance(index, dict) or index.get("format") != PACK_FORMAT or index.get("version") != PACK_VERSION:
+        raise BundleError(f"open packed bundle {where}: expected a {PACK_FORMAT} index of version {PACK_VERSION}, got "
+                          f"{ {k: index.get(k) for k in ('format', 'version')} if isinstance(index, dict) else index!r}; "
+                          "repack it with this flyship's `flyship pack`")
+    listed = index.get("members")
+    if not isinstance(listed, dict):
+        raise BundleError(f"open packed bundle {where}: {INDEX_NAME} has no members table; the file is damaged")
+    rest = names[1:]
+    if len(set(rest)) != len(rest) or sorted(rest) != sorted(listed):
+        raise BundleError(f"open packed bundle {where}: expected the members the index lists ({', '.join(sorted(listed))}), "
+                          f"got {', '.join(rest)}; the file is damaged or was altered")
+    for n in rest:
+        if not _SAFE_NAME.match(n):
+            raise BundleError(f"open packed bundle {where}: member {n!r} is not a plain file name; refusing to extract it")
+    if _m.MANIFEST_NAME not in listed:
+        raise BundleError(f"open packed bundle {where}: expected a {_m.MANIFEST_NAME} member, found none")
+    return listed
+
+
+def cache_root() -> Path:
+    """Where opened packs are extracted: ``$FLYSHIP_BUNDLE_CACHE`` (default ``~/.cache/flyship/bundles``)."""
+    from flyship import env
+
+    return env.bundle_cache_dir()
+
+
+def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
+    """Extract a packed bundle into its content-addressed cache folder (or reuse it) and return the folder.
+
+    Every member's sha256 is checked against the index on each open, including a reused folder's files.
+
+    Raises:
+        BundleError: not a pack, a damaged or altered member, an unsafe member name.
+    """
+    p = Path(path).resolve()
+    where = str(p)
+    blob = p.read_bytes()
+    digest = hashlib.sha256(blob).hexdigest()
+    try:
+        z = zipfile.ZipFile(io.BytesIO(blob))
+    except zipfile.BadZipFile as e:
+        raise BundleError(f"open packed bundle {where}: expected a zip archive written by `flyship pack`, got {e}") from None
+    with z:
+        listed = _read_index(z, where)
+        root = Path(cache) if cache is not None else cache_root()
+        final = root / digest
+        if final.is_dir() and _matches(final, listed):
+            return final
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.", dir=root))
+        try:
+            for n, want in listed.items():
+                data = z.read(n)
+                got = hashlib.sha256(data).hexdigest()
+                if got != want:
+                    raise BundleError(f"open packed bundle {where}: member {n} has sha256 {got}, the index says {want}; "
+                                      "the file is damaged or was altered")
+                (tmp / n).write_bytes(data)
+            (tmp / INDEX_NAME).write_text(json.dumps(listed, sort_keys=True))
+            if final.exists():  # a stale or damaged folder: replace it
+                shutil.rmtree(final, ignore_errors=True)
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not (final.is_dir() and _matches(final, listed)):  # another process won the race with the same bytes
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _matches(folder: Path, listed: dict[str, str]) -> bool:
+    """Whether an extracted folder holds exactly the listed files with their sha256."""
+    try:
+        for n, want in listed.items():
+            if hashlib.sha256((folder / n).read_bytes()).hexdigest() != want:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def bundle_dir(path: str | Path) -> Path:
+    """The bundle directory ``path`` names: the directory itself, the one holding a ``manifest.json`` given
+    by its file name, or a packed bundle's private cache folder (:func:`flyship.bundle.pack.open_pack`, every
+    member's sha256 checked); absolute, so a later chdir cannot make the same bundle look like another.
+
+    Raises:
+        BundleError: the path is another file, or does not exist; says what to pass.
+    """
+    p = Path(path).resolve()
+    if p.is_file() and p.name == _m.MANIFEST_NAME:
+        return p.parent
+    if is_pack(p):
+        return open_pack(p)
+    if p.is_file():
+        raise BundleError(f"load bundle: expected a bundle directory (holding {_m.MANIFEST_NAME}) or its "
+                          f"{_m.MANIFEST_NAME}, got the file {p}; pass the folder flyc-build wrote or a file `flyship pack` wrote")
+    return p

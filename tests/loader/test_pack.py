@@ -1,0 +1,124 @@
+"""One-file shipping: ``flyship pack`` writes a reproducible file; ``flyship.load(FILE)`` opens it safely."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from flyship.bundle import manifest as _m
+from flyship.bundle import pack as _pack
+from flyship.bundle.errors import BundleError
+
+pytestmark = pytest.mark.cpu
+
+
+def test_packing_the_same_bundle_twice_gives_the_same_bytes(tiny_bundle, bundle_copy, tmp_path):
+    a = _pack.pack(tiny_bundle, tmp_path / "a.flyship").read_bytes()
+    b = _pack.pack(bundle_copy(), tmp_path / "b.flyship").read_bytes()  # another folder, other mtimes
+    assert a == b
+
+
+def test_a_pack_holds_an_index_then_the_manifest_references_and_code_objects_in_order(tiny_bundle, tmp_path):
+    z = zipfile.ZipFile(_pack.pack(tiny_bundle, tmp_path / "t.flyship"))
+    names = z.namelist()
+    m = _m.read(tiny_bundle)
+    files = {v.code_object.file for op in m.ops for s in op.specializations for v in s.variants}
+    assert names[0] == "flyship-pack.json" and names[1:] == sorted(files | {"manifest.json", "references.py"})
+    assert all(i.date_time == (1980, 1, 1, 0, 0, 0) and i.compress_type == zipfile.ZIP_STORED for i in z.infolist())
+    index = __import__("json").loads(z.read("flyship-pack.json"))
+    assert index["members"]["manifest.json"] == hashlib.sha256((tiny_bundle / "manifest.json").read_bytes()).hexdigest()
+
+
+def test_opening_a_pack_extracts_into_a_content_addressed_cache_folder_only(tiny_bundle, tmp_path):
+    f = _pack.pack(tiny_bundle, tmp_path / "t.flyship")
+    cache = tmp_path / "cache"
+    d = _pack.open_pack(f, cache)
+    assert d == cache / hashlib.sha256(f.read_bytes()).hexdigest()
+    assert (d / "manifest.json").read_bytes() == (tiny_bundle / "manifest.json").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "t.flyship"]
+    assert _pack.open_pack(f, cache) == d  # reused
+
+
+def test_an_altered_cached_file_is_replaced_on_the_next_open(tiny_bundle, tmp_path):
+    f = _pack.pack(tiny_bundle, tmp_path / "t.flyship")
+    d = _pack.open_pack(f, tmp_path / "cache")
+    (d / "references.py").write_text("import os\n")
+    assert _pack.open_pack(f, tmp_path / "cache") == d
+    assert (d / "references.py").read_bytes() == (tiny_bundle / "references.py").read_bytes()
+
+
+def _rewrite(src: Path, dst: Path, change) -> Path:
+    """Copy a pack member by member, letting ``change(name, data)`` return new bytes (or None to drop it)."""
+    zin = zipfile.ZipFile(src)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zout:
+        for info in zin.infolist():
+            data = change(info.filename, zin.read(info.filename))
+            if data is not None:
+                zout.writestr(info, data)
+    dst.write_bytes(buf.getvalue())
+    return dst
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda n, d: d.replace(b"x + y", b"x - y") if n == "references.py" else d,
+     "member references.py has sha256 .* the index says"),
+    (lambda n, d: None if n == "references.py" else d, "expected the members the index lists"),
+    (lambda n, d: None if n == "flyship-pack.json" else d, "expected flyship-pack.json as the first member"),
+])
+def test_a_damaged_or_altered_pack_is_refused_before_anything_is_extracted(tiny_bundle, tmp_path, change, message):
+    f = _rewrite(_pack.pack(tiny_bundle, tmp_path / "t.flyship"), tmp_path / "bad.flyship", change)
+    with pytest.raises(BundleError, match=message):
+        _pack.open_pack(f, tmp_path / "cache")
+    assert not any((tmp_path / "cache").glob("*/*"))
+
+
+def test_a_member_name_with_a_folder_is_refused(tiny_bundle, tmp_path):
+    import json
+
+    src = _pack.pack(tiny_bundle, tmp_path / "t.flyship")
+
+    def change(n, d):
+        if n == "flyship-pack.json":
+            idx = json.loads(d)
+            idx["members"]["../evil"] = hashlib.sha256(b"x").hexdigest()
+            return json.dumps(idx).encode()
+        return d
+
+    f = _rewrite(src, tmp_path / "bad.flyship", change)
+    with zipfile.ZipFile(f, "a") as z:
+        z.writestr("../evil", b"x")
+    with pytest.raises(BundleError, match="member '../evil' is not a plain file name"):
+        _pack.open_pack(f, tmp_path / "cache")
+    assert not (tmp_path / "evil").exists()
+
+
+def test_flyship_load_opens_a_packed_file(tiny_bundle, tmp_path, ext, monkeypatch):
+    import uuid
+
+    import flyship
+
+    monkeypatch.setenv("FLYSHIP_BUNDLE_CACHE", str(tmp_path / "cache"))
+    f = _pack.pack(tiny_bundle, tmp_path / "t.flyship")
+    ops = flyship.load(f, namespace=f"flyship_p{uuid.uuid4().hex[:8]}")
+    assert ops.names == ("add", "scale_rows", "addsub")
+    assert ops.path.parent == tmp_path / "cache" / "bundles"
+    assert ops.reference("add") is not None
+
+
+def test_the_pack_command_writes_the_file_and_list_reads_it(tiny_bundle, tmp_path):
+    out = tmp_path / "t.flyship"
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "pack", str(tiny_bundle), "-o", str(out)],
+                       capture_output=True, text=True, timeout=120, env={**__import__("os").environ,
+                                                                         "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "c")})
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == _pack.pack_bytes(tiny_bundle)
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "list", str(out)], capture_output=True, text=True,
+                       timeout=120, env={**__import__("os").environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "c")})
+    assert r.returncode == 0 and "flyship_tiny::addsub" in r.stdout, r.stderr
