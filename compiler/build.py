@@ -24,6 +24,7 @@ from typing import Callable, Optional
 from flyship import __version__
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as M
+from flyship.bundle import occupancy as _occupancy
 from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.compiler import cache as _cache
@@ -84,6 +85,7 @@ class Row:
     kernarg_bytes: int
     seconds: float
     cached: bool = False
+    occupancy: str = "n/a"
 
 
 def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
@@ -380,8 +382,11 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             m, files = assemble_manifest(sf, variants, tools, frontend_versions(frontends_used, variants), offload,
                                          offload_files)
             write_bundle(m, {**files, **offload_files}, out_dir, opts.force)
+        occupancy = {(op.name, sp.name, v.target): _occupancy.for_variant(v, sp.example)
+                     for op in m.ops for sp in op.specializations for v in sp.variants}
         rows = [Row(o, s, v.target, v.metadata.vgpr_count, v.metadata.sgpr_count,
-                    v.metadata.group_segment_fixed_size, v.kernargs.size, v.seconds, cached=(o, s, t) in hits)
+                    v.metadata.group_segment_fixed_size, v.kernargs.size, v.seconds, cached=(o, s, t) in hits,
+                    occupancy=str(occupancy.get((o, s, v.target)) or "n/a"))
                 for (o, s, t), v in sorted(variants.items())]
         if cache:
             remember_build(cache, bkey, deps, opts.spec_path, out_dir, rows)

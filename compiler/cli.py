@@ -12,10 +12,10 @@ from flyship.errors import FlyshipError
 
 
 def format_table(rows: list[Row]) -> str:
-    """The summary table: op, spec, arch, VGPRs, SGPRs, LDS bytes, kernarg bytes, compile seconds."""
-    head = ("op", "spec", "arch", "VGPRs", "SGPRs", "LDS bytes", "kernarg bytes", "compile s")
-    body = [(r.op, r.spec, r.target, str(r.vgprs), str(r.sgprs), str(r.lds), str(r.kernarg_bytes), "cached" if r.cached else f"{r.seconds:.1f}")
-            for r in rows]
+    """The summary table: op, spec, arch, VGPRs, SGPRs, LDS bytes, kernarg bytes, occupancy, compile seconds."""
+    head = ("op", "spec", "arch", "VGPRs", "SGPRs", "LDS bytes", "kernarg bytes", "occupancy", "compile s")
+    body = [(r.op, r.spec, r.target, str(r.vgprs), str(r.sgprs), str(r.lds), str(r.kernarg_bytes), r.occupancy,
+             "cached" if r.cached else f"{r.seconds:.1f}") for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     return "\n".join([line(head), line(tuple("-" * w for w in widths)), *(line(b) for b in body)])

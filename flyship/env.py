@@ -22,6 +22,8 @@ Options:
     FLYSHIP_REPORT: ``1`` prints each process's routing summary (patched sites: calls to the op and to the
         original, per reason; rank-tagged) to stderr at exit.
     FLYSHIP_HOOK: ``0`` turns off the patches that ``flyship hook install`` set up for this environment.
+    FLYSHIP_EXTENSION_PATH: folders (``:``-separated) searched first for a prebuilt extension
+        (``flyship prebuild -o DIR``); then the folder holding the bundle, then ``<sys.prefix>/share/flyship/extensions``.
     FLYSHIP_CACHE_DIR: flyc-build's content-addressed build cache (default: ``$XDG_CACHE_HOME/flyship/build``,
         else ``~/.cache/flyship/build``); ``flyc-build --no-cache`` bypasses it.
     FLYSHIP_BUNDLE_CACHE: where packed bundles opened by ``flyship.load(FILE)`` are extracted, under
@@ -104,3 +106,7 @@ def bundle_cache_dir() -> Path:
     xdg = _get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
     return base / "flyship" / "bundles"
+
+
+def extension_path() -> list[str]:
+    return [d for d in _get("FLYSHIP_EXTENSION_PATH").split(os.pathsep) if d]

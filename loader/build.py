@@ -22,8 +22,10 @@ import hashlib
 import importlib.util
 import os
 import re
+import shutil
 import sys
 import sysconfig
+import tempfile
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -254,6 +256,40 @@ def extensions_root() -> Path:
     return Path(base) / "flyship"
 
 
+def extension_name(flavor: str, sources: tuple[str, ...] | None = None, cflags: tuple[str, ...] | None = None) -> str:
+    """The module name of the extension: ``flyship_<flavor>_<python tag>_torch<version>_<hash>``.
+
+    The name says what the binary is made of (the C++ sources and headers, the flavor, torch's version and
+    commit, the Python ABI, the compile flags), never where or by whom it was built, and it is computed without
+    looking for a toolkit: a later process with another HOME, CXX, cache folder or current directory, in an
+    image without headers or compiler, computes the same name and finds a prebuilt extension (flyship
+    prebuild). A compiler that would make an incompatible binary (a static libstdc++) is refused after the build
+    (:func:`check_shared_libstdcxx`). To rebuild against another HIP or CUDA install, use another
+    ``FLYSHIP_EXTENSIONS_DIR`` (or delete the cached folder).
+    """
+    if sources is None:
+        sources = tuple(str(CSRC / s) for s in (*CORE_SOURCES, SHIM_SOURCES[flavor]))
+    if cflags is None:
+        cflags = tuple(_cflags(flavor))
+    torch = _torch()
+    h = hashlib.sha256()
+    for f in sorted({*sources, *(str(CSRC / x) for x in HEADERS)}):
+        h.update(Path(f).name.encode() + b"\0" + Path(f).read_bytes() + b"\0")
+    if flavor == "hip-nvidia" and env.hip_nvidia_include():  # the test header is source too
+        for f in sorted(Path(env.hip_nvidia_include()).rglob("*.h")):
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    for part in (flavor, torch.__version__, getattr(torch.version, "git_version", ""), sys.implementation.cache_tag,
+                 sys.abiflags if hasattr(sys, "abiflags") else "", *cflags):
+        h.update(str(part).encode() + b"\0")
+    return "_".join(("flyship", _sanitize(flavor), _sanitize(sys.implementation.cache_tag),  # a Python identifier
+                     "torch" + _sanitize(torch.__version__), h.hexdigest()[:12]))
+
+
+def _cflags(flavor: str) -> list[str]:
+    platform = {"hip": ["-D__HIP_PLATFORM_AMD__=1"], "hip-nvidia": ["-D__HIP_PLATFORM_NVIDIA__=1"]}
+    return ["-O2", "-fvisibility=hidden"] + platform.get(flavor, [])
+
+
 def config(flavor: str | None = None) -> BuildConfig:
     """Work out sources, paths and flags for a flavor (default: :func:`choose_flavor`).
 
@@ -265,7 +301,7 @@ def config(flavor: str | None = None) -> BuildConfig:
         raise ExtensionBuildError(f"build flyship extension: expected flavor 'hip' or 'cuda' (or the test-only "
                                   f"'hip-nvidia', 'record'), got {flavor!r}")
     sources = tuple(str(CSRC / s) for s in (*CORE_SOURCES, SHIM_SOURCES[flavor]))
-    cflags = ["-O2", "-fvisibility=hidden"]
+    cflags = _cflags(flavor)
     if flavor == "hip":
         inc = find_hip_headers()
         if inc is None:
@@ -274,11 +310,9 @@ def config(flavor: str | None = None) -> BuildConfig:
                                       f"{tried}; install ROCm or set FLYSHIP_HIP_PATH to its root")
         lib, _ = find_hip_library()
         include_dirs = (str(inc),)
-        cflags.append("-D__HIP_PLATFORM_AMD__=1")
         ldflags = (str(lib), f"-Wl,-rpath,{lib.parent}")
     elif flavor == "hip-nvidia":
-        include_dirs, platform_flags, ldflags = hip_nvidia_config()
-        cflags += platform_flags
+        include_dirs, _, ldflags = hip_nvidia_config()  # its platform flag is in _cflags
     elif flavor == "record":  # no GPU SDK: the recording driver calls no runtime
         include_dirs, ldflags = (), ()
     else:
@@ -289,23 +323,8 @@ def config(flavor: str | None = None) -> BuildConfig:
         lib = find_cuda_library()
         include_dirs = (str(inc),)
         ldflags = (str(lib),)
-    torch = _torch()
-    h = hashlib.sha256()
-    for f in sorted({*sources, *(str(CSRC / x) for x in HEADERS)}):
-        h.update(Path(f).name.encode() + b"\0" + Path(f).read_bytes() + b"\0")
-    if flavor == "hip-nvidia":  # the test header is source too
-        for f in sorted(Path(include_dirs[0]).rglob("*.h")):
-            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    # The compiler torch.utils.cpp_extension will use ($CXX, else c++) is part of what decides the binary.
-    # The cache root is hashed too: torch's JIT versioner renames a second build of one name in one process
-    # (`<name>_v1.so`) when its build directory differs.
+    name = extension_name(flavor, sources, tuple(cflags))
     root = extensions_root()
-    for part in (flavor, torch.__version__, getattr(torch.version, "git_version", ""), sys.implementation.cache_tag,
-                 sys.abiflags if hasattr(sys, "abiflags") else "", os.environ.get("CXX", "c++"), root, *include_dirs,
-                 *cflags, *ldflags):
-        h.update(str(part).encode() + b"\0")
-    name = "_".join(("flyship", _sanitize(flavor), _sanitize(sys.implementation.cache_tag),  # a Python identifier
-                     "torch" + _sanitize(torch.__version__), h.hexdigest()[:12]))
     return BuildConfig(flavor, sources, include_dirs, tuple(cflags), ldflags, name, root / name)
 
 
@@ -321,17 +340,66 @@ def compile_sources(cfg: BuildConfig, directory: Path) -> list[str]:
     return [str(unity), *(s for s in cfg.sources if s not in core)]
 
 
-def _import(cfg: BuildConfig) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(cfg.name, cfg.library)
+def _import(name: str, library: Path) -> ModuleType:
+    """Import the extension module ``name`` from the file ``library`` (any folder; the module's init
+    function is named after ``name``, so a prebuilt copy keeps its file name)."""
+    spec = importlib.util.spec_from_file_location(name, library)
     if spec is None or spec.loader is None:
-        raise ExtensionBuildError(f"import flyship extension: cannot import {cfg.library}")
+        raise ExtensionBuildError(f"import flyship extension: cannot import {library}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as e:
+        raise ExtensionBuildError(f"import flyship extension {library}: {e}; delete it and run `flyship prebuild` "
+                                  "again (it was built for another torch or system)") from e
     return module
+
+
+def installed_dir() -> Path:
+    """Where ``flyship prebuild`` installs the extension into the environment: ``<sys.prefix>/share/flyship/extensions``
+    (the virtual environment or the image's Python, whatever the user's HOME)."""
+    return Path(sys.prefix) / "share" / "flyship" / "extensions"
+
+
+def search_dirs(near: Path | None = None) -> list[Path]:
+    """Folders searched, in order, for a prebuilt ``<name>.so`` before the build cache: ``FLYSHIP_EXTENSION_PATH``,
+    the folder holding the bundle (``near``: a prebuilt extension shipped beside the bundle), the environment
+    (:func:`installed_dir`)."""
+    dirs = [Path(d) for d in env.extension_path()]
+    if near is not None:
+        dirs.append(Path(near))
+    dirs.append(installed_dir())
+    return dirs
+
+
+def find_prebuilt(name: str, near: Path | None = None) -> Path | None:
+    """The first ``<name>.so`` in :func:`search_dirs`, or None."""
+    for d in search_dirs(near):
+        if (d / f"{name}.so").is_file():
+            return d / f"{name}.so"
+    return None
+
+
+def install(library: Path, dest: Path) -> Path:
+    """Copy a built extension into the folder ``dest`` under its own name (a temporary file, then a rename)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{library.name}.", dir=dest)
+    os.close(fd)
+    try:
+        shutil.copyfile(library, tmp)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, dest / library.name)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return dest / library.name
 
 
 def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
     """Compile and link the extension into ``cfg.directory`` unless it is there already.
+
+    Under a file lock, so N processes starting together (torchrun) build once; the others wait, each saying so in
+    one line. The build runs in a private temporary folder and its module is renamed into place only once it is
+    complete and checked, so an interrupted build never leaves a library that a later load would trust.
 
     Returns:
         The path of the built module.
@@ -339,40 +407,71 @@ def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
     Raises:
         ExtensionBuildError: the compiler or linker failed (its output is in the message).
     """
-    from filelock import FileLock
+    from filelock import FileLock, Timeout
 
     cfg.directory.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cfg.directory) + ".lock"):
+    lock = FileLock(str(cfg.directory) + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if not cfg.library.is_file():
+            _say(f"flyship: waiting for another process that is building the C++ extension ({cfg.flavor}) in "
+                 f"{cfg.directory}")
+        lock.acquire()
+    try:
         if cfg.library.is_file():
             return cfg.library
+        _say(f"flyship: building the C++ extension ({cfg.flavor} flavor) in {cfg.directory} with "
+             f"{os.environ.get('CXX', 'c++')}; this takes about a minute, once (`flyship prebuild` does it ahead of time)")
         cfg.directory.mkdir(parents=True, exist_ok=True)
-        from torch.utils import cpp_extension
-
+        work = Path(tempfile.mkdtemp(prefix=".build-", dir=cfg.directory))
         try:
-            cpp_extension.load(
-                name=cfg.name,
-                sources=compile_sources(cfg, cfg.directory),
-                extra_cflags=list(cfg.cflags),
-                extra_ldflags=list(cfg.ldflags),
-                extra_include_paths=list(cfg.include_dirs),
-                build_directory=str(cfg.directory),
-                verbose=env.verbose() if verbose is None else verbose,
-                with_cuda=False,
-                is_python_module=False,  # built here, imported by _import (one path for fresh and cached)
-            )
-        except (RuntimeError, OSError, ImportError) as e:
-            raise ExtensionBuildError(
-                f"build flyship extension ({cfg.flavor}) in {cfg.directory} failed: {e}; set FLYSHIP_VERBOSE=1 to see "
-                "the compiler commands"
-            ) from e
-        if not cfg.library.is_file():
-            raise ExtensionBuildError(f"build flyship extension: expected {cfg.library} after the build, found none")
-        try:
-            check_shared_libstdcxx(cfg.library)
-        except ExtensionBuildError:
-            cfg.library.unlink()
-            raise
+            built = _compile(cfg, work, verbose)
+            check_shared_libstdcxx(built)
+            os.replace(built, cfg.library)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         return cfg.library
+    finally:
+        lock.release()
+
+
+def _say(line: str) -> None:
+    """One line to stderr, where a workload's logs keep it."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _compile(cfg: BuildConfig, work: Path, verbose: bool | None) -> Path:
+    """Run torch.utils.cpp_extension's build of ``cfg`` in the folder ``work``; returns the module built there."""
+    from torch.utils import cpp_extension
+    from torch.utils._cpp_extension_versioner import ExtensionVersioner
+
+    # torch renames a second build of one name in one process (<name>_v1) when its inputs (the folder among
+    # them) differ; each build here has a fresh folder and the name already carries the content.
+    versioner = getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None)
+    if isinstance(versioner, ExtensionVersioner):
+        versioner.entries.pop(cfg.name, None)
+    try:
+        cpp_extension.load(
+            name=cfg.name,
+            sources=compile_sources(cfg, work),
+            extra_cflags=list(cfg.cflags),
+            extra_ldflags=list(cfg.ldflags),
+            extra_include_paths=list(cfg.include_dirs),
+            build_directory=str(work),
+            verbose=env.verbose() if verbose is None else verbose,
+            with_cuda=False,
+            is_python_module=False,  # built here, imported by _import (one path for fresh and cached)
+        )
+    except (RuntimeError, OSError, ImportError) as e:
+        raise ExtensionBuildError(
+            f"build flyship extension ({cfg.flavor}) in {cfg.directory} failed: {e}; set FLYSHIP_VERBOSE=1 to see "
+            "the compiler commands"
+        ) from e
+    built = work / cfg.library.name
+    if not built.is_file():
+        raise ExtensionBuildError(f"build flyship extension: expected {built} after the build, found none")
+    return built
 
 
 def check_shared_libstdcxx(library: Path) -> None:
@@ -406,8 +505,9 @@ _lock = threading.Lock()
 _loaded: dict[str, ModuleType] = {}
 
 
-def extension(flavor: str | None = None) -> ModuleType:
-    """The extension module for this process, built on first use (or imported from the cache).
+def extension(flavor: str | None = None, near: Path | None = None) -> ModuleType:
+    """The extension module for this process: a prebuilt one (:func:`find_prebuilt`; ``near`` is the folder
+    holding the bundle being loaded), else the build cache's, built on first use.
 
     Raises:
         ExtensionBuildError: see :func:`config` and :func:`build`.
@@ -422,7 +522,11 @@ def extension(flavor: str | None = None) -> ModuleType:
                 other = gpu[0]
                 raise ExtensionBuildError(f"load flyship extension: expected one flavor per process, got {flavor!r} "
                                           f"after {other!r}; unset FLYSHIP_FLAVOR or use one value")
-            cfg = config(flavor)
-            build(cfg)
-            _loaded[flavor] = _import(cfg)
+            name = extension_name(flavor)
+            prebuilt = find_prebuilt(name, near)
+            if prebuilt is not None:
+                _loaded[flavor] = _import(name, prebuilt)
+            else:
+                cfg = config(flavor)
+                _loaded[flavor] = _import(cfg.name, build(cfg))
         return _loaded[flavor]

@@ -2,10 +2,11 @@
 
     flyship list BUNDLE        ops, schemas, specializations (guards) and targets; no GPU, no compiler
     flyship verify BUNDLE      run every specialization against its reference; needs a GPU
-    flyship prebuild           build and cache the C++ extension (container image build time)
+    flyship prebuild [-o DIR]  build the C++ extension and install it (the environment, or DIR beside a bundle)
     flyship hook install|status|remove   patch every process of this environment (docs/integrate.md)
     flyship bench FACTORY --patches FILE  baseline / patched / compiled / patched+compiled timings
     flyship pack BUNDLE -o F   write the bundle as one reproducible file that flyship.load(F) opens
+    flyship inspect BUNDLE     per kernel: symbol, kernargs, registers, LDS, scratch, spills, occupancy [--json]
 
 Each command parses its options and calls one plain function; errors print one clear line and exit 1
 (2 for a usage error, as click does).
@@ -93,14 +94,18 @@ def verify_cmd(bundle: Path, namespace: str | None) -> None:
 @main.command("prebuild")
 @click.option("--flavor", type=click.Choice(["hip", "cuda"]), default=None,
               help="driver shim to build (default: from FLYSHIP_FLAVOR or the torch build)")
-def prebuild_cmd(flavor: str | None) -> None:
-    """Build and cache the loader's C++ extension, so no compiler is needed at run time."""
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="folder to put the extension in, e.g. the one holding the bundle (default: this Python "
+                   "environment, <sys.prefix>/share/flyship/extensions)")
+def prebuild_cmd(flavor: str | None, out: Path | None) -> None:
+    """Build the loader's C++ extension and install it where later loads find it without a compiler, whatever
+    their HOME, CXX or current directory."""
     from flyship.loader import build
 
     try:
         cfg = build.config(flavor)
-        path = build.build(cfg)
-    except FlyshipError as e:
+        path = build.install(build.build(cfg), out if out is not None else build.installed_dir())
+    except (FlyshipError, OSError) as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"flyship extension ({cfg.flavor}) ready: {path}")
 
@@ -186,6 +191,22 @@ def bench_cmd(factory: str, patches: Path, repeats: int, iters: int, warmup: int
         raise click.ClickException(str(e)) from None
     click.echo(result.table())
     click.echo(format_report(routing_report()))
+
+
+@main.command("inspect")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
+def inspect_cmd(bundle: Path, as_json: bool) -> None:
+    """Show each kernel of BUNDLE: symbol, kernarg layout, registers, LDS, scratch, spills and occupancy."""
+    import json
+
+    from flyship.loader.inspect import format_inspect, inspect_bundle
+
+    try:
+        data = inspect_bundle(_pack.bundle_dir(bundle))
+    except FlyshipError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(json.dumps(data, indent=1, sort_keys=True) if as_json else format_inspect(data))
 
 
 @main.command("pack")

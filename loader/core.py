@@ -350,6 +350,13 @@ _lock = threading.Lock()
 _loaded: dict[str, Ops] = {}
 
 
+def _beside(path: str | Path) -> Path:
+    """The folder holding the bundle as the user named it (a folder, its manifest.json or a packed file), where a
+    prebuilt extension may be shipped."""
+    p = Path(path).resolve()
+    return p.parent.parent if p.name == _m.MANIFEST_NAME and p.is_file() else p.parent
+
+
 def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list[Optional[Callable[..., Any]]],
               cpu_in_core: bool = False) -> tuple[Any, list[_cpu.CpuKernel]]:
     import torch
@@ -421,7 +428,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         else:
             images = _rules.check_bundle_files(root, manifest)
             refs = _references.resolve(root, manifest, references)
-            ext = _build.extension()
+            ext = _build.extension(near=_beside(path))
             plan = _plan.lower_bundle(manifest, ns, images, refs)
             core = ext.Bundle(plan, make_selector(manifest), env.fallback_enabled() if fallback is None else fallback)
             library, cpu_kernels = _register(manifest, ns, core, refs, cpu_in_core=ext.flavor() == "record")

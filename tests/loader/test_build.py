@@ -50,7 +50,7 @@ def test_hip_flavor_compiles_and_links_against_the_installed_hip(tmp_path, monke
     assert any(n.startswith("libamdhip64.so") for n in tags["needed"]), tags
     assert str(hip.parent) in ":".join(tags.get("runpath", [])), tags
     # Import it in a fresh process (the same way load() does) and ask the HIP runtime for its version.
-    code = ("from flyship.loader import build; cfg = build.config(); m = build._import(cfg); "
+    code = ("from flyship.loader import build; cfg = build.config(); m = build._import(cfg.name, cfg.library); "
             "print(m.flavor(), '|', m.runtime_version())")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "FLYSHIP_EXTENSIONS_DIR": str(tmp_path), "FLYSHIP_FLAVOR": "hip"})
