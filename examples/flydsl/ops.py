@@ -9,9 +9,9 @@ say which inputs a specialization accepts; others go to the reference at run tim
 from elementwise import add
 from gemm import gemm
 from rmsnorm import rmsnorm
-from softmax import softmax
+from softmax import softmax, softmax_bwd
 
-from flyship.compiler.spec import Output, Scalar, Spec, Tensor, namespace, op, references
+from flyship.compiler.spec import Backward, Output, Scalar, Spec, Tensor, namespace, op, references
 
 namespace("flyship_examples")
 references("references.py")
@@ -37,9 +37,25 @@ op(
     args=[Tensor("x", rank=2), Output("out", like="x")],
     reference="softmax_ref",
     doc="row softmax over the last dim (max-subtracted, f32 accumulation)",
+    # Trains: loss.backward() runs softmax_bwd on the gradient of out and the saved out.
+    backward=Backward("softmax_bwd", inputs={"dy": "grad:out", "y": "out"}, grads={"x": "dx"}),
     specs=[
         Spec(name, dtypes={"x": dt}, shapes={"x": (512, 1000)}, constexprs={"MAX_N": MAX_N},
              constraints=(f"x.shape[1] <= {MAX_N}",))
+        for name, dt in (("f32", "float32"), ("bf16", "bfloat16"))
+    ],
+)
+
+op(
+    "softmax_bwd",
+    kernel=softmax_bwd,
+    args=[Tensor("dy", rank=2), Tensor("y", rank=2), Output("dx", like="y")],
+    reference="softmax_bwd_ref",
+    doc="gradient of softmax's input: y * (dy - sum(dy * y, -1))",
+    specs=[
+        Spec(name, dtypes={"dy": dt, "y": dt}, shapes={"dy": (512, 1000), "y": (512, 1000)},
+             constexprs={"MAX_N": MAX_N},
+             constraints=(f"y.shape[1] <= {MAX_N}", "dy.shape[0] == y.shape[0]", "dy.shape[1] == y.shape[1]"))
         for name, dt in (("f32", "float32"), ("bf16", "bfloat16"))
     ],
 )

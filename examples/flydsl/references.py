@@ -7,6 +7,7 @@ the input dtype, like the kernels do.
 
     elementwise.add(x, y, out)          <->  add_ref(x, y)
     softmax.softmax(x, out)             <->  softmax_ref(x)
+    softmax.softmax_bwd(dy, y, dx)      <->  softmax_bwd_ref(dy, y) = y * (dy - sum(dy * y, -1))
     rmsnorm.rmsnorm(x, w, out, eps)     <->  rmsnorm_ref(x, w, eps)
     gemm.gemm(a, b, c)   (b is [N, K])  <->  gemm_ref(a, b)   = a @ b.T
 """
@@ -23,6 +24,11 @@ def softmax_ref(x: torch.Tensor) -> torch.Tensor:
     xf = xf - xf.amax(dim=-1, keepdim=True)
     e = torch.exp(xf)
     return (e / e.sum(dim=-1, keepdim=True)).to(x.dtype)
+
+
+def softmax_bwd_ref(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    g, p = dy.float(), y.float()
+    return (p * (g - (g * p).sum(dim=-1, keepdim=True))).to(y.dtype)
 
 
 def rmsnorm_ref(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

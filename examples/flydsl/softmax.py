@@ -21,6 +21,9 @@ Launcher::
   workgroup with ``fx.coop.BlockReduce`` (wave shuffles + LDS).
 * Full, 128-bit-aligned chunks use one vector load/store per thread; the
   tail chunk (or a misaligned view) uses per-element predicated accesses.
+
+Backward launcher ``softmax_bwd(dy, y, dx, MAX_N, VEC, stream)``: with ``y = softmax(x)`` and ``dy`` the
+gradient of ``y``, ``dx = y * (dy - sum(dy * y))`` per row; the same tiling, one block reduction.
 """
 
 import flydsl.compiler as flyc
@@ -130,3 +133,103 @@ def softmax(
         VEC = 128 // x.dtype.width
     M, N = x.shape.unpack()
     softmax_kernel(x, out, MAX_N, VEC).launch(grid=(M, 1, 1), block=(BLOCK_THREADS, 1, 1), stream=stream)
+
+
+# ---- backward: dx = y * (dy - sum(dy * y)) per row, with y = softmax(x) the forward's output ----------------
+
+
+@flyc.kernel
+def softmax_bwd_kernel(
+    DY: fx.Tensor,
+    Y: fx.Tensor,
+    DX: fx.Tensor,
+    MAX_N: fx.Constexpr[int],
+    VEC: fx.Constexpr[int],
+):
+    tid = fx.thread_idx.x
+    row = fx.block_idx.x
+
+    dtype = Y.dtype
+    chunk = BLOCK_THREADS * VEC
+    n_chunks = (MAX_N + chunk - 1) // chunk
+
+    M, N = Y.shape.unpack()
+    ident = fx.make_view((0, 0), fx.make_identity_layout((M, N)))
+
+    elem_atom = fx.make_copy_atom(fx.UniversalCopy(dtype.width), dtype)
+    vec_atom = fx.make_copy_atom(fx.UniversalCopy(dtype.width * VEC), dtype)
+    tiled_copy = fx.make_tiled_copy_tv(
+        elem_atom,
+        fx.make_ordered_layout((1, BLOCK_THREADS), order=(1, 0)),
+        fx.make_ordered_layout((1, VEC), order=(0, 1)),
+    )
+    thr = tiled_copy.get_slice(tid)
+    tile = (1, chunk)
+    dG = fx.flat_divide(DY, tile)
+    dY = fx.flat_divide(Y, tile)
+    dD = fx.flat_divide(DX, tile)
+    dC = fx.flat_divide(ident, tile)
+
+    vec_bytes = VEC * dtype.width // 8
+    sg, sy, sd = DY.stride.unpack()[0], Y.stride.unpack()[0], DX.stride.unpack()[0]
+    aligned = (((fx.ptrtoint(DY.iter) | fx.ptrtoint(Y.iter) | fx.ptrtoint(DX.iter)) % vec_bytes) == 0) & (
+        ((sg | sy | sd) % VEC) == 0)
+
+    storage = fx.SharedAllocator().allocate(BlockReduceF32.SharedStorage).peek()
+
+    # ---- pass 1: load dy and y (masked lanes = 0), thread partial of sum(dy * y)
+    gs, ys, preds = [], [], []
+    thread_dot = fx.Float32(0.0)
+    for c in fx.range_constexpr(n_chunks):
+        tG = thr.partition_S(dG[None, None, row, c])
+        tY = thr.partition_S(dY[None, None, row, c])
+        tC = thr.partition_S(dC[None, None, row, c])
+        rG = fx.make_fragment_like(tG)
+        rY = fx.make_fragment_like(tY)
+        pred = fx.make_fragment_like(tC, dtype=fx.Boolean)
+        for i in fx.range_constexpr(fx.size(pred.shape).unpack()):
+            pred[i] = fx.elem_less(tC[i], (M, N))
+        rG.fill(0.0)
+        rY.fill(0.0)
+        if ((c + 1) * chunk <= N) & aligned:
+            fx.copy(vec_atom, tG, rG)
+            fx.copy(vec_atom, tY, rY)
+        else:
+            if c * chunk < N:
+                fx.copy(elem_atom, tG, rG, pred=pred)
+                fx.copy(elem_atom, tY, rY, pred=pred)
+        g = rG.load().to(fx.Float32)
+        y = rY.load().to(fx.Float32)
+        gs.append(g)
+        ys.append(y)
+        preds.append(pred)
+        thread_dot = thread_dot + (g * y).reduce(fx.ReductionOp.ADD)
+
+    dot = BlockReduceF32(thread_dot, fx.ReductionOp.ADD, storage=storage)
+
+    # ---- pass 2: dx = y * (dy - dot), store (predicated tail)
+    for c in fx.range_constexpr(n_chunks):
+        tD = thr.partition_D(dD[None, None, row, c])
+        rD = fx.make_fragment_like(tD)
+        rD.store((ys[c] * (gs[c] - dot)).to(dtype))
+        if ((c + 1) * chunk <= N) & aligned:
+            fx.copy(vec_atom, rD, tD)
+        else:
+            if c * chunk < N:
+                fx.copy(elem_atom, rD, tD, pred=preds[c])
+
+
+@flyc.jit
+def softmax_bwd(
+    dy: fx.Tensor,
+    y: fx.Tensor,
+    dx: fx.Tensor,
+    MAX_N: fx.Constexpr[int] = 8192,
+    VEC: fx.Constexpr[int] = 0,
+    stream: fx.Stream = fx.Stream(None),
+):
+    """dx = y * (dy - sum(dy * y, -1)): the gradient of softmax's input.  dy, y, dx (M, N), one dtype."""
+    if VEC == 0:
+        VEC = 128 // y.dtype.width
+    M, N = y.shape.unpack()
+    softmax_bwd_kernel(dy, y, dx, MAX_N, VEC).launch(grid=(M, 1, 1), block=(BLOCK_THREADS, 1, 1), stream=stream)

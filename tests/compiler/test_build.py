@@ -35,12 +35,26 @@ def test_the_committed_schema_is_the_generated_one():
 
 def test_every_example_op_is_built_for_both_archs(example_bundle):
     m = M.read(example_bundle)
-    assert {o.name for o in m.ops} == {"add", "softmax", "rmsnorm", "gemm"}
+    assert {o.name for o in m.ops} == {"add", "softmax", "softmax_bwd", "rmsnorm", "gemm"}
     for op in m.ops:
         for s in op.specializations:
             assert sorted(v.target for v in s.variants) == ["gfx942", "gfx950"], (op.name, s.name)
     assert m.build.frontends["flydsl"] == "0.5.0"
     assert m.build.python.count(".") == 2
+
+
+def test_the_example_softmax_declares_its_backward_op(example_bundle):
+    b = M.read(example_bundle).op("softmax").backward
+    assert b == M.Backward(op="softmax_bwd", inputs={"dy": "grad:out", "y": "out"}, grads={"x": "dx"})
+
+
+def test_the_build_table_shows_the_occupancy_each_kernel_can_reach():
+    from flyship.compiler.build import Row
+    from flyship.compiler.cli import format_table
+
+    table = format_table([Row("gemm", "bf16", "gfx942", 127, 50, 16384, 64, 3.2, "4 waves/SIMD (VGPRs)")])
+    head, _, row = table.splitlines()
+    assert "occupancy" in head and "4 waves/SIMD (VGPRs)" in row
 
 
 def test_every_code_object_was_proven_identical_to_flydsls_own(example_bundle):
