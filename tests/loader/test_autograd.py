@@ -176,3 +176,18 @@ def test_an_input_that_requires_grad_but_gets_none_from_the_backward_raises(bund
     s, d = ops.addsub(meta(8), meta(8))
     with pytest.raises(RuntimeError, match="expected gradients only for x .* got an input 'y' that requires grad"):
         (s.sum() + d.sum()).backward()
+
+
+def test_the_flydsl_example_softmax_trains_through_its_backward_op(example_bundle, ext):
+    import uuid
+
+    import flyship
+
+    ops = flyship.load(example_bundle, namespace=f"flyship_e{uuid.uuid4().hex[:8]}")
+    x = meta(0).new_empty(64, 300).requires_grad_()
+    y = ops.softmax(x)
+    with _Calls() as calls:
+        (y * torch.empty(64, 300, device="meta")).sum().backward()
+    assert f"{ops.namespace}.softmax_bwd.default" in calls.names and x.grad.shape == (64, 300)
+    d = ops.softmax_bwd.dispatch(torch.randn(64, 300), torch.randn(64, 300), target="gfx942")
+    assert d.spec == "f32"
