@@ -172,14 +172,16 @@ ADD_ONLY = """
 """
 
 
-def test_rebuilding_gives_byte_identical_code_objects_and_manifest(tmp_path):
+def test_rebuilding_gives_byte_identical_code_objects_manifest_and_packed_file(tmp_path):
     spec = _small_spec(tmp_path, ADD_ONLY)
-    run_build(spec, tmp_path / "a", ["gfx942"])
-    run_build(spec, tmp_path / "b", ["gfx942"])
+    r = run_build(spec, tmp_path / "a", ["gfx942"], "--pack")
+    run_build(spec, tmp_path / "b", ["gfx942"], "--pack")
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "b").iterdir())
     for n in names:
         assert (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes(), n
+    assert f"and {tmp_path / 'a.flyship'}" in r.stdout
+    assert (tmp_path / "a.flyship").read_bytes() == (tmp_path / "b.flyship").read_bytes()
 
 
 def test_code_object_version_5_keeps_the_text_identical(tmp_path):
