@@ -131,7 +131,8 @@ void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
     const std::string msg = label() + ": no specialization fits these inputs (" + reason +
                             "); running the PyTorch reference instead. This warning is shown once per reason; "
                             "ops.<op>.stats() counts fallbacks, FLYSHIP_FALLBACK=0 makes them errors.";
-    if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
+    // Warned from Python so that it points at the caller's line, not at flyship's or torch's frames.
+    py::module_::import("flyship.loader.core").attr("warn_fallback")(msg);
   }
   std::vector<at::Tensor> out = call_reference(c);
   if (is_out) {

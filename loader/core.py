@@ -350,6 +350,31 @@ _lock = threading.Lock()
 _loaded: dict[str, Ops] = {}
 
 
+def _internal_dirs() -> tuple[str, ...]:
+    """Folders whose frames a warning skips: flyship's packages (the mapped folders) and torch's."""
+    import torch
+
+    import flyship
+    from flyship import bundle, loader
+
+    return tuple(str(Path(m.__file__).parent) + "/" for m in (flyship, bundle, loader, torch))
+
+
+def warn_fallback(message: str) -> None:
+    """Issue the fallback warning (called by the C++ core) at the first frame outside flyship and torch: the
+    user's line that called the op (``warnings.warn``'s ``stacklevel``), so its filename and line mean something
+    and a ``-W`` filter on the user's module applies."""
+    import sys
+    import warnings
+
+    skip = _internal_dirs()
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, UserWarning, stacklevel=level)
+
+
 def _beside(path: str | Path) -> Path:
     """The folder holding the bundle as the user named it (a folder, its manifest.json or a packed file), where a
     prebuilt extension may be shipped."""

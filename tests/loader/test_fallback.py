@@ -93,6 +93,14 @@ def test_the_first_fallback_for_a_reason_warns_once(recorded_tiny):
     assert ops.add.stats()["fallbacks"] == {"dtype x=float64": 2}
 
 
+def test_the_fallback_warning_points_at_the_callers_line_not_at_flyship(recorded_tiny):
+    ops = recorded_tiny()
+    x = torch.randn(10, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="running the PyTorch reference") as record:
+        getattr(torch.ops, ops.namespace).add(x, x)  # through torch's own frames too
+    assert record[0].filename == __file__, record[0].filename
+
+
 def test_dispatch_and_calls_take_keywords_and_scalar_defaults(recorded_tiny, launches):
     ops = recorded_tiny()
     x = torch.randn(4, 300)
