@@ -67,3 +67,13 @@ def test_flyc_build_from_a_python_without_flydsl_names_the_python_to_use(tmp_pat
     assert r.returncode == 1
     assert "expected a Python with flydsl" in r.stderr and ".venv-flydsl/bin/flyc-build" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("manifest", ["{not json", '{"format": "flyship-bundle", "schema_version": "1.1"}', ""])
+def test_flyship_list_on_a_damaged_bundle_prints_one_line_not_a_traceback(tmp_path, manifest):
+    if manifest:
+        (tmp_path / "manifest.json").write_text(manifest)
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "list", str(tmp_path)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("Error: "), r.stderr
