@@ -125,7 +125,8 @@ def _base(target: str) -> str:
     return _targets.parse_target(target).processor  # gfx942 for gfx942:sramecc+:xnack-; sm_90 for sm_90a
 
 
-def occupancy(target: str, meta: KernelMetadata, block: tuple[int, int, int], dynamic_lds: int = 0) -> Optional[Occupancy]:
+def occupancy(target: str, meta: KernelMetadata, block: tuple[int, int, int],
+              dynamic_lds: int = 0) -> Optional[Occupancy]:
     """The occupancy a kernel reaches on ``target`` from its registers and LDS / shared memory.
 
     Args:

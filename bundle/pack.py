@@ -120,21 +120,23 @@ def _read_index(z: zipfile.ZipFile, where: str) -> dict[str, str]:
     try:
         index = json.loads(z.read(INDEX_NAME))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BundleError(f"open packed bundle {where}: {INDEX_NAME} is not valid JSON ({e}); the file is damaged") from None
+        raise BundleError(f"open packed bundle {where}: {INDEX_NAME} is not valid JSON ({e}); the file is "
+                          "damaged") from None
     if not isinstance(index, dict) or index.get("format") != PACK_FORMAT or index.get("version") != PACK_VERSION:
+        got = {k: index.get(k) for k in ("format", "version")} if isinstance(index, dict) else index
         raise BundleError(f"open packed bundle {where}: expected a {PACK_FORMAT} index of version {PACK_VERSION}, got "
-                          f"{ {k: index.get(k) for k in ('format', 'version')} if isinstance(index, dict) else index!r}; "
-                          "repack it with this flyship's `flyship pack`")
+                          f"{got!r}; repack it with this flyship's `flyship pack`")
     listed = index.get("members")
     if not isinstance(listed, dict):
         raise BundleError(f"open packed bundle {where}: {INDEX_NAME} has no members table; the file is damaged")
     rest = names[1:]
     if len(set(rest)) != len(rest) or sorted(rest) != sorted(listed):
-        raise BundleError(f"open packed bundle {where}: expected the members the index lists ({', '.join(sorted(listed))}), "
-                          f"got {', '.join(rest)}; the file is damaged or was altered")
+        raise BundleError(f"open packed bundle {where}: expected the members the index lists "
+                          f"({', '.join(sorted(listed))}), got {', '.join(rest)}; the file is damaged or was altered")
     for n in rest:
         if not _SAFE_NAME.match(n):
-            raise BundleError(f"open packed bundle {where}: member {n!r} is not a plain file name; refusing to extract it")
+            raise BundleError(f"open packed bundle {where}: member {n!r} is not a plain file name; refusing to "
+                              "extract it")
     if _m.MANIFEST_NAME not in listed:
         raise BundleError(f"open packed bundle {where}: expected a {_m.MANIFEST_NAME} member, found none")
     return listed
@@ -162,7 +164,8 @@ def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
     try:
         z = zipfile.ZipFile(io.BytesIO(blob))
     except zipfile.BadZipFile as e:
-        raise BundleError(f"open packed bundle {where}: expected a zip archive written by `flyship pack`, got {e}") from None
+        raise BundleError(f"open packed bundle {where}: expected a zip archive written by `flyship pack`, "
+                          f"got {e}") from None
     with z:
         listed = _read_index(z, where)
         root = Path(cache) if cache is not None else cache_root()
@@ -176,8 +179,8 @@ def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
                 data = z.read(n)
                 got = hashlib.sha256(data).hexdigest()
                 if got != want:
-                    raise BundleError(f"open packed bundle {where}: member {n} has sha256 {got}, the index says {want}; "
-                                      "the file is damaged or was altered")
+                    raise BundleError(f"open packed bundle {where}: member {n} has sha256 {got}, the index says "
+                                      f"{want}; the file is damaged or was altered")
                 (tmp / n).write_bytes(data)
             (tmp / INDEX_NAME).write_text(json.dumps(listed, sort_keys=True))
             if final.exists():  # a stale or damaged folder: replace it
@@ -219,5 +222,6 @@ def bundle_dir(path: str | Path) -> Path:
         return open_pack(p)
     if p.is_file():
         raise BundleError(f"load bundle: expected a bundle directory (holding {_m.MANIFEST_NAME}) or its "
-                          f"{_m.MANIFEST_NAME}, got the file {p}; pass the folder flyc-build wrote or a file `flyship pack` wrote")
+                          f"{_m.MANIFEST_NAME}, got the file {p}; pass the folder flyc-build wrote or a file "
+                          "`flyship pack` wrote")
     return p

@@ -408,7 +408,8 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
     fwd_kind = {a.name: a.kind for a in op.args} | {o.name: "tensor" for o in op.outputs}
     outs = [o.name for o in op.outputs]
     bwd_kind = {a.name: a.kind for a in bwd.args}
-    missing = [a.name for a in bwd.args if a.name not in b.inputs and not (a.kind != "tensor" and a.default is not None)]
+    missing = [a.name for a in bwd.args
+               if a.name not in b.inputs and not (a.kind != "tensor" and a.default is not None)]
     if missing:
         raise BundleError(f"{where}: backward inputs {missing} have no source; map each to a forward input or output "
                           f"or to 'grad:<output>' ({', '.join(outs)})")

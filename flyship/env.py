@@ -23,7 +23,8 @@ Options:
         original, per reason; rank-tagged) to stderr at exit.
     FLYSHIP_HOOK: ``0`` turns off the patches that ``flyship hook install`` set up for this environment.
     FLYSHIP_EXTENSION_PATH: folders (``:``-separated) searched first for a prebuilt extension
-        (``flyship prebuild -o DIR``); then the folder holding the bundle, then ``<sys.prefix>/share/flyship/extensions``.
+        (``flyship prebuild -o DIR``); then the folder holding the bundle, then
+        ``<sys.prefix>/share/flyship/extensions``.
     FLYSHIP_CACHE_DIR: flyc-build's content-addressed build cache (default: ``$XDG_CACHE_HOME/flyship/build``,
         else ``~/.cache/flyship/build``); ``flyc-build --no-cache`` bypasses it.
     FLYSHIP_BUNDLE_CACHE: where packed bundles opened by ``flyship.load(FILE)`` are extracted, under

@@ -25,7 +25,8 @@ def _spills(root: Path, v: _m.Variant) -> dict[str, Any]:
             from flyship.bundle.codeobject import CodeObjectFile
 
             k = CodeObjectFile(data, str(path)).kernel(v.code_object.symbol)
-            return {"vgpr_spills": int(k.get(".vgpr_spill_count", 0)), "sgpr_spills": int(k.get(".sgpr_spill_count", 0))}
+            return {"vgpr_spills": int(k.get(".vgpr_spill_count", 0)),
+                    "sgpr_spills": int(k.get(".sgpr_spill_count", 0))}
         from flyship.bundle.cubin import CubinFile
 
         return {"stack_frame_bytes": CubinFile(data, str(path)).frame_size(v.code_object.symbol)}
@@ -83,7 +84,8 @@ def format_inspect(data: dict[str, Any]) -> str:
         spill_text = (f"{spills['vgpr_spills']} VGPR / {spills['sgpr_spills']} SGPR spills" if "vgpr_spills" in spills
                       else f"stack frame {spills['stack_frame_bytes']} B" if "stack_frame_bytes" in spills
                       else spills.get("error", "spills n/a"))
-        dyn = k["lds_dynamic"] if k["lds_dynamic"] == "0" else f"{k['lds_dynamic']} (= {k['lds_dynamic_example']} for the example)"
+        dyn = (k["lds_dynamic"] if k["lds_dynamic"] == "0"
+               else f"{k['lds_dynamic']} (= {k['lds_dynamic_example']} for the example)")
         lines += [
             "",
             f"{k['op']} / {k['spec']} / {k['target']}: {k['symbol']} ({k['file']})",

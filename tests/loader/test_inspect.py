@@ -34,7 +34,8 @@ def test_the_inspect_command_prints_text_and_json_without_a_dsl(tiny_bundle):
     r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "inspect", "--json", str(tiny_bundle)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert len(json.loads(r.stdout)["kernels"]) == len(list(tiny_bundle.glob("*.hsaco")) + list(tiny_bundle.glob("*.cubin")))
+    code_objects = list(tiny_bundle.glob("*.hsaco")) + list(tiny_bundle.glob("*.cubin"))
+    assert len(json.loads(r.stdout)["kernels"]) == len(code_objects)
 
 
 def test_inspect_of_a_damaged_bundle_prints_one_line_not_a_traceback(tmp_path):
