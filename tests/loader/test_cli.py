@@ -69,8 +69,9 @@ def test_verify_without_a_gpu_fails_saying_it_needs_one(tiny_bundle, ext):
     assert r.stderr.startswith("Error: verify: expected a GPU (torch.cuda.is_available()), got none")
 
 
-def test_prebuild_builds_or_finds_the_extension(ext):
-    r = flyship_cli("prebuild")
+def test_prebuild_builds_or_finds_the_extension_and_puts_it_where_asked(ext, tmp_path):
+    r = flyship_cli("prebuild", "-o", str(tmp_path))  # -o: leave the test environment's own folder alone
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"flyship extension ({ext.flavor()}) ready: ")
-    assert Path(r.stdout.split("ready: ")[1].strip()).is_file()
+    path = Path(r.stdout.split("ready: ")[1].strip())
+    assert path.is_file() and path.parent == tmp_path

@@ -35,7 +35,9 @@ def bare_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 DISPATCH = """
-import sys, torch, flyship
+import sys
+sys.prefix = sys.argv[2]  # the environment the extension may be installed into
+import torch, flyship
 ops = flyship.load(sys.argv[1])
 x = torch.randn(1000)
 print(ops.add.dispatch(x, x, target="gfx942").spec, ops.addsub.dry_run(x, x, target="sm_90").spec)
@@ -60,8 +62,8 @@ def test_a_prebuilt_extension_beside_the_bundle_loads_with_no_compiler_another_h
                                                                                                 which):
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
-    r = subprocess.run([PY, "-c", DISPATCH, str(shipped / which)], cwd=elsewhere, capture_output=True, text=True,
-                       env=bare_env(tmp_path), timeout=300)
+    r = subprocess.run([PY, "-c", DISPATCH, str(shipped / which), str(tmp_path / "empty_prefix")], cwd=elsewhere,
+                       capture_output=True, text=True, env=bare_env(tmp_path), timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["f32", "f32"]
     assert "building" not in r.stderr
@@ -76,8 +78,7 @@ def test_a_prebuilt_extension_installed_into_the_environment_is_found_from_anywh
     assert list((prefix / "share" / "flyship" / "extensions").glob("flyship_*.so"))
     bundle = tmp_path / "bundle"
     shutil.copytree(shipped / "tiny", bundle)  # no extension beside this one
-    code = f"import sys; sys.prefix = {str(prefix)!r}\n" + DISPATCH
-    r = subprocess.run([PY, "-c", code, str(bundle)], cwd=tmp_path, capture_output=True, text=True,
+    r = subprocess.run([PY, "-c", DISPATCH, str(bundle), str(prefix)], cwd=tmp_path, capture_output=True, text=True,
                        env=bare_env(tmp_path), timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["f32", "f32"]
@@ -139,6 +140,7 @@ def test_a_failed_build_removes_its_work_folder_and_installs_nothing(tmp_path, m
 RANK = """
 import os, sys, time
 t0 = float(sys.argv[1])
+sys.prefix = sys.argv[2]  # an environment with no extension installed: this rank must find or build one
 while time.time() < t0:
     time.sleep(0.005)
 from flyship.loader import build
@@ -150,9 +152,11 @@ print("rank", os.environ["RANK"], m.flavor(), flush=True)
 @pytest.mark.skipif(shutil.which("c++") is None and not os.environ.get("CXX"), reason="needs a C++ compiler: proves 8 "
                     "ranks starting at once with an empty cache build the extension once")
 def test_eight_ranks_starting_at_once_with_an_empty_cache_build_once_and_each_say_at_most_one_line(tmp_path):
-    env = {**os.environ, "FLYSHIP_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    env = {k: v for k, v in os.environ.items() if k != "FLYSHIP_EXTENSION_PATH"}
+    env["FLYSHIP_EXTENSIONS_DIR"] = str(tmp_path / "ext")
     start = time.time() + 3
-    procs = [subprocess.Popen([PY, "-c", RANK, str(start)], cwd=ROOT, env={**env, "RANK": str(r)},
+    procs = [subprocess.Popen([PY, "-c", RANK, str(start), str(tmp_path / "prefix")], cwd=ROOT,
+                              env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(8)]
     results = [p.communicate(timeout=900) for p in procs]
     assert all(p.returncode == 0 for p in procs), [e[-2000:] for _, e in results]
