@@ -132,6 +132,7 @@ def test_grid_expressions_equal_tritons_own_grid_functions(spec_file, ops, tmp_p
     own = {
         "add": lambda meta, sh: elementwise.add_grid(meta, sh["x"][0] * sh["x"][1]),
         "softmax": lambda meta, sh: softmax.softmax_grid(meta, sh["x"][0]),
+        "softmax_bwd": lambda meta, sh: softmax.softmax_grid(meta, sh["y"][0]),  # one program per row too
         "rmsnorm": lambda meta, sh: rmsnorm.rmsnorm_grid(meta, sh["x"][0]),
         "gemm": lambda meta, sh: gemm.gemm_grid(meta, sh["a"][0], sh["b"][0]),
         "gemm_tma": lambda meta, sh: gemm.gemm_tma_grid(meta, sh["a"][0], sh["b"][0]),
@@ -142,7 +143,7 @@ def test_grid_expressions_equal_tritons_own_grid_functions(spec_file, ops, tmp_p
         for spec in op.specs:
             p = tf.plan(op, spec, "sm_90")
             for m, n in probes:
-                shapes = {"x": (m, n), "y": (m, n), "w": (n,), "a": (m, n), "b": (n, n)}
+                shapes = {"x": (m, n), "y": (m, n), "dy": (m, n), "w": (n,), "a": (m, n), "b": (n, n)}
                 shapes.update({o.name: tuple(E.evaluate_with_shapes(e, shapes) for e in op.output_shape(o))
                                for o in op.outputs})
                 got = tuple(E.evaluate_with_shapes(g, shapes) for g in p.grid)
@@ -301,7 +302,8 @@ def test_flyc_build_writes_a_bundle_for_sm90_and_gfx942(tmp_path):
     run_build(SPEC_FILE, out, ["sm_90", "gfx942"], "-j", "2")
     m = M.read(out)
     assert m.namespace == "flyship_triton" and m.build.frontends == {"triton": triton.__version__}
-    assert {o.name for o in m.ops} == {"add", "softmax", "rmsnorm", "gemm", "gemm_tma"}
+    assert {o.name for o in m.ops} == {"add", "softmax", "softmax_bwd", "rmsnorm", "gemm", "gemm_tma"}
+    assert m.op("softmax").backward.op == "softmax_bwd"
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     scratch = set()
     for op in m.ops:
