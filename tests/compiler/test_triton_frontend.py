@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -326,3 +328,29 @@ def test_flyc_build_writes_a_bundle_for_sm90_and_gfx942(tmp_path):
             assert tuple(s.example.grid) == tuple(E.evaluate_with_shapes(g, s.example.shapes) for g in
                                                   s.variants[0].launch.grid)
     assert scratch == {("gemm_tma", "sm_90a")}
+
+
+INTERPRET_SOFTMAX_BWD = """
+import torch
+from tl_softmax import softmax_bwd_kernel, softmax_kernel
+import references as R
+for dt in (torch.float32, torch.bfloat16):
+    for m, n, block in ((5, 1000, 1024), (3, 3000, 4096), (2, 1, 1024)):
+        dy, x = torch.randn(m, n).to(dt), torch.randn(m, n).to(dt)
+        y, dx = torch.empty_like(x), torch.empty_like(x)
+        softmax_kernel[(m,)](x, y, x.stride(0), y.stride(0), n, BLOCK_N=block)
+        softmax_bwd_kernel[(m,)](dy, y, dx, dy.stride(0), y.stride(0), dx.stride(0), n, BLOCK_N=block)
+        torch.testing.assert_close(dx, R.softmax_bwd_ref(dy, y), **R.TOLERANCES[dt])
+        xr = x.float().requires_grad_()
+        (torch.softmax(xr, -1) * dy.float()).sum().backward()
+        tol = R.TOLERANCES[dt] if dt == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+        torch.testing.assert_close(dx.float(), xr.grad, **tol)
+print("ok")
+"""
+
+
+def test_the_softmax_backward_kernel_gives_autograds_gradient_under_tritons_interpreter():
+    # TRITON_INTERPRET=1 runs the @triton.jit kernels on the CPU (read when the kernels are defined: a subprocess).
+    r = subprocess.run([sys.executable, "-c", INTERPRET_SOFTMAX_BWD], cwd=ROOT / "examples" / "triton",
+                       env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
