@@ -30,7 +30,7 @@ def bare_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("FLYSHIP_EXTENSIONS_DIR", "TORCH_EXTENSIONS_DIR",
                                                             "FLYSHIP_EXTENSION_PATH")}
     env.update(HOME=str(home), CXX=str(tmp_path / "no" / "c++"), CC=str(tmp_path / "no" / "cc"), PATH=str(bindir),
-               FLYSHIP_CACHE_DIR=str(tmp_path / "bundle_cache"), **extra)
+               FLYSHIP_BUNDLE_CACHE=str(tmp_path / "bundle_cache"), **extra)
     return env
 
 
