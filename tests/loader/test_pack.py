@@ -108,7 +108,7 @@ def test_flyship_load_opens_a_packed_file(tiny_bundle, tmp_path, ext, monkeypatc
     f = _pack.pack(tiny_bundle, tmp_path / "t.flyship")
     ops = flyship.load(f, namespace=f"flyship_p{uuid.uuid4().hex[:8]}")
     assert ops.names == ("add", "scale_rows", "addsub")
-    assert ops.path.parent == tmp_path / "cache" / "bundles"
+    assert ops.path.parent == tmp_path / "cache"
     assert ops.reference("add") is not None
 
 
