@@ -40,7 +40,7 @@ sys.prefix = sys.argv[2]  # the environment the extension may be installed into
 import torch, flyship
 ops = flyship.load(sys.argv[1])
 x = torch.randn(1000)
-print(ops.add.dispatch(x, x, target="gfx942").spec, ops.addsub.dry_run(x, x, target="sm_90").spec)
+print(ops.add.dispatch(x, x, target="gfx942").spec, ops.addsub.dispatch(x, x, target="sm_90").spec)
 """
 
 
