@@ -168,7 +168,7 @@ def test_one_process_loads_the_oldest_and_newest_release_bundles_side_by_side(ma
     z = flyship.load(new.bundle, namespace=f"flyship_new{uuid.uuid4().hex[:6]}")
     for ops, bundle in ((a, old.bundle), (z, new.bundle)):
         for name in OPS:
-            _check_packing(bundle, ops[name])
+            _check_packing(bundle, name)
     x = torch.randn(1000)
     # Both take the example shape on either target; the static-layout (oldest) bundle is pinned to it.
     for arch in ARCHS:
