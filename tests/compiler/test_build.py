@@ -52,7 +52,7 @@ def test_the_build_table_shows_the_occupancy_each_kernel_can_reach():
     from flyship.compiler.build import Row
     from flyship.compiler.cli import format_table
 
-    table = format_table([Row("gemm", "bf16", "gfx942", 127, 50, 16384, 64, 3.2, "4 waves/SIMD (VGPRs)")])
+    table = format_table([Row("gemm", "bf16", "gfx942", 127, 50, 16384, 64, 3.2, occupancy="4 waves/SIMD (VGPRs)")])
     head, _, row = table.splitlines()
     assert "occupancy" in head and "4 waves/SIMD (VGPRs)" in row
 
