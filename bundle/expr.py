@@ -4,6 +4,8 @@ The manifest stores every quantity that depends on a call's inputs as a small ex
 Python subset, e.g. ``cdiv(x.shape[0], 128)`` or ``x.shape[1] % 8 == 0``. Grammar:
 
 * integer literals, and the names of ``int`` scalar arguments;
+* ``device.cu_count``: the number of compute units (AMD CUs, NVIDIA SMs) of the device the call runs on,
+  read once per device by the loader (grids and guards only: an output's shape never depends on the device);
 * ``<tensor>.shape[i]``, ``<tensor>.stride[i]`` (in elements, as torch reports them) and
   ``<tensor>.numel``; ``i`` is an integer literal, negative counts from the end;
 * ``+ - * // %`` (``//`` and ``%`` with Python's floor semantics), unary ``-``;
@@ -45,8 +47,12 @@ _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.FloorDiv: "floor
 _CMPOPS = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge"}
 _CALLS = {"cdiv": "cdiv", "min": "min", "max": "max"}
 _ATTRS = {"shape": "shape", "stride": "stride"}
+# Device properties an expression may name as ``device.<name>``; the program's operand is the index here
+# (csrc/expr.h kDevicePropertyNames).
+DEVICE = "device"
+DEVICE_PROPERTIES = ("cu_count",)
 OPCODES = ("const", "shape", "stride", "numel", "scalar", *_BINOPS.values(), "cdiv", "min", "max", "neg",
-           *_CMPOPS.values(), "and", "or", "not")
+           *_CMPOPS.values(), "and", "or", "not", "device")
 
 
 class ExprOverflowError(ExprError):
@@ -134,8 +140,13 @@ def _check(node: ast.AST, text: str) -> None:
     elif isinstance(node, ast.Name):
         pass
     elif isinstance(node, ast.Attribute):
-        if node.attr != "numel" or not isinstance(node.value, ast.Name):
-            raise _fail(text, f"unsupported attribute {ast.unparse(node)!r}; use x.shape[i], x.stride[i] or x.numel")
+        if isinstance(node.value, ast.Name) and node.value.id == DEVICE:
+            if node.attr not in DEVICE_PROPERTIES:
+                raise _fail(text, f"unknown device property {node.attr!r}; known: "
+                                  f"{', '.join(f'device.{p}' for p in DEVICE_PROPERTIES)}")
+        elif node.attr != "numel" or not isinstance(node.value, ast.Name):
+            raise _fail(text, f"unsupported attribute {ast.unparse(node)!r}; use x.shape[i], x.stride[i], x.numel "
+                              "or device.cu_count")
     elif isinstance(node, ast.Subscript):
         _tensor_index(node, text)
     elif isinstance(node, ast.BinOp):
@@ -175,6 +186,15 @@ def _tensor_index(node: ast.Subscript, text: str) -> tuple[str, str, int]:
     if not ok or not isinstance(idx, int):
         raise _fail(text, f"expected x.shape[<int>] or x.stride[<int>], got {ast.unparse(node)!r}")
     return v.value.id, v.attr, idx
+
+
+def names_device(text: str) -> bool:
+    """Whether an expression reads a device property (``device.cu_count``)."""
+    return any(_is_device(n) for n in ast.walk(parse(text)))
+
+
+def _is_device(n: ast.AST) -> bool:
+    return isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == DEVICE
 
 
 def canonical(text: str) -> str:
@@ -227,7 +247,8 @@ def evaluate(text: str, env: Callable[[str, str, int | None], Any], *, symbolic:
     Args:
         text: the expression.
         env: ``env(name, what, index)`` resolves ``what`` in ``{"shape", "stride", "numel", "scalar"}`` for
-            argument ``name`` (``index`` as written, negative counts from the end).
+            argument ``name`` (``index`` as written, negative counts from the end), and ``what == "device"``
+            for the device property ``name`` (``"cu_count"``).
         symbolic: evaluate on symbolic sizes (no range checks; min/max from here).
 
     Returns:
@@ -249,6 +270,8 @@ def evaluate(text: str, env: Callable[[str, str, int | None], Any], *, symbolic:
             return int(n.value)
         if isinstance(n, ast.Name):
             return checked(env(n.id, "scalar", None))
+        if _is_device(n):
+            return checked(env(n.attr, "device", None))
         if isinstance(n, ast.Attribute):
             return checked(env(n.value.id, "numel", None))
         if isinstance(n, ast.Subscript):
@@ -287,15 +310,25 @@ def evaluate(text: str, env: Callable[[str, str, int | None], Any], *, symbolic:
 
 
 def evaluate_with_shapes(text: str, shapes: Mapping[str, tuple[int, ...]], scalars: Mapping[str, int] = (),
-                         strides: Mapping[str, tuple[int, ...]] | None = None) -> int:
+                         strides: Mapping[str, tuple[int, ...]] | None = None,
+                         device: Mapping[str, int] | None = None) -> int:
     """Evaluate against concrete shapes (row-major contiguous strides unless ``strides`` is given).
 
+    Args:
+        device: device properties (``{"cu_count": 304}``) for ``device.*`` names; None when there is no device.
+
     Raises:
-        ExprError: a name that is neither a tensor in ``shapes`` nor a scalar in ``scalars``; see :func:`evaluate`.
+        ExprError: a name that is neither a tensor in ``shapes`` nor a scalar in ``scalars``, or a device
+            property without ``device``; see :func:`evaluate`.
     """
     scalars = dict(scalars)
 
     def env(name: str, what: str, idx: int | None) -> int:
+        if what == "device":
+            if device is None or name not in device:
+                raise _fail(text, f"device.{name} needs a device, and there is none here; device properties "
+                                  "may appear in grids, guards and kernarg values, not in output shapes")
+            return int(device[name])
         if what == "scalar":
             if name not in scalars:
                 raise _fail(text, f"unknown name {name!r}; known: {', '.join(sorted([*shapes, *scalars]))}")
@@ -342,7 +375,7 @@ def compile_program(text: str, slots: Mapping[str, Slot]) -> list[str | int]:
 
     Returns:
         A flat list of words: an opcode mnemonic (:data:`OPCODES`), then its int operands (const: value;
-        shape/stride: slot, dim; numel/scalar: slot).
+        shape/stride: slot, dim; numel/scalar: slot; device: the property's index in :data:`DEVICE_PROPERTIES`).
 
     Raises:
         ExprError: an unknown name, a float scalar used as an integer, or a dimension out of range.
@@ -362,6 +395,8 @@ def compile_program(text: str, slots: Mapping[str, Slot]) -> list[str | int]:
     def emit(n: ast.expr) -> None:
         if isinstance(n, ast.Constant):
             prog.extend(("const", int(n.value)))
+        elif _is_device(n):
+            prog.extend(("device", DEVICE_PROPERTIES.index(n.attr)))
         elif isinstance(n, ast.Name):
             prog.extend(("scalar", slot(n.id, False).index))
         elif isinstance(n, ast.Attribute):

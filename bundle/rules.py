@@ -11,7 +11,8 @@ Rules, by subject:
 * names: namespace, op, argument, output and specialization names are ASCII identifiers of at most
   ``MAX_NAME`` characters, unique where they must be; the namespace is not one of torch's own;
   an output's ``dtype`` rule names either an input tensor or a dtype, never something that is both
-  or a scalar (:func:`check_names`);
+  or a scalar; ``device`` is reserved for device properties (:func:`check_names`); an output's shape
+  never reads the device (``device.cu_count``);
 * values: scalar defaults and example scalars fit the scalar's type, alignments are powers of two,
   blocks are 1..``MAX_BLOCK`` per dimension, literal grids fit ``MAX_GRID``, ranks ``MAX_RANK``,
   every count its limit (:func:`check_manifest`);
@@ -109,6 +110,9 @@ def check_names(op: _m.Op, where: str) -> None:
         check_name(o.name, f"{where}.outputs[{i}].name")
     if len(set(names)) != len(names):
         raise _fail(where, f"argument names repeat: {names}; give every input and output its own name")
+    if _expr.DEVICE in names:
+        raise _fail(where, f"argument name {_expr.DEVICE!r} is reserved: expressions read the device's properties "
+                           f"through it ({_expr.DEVICE}.cu_count); rename the argument")
     tensor_in = {a.name for a in op.args if a.kind == "tensor"}
     for i, o in enumerate(op.outputs):
         ow = f"{where}.outputs[{i}].dtype"
@@ -472,6 +476,10 @@ def check_op(op: _m.Op, where: str) -> None:
     for i, o in enumerate(op.outputs):
         for j, e in enumerate(o.shape):
             _compile(e, inputs, f"{where}.outputs[{i}].shape[{j}]")
+            if _expr.names_device(e):
+                raise _fail(f"{where}.outputs[{i}].shape[{j}]", f"expected a shape over the inputs, got {e!r}, "
+                            "which reads the device; an output's shape must not depend on which GPU runs the call "
+                            "(fake kernels have no device); compute it from the inputs")
     tensor_in = {a.name for a in op.args if a.kind == "tensor"}
     tensors = tensor_in | {o.name for o in op.outputs}
     kinds = {a.name: a.kind for a in op.args}

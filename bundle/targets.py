@@ -31,6 +31,14 @@ AMD_PROCESSORS: dict[str, dict[str, int]] = {
     "gfx1201": {"lds_bytes": 64 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
 }
 
+# The compute-unit count (``device.cu_count`` in expressions) a build evaluates example grids at, when a spec
+# does not name one: the largest product of each processor. One target ID covers devices of several sizes
+# (gfx942: MI300X 304 CUs, MI300A 228, MI308X 80), so the loader reads the real count per device.
+EXAMPLE_CU_COUNT: dict[str, int] = {"gfx90a": 110, "gfx940": 304, "gfx941": 304, "gfx942": 304, "gfx950": 256,
+                                    "gfx1100": 96, "gfx1101": 60, "gfx1200": 32, "gfx1201": 64,
+                                    "sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132, "sm_100": 148,
+                                    "sm_120": 170}
+
 # NVIDIA: max shared memory per block (opt-in), warp size, threads per block. Source: CUDA C++
 # Programming Guide, "Technical Specifications per Compute Capability".
 NVIDIA_LIMITS: dict[int, dict[str, int]] = {
@@ -158,6 +166,13 @@ def limits(target: TargetID | str) -> dict[str, int]:
             f"{', '.join(f'sm_{k}' for k in sorted(NVIDIA_LIMITS))}"
         )
     return dict(NVIDIA_LIMITS[t.sm])
+
+
+def example_cu_count(target: TargetID | str) -> int | None:
+    """The compute units a build assumes for ``device.cu_count`` at the example call, or None when
+    flyship knows no device of this target (then the spec names it: ``Spec(cu_count=...)``)."""
+    t = parse_target(target) if isinstance(target, str) else target
+    return EXAMPLE_CU_COUNT.get(t.processor if t.vendor == "amd" else f"sm_{t.sm}")
 
 
 def select(candidates: list[str], device: str) -> int | None:

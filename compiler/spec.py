@@ -107,6 +107,12 @@ class Spec:
             those the frontend derives from the lowering, such as static strides).
         options: frontend options (Triton: ``num_warps``, ``num_stages``).
         allow_scratch: accept kernels that spill to scratch (private segment) memory.
+        cu_count: the device compute-unit count the kernel bakes in (a persistent grid or a split sized for
+            the build machine, e.g. 304 for an MI300X). The specialization then runs only on devices with
+            exactly that many (the guard ``device.cu_count == N`` is added, so a 304-CU kernel never runs
+            silently on an 80-CU MI308X of the same target ID), and the example call evaluates
+            ``device.cu_count`` at N. Without it the example uses the target's usual count
+            (:func:`flyship.bundle.targets.example_cu_count`).
     """
 
     name: str
@@ -117,6 +123,7 @@ class Spec:
     constraints: tuple[str, ...] = ()
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     allow_scratch: bool = False
+    cu_count: Optional[int] = None
 
     def __post_init__(self) -> None:
         # ("x.shape[1] <= 8192") without the trailing comma is a string, not a tuple: say so.
@@ -126,6 +133,13 @@ class Spec:
         for field in ("dtypes", "shapes", "scalars", "constexprs", "options"):
             if not isinstance(getattr(self, field), dict):
                 raise SpecError(f"Spec {self.name!r}: {field} must be a dict, got {type(getattr(self, field)).__name__}")
+        if self.cu_count is not None:
+            if isinstance(self.cu_count, bool) or not isinstance(self.cu_count, int) or self.cu_count < 1:
+                raise SpecError(f"Spec {self.name!r}: cu_count must be a positive int (the device's compute units "
+                                f"the kernel bakes in), got {self.cu_count!r}")
+            guard = f"device.cu_count == {self.cu_count}"
+            if guard not in self.constraints:  # the baked-in value becomes a guard on the device
+                object.__setattr__(self, "constraints", (*tuple(self.constraints), guard))
 
 
 @dataclasses.dataclass(frozen=True)

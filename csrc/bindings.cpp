@@ -77,6 +77,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         d["name"] = info.name;
         d["max_shared_per_block"] = info.max_shared_per_block;
         d["max_threads_per_block"] = info.max_threads_per_block;
+        d["cu_count"] = info.cu_count;
         return d;
       });
   driver::add_python_bindings(m.ptr());
@@ -100,18 +101,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "evaluate_program",
       [](const py::dict& program, const std::vector<std::vector<int64_t>>& shapes,
-         const std::vector<std::vector<int64_t>>& strides, const std::vector<int64_t>& scalars) -> py::tuple {
+         const std::vector<std::vector<int64_t>>& strides, const std::vector<int64_t>& scalars,
+         int64_t cu_count) -> py::tuple {
         // One slot per entry: a tensor when its shape list is non-empty, else an int scalar (scalars[k]).
         struct Env {
           const std::vector<std::vector<int64_t>>& shapes;
           const std::vector<std::vector<int64_t>>& strides;
           const std::vector<int64_t>& scalars;
           std::vector<int64_t> numels;
+          int64_t cu_count;
           int64_t shape(int s, int d) const { return shapes[s][d]; }
+          int64_t device_property(int p) const { return p == DEV_CU_COUNT ? cu_count : 0; }
           int64_t stride(int s, int d) const { return strides[s][d]; }
           int64_t numel(int s) const { return numels[s]; }
           int64_t scalar(int s) const { return scalars[s]; }
-        } env{shapes, strides, scalars, {}};
+        } env{shapes, strides, scalars, {}, cu_count};
         FLYSHIP_CHECK_VALUE(strides.size() == shapes.size() && scalars.size() == shapes.size(),
                             "evaluate_program: expected one shape, stride list and scalar per slot");
         std::vector<SlotShape> slots;
@@ -133,9 +137,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         if (st != EvalStatus::kOk) return py::make_tuple(describe(st), py::none());
         return py::make_tuple("ok", out);
       },
-      py::arg("program"), py::arg("shapes"), py::arg("strides"), py::arg("scalars"),
+      py::arg("program"), py::arg("shapes"), py::arg("strides"), py::arg("scalars"), py::arg("cu_count") = 0,
       "Evaluate one plan program (flyship.bundle.expr.compile_program's {'text', 'code'}) over slots given by "
-      "shape, strides and scalar value: ('ok', value), or (why, None) when it divides by zero or overflows. "
+      "shape, strides and scalar value, on a device of `cu_count` compute units: ('ok', value), or (why, None) when it divides by zero or overflows. "
       "For the differential test of the two evaluators.");
   m.def("loaded_modules", [] { return ModuleCache::instance().size(); });
 
@@ -156,16 +160,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("reset_stats", [](Bundle& b, int op) { b.core->op(op).reset_stats(); })
       .def(
           "decide",
-          [](Bundle& b, int op, const std::string& target, const py::sequence& args, bool is_out) {
+          [](Bundle& b, int op, const std::string& target, const py::sequence& args, bool is_out, int64_t cu_count) {
             OpState& o = b.core->op(op);
             const Selection& sel = b.core->selection(target);
             auto iv = to_ivalues(args);
             Call c;
             bind_without_device(c, o, iv, is_out);
+            c.device_properties[DEV_CU_COUNT] = cu_count;
             Decision d = o.decide(c, sel, is_out);
             return py::make_tuple(d.spec, d.variant, d.reason);
           },
-          "Which specialization and variant a call would run for a device target, or why none fits.")
+          py::arg("op"), py::arg("target"), py::arg("args"), py::arg("is_out"), py::arg("cu_count") = 0,
+          "Which specialization and variant a call would run for a device target (of `cu_count` compute units), "
+          "or why none fits.")
       .def(
           "run",
           [](Bundle& b, int op, const py::sequence& args, bool is_out, int forced_spec) {

@@ -21,6 +21,7 @@ struct Call {
   c10::SmallVector<int64_t, 4> out_numel;
   c10::SmallVector<at::ScalarType, 4> out_dtypes;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
+  int64_t device_properties[DEV_COUNT] = {0};  // the call's device, by DeviceProperty (set once it is known)
 
   // The expression environment. An output not allocated yet (t == nullptr) reads its rule's shape and
   // contiguous strides, so guards and launch checks run before anything is allocated.
@@ -28,6 +29,7 @@ struct Call {
   int64_t stride(int s, int d) const { return t[s] ? t[s]->strides()[d] : out_strides[s - op->n_inputs][d]; }
   int64_t numel(int s) const { return t[s] ? t[s]->numel() : out_numel[s - op->n_inputs]; }
   int64_t scalar(int s) const { return i[s]; }
+  int64_t device_property(int p) const { return device_properties[p]; }
 };
 
 // What a variant's launch needs from the call, computed (and checked) before anything is allocated.

@@ -26,6 +26,7 @@ struct DeviceInfo {
   std::string name;  // marketing name, for messages
   int64_t max_shared_per_block = 0;  // bytes of LDS / shared memory one workgroup may use (CUDA: opt-in limit)
   int64_t max_threads_per_block = 0;  // work-items per workgroup
+  int64_t cu_count = 0;  // compute units (AMD CUs, NVIDIA SMs): expressions' device.cu_count
 };
 
 // "hip", "cuda" or "record" (driver_record.cpp: runs nothing, records each launch; test-only).

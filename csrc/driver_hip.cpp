@@ -100,6 +100,7 @@ Status device_info(int device, DeviceInfo* out) {
   out->name = p.name;
   out->max_shared_per_block = static_cast<int64_t>(p.sharedMemPerBlock);
   out->max_threads_per_block = p.maxThreadsPerBlock;
+  out->cu_count = p.multiProcessorCount;
   return {};
 }
 

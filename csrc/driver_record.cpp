@@ -59,6 +59,7 @@ DeviceInfo default_device() {
   d.name = "flyship recording device";
   d.max_shared_per_block = 64 * 1024;
   d.max_threads_per_block = 1024;
+  d.cu_count = 304;  // an MI300X
   return d;
 }
 
@@ -149,18 +150,20 @@ void add_python_bindings(void* module) {
       "dynamic_lds, stream and kernargs (the bytes the runtime would have received).");
   m.def(
       "set_recorded_device",
-      [](int device, const std::string& target, int64_t max_shared_per_block, int64_t max_threads_per_block) {
+      [](int device, const std::string& target, int64_t max_shared_per_block, int64_t max_threads_per_block,
+         int64_t cu_count) {
         DeviceInfo d = default_device();
         d.target = target;
         d.max_shared_per_block = max_shared_per_block;
         d.max_threads_per_block = max_threads_per_block;
+        d.cu_count = cu_count;
         Recorder& r = recorder();
         std::lock_guard<std::mutex> lock(r.mu);
         r.devices[device] = d;
       },
       py::arg("device"), py::arg("target"), py::arg("max_shared_per_block") = 64 * 1024,
-      py::arg("max_threads_per_block") = 1024,
-      "Describe recorded device `device` (CPU tensors run on device 0): its target ID and limits. A bundle "
+      py::arg("max_threads_per_block") = 1024, py::arg("cu_count") = 304,
+      "Describe recorded device `device` (CPU tensors run on device 0): its target ID, limits and CU count. A bundle "
       "reads a device once, at its first call there.");
 }
 

@@ -1,7 +1,7 @@
 // Postfix integer programs: the C++ side of flyship/bundle/expr.py (compile_program).
 //
 // A program is a flat list of int64 words: an opcode, then its operands (const: value; shape/stride:
-// slot, dim; numel/scalar: slot). The plan names opcodes by mnemonic ("shape", "cdiv", ...); parse_program
+// slot, dim; numel/scalar: slot; device: property index in kDevicePropertyNames). The plan names opcodes by mnemonic ("shape", "cdiv", ...); parse_program
 // maps them once through kOpcodeNames below, the one table of opcodes (exported to Python as
 // PLAN_TABLES["opcodes"]).
 //
@@ -25,7 +25,7 @@ namespace flyship {
 enum Opcode : int64_t {
   OP_CONST, OP_SHAPE, OP_STRIDE, OP_NUMEL, OP_SCALAR,
   OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_MOD, OP_CDIV, OP_MIN, OP_MAX, OP_NEG,
-  OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_AND, OP_OR, OP_NOT,
+  OP_EQ, OP_NE, OP_LT, OP_LE, OP_GT, OP_GE, OP_AND, OP_OR, OP_NOT, OP_DEVICE,
   OP_COUNT
 };
 
@@ -33,7 +33,12 @@ enum Opcode : int64_t {
 constexpr const char* kOpcodeNames[OP_COUNT] = {
     "const", "shape", "stride", "numel", "scalar",
     "add", "sub", "mul", "floordiv", "mod", "cdiv", "min", "max", "neg",
-    "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"};
+    "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "device"};
+
+// Device properties a program may read (OP_DEVICE's operand), as bundle/expr.py DEVICE_PROPERTIES names them;
+// the loader reads them once per device (driver::DeviceInfo).
+enum DeviceProperty : int64_t { DEV_CU_COUNT, DEV_COUNT };
+constexpr const char* kDevicePropertyNames[DEV_COUNT] = {"cu_count"};
 
 // Limits of a program; flyship/bundle/expr.py enforces the same when it compiles an expression, so a bundle
 // that flyc-build accepts never fails here (a test compares them through PLAN_TABLES).
@@ -75,7 +80,7 @@ namespace detail {
 
 inline int operand_count(int64_t op) {
   switch (op) {
-    case OP_CONST: return 1;
+    case OP_CONST: case OP_DEVICE: return 1;
     case OP_SHAPE: case OP_STRIDE: return 2;
     case OP_NUMEL: case OP_SCALAR: return 1;
     default: return 0;
@@ -85,7 +90,7 @@ inline int operand_count(int64_t op) {
 inline int arity(int64_t op) {
   if (op < 0 || op >= OP_COUNT) return -1;
   switch (op) {
-    case OP_CONST: case OP_SHAPE: case OP_STRIDE: case OP_NUMEL: case OP_SCALAR: return 0;
+    case OP_CONST: case OP_SHAPE: case OP_STRIDE: case OP_NUMEL: case OP_SCALAR: case OP_DEVICE: return 0;
     case OP_NEG: case OP_NOT: return 1;
     default: return 2;
   }
@@ -152,6 +157,9 @@ inline std::string validate(const std::vector<int64_t>& code, const std::vector<
     if (i + 1 + n > code.size()) {
       return std::string("opcode ") + kOpcodeNames[op] + " at word " + std::to_string(i) + " lacks operands";
     }
+    if (op == OP_DEVICE && (code[i + 1] < 0 || code[i + 1] >= DEV_COUNT)) {
+      return "device property " + std::to_string(code[i + 1]) + " unknown at word " + std::to_string(i);
+    }
     if (op == OP_SHAPE || op == OP_STRIDE || op == OP_NUMEL || op == OP_SCALAR) {
       const int64_t slot = code[i + 1];
       if (slot < 0 || slot >= static_cast<int64_t>(slots.size())) {
@@ -177,8 +185,8 @@ inline std::string validate(const std::vector<int64_t>& code, const std::vector<
   return "";
 }
 
-// Evaluate a validated program. Env provides shape(slot, dim), stride(slot, dim), numel(slot) and
-// scalar(slot), all int64.
+// Evaluate a validated program. Env provides shape(slot, dim), stride(slot, dim), numel(slot),
+// scalar(slot) and device_property(property), all int64.
 template <class Env>
 inline EvalStatus evaluate(const std::vector<int64_t>& code, const Env& env, int64_t* out) {
   int64_t st[kMaxProgramDepth];
@@ -193,6 +201,7 @@ inline EvalStatus evaluate(const std::vector<int64_t>& code, const Env& env, int
       case OP_STRIDE: st[sp++] = env.stride(static_cast<int>(w[0]), static_cast<int>(w[1])); w += 2; break;
       case OP_NUMEL: st[sp++] = env.numel(static_cast<int>(*w++)); break;
       case OP_SCALAR: st[sp++] = env.scalar(static_cast<int>(*w++)); break;
+      case OP_DEVICE: st[sp++] = env.device_property(static_cast<int>(*w++)); break;
       case OP_NEG:
         if (st[sp - 1] == INT64_MIN) return EvalStatus::kOverflow;
         st[sp - 1] = -st[sp - 1];

@@ -23,6 +23,7 @@ void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
   Call c;
   prepare(c, args, is_out, /*check_device=*/true);
   DeviceState& ds = bundle_->device(device_index(c.device));
+  c.device_properties[DEV_CU_COUNT] = ds.info.cu_count;  // read once per device (BundleCore::device)
   Decision d;
   if (forced_spec >= 0) {
     FLYSHIP_CHECK(forced_spec < static_cast<int>(p.specs.size()), label(), ": specialization index out of range");

@@ -191,7 +191,8 @@ class OpHandle:
                 raise TypeError(f"{self.qualname}: missing argument {a.name!r}; the schema is {self.schema}")
         return out
 
-    def dispatch(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None, **kwargs: Any) -> Decision:
+    def dispatch(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None, cu_count: int = 0,
+                 **kwargs: Any) -> Decision:
         """Which specialization a call would run on a device of ``target``, without a device: the same
         C++ checks, guards and launch checks (grid, kernarg value ranges) as a launch, on tensors of any one
         device. To run the whole call path without a GPU, tests use the recording driver
@@ -201,9 +202,10 @@ class OpHandle:
             args, kwargs: the op's inputs, as for a call (scalar defaults apply).
             target: a device target ID, e.g. ``"gfx942:sramecc+:xnack-"`` or ``"sm_90"``.
             out: out tensors, to decide as the ``.out`` variant would.
+            cu_count: the device's compute units, for guards that name ``device.cu_count``.
         """
         values = [*self._bind(args, kwargs), *(out or ())]
-        spec, variant, reason = self._ops._core.decide(self._index, target, values, out is not None)
+        spec, variant, reason = self._ops._core.decide(self._index, target, values, out is not None, int(cu_count))
         if spec < 0:
             return Decision(None, None, reason)
         s = self.manifest.specializations[spec]

@@ -244,12 +244,14 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
         check_layout(layout, meta, where)
     except BundleError as e:
         raise FrontendError(str(e)) from None
-    grid, shapes, scalars = example_grid(op, spec, build.launch.grid, (*build.constraints, *spec.constraints), where)
+    grid, shapes, scalars = example_grid(op, spec, build.launch.grid, (*build.constraints, *spec.constraints), where,
+                                         target=build.target)
     if grid != tuple(build.example_grid):
         raise FrontendError(f"{where}: the grid expressions {list(build.launch.grid)} give {list(grid)} at the "
                             f"example shapes but the frontend computed {list(build.example_grid)}")
     try:
-        dynamic_lds = _expr.evaluate_with_shapes(build.launch.dynamic_lds, shapes, scalars)
+        dynamic_lds = _expr.evaluate_with_shapes(build.launch.dynamic_lds, shapes, scalars,
+                                                 device=example_device(spec, build.target))
     except BundleError as e:
         raise FrontendError(f"{where}: dynamic LDS {build.launch.dynamic_lds!r} at the example shapes: {e}") from None
     check_resources(meta, build.launch.block, dynamic_lds, build.target, spec, build.symbol, where)
@@ -260,9 +262,20 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
         alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa)
 
 
+def example_device(spec: Spec, target: str | None) -> dict[str, int] | None:
+    """The device properties the example call sees: the spec's baked-in ``cu_count``, else the target's usual
+    one (:func:`flyship.bundle.targets.example_cu_count`); None when neither is known."""
+    if spec.cu_count is not None:
+        return {"cu_count": spec.cu_count}
+    n = _targets.example_cu_count(target) if target else None
+    return None if n is None else {"cu_count": n}
+
+
 def example_grid(op: OpDecl, spec: Spec, grid: tuple[str, ...], constraints: tuple[str, ...],
-                 where: str) -> tuple[tuple[int, int, int], dict[str, tuple[int, ...]], dict[str, int]]:
+                 where: str, target: str | None = None) -> tuple[tuple[int, int, int], dict[str, tuple[int, ...]],
+                                                                 dict[str, int]]:
     """The grid at the example call, after checking that the example satisfies every guard constraint.
+    ``device.cu_count`` takes its value from :func:`example_device`.
 
     Returns:
         (the example grid, the example's shapes, the example's int scalars).
@@ -279,9 +292,10 @@ def example_grid(op: OpDecl, spec: Spec, grid: tuple[str, ...], constraints: tup
                             "Scalar(default=...)) to check the guard and the grid")
     scalars = {k: v for k, v in example.items() if isinstance(v, int) and not isinstance(v, bool)}
     try:
-        values = tuple(_expr.evaluate_with_shapes(g, shapes, scalars) for g in grid)
+        device = example_device(spec, target)
+        values = tuple(_expr.evaluate_with_shapes(g, shapes, scalars, device=device) for g in grid)
         for c in constraints:
-            if not _expr.evaluate_with_shapes(c, shapes, scalars):
+            if not _expr.evaluate_with_shapes(c, shapes, scalars, device=device):
                 raise FrontendError(f"{where}: the example call (shapes {shapes}, scalars {scalars}) violates the "
                                     f"guard constraint {c!r}; the specialization would never run its own example")
     except BundleError as e:

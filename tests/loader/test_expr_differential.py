@@ -18,7 +18,7 @@ pytestmark = pytest.mark.cpu
 INT64_MIN, INT64_MAX = expr.INT64_MIN, expr.INT64_MAX
 EDGES = [0, 1, -1, 2, -2, 3, 7, 255, 2**31 - 1, 2**31, 2**32, 2**62, INT64_MAX, -INT64_MAX, INT64_MIN]
 SIZES = [0, 1, 2, 3, 1000, 2**31, 2**32, 2**62, INT64_MAX]
-# x: a rank-2 tensor, y: a rank-1 tensor, n and m: int scalars.
+# x: a rank-2 tensor, y: a rank-1 tensor, n and m: int scalars; device.cu_count is the device's CU count.
 SLOTS = {"x": expr.Slot(0, "tensor", 2), "y": expr.Slot(1, "tensor", 1), "n": expr.Slot(2, "int"),
          "m": expr.Slot(3, "int")}
 
@@ -31,7 +31,7 @@ leaves = st.one_of(
     st.sampled_from(EDGES).map(literal),
     st.integers(INT64_MIN + 1, INT64_MAX).map(literal),
     st.sampled_from(["x.shape[0]", "x.shape[-1]", "x.stride[0]", "x.stride[1]", "x.numel", "y.shape[0]",
-                     "y.stride[0]", "y.numel", "n", "m"]),
+                     "y.stride[0]", "y.numel", "n", "m", "device.cu_count"]),
 )
 
 
@@ -61,22 +61,23 @@ def environments(draw):
     shapes = {"x": shape(2), "y": shape(1)}
     strides = {k: tuple(draw(st.sampled_from(SIZES)) for _ in v) for k, v in shapes.items()}
     scalars = {"n": draw(st.sampled_from(EDGES)), "m": draw(st.integers(INT64_MIN, INT64_MAX))}
-    return shapes, strides, scalars
+    cu_count = draw(st.sampled_from([80, 228, 304, 1, INT64_MAX]))
+    return shapes, strides, scalars, cu_count
 
 
-def python_side(text: str, shapes, strides, scalars) -> tuple[str, int | None]:
+def python_side(text: str, shapes, strides, scalars, cu_count=304) -> tuple[str, int | None]:
     try:
-        return "ok", expr.evaluate_with_shapes(text, shapes, scalars, strides)
+        return "ok", expr.evaluate_with_shapes(text, shapes, scalars, strides, device={"cu_count": cu_count})
     except expr.ExprDivisionError:
         return "divides by zero", None
     except expr.ExprOverflowError:
         return "overflows int64", None
 
 
-def cpp_side(ext, text: str, shapes, strides, scalars) -> tuple[str, int | None]:
+def cpp_side(ext, text: str, shapes, strides, scalars, cu_count=304) -> tuple[str, int | None]:
     return tuple(ext.evaluate_program(lower_program(text, SLOTS), [list(shapes["x"]), list(shapes["y"]), [], []],
                                       [list(strides["x"]), list(strides["y"]), [], []],
-                                      [0, 0, scalars["n"], scalars["m"]]))
+                                      [0, 0, scalars["n"], scalars["m"]], cu_count))
 
 
 @settings(max_examples=4000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -100,6 +101,9 @@ def test_python_and_cpp_evaluate_random_expressions_alike(record_ext, text, env)
     ("x.shape[0] // 0 + 9223372036854775807 * 2", ("divides by zero", None)),  # the first error in postfix order
     ("0 and 1 // 0", ("divides by zero", None)),  # no short circuit in either
     ("-7 // 2 + -7 % 3 + cdiv(-7, 2)", ("ok", -4 + 2 - 3)),
+    ("min(x.shape[0] * 100, device.cu_count * 4)", ("ok", 300)),  # a persistent grid: rows or CUs x occupancy
+    ("device.cu_count == 304", ("ok", 1)),  # a CU count the kernel baked in, as a guard
+    ("device.cu_count * 9223372036854775807", ("overflows int64", None)),
 ])
 def test_edge_cases_agree_and_match_the_documented_semantics(record_ext, text, want):
     env = ({"x": (3, 4), "y": (5,)}, {"x": (4, 1), "y": (1,)}, {"n": 0, "m": 0})
@@ -128,3 +132,13 @@ def test_expressions_beyond_the_limits_are_refused_where_they_are_compiled():
         expr.parse("1 + " * 300 + "1")
     with pytest.raises(ExprError, match="does not fit int64"):
         expr.parse("9223372036854775808")
+
+
+def test_device_properties_are_refused_where_no_device_is_known():
+    with pytest.raises(ExprError, match="unknown device property 'sm_count'"):
+        expr.parse("device.sm_count")
+    with pytest.raises(ExprError, match="device.cu_count needs a device"):
+        expr.evaluate_with_shapes("device.cu_count", {"x": (3,)})
+    assert expr.names_device("min(x.shape[0], device.cu_count)")
+    assert not expr.names_device("x.shape[0]")
+    assert expr.compile_program("device.cu_count", SLOTS) == ["device", 0]
