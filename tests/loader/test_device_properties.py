@@ -1,0 +1,77 @@
+"""Launch rules that read the device (issue 9, pattern 13): a persistent grid sized by ``device.cu_count``
+follows the device the call runs on, read once per device by the loader; a CU count the kernel baked in
+is a guard, so a kernel built for a 304-CU MI300X never runs silently on an 80-CU MI308X of the same
+target ID. Runs the real C++ call path on the recording driver."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flyship.bundle.errors import BundleError
+
+pytestmark = pytest.mark.cpu
+
+GFX942 = "gfx942:sramecc+:xnack-"
+
+
+def _add_f32(data: dict) -> tuple[dict, dict]:
+    op = next(o for o in data["ops"] if o["name"] == "add")
+    spec = next(s for s in op["specializations"] if s["name"] == "f32")
+    return op, spec
+
+
+def _persistent_grid(data: dict) -> None:
+    """add.f32: at most one program per CU, as a persistent kernel sizes its grid."""
+    _, spec = _add_f32(data)
+    for v in spec["variants"]:
+        v["launch"]["grid"][0] = "min(cdiv(x.shape[0], 1024), device.cu_count)"
+
+
+def _baked_in_304(data: dict) -> None:
+    """add.f32 as built for a 304-CU device: the guard Spec(cu_count=304) adds."""
+    _, spec = _add_f32(data)
+    spec["guard"]["constraints"].append("device.cu_count == 304")
+
+
+def test_a_persistent_grid_follows_the_devices_cu_count(bundle_copy, recorded, launches, record_ext):
+    bundle = bundle_copy(_persistent_grid)
+    x = torch.randn(1024 * 500)
+    recorded(bundle).add(x, x)  # the recording device is a 304-CU MI300X unless told otherwise
+    assert launches()[0]["grid"] == (304, 1, 1)
+    ops = recorded(bundle)
+    record_ext.set_recorded_device(0, GFX942, cu_count=80)  # an MI308X: same target ID, fewer CUs
+    ops.add(x, x)
+    assert launches()[0]["grid"] == (80, 1, 1)
+    ops.add(x[:1024 * 3], x[:1024 * 3])
+    assert launches()[0]["grid"] == (3, 1, 1)
+
+
+def test_a_kernel_built_for_304_cus_falls_back_on_an_80_cu_device_saying_why(bundle_copy, recorded, launches,
+                                                                              record_ext):
+    bundle = bundle_copy(_baked_in_304)
+    x = torch.randn(4096)
+    recorded(bundle).add(x, x)
+    assert len(launches()) == 1  # 304 CUs: the kernel runs (the recording driver computes nothing)
+    ops = recorded(bundle)
+    record_ext.set_recorded_device(0, GFX942, cu_count=80)
+    with pytest.warns(Warning, match="device.cu_count == 304"):
+        y = ops.add(x, x)
+    assert torch.equal(y, x + x) and launches() == []  # the reference ran; no kernel launched
+
+
+def test_dispatch_decides_for_a_device_of_a_given_size(bundle_copy, recorded):
+    ops = recorded(bundle_copy(_baked_in_304))
+    x = torch.randn(4096)
+    assert ops.add.dispatch(x, x, target=GFX942, cu_count=304).spec == "f32"
+    d = ops.add.dispatch(x, x, target=GFX942, cu_count=80)
+    assert d.spec is None and "device.cu_count == 304" in d.reason
+
+
+def test_an_output_shape_that_reads_the_device_is_refused_at_load(bundle_copy, recorded):
+    def edit(data: dict) -> None:
+        op, _ = _add_f32(data)
+        op["outputs"][0]["shape"] = ["min(x.shape[0], device.cu_count)"]
+
+    with pytest.raises(BundleError, match="must not depend on which GPU"):
+        recorded(bundle_copy(edit))
