@@ -10,6 +10,7 @@ the result is cast back to the input dtype, as the kernels do.
     rmsnorm(x, w, eps)    rmsnorm_ref(x, w, eps) x * rsqrt(mean(x**2, -1) + eps) * w
     gemm(a, b)            gemm_ref(a, b)         a @ b.T  (b is (N, K), the nn.Linear weight layout)
     gemm_tma(a, b)        gemm_ref(a, b)
+    rowsum(x)             rowsum_ref(x)          x.sum(dim=1)  (persistent.py)
 """
 
 import torch
@@ -43,3 +44,7 @@ TOLERANCES = {
     torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
     torch.float16: dict(atol=2e-3, rtol=2e-3),
 }
+
+
+def rowsum_ref(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(dim=1)
