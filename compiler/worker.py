@@ -37,15 +37,22 @@ class WorkerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TaskResult:
+    """One (op, spec, target) task's outcome: the variant, or the error as text.
+
+    ``reused`` says the worker had run other tasks before this one: a failure there may come from a DSL's
+    process-global state left by an earlier trace, so the parent retries it once in a fresh process."""
+
     op: str
     spec: str
     target: str
     variant: Optional[CompiledVariant]
     error: Optional[str]
+    reused: bool = False
 
 
 _SPEC: Optional[SpecFile] = None
 _CFG: Optional[WorkerConfig] = None
+_TASKS_RUN = 0  # tasks this worker process has started (a reused worker has run one before)
 
 
 def load_spec_file(path: str) -> SpecFile:
@@ -118,8 +125,11 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
     """Compile one (op, specialization) for this worker's target. Errors come back as text."""
     from flyship.compiler import frontends
 
+    global _TASKS_RUN
     cfg = _CFG
     assert cfg is not None
+    reused = _TASKS_RUN > 0
+    _TASKS_RUN += 1
     if _SPEC is None:
         return TaskResult(op_name, spec_name, cfg.target, None, globals().get("_SPEC_ERROR", "spec not loaded"))
     try:
@@ -129,6 +139,6 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
         ctx = BuildContext(workdir=workdir, toolchain=cfg.toolchain, code_object_version=cfg.code_object_version,
                            keep_ir=cfg.keep_ir, rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
         v = frontends.compile_variant(frontends.get(op.frontend), op, spec, cfg.target, ctx)
-        return TaskResult(op_name, spec_name, cfg.target, v, None)
+        return TaskResult(op_name, spec_name, cfg.target, v, None, reused)
     except Exception as e:
-        return TaskResult(op_name, spec_name, cfg.target, None, f"{type(e).__name__}: {e}")
+        return TaskResult(op_name, spec_name, cfg.target, None, f"{type(e).__name__}: {e}", reused)
