@@ -90,6 +90,7 @@ def test_device_properties_give_the_target_id_flyship_writes_for_nvidia(seen):
     assert dev["status"]["code"] == 0
     assert dev["target"] == "sm_90" and dev["name"] == "Recording H200"
     assert dev["max_shared_per_block"] == 232448 and dev["max_threads_per_block"] == 1024  # the opt-in limit
+    assert dev["cu_count"] == 132  # device.cu_count: the H200's SMs, read through hipDeviceProp_t
 
 
 @needs_cuda_h

@@ -32,7 +32,8 @@ std::string device(int index) {
   d::Status s = d::device_info(index, &info);
   return "{\"status\": " + status(s) + ", \"target\": " + quoted(info.target) + ", \"name\": " + quoted(info.name) +
          ", \"max_shared_per_block\": " + std::to_string(info.max_shared_per_block) +
-         ", \"max_threads_per_block\": " + std::to_string(info.max_threads_per_block) + "}";
+         ", \"max_threads_per_block\": " + std::to_string(info.max_threads_per_block) +
+         ", \"cu_count\": " + std::to_string(info.cu_count) + "}";
 }
 
 std::string launch_record() {

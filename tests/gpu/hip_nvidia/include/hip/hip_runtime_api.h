@@ -56,6 +56,7 @@ struct hipDeviceProp_t {
   char gcnArchName[256];  // the device's target ID as flyship writes NVIDIA ones: "sm_90"
   size_t sharedMemPerBlock;  // the opt-in limit (see the top of this file)
   int maxThreadsPerBlock;
+  int multiProcessorCount;  // SMs (HIP: compute units)
   int major;
   int minor;
 };
@@ -178,7 +179,8 @@ inline hipError_t hipGetDeviceProperties(hipDeviceProp_t* p, int device) {
   } attributes[] = {{&p->major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR},
                     {&p->minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR},
                     {&shared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN},
-                    {&p->maxThreadsPerBlock, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK}};
+                    {&p->maxThreadsPerBlock, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK},
+                    {&p->multiProcessorCount, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT}};
   for (const auto& a : attributes) {
     e = cuDeviceGetAttribute(a.value, a.attribute, dev);
     if (e != CUDA_SUCCESS) return e;
