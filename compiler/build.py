@@ -103,8 +103,11 @@ def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
     return out
 
 
-def plan(sf: SpecFile, targets: list[_targets.TargetID]) -> list[tuple[str, str, str]]:
-    """(op, spec, target) tasks: each op for every requested target whose vendor its frontend builds for."""
+def plan(sf: SpecFile, targets: list[_targets.TargetID],
+         note: Callable[[str], None] = lambda s: None) -> list[tuple[str, str, str]]:
+    """(op, spec, target) tasks: each op for every requested target whose vendor its frontend builds for,
+    a spec limited by ``Spec(targets=...)`` only for the requested targets of those processors; a spec that
+    no requested target admits is reported through ``note`` (never dropped silently)."""
     tasks = []
     for op in sf.ops:
         fe = _frontends.get(op.frontend)
@@ -114,9 +117,21 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID]) -> list[tuple[str, str,
                              f"{[t.text for t in targets]}; {op.frontend} builds for "
                              f"{' and '.join(sorted(fe.vendors))} targets ({_VENDOR_EXAMPLES[min(fe.vendors)]}, ...)")
         for s in op.specs:
-            for t in usable:
+            mine = [t for t in usable if _spec_admits(s.targets, t)]
+            if not mine:
+                note(f"flyc-build: note: {op.name}.{s.name} is limited to {', '.join(s.targets)}, and no --arch "
+                     f"is one of them ({', '.join(t.text for t in targets)}): not built")
+            for t in mine:
                 tasks.append((op.name, s.name, t.text))
     return tasks
+
+
+def _spec_admits(limited_to: tuple[str, ...], t: _targets.TargetID) -> bool:
+    """Whether a spec limited to ``limited_to`` (processors, or full target IDs; empty: all) builds for ``t``."""
+    if not limited_to:
+        return True
+    wants = [_targets.parse_target(w) for w in limited_to]
+    return any(w.processor == t.processor and (w.text == w.processor or w.text == t.text) for w in wants)
 
 
 _VENDOR_EXAMPLES = {"amd": "gfx942, gfx950", "nvidia": "sm_90"}
@@ -241,6 +256,8 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
                                          target=v.target, symbol=v.symbol, code_object_version=v.code_object_version),
                 metadata=v.metadata, kernargs=v.kernargs, launch=v.launch, proof=v.proof,
                 toolchain=dict(sorted(v.toolchain.items())), tensor_abi=dict(sorted(v.tensor_abi.items()))))
+        if not variants:  # Spec(targets=...) admits none of this build's targets (plan() said so)
+            continue
         for k, d in s.dtypes.items():
             dtypes_seen[k].add(d)
         constraints = tuple(dict.fromkeys([_expr.canonical(c) for c in s.constraints] + list(derived or ())))
@@ -383,7 +400,7 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             return rows
         with _cache.record_reads() as deps:  # every file the spec reads while imported: the whole-build entry's inputs
             sf = read_declarations(opts.spec_path, targets)
-        tasks = plan(sf, targets)
+        tasks = plan(sf, targets, progress)
         frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
         with contextlib.ExitStack() as stack:
             scratch = stack.enter_context(_hygiene.scratch_dir())

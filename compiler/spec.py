@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import rules as _rules
+from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
 from flyship.bundle.manifest import DTYPES, SCALAR_TYPES, Backward
 from flyship.errors import SpecError
@@ -113,6 +114,8 @@ class Spec:
             silently on an 80-CU MI308X of the same target ID), and the example call evaluates
             ``device.cu_count`` at N. Without it the example uses the target's usual count
             (:func:`flyship.bundle.targets.example_cu_count`).
+        targets: build this specialization only for these processors (``("gfx950",)``: a kernel that needs
+            gfx950's 160 KiB of LDS); empty: for every ``--arch`` its frontend builds for.
     """
 
     name: str
@@ -124,6 +127,7 @@ class Spec:
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     allow_scratch: bool = False
     cu_count: Optional[int] = None
+    targets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # ("x.shape[1] <= 8192") without the trailing comma is a string, not a tuple: say so.
@@ -133,6 +137,14 @@ class Spec:
         for field in ("dtypes", "shapes", "scalars", "constexprs", "options"):
             if not isinstance(getattr(self, field), dict):
                 raise SpecError(f"Spec {self.name!r}: {field} must be a dict, got {type(getattr(self, field)).__name__}")
+        if isinstance(self.targets, str):
+            raise SpecError(f"Spec {self.name!r}: targets must be a tuple of processors, got the string "
+                            f"{self.targets!r}; write targets=({self.targets!r},) (note the comma)")
+        for t in self.targets:
+            try:
+                _targets.parse_target(t)
+            except Exception as e:
+                raise SpecError(f"Spec {self.name!r}: targets: {e}") from None
         if self.cu_count is not None:
             if isinstance(self.cu_count, bool) or not isinstance(self.cu_count, int) or self.cu_count < 1:
                 raise SpecError(f"Spec {self.name!r}: cu_count must be a positive int (the device's compute units "

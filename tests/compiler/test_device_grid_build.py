@@ -50,3 +50,20 @@ def test_a_baked_in_cu_count_becomes_a_guard_and_the_examples_device(tmp_path):
     v = frontends.compile_variant(frontends.get("triton"), op, spec, "gfx942",
                                   BuildContext(workdir=tmp_path, toolchain=None, keep_ir=True))
     assert v.example_grid[0] == 80  # min(1000 rows, the 80 CUs the spec names)
+
+
+def test_a_spec_limited_to_gfx950_builds_only_there_and_says_so_when_gfx950_is_not_asked_for():
+    from flyship.bundle.targets import parse_target
+    from flyship.compiler.build import plan
+
+    sf = load_spec_file(str(SPEC_FILE))
+    op = sf.ops[0]
+    big = dataclasses.replace(op.specs[0], name="f32_big_lds", targets=("gfx950",))
+    sf = dataclasses.replace(sf, ops=[dataclasses.replace(op, specs=(*op.specs, big))])
+    notes: list[str] = []
+    both = plan(sf, [parse_target("gfx942"), parse_target("gfx950:sramecc+:xnack-")], notes.append)
+    assert ("rowsum", "f32_big_lds", "gfx950:sramecc+:xnack-") in both
+    assert ("rowsum", "f32_big_lds", "gfx942") not in both and notes == []
+    only942 = plan(sf, [parse_target("gfx942")], notes.append)
+    assert [t for t in only942 if t[1] == "f32_big_lds"] == []
+    assert notes and "rowsum.f32_big_lds is limited to gfx950" in notes[0] and "not built" in notes[0]
