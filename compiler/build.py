@@ -191,8 +191,8 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: 
     for o, s, t, first in retry:
         r = _run_alone(o, s, _worker_config(opts, t, toolchain, rocm_root, scratch, frontends), ctx)
         if r.variant is None:
-            r = dataclasses.replace(r, error=f"{r.error} (also in a fresh process; in a reused worker it failed with: "
-                                             f"{first})" if r.error != first else r.error)
+            r = dataclasses.replace(r, error=r.error if r.error == first else
+                                    f"{r.error} (in a fresh process; in a reused worker it failed first with: {first})")
         done += 1
         results.append(r)
         status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
