@@ -15,7 +15,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import limits as _limits
@@ -423,103 +423,190 @@ def to_json_obj(obj: Any) -> Any:
     return obj
 
 
-def _scalar(data: Any, where: str) -> int | float | bool:
+# The reader is compiled once per dataclass and type (no type reflection per object). A value's JSON path
+# travels as a chain of (parent, suffix) pairs and becomes text only in an error message.
+Where = Any  # str, or (Where, str): the parent's path and this value's suffix
+
+
+def _w(where: Where) -> str:
+    parts = []
+    while isinstance(where, tuple):
+        where, suffix = where
+        parts.append(suffix)
+    return where + "".join(reversed(parts))
+
+
+def _scalar(data: Any, where: Where) -> int | float | bool:
     """A JSON scalar that stands for a kernel or argument value: a bool, an int within int64, or a finite float."""
     if isinstance(data, bool):
         return data
     if isinstance(data, int):
         if not _limits.INT64_MIN <= data <= _limits.INT64_MAX:
-            raise BundleError(f"manifest {where}: expected an integer within int64, got one of "
+            raise BundleError(f"manifest {_w(where)}: expected an integer within int64, got one of "
                               f"{data.bit_length()} bits")
         return data
     if isinstance(data, float):
         if not math.isfinite(data):
-            raise BundleError(f"manifest {where}: expected a finite number, got {data!r}")
+            raise BundleError(f"manifest {_w(where)}: expected a finite number, got {data!r}")
         return data
-    raise BundleError(f"manifest {where}: expected a number or a bool, got {type(data).__name__}")
+    raise BundleError(f"manifest {_w(where)}: expected a number or a bool, got {type(data).__name__}")
 
 
-def _from(cls: Any, data: Any, where: str, lenient: bool) -> Any:
-    """Build dataclass ``cls`` from JSON ``data``, checking keys, types and the sizes of
-    :mod:`flyship.bundle.limits` (list and object lengths, string lengths, int64 range, finite floats)."""
-    origin = typing.get_origin(cls)
-    if origin is typing.Union or origin is types.UnionType:
-        members = [a for a in typing.get_args(cls) if a is not type(None)]
-        if data is None:
-            if type(None) in typing.get_args(cls):
-                return None
-            raise BundleError(f"manifest {where}: expected a value, got null")
-        if len(members) == 1:
-            return _from(members[0], data, where, lenient)
-        return _scalar(data, where)  # a union of plain scalars (int | float | bool)
-    if isinstance(data, (list, dict)) and len(data) > _limits.MAX_ITEMS:
-        raise BundleError(f"manifest {where}: expected at most {_limits.MAX_ITEMS} items, got {len(data)}")
-    if origin is tuple:
-        if not isinstance(data, list):
-            raise BundleError(f"manifest {where}: expected a list, got {type(data).__name__}")
-        args = typing.get_args(cls)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_from(args[0], x, f"{where}[{i}]", lenient) for i, x in enumerate(data))
-        if len(args) != len(data):
-            raise BundleError(f"manifest {where}: expected {len(args)} items, got {len(data)}")
-        return tuple(_from(a, x, f"{where}[{i}]", lenient) for i, (a, x) in enumerate(zip(args, data)))
-    if origin is dict:
-        if not isinstance(data, dict):
-            raise BundleError(f"manifest {where}: expected an object, got {type(data).__name__}")
-        _, vt = typing.get_args(cls)
-        out = {}
-        for k, v in data.items():
-            _from(str, k, f"{where} key", lenient)
-            out[k] = _from(vt, v, f"{where}.{k[:40]}", lenient)
-        return out
-    if dataclasses.is_dataclass(cls):
-        if not isinstance(data, dict):
-            raise BundleError(f"manifest {where}: expected an object for {cls.__name__}, got {type(data).__name__}")
-        hints = _hints(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = set(data) - set(fields)
-        if unknown and not lenient:
-            raise BundleError(
-                f"manifest {where}: unknown keys {sorted(k[:40] for k in unknown)} for {cls.__name__}; "
-                f"expected only {sorted(fields)}"
-            )
-        kwargs = {}
-        for name, f in fields.items():
-            if name not in data:
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    raise BundleError(f"manifest {where}: missing key {name!r} for {cls.__name__}")
-                continue
-            kwargs[name] = _from(hints[name], data[name], f"{where}.{name}", lenient)
-        return cls(**kwargs)
-    if cls is str:
-        if not isinstance(data, str):
-            raise BundleError(f"manifest {where}: expected a string, got {type(data).__name__}")
-        if len(data) > _limits.MAX_STRING:
-            raise BundleError(f"manifest {where}: expected at most {_limits.MAX_STRING} characters, got {len(data)}")
+def _too_many(data: Any, where: Where) -> None:
+    if len(data) > _limits.MAX_ITEMS:
+        raise BundleError(f"manifest {_w(where)}: expected at most {_limits.MAX_ITEMS} items, got {len(data)}")
+
+
+def _read_str(data: Any, where: Where, lenient: bool) -> str:
+    if type(data) is not str:
+        raise BundleError(f"manifest {_w(where)}: expected a string, got {type(data).__name__}")
+    if len(data) > _limits.MAX_STRING:
+        raise BundleError(f"manifest {_w(where)}: expected at most {_limits.MAX_STRING} characters, got {len(data)}")
+    if not data.isascii():
         try:
             data.encode("utf-8")
         except UnicodeEncodeError:
-            raise BundleError(f"manifest {where}: the string holds an unpaired surrogate escape; expected "
+            raise BundleError(f"manifest {_w(where)}: the string holds an unpaired surrogate escape; expected "
                               "valid Unicode text") from None
-        return data
-    if cls is bool:
-        if not isinstance(data, bool):
-            raise BundleError(f"manifest {where}: expected a bool, got {type(data).__name__}")
-        return data
-    if cls is int:
-        if not isinstance(data, int) or isinstance(data, bool):
-            raise BundleError(f"manifest {where}: expected an integer, got {type(data).__name__}")
-        return _scalar(data, where)
-    if cls is float:
-        if not isinstance(data, (int, float)) or isinstance(data, bool):
-            raise BundleError(f"manifest {where}: expected a number, got {type(data).__name__}")
-        return float(_scalar(data, where))
-    raise TypeError(f"manifest reader: no rule for type {cls!r} at {where}")  # a bug in the dataclasses
+    return data
+
+
+def _read_bool(data: Any, where: Where, lenient: bool) -> bool:
+    if not isinstance(data, bool):
+        raise BundleError(f"manifest {_w(where)}: expected a bool, got {type(data).__name__}")
+    return data
+
+
+def _read_int(data: Any, where: Where, lenient: bool) -> int:
+    if not isinstance(data, int) or isinstance(data, bool):
+        raise BundleError(f"manifest {_w(where)}: expected an integer, got {type(data).__name__}")
+    if not _limits.INT64_MIN <= data <= _limits.INT64_MAX:
+        return _scalar(data, where)  # raises
+    return data
+
+
+def _read_float(data: Any, where: Where, lenient: bool) -> float:
+    if not isinstance(data, (int, float)) or isinstance(data, bool):
+        raise BundleError(f"manifest {_w(where)}: expected a number, got {type(data).__name__}")
+    return float(_scalar(data, where))
+
+
+Reader = Callable[[Any, Where, bool], Any]
 
 
 @functools.lru_cache(maxsize=None)
-def _hints(cls: Any) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+def _reader(cls: Any) -> Reader:
+    """The function that builds ``cls`` from JSON data, checking keys, types and the sizes of
+    :mod:`flyship.bundle.limits` (list and object lengths, string lengths, int64 range, finite floats);
+    built once per type."""
+    origin = typing.get_origin(cls)
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(cls)
+        members = [a for a in args if a is not type(None)]
+        nullable = type(None) in args
+        inner = _reader(members[0]) if len(members) == 1 else _scalar_reader
+
+        def read_union(data: Any, where: Where, lenient: bool) -> Any:
+            if data is None:
+                if nullable:
+                    return None
+                raise BundleError(f"manifest {_w(where)}: expected a value, got null")
+            return inner(data, where, lenient)
+
+        return read_union
+    if origin is tuple:
+        args = typing.get_args(cls)
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _reader(args[0])
+
+            def read_seq(data: Any, where: Where, lenient: bool) -> tuple:
+                if type(data) is not list:
+                    if isinstance(data, dict):
+                        _too_many(data, where)
+                    raise BundleError(f"manifest {_w(where)}: expected a list, got {type(data).__name__}")
+                _too_many(data, where)
+                return tuple([item(x, (where, f"[{i}]"), lenient) for i, x in enumerate(data)])
+
+            return read_seq
+        items = [_reader(a) for a in args]
+
+        def read_fixed(data: Any, where: Where, lenient: bool) -> tuple:
+            if type(data) is not list:
+                if isinstance(data, dict):
+                    _too_many(data, where)
+                raise BundleError(f"manifest {_w(where)}: expected a list, got {type(data).__name__}")
+            _too_many(data, where)
+            if len(items) != len(data):
+                raise BundleError(f"manifest {_w(where)}: expected {len(items)} items, got {len(data)}")
+            return tuple([r(x, (where, f"[{i}]"), lenient) for i, (r, x) in enumerate(zip(items, data))])
+
+        return read_fixed
+    if origin is dict:
+        _, vt = typing.get_args(cls)
+        value = _reader(vt)
+
+        def read_dict(data: Any, where: Where, lenient: bool) -> dict:
+            if type(data) is not dict:
+                if isinstance(data, list):
+                    _too_many(data, where)
+                raise BundleError(f"manifest {_w(where)}: expected an object, got {type(data).__name__}")
+            _too_many(data, where)
+            out = {}
+            for k, v in data.items():
+                _read_str(k, (where, " key"), lenient)
+                out[k] = value(v, (where, f".{k[:40]}"), lenient)
+            return out
+
+        return read_dict
+    if dataclasses.is_dataclass(cls):
+        return _dataclass_reader(cls)
+    simple = {str: _read_str, bool: _read_bool, int: _read_int, float: _read_float}
+    if cls in simple:
+        return simple[cls]
+    raise TypeError(f"manifest reader: no rule for type {cls!r}")  # a bug in the dataclasses
+
+
+def _scalar_reader(data: Any, where: Where, lenient: bool) -> int | float | bool:
+    return _scalar(data, where)
+
+
+def _dataclass_reader(cls: Any) -> Reader:
+    fields = dataclasses.fields(cls)
+    names = frozenset(f.name for f in fields)
+    plan: list[tuple[str, str, bool, Any]] = []  # name, ".name", required, reader (resolved on first use)
+    required = [f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    hints: dict[str, Any] = {}
+
+    def read_object(data: Any, where: Where, lenient: bool) -> Any:
+        if not plan:  # the field readers, once (a class may refer to itself through its fields)
+            hints.update(typing.get_type_hints(cls))
+            plan.extend((f.name, f".{f.name}", f.name in required, _reader(hints[f.name])) for f in fields)
+        if type(data) is not dict:
+            if isinstance(data, list):
+                _too_many(data, where)
+            raise BundleError(f"manifest {_w(where)}: expected an object for {cls.__name__}, got {type(data).__name__}")
+        _too_many(data, where)
+        if not lenient and not names.issuperset(data):
+            unknown = set(data) - names
+            raise BundleError(
+                f"manifest {_w(where)}: unknown keys {sorted(k[:40] for k in unknown)} for {cls.__name__}; "
+                f"expected only {sorted(names)}"
+            )
+        kwargs = {}
+        for name, suffix, needed, read in plan:
+            if name not in data:
+                if needed:
+                    raise BundleError(f"manifest {_w(where)}: missing key {name!r} for {cls.__name__}")
+                continue
+            kwargs[name] = read(data[name], (where, suffix), lenient)
+        return cls(**kwargs)
+
+    return read_object
+
+
+def _from(cls: Any, data: Any, where: str, lenient: bool) -> Any:
+    """Build dataclass (or type) ``cls`` from JSON ``data``; see :func:`_reader`."""
+    return _reader(cls)(data, where, lenient)
 
 
 def from_json_obj(data: Any) -> Manifest:

@@ -726,6 +726,25 @@ def iter_variants(m: _m.Manifest) -> Iterator[tuple[str, _m.Variant]]:
                 yield f"op {op.name} specialization {s.name} target {v.target} ({v.code_object.file})", v
 
 
+def check_variant_file(root: Path, v: _m.Variant, where: str, data: Optional[bytes] = None) -> bytes:
+    """Read (unless ``data``, bytes already read and sha256 checked for the same file, is given) and check one
+    variant's code object: contained, bounded, sha256 checked, and its facts against the variant
+    (:func:`check_code_object`). The loader calls it when a variant is first selected or preloaded, so a
+    load costs nothing per variant and no byte reaches a driver unchecked.
+
+    Returns:
+        The code object's bytes.
+
+    Raises:
+        BundleError: see :func:`read_bundle_file` and :func:`check_code_object`.
+    """
+    if data is None:
+        data = read_bundle_file(root, v.code_object.file, v.code_object.sha256, L.MAX_CODE_OBJECT_BYTES, where,
+                                "code object")
+    check_code_object(v, data, where)
+    return data
+
+
 def check_bundle_files(root: Path, m: _m.Manifest) -> dict[str, bytes]:
     """Read and check the code objects (against their variants) and offload bundles a manifest names:
     contained, bounded, sha256 checked. The references module is checked when it is imported
@@ -739,12 +758,7 @@ def check_bundle_files(root: Path, m: _m.Manifest) -> dict[str, bytes]:
     """
     images: dict[str, bytes] = {}
     for where, v in iter_variants(m):
-        data = images.get(v.code_object.file)
-        if data is None:
-            data = read_bundle_file(root, v.code_object.file, v.code_object.sha256, L.MAX_CODE_OBJECT_BYTES, where,
-                                    "code object")
-        check_code_object(v, data, where)
-        images[v.code_object.file] = data
+        images[v.code_object.file] = check_variant_file(root, v, where, images.get(v.code_object.file))
     for key, f in m.offload_bundles.items():
         read_bundle_file(root, f, m.offload_bundles_sha256.get(f), L.MAX_CODE_OBJECT_BYTES,
                          f"offload bundle {key} ({f})", "offload bundle")

@@ -195,8 +195,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                             variant < static_cast<int>(specs[spec].variants.size()),
                         "flyship: specialization or variant index out of range");
             const VariantPlan& v = specs[spec].variants[variant];
+            std::shared_ptr<const std::string> img = b.core->image(v);
             py::gil_scoped_release release;
-            ModuleCache::instance().function(device, v);
+            ModuleCache::instance().function(device, v, *img);
           },
           "Load one variant's code object onto a device (no launch).");
 }

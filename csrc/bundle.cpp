@@ -38,7 +38,8 @@ LoadedKernel& BundleCore::kernel(DeviceState& ds, const VariantPlan& v, const Op
   FLYSHIP_CHECK(v.static_lds <= ds.info.max_shared_per_block, op.label(), ": kernel ", v.label, " needs ", v.static_lds,
               " bytes of static LDS / shared memory; device ", ds.device, " (", ds.info.target, ") allows ",
               ds.info.max_shared_per_block, " per workgroup; rebuild the kernel for this device");
-  void* f = ModuleCache::instance().function(ds.device, v);
+  std::shared_ptr<const std::string> img = image(v);
+  void* f = ModuleCache::instance().function(ds.device, v, *img);
   std::lock_guard<std::mutex> lock(ds.mu);
   k = ds.kernels[v.id].load(std::memory_order_acquire);
   if (k == nullptr) {

@@ -31,7 +31,8 @@ namespace flyship {
 
 class BundleCore {
  public:
-  BundleCore(const py::dict& plan, py::object selector, bool fallback) : selector_(std::move(selector)) {
+  BundleCore(const py::dict& plan, py::object selector, bool fallback)
+      : selector_(std::move(selector)), code_object_(need<py::object>(plan, "code_object", "bundle")) {
     const int version = need<int>(plan, "version", "bundle");
     FLYSHIP_CHECK(version == kPlanVersion, "flyship: plan version ", version, " from Python, extension reads ",
                 kPlanVersion, "; the loader and its compiled extension are out of step, rebuild it (flyship prebuild)");
@@ -52,6 +53,7 @@ class BundleCore {
     for (auto& o : ops_)
       for (auto& s : o->plan().specs)
         for (auto& v : s.variants) variants_.push_back(&v);
+    images_.resize(variants_.size());
   }
 
   const std::string& ns() const { return ns_; }
@@ -69,15 +71,20 @@ class BundleCore {
   DeviceState& device(int index);
   // The kernel of variant `v` on device `ds`, loaded on first use; checks the device limits.
   LoadedKernel& kernel(DeviceState& ds, const VariantPlan& v, const OpState& op);
+  // Variant `v`'s code object, asked of Python (which reads and checks it by the rule book) before its
+  // first load onto any device; never called on the launch path once the kernel is loaded.
+  std::shared_ptr<const std::string> image(const VariantPlan& v);
 
  private:
   std::string ns_;
   PyRef selector_;
+  PyRef code_object_;
   std::atomic<bool> fallback_{true};
   std::vector<std::unique_ptr<OpState>> ops_;
   std::vector<const VariantPlan*> variants_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Selection>> selections_;
+  std::vector<std::shared_ptr<const std::string>> images_;  // per variant id, checked, filled on first load
   std::atomic<DeviceState*> devices_[kMaxDevices];
   std::vector<std::unique_ptr<DeviceState>> device_owned_;
 };

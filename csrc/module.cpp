@@ -9,11 +9,11 @@
 
 namespace flyship {
 
-Module::Module(int device, const VariantPlan& v) : device_(device) {
+Module::Module(int device, const VariantPlan& v, const std::string& image) : device_(device) {
   // A page-aligned private copy: the runtime may keep pointing into the image while the module lives.
-  const size_t n = v.image.size();
+  const size_t n = image.size();
   FLYSHIP_CHECK(posix_memalign(&image_, 4096, n ? n : 1) == 0, "flyship: out of host memory copying ", v.label);
-  std::memcpy(image_, v.image.data(), n);
+  std::memcpy(image_, image.data(), n);
   void* handle = nullptr;
   driver::Status s = driver::module_load(device, image_, n, &handle);
   if (!s.ok()) {
@@ -46,11 +46,11 @@ ModuleCache& ModuleCache::instance() {
   return *cache;
 }
 
-void* ModuleCache::function(int device, const VariantPlan& v) {
+void* ModuleCache::function(int device, const VariantPlan& v, const std::string& image) {
   std::lock_guard<std::mutex> lock(mu_);
   auto key = std::make_pair(device, v.sha256);
   auto it = modules_.find(key);
-  if (it == modules_.end()) it = modules_.emplace(key, std::make_unique<Module>(device, v)).first;
+  if (it == modules_.end()) it = modules_.emplace(key, std::make_unique<Module>(device, v, image)).first;
   return it->second->function(v);
 }
 

@@ -14,7 +14,7 @@ namespace flyship {
 
 class Module {
  public:
-  Module(int device, const VariantPlan& v);
+  Module(int device, const VariantPlan& v, const std::string& image);
   ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
@@ -34,7 +34,8 @@ class ModuleCache {
   // Deliberately never destroyed: unloading modules during static destruction races the runtime's own
   // teardown. Modules live as long as the process, as torch's own kernels do.
   static ModuleCache& instance();
-  void* function(int device, const VariantPlan& v);
+  // `image`: the variant's code object, already checked (BundleCore::image).
+  void* function(int device, const VariantPlan& v, const std::string& image);
   size_t size();
 
  private:

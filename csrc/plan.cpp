@@ -55,7 +55,6 @@ VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shape
   v.file = need<std::string>(d, "file", vw);
   v.symbol = need<std::string>(d, "symbol", vw);
   v.sha256 = need<std::string>(d, "sha256", vw);
-  v.image = need<py::bytes>(d, "image", vw);
   v.kernarg_size = need<int64_t>(d, "kernarg_size", vw);
   v.kernarg_align = need<int64_t>(d, "kernarg_align", vw);
   v.static_lds = need<int64_t>(d, "static_lds", vw);

@@ -18,7 +18,7 @@ namespace flyship {
 namespace py = pybind11;
 
 // Plan format version: flyship/loader/plan.py PLAN_VERSION.
-constexpr int kPlanVersion = 2;
+constexpr int kPlanVersion = 3;
 constexpr int kMaxDevices = 64;
 constexpr int kMaxSlots = 64;
 // Kernarg buffers up to this size live on the stack; bigger ones on the heap.
@@ -66,7 +66,6 @@ struct Field {
 struct VariantPlan {
   int id = -1;  // index among all variants of the bundle
   std::string target, format, file, symbol, sha256;
-  std::string image;  // the code object's bytes
   int64_t kernarg_size = 0;
   int64_t kernarg_align = 8;
   std::vector<Field> fields;

@@ -55,6 +55,27 @@ const Selection& BundleCore::selection(const std::string& target) {
   return *it->second;
 }
 
+std::shared_ptr<const std::string> BundleCore::image(const VariantPlan& v) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (images_[v.id]) return images_[v.id];
+  }
+  // Ask Python without holding mu_; two threads may both ask, the first answer is kept.
+  std::shared_ptr<const std::string> img;
+  {
+    py::gil_scoped_acquire gil;
+    // A refused code object raises the rule book's BundleError, which reaches the caller as itself (torch's
+    // Python bindings and pybind11 restore a py::error_already_set).
+    py::object r = code_object_.get()(v.id);
+    FLYSHIP_CHECK(py::isinstance<py::bytes>(r), "flyship: the code object of ", v.label, " came back as ",
+                  std::string(py::str(py::type::handle_of(r).attr("__name__"))), ", expected bytes");
+    img = std::make_shared<const std::string>(r.cast<std::string>());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!images_[v.id]) images_[v.id] = std::move(img);
+  return images_[v.id];
+}
+
 std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
   const OpPlan& p = plan_;
   std::vector<at::Tensor> out;

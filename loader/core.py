@@ -247,7 +247,8 @@ class Ops:
     """
 
     def __init__(self, path: Path, manifest: _m.Manifest, namespace: str, core: Any, library: Any, ext: Any,
-                 references: list[Optional[Callable[..., Any]]], digest: str, cpu: list[_cpu.CpuKernel]) -> None:
+                 references: list[Optional[Callable[..., Any]]], digest: str, cpu: list[_cpu.CpuKernel],
+                 code_objects: "_CodeObjects") -> None:
         self.path = path
         self.manifest = manifest
         self.namespace = namespace
@@ -258,6 +259,7 @@ class Ops:
         self._library = library  # keeps the torch.library registrations alive
         self._cpu = cpu
         self._digest = digest
+        self._code_objects = code_objects
         self._ops = {op.name: OpHandle(self, i, op) for i, op in enumerate(manifest.ops)}
 
     def __getattr__(self, name: str) -> OpHandle:
@@ -337,6 +339,20 @@ class Ops:
                     n += 1
         return n
 
+    def check(self) -> int:
+        """Read and check every variant's code object now (sha256, ELF, metadata against the manifest), as a
+        first call or :meth:`preload` does for the variants it loads; ``load`` itself checks none.
+
+        Returns:
+            The number of variants checked.
+
+        Raises:
+            BundleError: the first variant the rule book refuses.
+        """
+        for i in range(len(self._code_objects)):
+            self._code_objects(i)
+        return len(self._code_objects)
+
     def stats(self) -> dict[str, dict[str, Any]]:
         """:meth:`OpHandle.stats` of every op."""
         return {name: op.stats() for name, op in self._ops.items()}
@@ -346,6 +362,30 @@ class Ops:
         from flyship.loader.verify import verify
 
         return verify(self, **kwargs)
+
+
+class _CodeObjects:
+    """``code_object(variant_id) -> bytes`` for the C++ core: a variant's code object, read, sha256 checked and
+    checked against its variant by the rule book (:func:`flyship.bundle.rules.check_variant_file`) when the
+    core first loads it onto a device (a first call or :meth:`Ops.preload`), never at load: loading costs
+    the same for 20 variants or 2,000. Each file is read once; each variant is checked once (the core keeps
+    the bytes it got)."""
+
+    def __init__(self, root: Path, manifest: _m.Manifest) -> None:
+        self._root = root
+        self._variants = list(_rules.iter_variants(manifest))  # in the core's variant-id order
+        self._files: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._variants)
+
+    def __call__(self, variant_id: int) -> bytes:
+        where, v = self._variants[variant_id]
+        with self._lock:
+            data = _rules.check_variant_file(self._root, v, where, self._files.get(v.code_object.file))
+            self._files[v.code_object.file] = data
+        return data
 
 
 _lock = threading.Lock()
@@ -453,13 +493,13 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
                 existing.fallback = fallback
             ops = existing
         else:
-            images = _rules.check_bundle_files(root, manifest)
             refs = _references.resolve(root, manifest, references)
             ext = _build.extension(near=_beside(path))
-            plan = _plan.lower_bundle(manifest, ns, images, refs)
+            code_objects = _CodeObjects(root, manifest)
+            plan = _plan.lower_bundle(manifest, ns, refs, code_objects)
             core = ext.Bundle(plan, make_selector(manifest), env.fallback_enabled() if fallback is None else fallback)
             library, cpu_kernels = _register(manifest, ns, core, refs, cpu_in_core=ext.flavor() == "record")
-            ops = Ops(root, manifest, ns, core, library, ext, refs, digest, cpu_kernels)
+            ops = Ops(root, manifest, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
             _loaded[ns] = ops
             if env.verbose():
                 print(f"flyship: loaded {ops!r} ({ext.flavor()} flavor, {ext.runtime_version()})")

@@ -17,7 +17,7 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle.errors import BundleError
 
-PLAN_VERSION = 2
+PLAN_VERSION = 3
 FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
 _PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d",
          "f32": "<f", "f16": "<e"}
@@ -93,9 +93,9 @@ def lower_program(text: str, slots: dict[str, _expr.Slot]) -> dict[str, Any]:
     return {"text": text, "code": _expr.compile_program(text, slots)}
 
 
-def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, image: bytes,
-                  slots: dict[str, _expr.Slot]) -> dict[str, Any]:
-    """One variant as the core reads it (``parse_variant``)."""
+def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, slots: dict[str, _expr.Slot]) -> dict[str, Any]:
+    """One variant as the core reads it (``parse_variant``); its code object's bytes are not part of it: the core
+    asks the bundle's ``code_object`` callable for them when the variant is first loaded onto a device."""
     where = f"op {op.name} specialization {spec.name} target {v.target}"
     programs: list[dict[str, Any]] = []
 
@@ -141,7 +141,6 @@ def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, image: byte
         "file": v.code_object.file,
         "symbol": v.code_object.symbol,
         "sha256": v.code_object.sha256,
-        "image": image,
         "kernarg_size": v.kernargs.size,
         "kernarg_align": v.kernargs.alignment,
         "static_lds": v.metadata.group_segment_fixed_size,
@@ -153,13 +152,12 @@ def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, image: byte
     }
 
 
-def lower_op(op: _m.Op, namespace: str, images: dict[str, bytes]) -> dict[str, Any]:
+def lower_op(op: _m.Op, namespace: str) -> dict[str, Any]:
     """One op as the core reads it (``parse_op``).
 
     Args:
         op: the manifest op.
         namespace: the torch namespace it registers under.
-        images: code-object file (relative path) -> bytes, already checked.
 
     Raises:
         BundleError: a field or expression that does not fit the op's arguments.
@@ -190,7 +188,7 @@ def lower_op(op: _m.Op, namespace: str, images: dict[str, bytes]) -> dict[str, A
             "alignment": [[slots[t].index, int(a)] for t, a in s.guard.alignment.items()],
             "constraints": constraints,
             "out_constraints": out_constraints,
-            "variants": [lower_variant(op, s, v, images[v.code_object.file], slots) for v in s.variants],
+            "variants": [lower_variant(op, s, v, slots) for v in s.variants],
         })
         for t in s.guard.alignment:
             if t not in slots or slots[t].kind != "tensor":
@@ -205,12 +203,16 @@ def lower_op(op: _m.Op, namespace: str, images: dict[str, bytes]) -> dict[str, A
     }
 
 
-def lower_bundle(manifest: _m.Manifest, namespace: str, images: dict[str, bytes],
-                 references: list[Optional[Callable[..., Any]]]) -> dict[str, Any]:
-    """The whole plan handed to ``_C.Bundle``: version, namespace, ops and their references (or None)."""
+def lower_bundle(manifest: _m.Manifest, namespace: str, references: list[Optional[Callable[..., Any]]],
+                 code_object: Callable[[int], bytes]) -> dict[str, Any]:
+    """The whole plan handed to ``_C.Bundle``: version, namespace, ops, their references (or None), and
+    ``code_object(variant_id) -> bytes``, which the core calls once per variant, before its first load onto a
+    device (variant ids number the variants in manifest order: ops, specializations, variants); it must return
+    bytes checked by the rule book (:func:`flyship.bundle.rules.check_variant_file`)."""
     return {
         "version": PLAN_VERSION,
         "namespace": namespace,
-        "ops": [lower_op(op, namespace, images) for op in manifest.ops],
+        "ops": [lower_op(op, namespace) for op in manifest.ops],
         "references": list(references),
+        "code_object": code_object,
     }

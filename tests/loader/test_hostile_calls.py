@@ -110,7 +110,9 @@ def test_a_real_tensor_mixed_with_a_meta_tensor_is_refused(recorded_tiny, launch
 def lowered(tiny_bundle):
     manifest = _m.read(tiny_bundle)
     images = _rules.check_bundle_files(tiny_bundle, manifest)
-    return manifest, _plan.lower_bundle(manifest, "flyship_plan_test", images, [None] * len(manifest.ops))
+    variants = [v for _, v in _rules.iter_variants(manifest)]
+    return manifest, _plan.lower_bundle(manifest, "flyship_plan_test", [None] * len(manifest.ops),
+                                        lambda i: images[variants[i].code_object.file])
 
 
 def test_the_core_refuses_a_dtype_rule_that_reads_a_scalars_slot(tiny_bundle, record_ext):

@@ -1,4 +1,5 @@
-"""Bad bundles are refused at load with clear messages, before anything is registered or launched."""
+"""Bad bundles are refused with clear messages before anything is launched: the manifest at load, a code object
+when its variant is first loaded (``Ops.check`` checks them all now)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,11 @@ def variant_json(data: dict, op: str, spec: str, target: str) -> dict:
 
 
 def load(path):
-    return flyship.load(path, namespace=f"flyship_t{uuid.uuid4().hex[:8]}")
+    """Load and check every code object (load alone checks the manifest; a code object is checked when its
+    variant is first loaded onto a device, test_load_time.py shows that path)."""
+    ops = flyship.load(path, namespace=f"flyship_t{uuid.uuid4().hex[:8]}")
+    ops.check()
+    return ops
 
 
 def test_an_unknown_major_version_is_refused_naming_both_versions(bundle_copy):
