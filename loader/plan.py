@@ -68,15 +68,14 @@ def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...]) -> d
         tensor name -> constraint texts, for every tensor that some variant receives as a pointer.
     """
     ranks = {a.name: a.rank for a in op.args if a.kind == "tensor"} | {o.name: len(o.shape) for o in op.outputs}
+    pointers = {f.arg for v in variants for f in v.kernargs.fields if f.kind == "pointer"}
+    strides = [{(f.arg, f.dim) for f in v.kernargs.fields if f.kind == "stride" and f.dim is not None} for v in variants]
     out: dict[str, list[str]] = {}
     for name, rank in ranks.items():
-        pointer = any(f.kind == "pointer" and f.arg == name for v in variants for f in v.kernargs.fields)
-        if not pointer:
+        if name not in pointers:
             continue
         # A stride counts as passed only if every variant passes it (the guard is per specialization).
-        passed = set(range(rank))
-        for v in variants:
-            passed &= {f.dim for f in v.kernargs.fields if f.kind == "stride" and f.arg == name and f.dim is not None}
+        passed = {d for d in range(rank) if all((name, d) in st for st in strides)}
         texts = []
         for d in range(rank):
             if d in passed:

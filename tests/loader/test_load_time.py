@@ -92,4 +92,4 @@ def test_load_time_does_not_scale_with_code_objects(tiny_bundle, ext, tmp_path):
     t_small = best_load_time(small, flyship.load)
     t_large = best_load_time(large, flyship.load)
     per_variant = (t_large - t_small) / (N_OPS * 95 * 3)
-    assert per_variant < 3e-3, f"load: {t_small * 1e3:.1f} ms for 21 variants, {t_large * 1e3:.1f} ms for 2,016"
+    assert per_variant < 5e-3, f"load: {t_small * 1e3:.1f} ms for 21 variants, {t_large * 1e3:.1f} ms for 2,016"

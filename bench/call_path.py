@@ -1,0 +1,114 @@
+"""Per-call host cost of flyship's op on the recording driver, stage by stage, beside torch's own CPU ops.
+
+    FLYSHIP_FLAVOR=record python bench/call_path.py [--bundle tests/loader/data/tiny] [--out DIR]
+
+No GPU: the recording driver (``FLYSHIP_FLAVOR=record``) runs the same C++ path as a GPU flavor on CPU tensors
+(dispatcher, argument binding, guards, output allocation, kernarg packing) and records the launch instead of
+making it. Each stage is timed as a path that stops after it, so the differences between rows are the stages'
+costs:
+
+* ``dispatch()`` (pybind11, no torch dispatcher): binding and guard evaluation (decide) only;
+* ``.out`` through ``torch.ops``: + the torch dispatcher (boxed kernel), kernarg packing and the recorded launch;
+* the allocating op through ``torch.ops``: + output allocation and torch's autograd fallback on the functional op;
+* ``torch.empty_like``: what one output allocation costs through torch alone.
+
+The recording driver appends every launch to a log: the log is cleared between rounds and its append (a few
+hundred ns) stands in for the driver's launch call. Rounds are interleaved (every path once per round); the
+table shows medians per call. CPU figures say where the time goes, not what a GPU path costs: on a GPU
+``bench/launch_overhead.py`` measures the same paths against ``torch.add`` and Triton's launcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def us_per_call(paths: list[tuple[str, Callable[[], Any]]], calls: int, repeats: int,
+                between: Callable[[], Any]) -> dict[str, list[float]]:
+    """Microseconds per call of each path, ``repeats`` interleaved rounds; ``between`` runs before each timing."""
+    for _, fn in paths:
+        for _ in range(200):
+            fn()
+    out: dict[str, list[float]] = {name: [] for name, _ in paths}
+    for _ in range(repeats):
+        for name, fn in paths:
+            between()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return out
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bundle", type=Path, default=ROOT / "tests" / "loader" / "data" / "tiny")
+    ap.add_argument("--target", default="gfx942:sramecc+:xnack-", help="the recorded device's target ID")
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=None, help="write call_path.json and call_path.md here")
+    args = ap.parse_args(argv)
+
+    os.environ["FLYSHIP_FLAVOR"] = "record"
+    import torch
+
+    import flyship
+    from flyship.loader import build
+
+    ext = build.extension("record")
+    ext.set_recorded_device(0, args.target)
+    t = time.perf_counter()
+    ops = flyship.load(args.bundle, namespace=f"flyship_bench_{uuid.uuid4().hex[:8]}")
+    load_ms = (time.perf_counter() - t) * 1e3
+    x, y = torch.randn(4096), torch.randn(4096)
+    o = torch.empty_like(x)
+    ops.add(x, y)  # first call: device state, variant choice, code object checked and loaded
+    packet = ops.add.packet
+    paths = [
+        ("torch.add(x, y)", lambda: torch.add(x, y)),
+        ("torch.add(x, y, out=o)", lambda: torch.add(x, y, out=o)),
+        ("torch.empty_like(x)", lambda: torch.empty_like(x)),
+        ("ops.add.dispatch(x, y) (bind + guards, pybind11)", lambda: ops.add.dispatch(x, y, target=args.target)),
+        ("torch.ops.<ns>.add.out(x, y, out=o)", lambda: packet.out(x, y, out=o)),
+        ("torch.ops.<ns>.add.default(x, y)", lambda: packet.default(x, y)),
+        ("torch.ops.<ns>.add(x, y)", lambda: packet(x, y)),
+        ("ops.add(x, y) (Python handle)", lambda: ops.add(x, y)),
+    ]
+    with torch.no_grad():
+        nograd = us_per_call([("torch.ops.<ns>.add.default(x, y), no_grad", lambda: packet.default(x, y))],
+                             args.calls, args.repeats, lambda: ext.recorded_launches(clear=True))
+    times = us_per_call(paths, args.calls, args.repeats, lambda: ext.recorded_launches(clear=True))
+    times.update(nograd)
+    ext.recorded_launches(clear=True)
+    base = statistics.median(times["torch.add(x, y)"])
+    rows = [{"path": k, "us": statistics.median(v), "min": min(v), "x_torch_add": statistics.median(v) / base}
+            for k, v in times.items()]
+    meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": platform.node(), "cpu": platform.processor(),
+            "python": sys.version.split()[0], "torch": torch.__version__, "flavor": ops.flavor, "calls": args.calls,
+            "repeats": args.repeats, "load_ms": load_ms}
+    lines = [f"call path on the recording driver ({meta['date']}, torch {meta['torch']}, Python {meta['python']}, "
+             f"{args.calls} calls x {args.repeats} rounds; load {load_ms:.1f} ms)", "",
+             "| path | us/call (median) | min | x `torch.add` |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {r['path']} | {r['us']:.2f} | {r['min']:.2f} | {r['x_torch_add']:.2f} |" for r in rows]
+    md = "\n".join(lines) + "\n"
+    print(md)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "call_path.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        (args.out / "call_path.md").write_text(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
