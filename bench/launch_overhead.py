@@ -9,6 +9,8 @@ kernarg buffer (built with ``torch.utils.cpp_extension.load_inline``). Each path
 back-to-back calls (host time, before the final synchronize), in ``repeats`` interleaved rounds (every path once per
 round, so drift spreads over all paths alike); the table shows the
 median per call and the ratio to ``torch.add``. Figures move 20-50% between machines: compare within a run.
+The breakdown rows time the stages apart: both allocating ops under ``no_grad`` (no autograd fallback), one
+``torch.empty_like``, and ``ops.add.dispatch`` (binding and guards without dispatcher or launch).
 Writes ``launch_overhead.json`` and ``launch_overhead.md`` to ``--out``.
 """
 
@@ -215,9 +217,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     for name, fn in paths:  # every path computes the right thing before it is timed
         r = fn()
         torch.testing.assert_close(r if r is not None else o, want)
+    def no_grad(fn: Callable[..., Any], *a: Any) -> Any:
+        with torch.no_grad():
+            return fn(*a)
+
+    target = ops.device_target(torch.cuda.current_device())
+    # The breakdown (docs/perf.md): what torch's autograd fallback on the functional op costs (both ops under
+    # no_grad, so the context manager's cost is on both sides), one output allocation, and binding + guards
+    # alone (decide through pybind11, no dispatcher, no launch).
+    breakdown: list[tuple[str, Callable[[], Any]]] = [
+        ("torch.add(x, y) under no_grad", lambda: no_grad(torch.add, x, y)),
+        ("flyship torch.ops.<ns>.add.default(x, y) under no_grad", lambda: no_grad(op.default, x, y)),
+        ("torch.empty_like(x) (one allocation)", lambda: torch.empty_like(x)),
+        ("flyship ops.add.dispatch(x, y) (bind + guards only)", lambda: ops.add.dispatch(x, y, target=target)),
+    ]
     stats_before = ops.add.stats()
     triton_version = "n/a"
-    timed = list(paths)
+    timed = list(paths) + breakdown
     triton_name = "Triton launcher add_kernel[grid](...)"
     triton_skip = None
     try:
@@ -233,7 +249,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except Exception as e:  # report, keep the other rows
         triton_skip = f"{type(e).__name__}: {e}"
     us = interleaved_us_per_call(timed, args.calls, args.repeats)
-    rows: list[dict[str, Any]] = [{"path": name, "us": us[name]} for name, _ in paths]
+    rows: list[dict[str, Any]] = [{"path": name, "us": us[name]} for name, _ in paths + breakdown]
     rows.append({"path": triton_name, "us": us[triton_name]} if triton_skip is None
                 else {"path": triton_name, "skipped": triton_skip})
     launched = sum(ops.add.stats()["launches"].values()) - sum(stats_before["launches"].values())

@@ -69,7 +69,8 @@ def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...]) -> d
     """
     ranks = {a.name: a.rank for a in op.args if a.kind == "tensor"} | {o.name: len(o.shape) for o in op.outputs}
     pointers = {f.arg for v in variants for f in v.kernargs.fields if f.kind == "pointer"}
-    strides = [{(f.arg, f.dim) for f in v.kernargs.fields if f.kind == "stride" and f.dim is not None} for v in variants]
+    strides = [{(f.arg, f.dim) for f in v.kernargs.fields if f.kind == "stride" and f.dim is not None}
+               for v in variants]
     out: dict[str, list[str]] = {}
     for name, rank in ranks.items():
         if name not in pointers:
