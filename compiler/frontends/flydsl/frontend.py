@@ -35,6 +35,25 @@ def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> N
         os.environ["ROCM_PATH"] = str(rocm_root)
 
 
+def refuse_target_features(target: str, where: str) -> None:
+    """Refuse a target ID with features (``gfx942:sramecc+:xnack-``) for a FlyDSL op, before tracing.
+
+    FlyDSL 0.5.0 compiles for a bare processor: its ROCm pipeline passes ``rocdl-attach-target`` only the
+    chip and an empty ``features=``; LLVM 22 refuses xnack/sramecc as subtarget features ("use module flag
+    'amdgpu.xnack'") and crashes on a chip string carrying them (both tried). Its ISA then names the bare
+    processor and the assembler's target check would fail with a less helpful message.
+
+    Raises:
+        FrontendError: naming the target and what to build instead.
+    """
+    processor, *features = target.split(":")
+    if features:
+        raise FrontendError(f"{where}: expected a bare processor for a FlyDSL op, got target ID {target}; FlyDSL "
+                            f"compiles only for the processor (its pipeline has no target-feature option), so build "
+                            f"--arch {processor}: that code object has xnack/sramecc 'any' and loads on every "
+                            f"{processor} device whatever its mode")
+
+
 def version() -> str:
     return _versions.current().version
 
@@ -64,7 +83,34 @@ def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
                 raise FrontendError(f"op {op.name} spec {spec.name}: scalar {a.name} needs an example value "
                                     "(Spec(scalars=...) or Scalar(default=...))")
             pos.append({"float": float, "int": int, "bool": bool}[a.type](scalars[a.name]))
-    return pos, dict(spec.constexprs)
+    kw = dict(spec.constexprs)
+    kw.update(_stream_placeholders(op.kernel))
+    return pos, kw
+
+
+def _stream_placeholders(kernel: Any) -> dict[str, Any]:
+    """``{name: fx.Stream(None)}`` for each ``fx.Stream`` parameter the launcher declares without a default.
+
+    FlyDSL binds a launcher's arguments with ``inspect``, so a ``stream: fx.Stream`` with no default must be
+    passed; ``fx.Stream(None)`` is the default queue, which FlyDSL accepts on a machine with no GPU (the
+    stream is a launch-time argument, never part of the code object).
+    """
+    import inspect
+
+    import flydsl.expr as fx
+
+    fn = getattr(kernel, "func", None) or kernel
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: fx.Stream(None) for p in params
+            if p.default is inspect.Parameter.empty and _is_stream(p.annotation)}
+
+
+def _is_stream(annotation: Any) -> bool:
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return name.split(".")[-1] == "Stream" or getattr(annotation, "_is_stream_param", False)
 
 
 def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> Path:
@@ -74,12 +120,18 @@ def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> Path:
     os.environ["FLYDSL_DUMP_DIR"] = str(dump_dir)
     pos, kw = _call_args(op, spec)
     log = io.StringIO()  # FlyDSL prints a line per dumped stage; keep it for error reports only
+    hints = getattr(op.kernel, "compile_hints", None)
     try:
+        if spec.options:
+            op.kernel.compile_hints = {**(hints or {}), **spec.options}
         with contextlib.redirect_stdout(log):
             _versions.current().compile(op.kernel, pos, kw)
     except Exception as e:  # the DSL's own message, with where it happened
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: FlyDSL failed to trace/compile "
                             f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}{_user_frame(e)}") from None
+    finally:
+        if spec.options:
+            op.kernel.compile_hints = hints
     dirs = [p for p in dump_dir.iterdir() if p.is_dir()]
     if len(dirs) != 1:
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: expected one kernel dump folder in "
@@ -93,9 +145,23 @@ def launcher_name(kernel: Any) -> str:
     return getattr(fn, "__name__", repr(kernel))
 
 
-def runtime_parameters(kernel: Any) -> list[str] | None:
-    """Names of the launcher's runtime parameters, in order: every parameter but constexprs and the stream
-    (FlyDSL annotates them ``fx.Constexpr[...]`` and ``fx.Stream``). None when the signature is unreadable."""
+def _is_compile_time(annotation: Any) -> bool:
+    """Whether FlyDSL bakes a parameter with this annotation into the code (``fx.Constexpr[...]``, a
+    ``Type[...]`` parameter, an ``@fx.struct`` of constexpr fields): asked of FlyDSL itself where it can say."""
+    try:
+        from flydsl.compiler.jit_argument import is_type_param_annotation
+        from flydsl.expr.typing import Constexpr
+
+        if Constexpr.is_constexpr_annotation(annotation) or is_type_param_annotation(annotation):
+            return True
+    except Exception:  # an annotation FlyDSL's helpers cannot classify: fall back to the name
+        pass
+    return "Constexpr" in str(annotation)
+
+
+def runtime_parameters(kernel: Any) -> list[tuple[str, Any]] | None:
+    """The launcher's runtime parameters, in order, as ``(name, annotation)``: every parameter but the
+    compile-time ones and the stream. None when the signature is unreadable."""
     import inspect
 
     fn = getattr(kernel, "func", None) or kernel
@@ -103,33 +169,84 @@ def runtime_parameters(kernel: Any) -> list[str] | None:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return None
-    out = []
-    for p in params:
-        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", str(p.annotation))
-        if "Constexpr" in str(p.annotation) or "Stream" in ann:
-            continue
-        out.append(p.name)
-    return out
+    return [(p.name, p.annotation) for p in params if not _is_stream(p.annotation)
+            and not (p.annotation is not inspect.Parameter.empty and _is_compile_time(p.annotation))]
+
+
+# FlyDSL's numeric annotation names -> the spec's Scalar type they take.
+_NUMERIC_KIND = {"Float16": "float", "BFloat16": "float", "Float32": "float", "Float64": "float",
+                 "Int8": "int", "Int16": "int", "Int32": "int", "Int64": "int", "Uint8": "int", "Uint16": "int",
+                 "Uint32": "int", "Uint64": "int", "Boolean": "bool", "float": "float", "int": "int", "bool": "bool"}
+
+
+def _annotation_name(annotation: Any) -> str:
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return text.split(".")[-1]
 
 
 def check_signature(op: OpDecl) -> None:
-    """The spec's ``args`` must name the launcher's runtime parameters, in the launcher's order.
+    """The spec's ``args`` must name the launcher's runtime parameters, in the launcher's order, and each
+    ``Scalar`` must have the kind (int/float/bool) of the launcher's parameter annotation.
 
     A swapped pair (say the output declared before the input) would otherwise build, and the kernel
-    would read the fresh output and write the caller's input.
+    would read the fresh output and write the caller's input; an ``int`` Scalar against an ``fx.Float32``
+    parameter would give an ``int`` schema and an f32 kernel argument.
 
     Raises:
-        FrontendError: naming both lists.
+        FrontendError: naming both lists, or the scalar and both types.
     """
-    want = runtime_parameters(op.kernel)
-    if want is None:
+    params = runtime_parameters(op.kernel)
+    if params is None:
         return
-    got = [a.name for a in op.args if isinstance(a, (Tensor, Output, Scalar))]
+    want = [n for n, _ in params]
+    declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar))]
+    got = [a.name for a in declared]
     if got != want:
+        missing = [n for n in want if n not in got]
+        extra = [n for n in got if n not in want]
+        hint = []
+        if missing:
+            hint.append(f"declare {', '.join(missing)}")
+        if extra:
+            hint.append(f"remove {', '.join(extra)} (not a runtime parameter of the launcher)")
+        if not hint:
+            hint.append("reorder them")
         raise FrontendError(
             f"op {op.name}: args= declares the runtime parameters ({', '.join(got)}) but launcher "
-            f"{launcher_name(op.kernel)!r} takes ({', '.join(want)}); list Tensor/Output/Scalar in the launcher's "
-            "order with the launcher's parameter names (constexprs and the stream are not listed)")
+            f"{launcher_name(op.kernel)!r} takes ({', '.join(want)}); {'; '.join(hint)} (Tensor/Output/Scalar in "
+            "the launcher's order; constexprs and the stream are not listed)")
+    for a, (_, ann) in zip(declared, params):
+        kind = _NUMERIC_KIND.get(_annotation_name(ann))
+        if isinstance(a, Scalar) and kind is not None and kind != a.type:
+            raise FrontendError(
+                f"op {op.name}: Scalar({a.name!r}, {a.type!r}) declares an {a.type} but launcher "
+                f"{launcher_name(op.kernel)!r} annotates {a.name} as {_annotation_name(ann)} ({kind}); declare "
+                f"Scalar({a.name!r}, {kind!r}) so the schema and the kernel argument agree")
+        if isinstance(a, (Tensor, Output)) and kind is not None:
+            raise FrontendError(f"op {op.name}: {a.name} is declared a tensor but launcher "
+                                f"{launcher_name(op.kernel)!r} annotates it as {_annotation_name(ann)}; declare "
+                                f"Scalar({a.name!r}, {kind!r})")
+
+
+# Spec.options keys the FlyDSL frontend passes to FlyDSL as the launcher's compile hints (FlyDSL 0.5.0:
+# ``JitFunction.compile_hints``); every other key is refused. ``maxnreg`` FlyDSL itself refuses (it never
+# reached LLVM on ROCm); use ``waves_per_eu``.
+COMPILE_HINT_OPTIONS = ("waves_per_eu", "fast_fp_math", "unsafe_fp_math", "llvm_options")
+
+
+def check_options(op: OpDecl) -> None:
+    """Refuse ``Spec.options`` keys FlyDSL would not read.
+
+    Raises:
+        FrontendError: naming the op, the spec and the keys flyship passes.
+    """
+    for s in op.specs:
+        bad = [k for k in s.options if k not in COMPILE_HINT_OPTIONS]
+        if bad:
+            why = (" (FlyDSL refuses maxnreg on ROCm: it never reached LLVM; use waves_per_eu to target occupancy)"
+                   if "maxnreg" in bad else "")
+            raise FrontendError(f"op {op.name} spec {s.name}: options {bad} are not read by the FlyDSL frontend"
+                                f"{why}; it passes {', '.join(COMPILE_HINT_OPTIONS)} to FlyDSL as compile hints")
 
 
 def _user_frame(e: BaseException) -> str:
@@ -205,6 +322,7 @@ class FlydslFrontend(Frontend):
 
     def check_declaration(self, op: OpDecl) -> None:
         check_signature(op)
+        check_options(op)
 
     def version(self) -> str:
         return version()
@@ -226,6 +344,7 @@ class FlydslFrontend(Frontend):
         from flyship.compiler.frontends.flydsl import proof as _proof
 
         check_signature(op)
+        refuse_target_features(target, f"op {op.name} spec {spec.name}")
         kernel_dir = _trace(op, spec, target, ctx.workdir / "dump")
         adapter = _versions.current()
         isa = _one(kernel_dir, "*_final_isa.s", "final ISA").read_text()
