@@ -209,6 +209,13 @@ class OpDecl:
             )
         return shapes
 
+    def constraints(self, spec: Spec) -> tuple[str, ...]:
+        """The spec's guard constraints with its constexpr values written in (a constraint may name a
+        constexpr, ``"x.shape[1] <= MAX_N"``; the guard is checked where constexprs no longer exist)."""
+        values = {c.name: spec.constexprs[c.name] for c in self.args
+                  if isinstance(c, Constexpr) and isinstance(spec.constexprs.get(c.name), int)}
+        return tuple(_expr.substitute(c, values) if values else c for c in spec.constraints)
+
     def example_scalars(self, spec: Spec) -> dict[str, Any]:
         out = {}
         for a in self.args:
@@ -368,6 +375,27 @@ def validate(d: OpDecl) -> None:
                 _expr.compile_program(c, slots)
             except _expr.ExprError as e:
                 raise SpecError(f"{w} spec {s.name}: constraint {c!r}: {e}") from None
+        _check_example_meets_constraints(d, s, w)
+
+
+def _check_example_meets_constraints(d: OpDecl, s: Spec, w: str) -> None:
+    """The spec's own example must pass the spec's own constraints, or the specialization is built for a call it
+    would never take (checked here, before compiling; the build checks the derived guard again afterwards)."""
+    try:
+        shapes = d.example_shapes(s)
+        constraints = d.constraints(s)
+    except _expr.ExprError as e:
+        raise SpecError(f"{w} spec {s.name}: {e}") from None
+    scal = {k: v for k, v in d.example_scalars(s).items() if isinstance(v, int) and not isinstance(v, bool)}
+    for c in constraints:
+        try:
+            ok = _expr.evaluate_with_shapes(c, shapes, scal)
+        except _expr.ExprError:
+            continue  # names a scalar with no example value: the build's own check reports it
+        if not ok:
+            raise SpecError(f"{w} spec {s.name}: expected the example shapes {dict(s.shapes)} to satisfy the spec's "
+                            f"constraint {c!r}, got a violation; fix the example shapes or the constraint (the "
+                            "specialization would never run its own example)")
 
 
 def run_spec_file(path: str, run: Callable[[], None]) -> SpecFile:

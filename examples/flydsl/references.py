@@ -48,3 +48,7 @@ TOLERANCES = {
     torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
     torch.float16: dict(atol=2e-3, rtol=2e-3),
 }
+
+
+def scale_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    return (x.float() * alpha).to(x.dtype)

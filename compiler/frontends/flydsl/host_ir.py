@@ -281,6 +281,7 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
                 constraints.append(f"{name}.stride[{d}] == {e.static}")
             elif e.width == "i32":
                 constraints.append(f"{name}.stride[{d}] <= 2147483647")
+    constraints += [c for c in ev.width_constraints if c not in constraints]
     # A static layout reaches the kernel as a bare pointer (shape compiled in; FlyDSL before 0.2.0 makes
     # every torch tensor one); a dynamic layout as a pointer + a struct of its dynamic shape/stride values.
     abi = {name: "dynamic" if lay.dynamic else "static" for name, lay in layouts.items()}
@@ -297,6 +298,7 @@ class _Evaluator:
     def __init__(self, binding, layouts, shapes, scalars, where, ir):
         self.binding, self.layouts, self.shapes, self.scalars, self.where, self.ir = (
             binding, layouts, shapes, scalars, where, ir)
+        self.width_constraints: list[str] = []
 
     # -- helpers -----------------------------------------------------------------------------
     def _block_arg(self, v) -> tuple[str, str] | None:
@@ -354,7 +356,9 @@ class _Evaluator:
             return f"{src[0]}.{what}[{d}]"
         a = lambda k: self._expr(o.operands[k])  # noqa: E731
         if n in self._BIN:
-            return f"({a(0)} {self._BIN[n][0]} {a(1)})"
+            e = f"({a(0)} {self._BIN[n][0]} {a(1)})"
+            self._note_width(o, e)
+            return e
         if n in ("arith.floordivsi", "arith.divsi", "arith.divui"):
             # divsi truncates; shapes and strides are non-negative, where it equals floor division.
             return f"({a(0)} // {a(1)})"
@@ -368,6 +372,19 @@ class _Evaluator:
             return f"max({a(0)}, {a(1)})"
         raise FrontendError(f"{self.where}: host launcher computes a launch value with {n}, which flyship cannot "
                             "express; keep grid arithmetic to + - * // % min max over tensor sizes")
+
+    def _note_width(self, o, e: str) -> None:
+        """A sum or product the launcher computes in a fixed-width integer wraps past its maximum; the guard
+        keeps the inputs where it does not (FlyDSL computes ``(M + 7) // 8`` in i32: it wraps within a few
+        hundred of 2**31)."""
+        t = str(o.results[0].type)
+        bits = {"i32": 32, "i64": 64, "i16": 16}.get(t)
+        if bits is not None:
+            from flyship.bundle import expr as _expr
+
+            c = _expr.canonical(f"{e} <= {2 ** (bits - 1) - 1}")
+            if c not in self.width_constraints:
+                self.width_constraints.append(c)
 
     def value(self, v) -> int:
         """Interpret the ops at the example shapes (independent of :meth:`expr`)."""
