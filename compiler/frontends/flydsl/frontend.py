@@ -121,6 +121,7 @@ def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> Path:
     pos, kw = _call_args(op, spec)
     log = io.StringIO()  # FlyDSL prints a line per dumped stage; keep it for error reports only
     hints = getattr(op.kernel, "compile_hints", None)
+    _forget_compiled(op.kernel)
     try:
         if spec.options:
             op.kernel.compile_hints = {**(hints or {}), **spec.options}
@@ -137,6 +138,20 @@ def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> Path:
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: expected one kernel dump folder in "
                             f"{dump_dir}, found {[p.name for p in dirs]}")
     return dirs[0]
+
+
+def _forget_compiled(kernel: Any) -> None:
+    """Drop what the launcher compiled earlier in this worker: two specializations with the same FlyDSL cache
+    key (same dtypes and constexprs, other constraints) would otherwise hit FlyDSL's in-memory cache and
+    write no IR dump for the second (FlyDSL 0.5.0: ``JitFunction._mem_cache``, ``cache_manager``)."""
+    cache = getattr(kernel, "_mem_cache", None)
+    if isinstance(cache, dict):
+        cache.clear()
+    manager = getattr(kernel, "cache_manager", None)
+    if isinstance(getattr(manager, "memory_cache", None), dict):
+        manager.memory_cache.clear()
+    if hasattr(kernel, "_last_compiled"):
+        kernel._last_compiled = None
 
 
 def launcher_name(kernel: Any) -> str:

@@ -1,0 +1,148 @@
+"""Issue 9 launcher patterns: examples/flydsl/patterns.py builds for gfx942 and gfx950, proven against FlyDSL's
+own code object, and the spec mistakes the issue lists are refused at build time (run as a user would)."""
+
+from __future__ import annotations
+
+import hashlib
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flyship.bundle import manifest as M
+from flyship.bundle.codeobject import CodeObjectFile
+from flyship.bundle.expr import evaluate_with_shapes
+
+from ..conftest import ROOT, run_build
+
+pytestmark = pytest.mark.compile
+I32_MAX = 2**31 - 1
+
+
+@pytest.fixture(scope="module")
+def patterns_bundle(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("patterns") / "bundle"
+    run_build(ROOT / "examples/flydsl/patterns.py", out, ["gfx942", "gfx950"], "-j", "2")
+    return out
+
+
+def _passes(guard: M.Guard, shapes: dict, strides: dict | None = None) -> bool:
+    return all(evaluate_with_shapes(c, shapes, {}, strides) for c in guard.constraints)
+
+
+def test_a_launcher_whose_stream_has_no_default_builds_for_both_targets_proven_and_packed_per_metadata(
+        patterns_bundle):
+    m = M.read(patterns_bundle)
+    spec = m.op("scale").specializations[0]
+    assert sorted(v.target for v in spec.variants) == ["gfx942", "gfx950"]
+    for v in spec.variants:
+        data = (patterns_bundle / v.code_object.file).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == v.code_object.sha256
+        assert v.proof.method == "flydsl-binary" and ".text" in v.proof.identical_sections
+        assert v.proof.metadata == "equal"
+        co = CodeObjectFile(data)
+        assert co.kernel_metadata(v.code_object.symbol) == v.metadata
+        M.check_layout(v.kernargs, v.metadata, f"scale.{v.target}")
+        got = [(f.kind, f.type, f.arg) for f in v.kernargs.fields]
+        assert got == [("pointer", "ptr", "x"), ("shape", "i32", "x"), ("shape", "i32", "x"), ("stride", "i64", "x"),
+                       ("pointer", "ptr", "out"), ("shape", "i32", "out"), ("shape", "i32", "out"),
+                       ("stride", "i64", "out"), ("scalar", "f32", "alpha")]
+
+
+def test_the_float32_scalar_is_a_float_in_the_schema_and_an_f32_kernel_argument(patterns_bundle):
+    op = M.read(patterns_bundle).op("scale")
+    assert [(a.name, a.kind) for a in op.args] == [("x", "tensor"), ("alpha", "float")]
+    v = op.specializations[0].variants[0]
+    assert [f.type for f in v.kernargs.fields if f.arg == "alpha"] == ["f32"]
+
+
+def test_a_constraint_naming_a_constexpr_is_stored_with_its_value(patterns_bundle):
+    guard = M.read(patterns_bundle).op("scale").specializations[0].guard
+    assert "x.shape[1] >= 256" in guard.constraints
+    assert not any("TILE_N" in c for c in guard.constraints)
+
+
+def test_the_guard_admits_the_largest_grid_that_fits_in_i32_and_refuses_one_past_the_wrap(patterns_bundle):
+    # The launcher computes M * ((N + 255) // 256) in i32.
+    guard = M.read(patterns_bundle).op("scale").specializations[0].guard
+    assert "x.shape[0] * ((x.shape[1] + 255) // 256) <= 2147483647" in guard.constraints
+    assert "x.shape[1] + 255 <= 2147483647" in guard.constraints
+    rows_max = I32_MAX // 4  # N = 1024: 4 tiles per row
+    assert _passes(guard, {"x": (rows_max, 1024), "out": (rows_max, 1024)})
+    assert not _passes(guard, {"x": (rows_max + 1, 1024), "out": (rows_max + 1, 1024)})
+    # N + 255 itself wraps within 255 of 2**31: the last N that does not wrap passes, the next does not.
+    assert _passes(guard, {"x": (1, I32_MAX - 255), "out": (1, I32_MAX - 255)})
+    assert not _passes(guard, {"x": (1, I32_MAX - 254), "out": (1, I32_MAX - 254)})
+
+
+def _spec(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "spec.py"
+    p.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / 'examples' / 'flydsl')!r})
+        from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, namespace, op, references
+        from scale import scale
+        namespace("t")
+        references({str(ROOT / 'examples' / 'flydsl' / 'references.py')!r})
+    """) + textwrap.dedent(body))
+    return p
+
+
+SCALE = """
+    op("scale", kernel=scale, reference=REF,
+       args=[Tensor("x", rank=2), Output("out", OUT), Scalar("alpha", TYPE, default=2.0), Constexpr("TILE_N")],
+       specs=[SPECS])
+"""
+F32 = 'Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)}, constexprs={"TILE_N": 256}, OPTS)'
+
+
+def _scale(tmp_path: Path, ref: str = '"scale_ref"', out: str = 'like="x"', type_: str = '"float"',
+           specs: str = F32, opts: str = "") -> Path:
+    body = (SCALE.replace("REF", ref).replace("OUT", out).replace("TYPE", type_).replace("SPECS", specs)
+            .replace(", OPTS", opts))
+    return _spec(tmp_path, body)
+
+
+def _refused(tmp_path: Path, spec: Path) -> str:
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not (tmp_path / "o").exists()
+    return r.stderr
+
+
+def test_an_int_scalar_against_a_float32_launcher_parameter_is_refused_before_compiling(tmp_path):
+    err = _refused(tmp_path, _scale(tmp_path, type_='"int"'))
+    assert "Scalar('alpha', 'int') declares an int but launcher 'scale' annotates alpha as Float32 (float)" in err
+    assert "kernels" not in err.split("error:")[0]  # refused while reading the declarations
+
+
+def test_an_output_shape_rule_that_disagrees_with_the_reference_is_refused_before_compiling(tmp_path):
+    err = _refused(tmp_path, _scale(tmp_path, out='shape=("x.shape[1]", "x.shape[0]")'))
+    assert "op scale spec f32: output out: expected the reference's result to match the output rule" in err
+    assert "[1000, 100]" in err and "got shape [100, 1000]" in err
+
+
+def test_example_shapes_that_violate_the_specs_own_constraints_are_refused_before_compiling(tmp_path):
+    err = _refused(tmp_path, _scale(tmp_path, opts=', constraints=("x.shape[1] <= 512",)'))
+    assert "op scale spec f32: expected the example shapes {'x': (100, 1000)} to satisfy the spec's constraint " \
+           "'x.shape[1] <= 512'" in err
+
+
+def test_options_flydsl_does_not_read_are_refused_and_maxnreg_says_use_waves_per_eu(tmp_path):
+    err = _refused(tmp_path, _scale(tmp_path, opts=', options={"maxnreg": 128}'))
+    assert "options ['maxnreg'] are not read by the FlyDSL frontend" in err and "waves_per_eu" in err
+    err = _refused(tmp_path, _scale(tmp_path, opts=', options={"num_warps": 4}'))
+    assert "options ['num_warps'] are not read by the FlyDSL frontend" in err
+
+
+def test_a_specialization_an_earlier_one_always_takes_first_is_refused(tmp_path):
+    narrow = F32.replace('"f32"', '"narrow"').replace(", OPTS", ', constraints=("x.shape[1] <= 4096",)')
+    err = _refused(tmp_path, _scale(tmp_path, specs=F32 + ", " + narrow))
+    assert "op scale: expected every specialization to be reachable, got 'narrow' behind 'f32'" in err
+
+
+def test_a_feature_target_id_is_refused_for_a_flydsl_op_with_the_processor_to_build_instead(tmp_path):
+    r = run_build(_scale(tmp_path), tmp_path / "o", ["gfx942:sramecc+:xnack-"], check=False)
+    assert r.returncode == 1
+    assert "expected a bare processor for a FlyDSL op, got target ID gfx942:sramecc+:xnack-" in r.stderr
+    assert "--arch gfx942" in r.stderr
