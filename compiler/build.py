@@ -264,7 +264,8 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
         guard = M.Guard(dtypes=dict(sorted(s.dtypes.items())), constraints=constraints,
                         alignment=dict(sorted(alignment.items())))
         example = M.Example(shapes={k: tuple(v) for k, v in sorted(shapes.items())},
-                            scalars=dict(sorted(scalars.items())), grid=tuple(example_grid or (0, 0, 0)))
+                            scalars=dict(sorted(scalars.items())), grid=tuple(example_grid or (0, 0, 0)),
+                            strides={k: tuple(v) for k, v in sorted(s.strides.items())})
         specs.append(M.Specialization(name=s.name, guard=guard, example=example,
                                       variants=tuple(sorted(variants, key=lambda x: x.target))))
     check_reachable(op.name, specs)

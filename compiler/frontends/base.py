@@ -291,11 +291,12 @@ def example_grid(op: OpDecl, spec: Spec, grid: tuple[str, ...], constraints: tup
         raise FrontendError(f"{where}: int scalars {missing} need example values (Spec(scalars=...) or "
                             "Scalar(default=...)) to check the guard and the grid")
     scalars = {k: v for k, v in example.items() if isinstance(v, int) and not isinstance(v, bool)}
+    strides = op.example_strides(spec)
     try:
         device = example_device(spec, target)
-        values = tuple(_expr.evaluate_with_shapes(g, shapes, scalars, device=device) for g in grid)
+        values = tuple(_expr.evaluate_with_shapes(g, shapes, scalars, strides, device=device) for g in grid)
         for c in constraints:
-            if not _expr.evaluate_with_shapes(c, shapes, scalars, device=device):
+            if not _expr.evaluate_with_shapes(c, shapes, scalars, strides, device=device):
                 raise FrontendError(f"{where}: the example call (shapes {shapes}, scalars {scalars}) violates the "
                                     f"guard constraint {c!r}; the specialization would never run its own example")
     except BundleError as e:

@@ -4,12 +4,17 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
 
 * ``scale`` (scale.py): a ``stream: fx.Stream`` parameter with no default (1), a runtime ``fx.Float32``
   scalar declared ``Scalar(..., "float")`` (12), a constexpr named in a constraint (12), and a grid the
-  launcher computes in 32-bit integers, which the guard keeps below the wrap (11).
+  launcher computes in 32-bit integers, which the guard keeps below the wrap (11); a second specialization
+  traced with a column-major example (``x = w.t()``): FlyDSL folds the unit stride of dim 0 into the code,
+  so its guard admits exactly column-major inputs and the kernel gets the stride of dim 1 (3).
+* ``add_one_rows`` (rows.py): a runtime ``fx.Int32`` row count bound to ``Value("m", "x.shape[0]")`` and
+  a row length the builder bakes in (``N``), declared as a constraint naming the constexpr (4).
 """
 
+from rows import ROWS_MAX, add_one_rows
 from scale import scale
 
-from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, namespace, op, references
+from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, namespace, op, references
 
 namespace("flyship_patterns")
 references("references.py")
@@ -24,5 +29,21 @@ op(
         # A constraint may name a constexpr: flyship writes its value in (the guard reads x.shape[1] >= 256).
         Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)}, constexprs={"TILE_N": 256},
              constraints=("x.shape[1] >= TILE_N",)),
+        # A column-major x (a transposed (512, 1000) tensor): traced with those strides, guarded for them.
+        Spec("f32_colmajor", dtypes={"x": "float32"}, shapes={"x": (1000, 512)}, strides={"x": (1, 1000)},
+             constexprs={"TILE_N": 256}),
+    ],
+)
+
+op(
+    "add_one_rows",
+    kernel=add_one_rows,
+    args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "x.shape[0]"), Constexpr("N")],
+    reference="add_one_rows_ref",
+    doc="out = x + 1 (float32) with a runtime row count and a row length baked into the code",
+    specs=[
+        # The launcher views x and out as (ROWS_MAX, N):(N, 1): promises flyship cannot see in the host IR.
+        Spec("n1024", dtypes={"x": "float32"}, shapes={"x": (300, 1024)}, constexprs={"N": 1024},
+             constraints=("x.shape[1] == N", "x.stride[0] == N", "x.stride[1] == 1", f"x.shape[0] <= {ROWS_MAX}")),
     ],
 )

@@ -21,7 +21,7 @@ from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLa
 from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
 from flyship.compiler.frontends.flydsl import host_ir
 from flyship.compiler.frontends.flydsl import versions as _versions
-from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor
+from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor, Value
 
 
 def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> None:
@@ -71,11 +71,16 @@ def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
     import torch
 
     shapes = op.example_shapes(spec)
+    strides = op.example_strides(spec)
     scalars = op.example_scalars(spec)
+    values = op.example_values(spec)
     pos: list[Any] = []
     for a in op.args:
         if isinstance(a, Tensor):
-            pos.append(torch.empty(shapes[a.name], dtype=_torch_dtype(spec.dtypes[a.name])))
+            # A strided example (a transposed weight) is a view of a buffer just large enough for it.
+            pos.append(torch.empty_strided(shapes[a.name], strides[a.name], dtype=_torch_dtype(spec.dtypes[a.name])))
+        elif isinstance(a, Value):
+            pos.append(int(values[a.name]))
         elif isinstance(a, Output):
             pos.append(torch.empty(shapes[a.name], dtype=_torch_dtype(op.output_dtype_for(a, spec))))
         elif isinstance(a, Scalar):
@@ -214,7 +219,7 @@ def check_signature(op: OpDecl) -> None:
     if params is None:
         return
     want = [n for n, _ in params]
-    declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar))]
+    declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
     got = [a.name for a in declared]
     if got != want:
         missing = [n for n in want if n not in got]
@@ -229,7 +234,7 @@ def check_signature(op: OpDecl) -> None:
         raise FrontendError(
             f"op {op.name}: args= declares the runtime parameters ({', '.join(got)}) but launcher "
             f"{launcher_name(op.kernel)!r} takes ({', '.join(want)}); {'; '.join(hint)} (Tensor/Output/Scalar in "
-            "the launcher's order; constexprs and the stream are not listed)")
+            "the launcher's order, Value for integers computed from them; constexprs and the stream are not listed)")
     for a, (_, ann) in zip(declared, params):
         kind = _NUMERIC_KIND.get(_annotation_name(ann))
         if isinstance(a, Scalar) and kind is not None and kind != a.type:
@@ -237,6 +242,11 @@ def check_signature(op: OpDecl) -> None:
                 f"op {op.name}: Scalar({a.name!r}, {a.type!r}) declares an {a.type} but launcher "
                 f"{launcher_name(op.kernel)!r} annotates {a.name} as {_annotation_name(ann)} ({kind}); declare "
                 f"Scalar({a.name!r}, {kind!r}) so the schema and the kernel argument agree")
+        if isinstance(a, Value) and kind is not None and (kind != "int" or (
+                _annotation_name(ann) in ("Int32", "Int64") and _annotation_name(ann) != f"Int{a.type[1:]}")):
+            raise FrontendError(
+                f"op {op.name}: Value({a.name!r}, type={a.type!r}) but launcher {launcher_name(op.kernel)!r} "
+                f"annotates {a.name} as {_annotation_name(ann)}; give the Value the parameter's integer type")
         if isinstance(a, (Tensor, Output)) and kind is not None:
             raise FrontendError(f"op {op.name}: {a.name} is declared a tensor but launcher "
                                 f"{launcher_name(op.kernel)!r} annotates it as {_annotation_name(ann)}; declare "
