@@ -33,8 +33,16 @@ def _passes(guard: M.Guard, shapes: dict, strides: dict | None = None) -> bool:
 def test_a_launcher_whose_stream_has_no_default_builds_for_both_targets_proven_and_packed_per_metadata(
         patterns_bundle):
     m = M.read(patterns_bundle)
+    for op in m.ops:
+        for spec in op.specializations:
+            assert sorted(v.target for v in spec.variants) == ["gfx942", "gfx950"], (op.name, spec.name)
+            for v in spec.variants:
+                data = (patterns_bundle / v.code_object.file).read_bytes()
+                assert v.proof.method == "flydsl-binary" and v.proof.metadata == "equal"
+                assert hashlib.sha256(data).hexdigest() == v.code_object.sha256
+                M.check_layout(v.kernargs, v.metadata, f"{op.name}.{spec.name}.{v.target}")
+                assert CodeObjectFile(data).kernel_metadata(v.code_object.symbol) == v.metadata
     spec = m.op("scale").specializations[0]
-    assert sorted(v.target for v in spec.variants) == ["gfx942", "gfx950"]
     for v in spec.variants:
         data = (patterns_bundle / v.code_object.file).read_bytes()
         assert hashlib.sha256(data).hexdigest() == v.code_object.sha256
@@ -73,6 +81,38 @@ def test_the_guard_admits_the_largest_grid_that_fits_in_i32_and_refuses_one_past
     # N + 255 itself wraps within 255 of 2**31: the last N that does not wrap passes, the next does not.
     assert _passes(guard, {"x": (1, I32_MAX - 255), "out": (1, I32_MAX - 255)})
     assert not _passes(guard, {"x": (1, I32_MAX - 254), "out": (1, I32_MAX - 254)})
+
+
+def test_a_column_major_example_builds_code_guarded_for_column_major_inputs_only(patterns_bundle):
+    op = M.read(patterns_bundle).op("scale")
+    row, col = op.specializations
+    assert col.name == "f32_colmajor" and col.example.strides == {"x": (1, 1000)}
+    assert "x.stride[0] == 1" in col.guard.constraints and "x.stride[1] == 1" not in col.guard.constraints
+    shapes = {"x": (1000, 512), "out": (1000, 512)}
+    column_major = {"x": (1, 1000), "out": (512, 1)}
+    row_major = {"x": (512, 1), "out": (512, 1)}
+    assert _passes(col.guard, shapes, column_major) and not _passes(col.guard, shapes, row_major)
+    assert _passes(row.guard, shapes, row_major) and not _passes(row.guard, shapes, column_major)
+    # The kernel gets x's dynamic stride (dim 1), never a packed 1 for the folded dim 0.
+    for v in col.variants:
+        x_strides = [f.dim for f in v.kernargs.fields if f.arg == "x" and f.kind == "stride"]
+        assert x_strides == [1]
+    assert [f.dim for f in row.variants[0].kernargs.fields if f.arg == "x" and f.kind == "stride"] == [0]
+
+
+def test_an_int32_launcher_parameter_is_bound_to_its_value_expression_and_guarded_to_fit(patterns_bundle):
+    spec = M.read(patterns_bundle).op("add_one_rows").specializations[0]
+    for v in spec.variants:
+        assert [(f.kind, f.type, f.arg, f.expr) for f in v.kernargs.fields] == [
+            ("pointer", "ptr", "x", None), ("pointer", "ptr", "out", None), ("expr", "i32", None, "x.shape[0]")]
+        assert v.launch.grid == ("x.shape[0] * 4", "1", "1")
+    # What the builder baked in (N = 1024, contiguous rows, ROWS_MAX rows) is in the guard, the constexpr
+    # written in; the Value packed as i32 must fit.
+    for c in ("x.shape[1] == 1024", "x.stride[0] == 1024", "x.stride[1] == 1", "x.shape[0] <= 65536",
+              "x.shape[0] <= 2147483647"):
+        assert c in spec.guard.constraints
+    assert _passes(spec.guard, {"x": (300, 1024), "out": (300, 1024)})
+    assert not _passes(spec.guard, {"x": (300, 512), "out": (300, 512)})
 
 
 def _spec(tmp_path: Path, body: str) -> Path:
