@@ -95,6 +95,32 @@ Param = Tensor | Output | Scalar | Constexpr | Value
 
 
 @dataclasses.dataclass(frozen=True)
+class Entry:
+    """A plain Python entry point around a DSL launcher (see :func:`entry`)."""
+
+    fn: Callable[..., Any]
+    frontend: str = "flydsl"
+
+    @property
+    def __name__(self) -> str:  # noqa: A003 - messages name the entry like a function
+        return getattr(self.fn, "__name__", repr(self.fn))
+
+
+def entry(fn: Callable[..., Any], frontend: str = "flydsl") -> Entry:
+    """Name a plain Python function that the user calls, which calls a ``@flyc.jit`` launcher.
+
+    FlyDSL builders often return such a wrapper: it sets compile hints (fast-math, LLVM options), substitutes
+    placeholder arguments and marks layouts dynamic, then calls the inner launcher. flyc-build calls the
+    entry as the user would (``args`` are the *entry's* parameters, in order; parameters left out must have
+    defaults), records the launch FlyDSL makes, and proves the code object against FlyDSL's own from that
+    same call. Naming the inner launcher instead would lose the wrapper's hints and build other code.
+    """
+    if not callable(fn):
+        raise SpecError(f"entry: expected a callable, got {type(fn).__name__}")
+    return Entry(fn, frontend)
+
+
+@dataclasses.dataclass(frozen=True)
 class Spec:
     """One specialization to build.
 
@@ -310,7 +336,7 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
     """
     frontend = _detect_frontend(kernel)
     decl = OpDecl(name=name, kernel=kernel, args=tuple(args), specs=tuple(specs), reference=reference,
-                  doc=doc or (getattr(kernel, "__doc__", "") or "").strip().split("\n")[0],
+                  doc=doc or (getattr(getattr(kernel, "fn", kernel), "__doc__", "") or "").strip().split("\n")[0],
                   grid=tuple(grid) if grid else None, frontend=frontend, backward=_backward(name, backward))
     validate(decl)
     _current().ops.append(decl)

@@ -9,12 +9,16 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
   so its guard admits exactly column-major inputs and the kernel gets the stride of dim 1 (3).
 * ``add_one_rows`` (rows.py): a runtime ``fx.Int32`` row count bound to ``Value("m", "x.shape[0]")`` and
   a row length the builder bakes in (``N``), declared as a constraint naming the constexpr (4).
+* ``divide`` (divide.py): the builder returns a plain Python entry point that compiles the launcher under
+  fast-math hints; the spec names that entry (``entry(build_divide())``) and flyship traces it as the user
+  calls it (2).
 """
 
+from divide import build_divide, launch_divide
 from rows import ROWS_MAX, add_one_rows
 from scale import scale
 
-from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, namespace, op, references
+from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, entry, namespace, op, references
 
 namespace("flyship_patterns")
 references("references.py")
@@ -47,3 +51,16 @@ op(
              constraints=("x.shape[1] == N", "x.stride[0] == N", "x.stride[1] == 1", f"x.shape[0] <= {ROWS_MAX}")),
     ],
 )
+
+DIVIDE_ARGS = [Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha", "float", default=3.0)]
+DIVIDE_SPECS = [Spec("f32", dtypes={"x": "float32"}, shapes={"x": (64, 1000)})]
+
+# The entry point, as users call it: built with the entry's fast-math hints, proven against FlyDSL's
+# own code object from that call.
+op("divide", kernel=entry(build_divide()), args=DIVIDE_ARGS, reference="divide_ref", specs=DIVIDE_SPECS,
+   doc="out = x / alpha (float32) through the builder's entry point (fast-math)")
+
+# The same launcher unwrapped by hand: no hints, IEEE division. Built here only so the tests can show that
+# its code differs from what FlyDSL runs for the entry (never ship an unwrapped launcher in its place).
+op("divide_unwrapped", kernel=launch_divide, args=DIVIDE_ARGS, reference="divide_ref", specs=DIVIDE_SPECS,
+   doc="out = x / alpha (float32), the launcher named directly (no fast-math)")

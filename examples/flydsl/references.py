@@ -56,3 +56,7 @@ def scale_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
 
 def add_one_rows_ref(x: torch.Tensor) -> torch.Tensor:
     return x + 1
+
+
+def divide_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    return x / alpha

@@ -12,6 +12,7 @@ failed dump. The disk cache is turned off so every build really compiles.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 from pathlib import Path
@@ -21,7 +22,7 @@ from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLa
 from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
 from flyship.compiler.frontends.flydsl import host_ir
 from flyship.compiler.frontends.flydsl import versions as _versions
-from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor, Value
+from flyship.compiler.spec import Entry, OpDecl, Output, Scalar, Spec, Tensor, Value
 
 
 def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> None:
@@ -89,7 +90,8 @@ def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
                                     "(Spec(scalars=...) or Scalar(default=...))")
             pos.append({"float": float, "int": int, "bool": bool}[a.type](scalars[a.name]))
     kw = dict(spec.constexprs)
-    kw.update(_stream_placeholders(op.kernel))
+    if not isinstance(op.kernel, Entry):
+        kw.update(_stream_placeholders(op.kernel))
     return pos, kw
 
 
@@ -118,31 +120,110 @@ def _is_stream(annotation: Any) -> bool:
     return name.split(".")[-1] == "Stream" or getattr(annotation, "_is_stream_param", False)
 
 
-def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> Path:
-    """Compile the launcher without launching (as the version adapter says) with the IR dump on; return the
-    kernel's dump folder."""
+def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> tuple[Path, OpDecl, str]:
+    """Compile the launcher without launching (as the version adapter says), or call the entry point as the
+    user does, with the IR dump on.
+
+    Returns:
+        The kernel's dump folder, the declaration in the traced launcher's parameter order (an entry's
+        launch mapped back to the op's arguments) and the launcher's name (its host function's symbol).
+    """
     dump_dir.mkdir(parents=True, exist_ok=True)
     os.environ["FLYDSL_DUMP_DIR"] = str(dump_dir)
     pos, kw = _call_args(op, spec)
+    launcher = op.kernel.fn if isinstance(op.kernel, Entry) else op.kernel
     log = io.StringIO()  # FlyDSL prints a line per dumped stage; keep it for error reports only
-    hints = getattr(op.kernel, "compile_hints", None)
-    _forget_compiled(op.kernel)
+    hints = getattr(launcher, "compile_hints", None)
+    _forget_compiled(launcher)
+    launches: list[tuple[Any, tuple, dict]] = []
     try:
         if spec.options:
-            op.kernel.compile_hints = {**(hints or {}), **spec.options}
+            launcher.compile_hints = {**(hints or {}), **spec.options}
         with contextlib.redirect_stdout(log):
-            _versions.current().compile(op.kernel, pos, kw)
+            if isinstance(op.kernel, Entry):
+                with _recording(launches):
+                    launcher(*pos, **kw)  # the user's own call path
+            else:
+                _versions.current().compile(launcher, pos, kw)
+    except FrontendError:
+        raise
     except Exception as e:  # the DSL's own message, with where it happened
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: FlyDSL failed to trace/compile "
                             f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}{_user_frame(e)}") from None
     finally:
         if spec.options:
-            op.kernel.compile_hints = hints
+            launcher.compile_hints = hints
     dirs = [p for p in dump_dir.iterdir() if p.is_dir()]
     if len(dirs) != 1:
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: expected one kernel dump folder in "
                             f"{dump_dir}, found {[p.name for p in dirs]}")
-    return dirs[0]
+    if not isinstance(op.kernel, Entry):
+        return dirs[0], op, launcher_name(op.kernel)
+    where = f"op {op.name} spec {spec.name} target {target}"
+    if len(launches) != 1:
+        raise FrontendError(f"{where}: expected entry {op.kernel.__name__!r} to call one @flyc.jit launcher, got "
+                            f"{len(launches)} calls; flyship binds entries that launch once")
+    jit, args, kwargs = launches[0]
+    return dirs[0], _entry_binding(op, spec, jit, args, kwargs, pos, where), launcher_name(jit)
+
+
+@contextlib.contextmanager
+def _recording(launches: list):
+    """Record each outermost ``@flyc.jit`` call (launcher, args, kwargs) made while the block runs (FlyDSL
+    0.5.0: ``JitFunction._compile_or_execute``; a call inside a trace has a current MLIR context)."""
+    from flydsl._mlir import ir
+    from flydsl.compiler.jit_function import JitFunction
+
+    orig = getattr(JitFunction, "_compile_or_execute", None)
+    if orig is None:
+        raise FrontendError(f"entry points: this FlyDSL ({version()}) has no JitFunction._compile_or_execute for "
+                            "flyship to record the launch with (FlyDSL 0.5.0 has); name the @flyc.jit launcher")
+
+    def record(self, args, kwargs, *, execute, return_compiled=False):
+        if ir.Context.current is None:
+            launches.append((self, tuple(args), dict(kwargs)))
+        return orig(self, args, kwargs, execute=execute, return_compiled=return_compiled)
+
+    JitFunction._compile_or_execute = record
+    try:
+        yield
+    finally:
+        JitFunction._compile_or_execute = orig
+
+
+def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, pos: list, where: str) -> OpDecl:
+    """The op's declaration in the inner launcher's parameter order: each runtime argument the entry passed
+    is one of the op's own (a tensor passed through, by identity; a scalar equal to exactly one declared
+    scalar's example). An argument the entry computed itself cannot be bound, and is refused."""
+    import inspect
+
+    import torch
+
+    sig = inspect.signature(jit.func)
+    bound = sig.bind(*args, **kwargs)
+    declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
+    mapped: list = []
+    for name, value in bound.arguments.items():
+        ann = sig.parameters[name].annotation
+        if _is_stream(ann) or (ann is not inspect.Parameter.empty and _is_compile_time(ann)):
+            continue
+        if isinstance(value, torch.Tensor):
+            hit = [a for a, v in zip(declared, pos) if v is value]
+            if not hit:
+                raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
+                                    "tensor that is none of the op's arguments (a view or a fresh tensor); flyship "
+                                    "binds tensors the entry passes through unchanged")
+        else:
+            hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
+                   and v == value]
+            if len(hit) != 1:
+                raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} the "
+                                    f"value {value!r}, which is {'none' if not hit else 'more than one'} of the op's "
+                                    "scalar arguments; flyship binds scalars the entry passes through (give the "
+                                    "example scalars distinct values)")
+        mapped.append(hit[0])
+    consts = tuple(a for a in op.args if not isinstance(a, (Tensor, Output, Scalar, Value)))
+    return dataclasses.replace(op, args=tuple(mapped) + consts)
 
 
 def _forget_compiled(kernel: Any) -> None:
@@ -161,6 +242,8 @@ def _forget_compiled(kernel: Any) -> None:
 
 def launcher_name(kernel: Any) -> str:
     """The Python name of a ``@flyc.jit`` launcher (also its host function's symbol in the IR)."""
+    if isinstance(kernel, Entry):
+        return kernel.__name__
     fn = getattr(kernel, "func", None) or getattr(kernel, "__wrapped__", None) or kernel
     return getattr(fn, "__name__", repr(kernel))
 
@@ -215,6 +298,9 @@ def check_signature(op: OpDecl) -> None:
     Raises:
         FrontendError: naming both lists, or the scalar and both types.
     """
+    if isinstance(op.kernel, Entry):
+        _check_entry_signature(op)
+        return
     params = runtime_parameters(op.kernel)
     if params is None:
         return
@@ -253,6 +339,25 @@ def check_signature(op: OpDecl) -> None:
                                 f"Scalar({a.name!r}, {kind!r})")
 
 
+def _check_entry_signature(op: OpDecl) -> None:
+    """An entry's declared parameters are its leading ones, in order; the rest must have defaults."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(op.kernel.fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    got = [a.name for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
+    lead = [p.name for p in params[:len(got)]]
+    rest = [p.name for p in params[len(got):] if p.default is inspect.Parameter.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if got != lead or rest:
+        raise FrontendError(
+            f"op {op.name}: args= declares ({', '.join(got)}) but entry {op.kernel.__name__!r} takes "
+            f"({', '.join(p.name for p in params)}); declare the entry's parameters in its order (those left out "
+            f"must have defaults{'; ' + ', '.join(rest) + ' have none' if rest else ''})")
+
+
 # Spec.options keys the FlyDSL frontend passes to FlyDSL as the launcher's compile hints (FlyDSL 0.5.0:
 # ``JitFunction.compile_hints``); every other key is refused. ``maxnreg`` FlyDSL itself refuses (it never
 # reached LLVM on ROCm); use ``waves_per_eu``.
@@ -266,6 +371,10 @@ def check_options(op: OpDecl) -> None:
         FrontendError: naming the op, the spec and the keys flyship passes.
     """
     for s in op.specs:
+        if s.options and isinstance(op.kernel, Entry):
+            raise FrontendError(f"op {op.name} spec {s.name}: options are compile hints for a launcher, but entry "
+                                f"{op.kernel.__name__!r} is called as the user calls it; set the hints in the entry "
+                                "(CompilationContext.compile_hints) or name the launcher")
         bad = [k for k in s.options if k not in COMPILE_HINT_OPTIONS]
         if bad:
             why = (" (FlyDSL refuses maxnreg on ROCm: it never reached LLVM; use waves_per_eu to target occupancy)"
@@ -331,6 +440,8 @@ class FlydslFrontend(Frontend):
     declares_grid = False
 
     def accepts(self, kernel: Any) -> bool:
+        if isinstance(kernel, Entry):
+            return kernel.frontend == self.name
         return (type(kernel).__module__ or "").startswith("flydsl")
 
     def prepare_planning(self, amd_target: str | None) -> None:
@@ -370,7 +481,7 @@ class FlydslFrontend(Frontend):
 
         check_signature(op)
         refuse_target_features(target, f"op {op.name} spec {spec.name}")
-        kernel_dir = _trace(op, spec, target, ctx.workdir / "dump")
+        kernel_dir, traced, name = _trace(op, spec, target, ctx.workdir / "dump")
         adapter = _versions.current()
         isa = _one(kernel_dir, "*_final_isa.s", "final ISA").read_text()
         adapter.check_isa_target(isa, f"op {op.name} spec {spec.name} target {target}")
@@ -378,7 +489,7 @@ class FlydslFrontend(Frontend):
                                                   .read_text())
         ours = _assemble.assemble(isa, target, ctx.toolchain, ctx.workdir / "asm",
                                   code_object_version=ctx.code_object_version)
-        analysis = host_ir.analyze(kernel_dir, op, spec, launcher_name(op.kernel), adapter.mlir_context(), ir)
+        analysis = host_ir.analyze(kernel_dir, traced, spec, name, adapter.mlir_context(), ir)
         symbol = analysis.kernel_name
         # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
         # target flags): ours must equal each of them.
