@@ -115,6 +115,55 @@ def test_an_int32_launcher_parameter_is_bound_to_its_value_expression_and_guarde
     assert not _passes(spec.guard, {"x": (300, 512), "out": (300, 512)})
 
 
+def test_an_entry_point_is_built_as_the_user_calls_it_and_a_by_hand_unwrap_fails_the_proof(patterns_bundle):
+    from flyship.compiler.frontends.flydsl.proof import ProofError, prove
+
+    m = M.read(patterns_bundle)
+    ours = m.op("divide").specializations[0]
+    unwrapped = m.op("divide_unwrapped").specializations[0]
+    assert [(a.name, a.kind) for a in m.op("divide").args] == [("x", "tensor"), ("alpha", "float")]
+    for v, u in zip(ours.variants, unwrapped.variants):
+        assert v.target == u.target and v.code_object.symbol == u.code_object.symbol
+        assert [(f.kind, f.arg) for f in v.kernargs.fields] == [(f.kind, f.arg) for f in u.kernargs.fields]
+        entry_co = (patterns_bundle / v.code_object.file).read_bytes()  # proven equal to FlyDSL's own for the call
+        by_hand = (patterns_bundle / u.code_object.file).read_bytes()
+        prove(entry_co, entry_co, v.code_object.symbol)
+        # The wrapper's fast-math hints change the machine code: the unwrapped launcher is not what FlyDSL
+        # runs for the entry, and the proof against the entry's normal call says so.
+        with pytest.raises(ProofError, match="prove"):
+            prove(by_hand, entry_co, v.code_object.symbol)
+
+
+def test_an_entry_that_passes_a_tensor_it_made_itself_is_refused_naming_the_parameter(tmp_path):
+    spec = _spec(tmp_path, """
+        from divide import launch_divide
+        from flyship.compiler.spec import entry
+
+        def divide_copy(x, out, alpha, stream=None):
+            return launch_divide(x.clone(), out, alpha)
+
+        op("d", kernel=entry(divide_copy), args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "entry 'divide_copy' passes launcher parameter 'x' a tensor that is none of the op's arguments" in err
+
+
+def test_an_entry_whose_undeclared_parameters_have_no_default_is_refused_before_compiling(tmp_path):
+    spec = _spec(tmp_path, """
+        from flyship.compiler.spec import entry
+
+        def f(x, out, alpha, stream):
+            pass
+
+        op("d", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "args= declares (x, out, alpha) but entry 'f' takes (x, out, alpha, stream)" in err
+    assert "stream have none" in err
+
+
 def _spec(tmp_path: Path, body: str) -> Path:
     p = tmp_path / "spec.py"
     p.write_text(textwrap.dedent(f"""
