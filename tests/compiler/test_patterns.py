@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle import manifest as M
+from flyship.bundle import rules
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.expr import evaluate_with_shapes
 
@@ -17,13 +18,6 @@ from ..conftest import ROOT, run_build
 
 pytestmark = pytest.mark.compile
 I32_MAX = 2**31 - 1
-
-
-@pytest.fixture(scope="module")
-def patterns_bundle(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("patterns") / "bundle"
-    run_build(ROOT / "examples/flydsl/patterns.py", out, ["gfx942", "gfx950"], "-j", "2")
-    return out
 
 
 def _passes(guard: M.Guard, shapes: dict, strides: dict | None = None) -> bool:
@@ -40,7 +34,7 @@ def test_a_launcher_whose_stream_has_no_default_builds_for_both_targets_proven_a
                 data = (patterns_bundle / v.code_object.file).read_bytes()
                 assert v.proof.method == "flydsl-binary" and v.proof.metadata == "equal"
                 assert hashlib.sha256(data).hexdigest() == v.code_object.sha256
-                M.check_layout(v.kernargs, v.metadata, f"{op.name}.{spec.name}.{v.target}")
+                rules.check_layout(v.kernargs, v.metadata, f"{op.name}.{spec.name}.{v.target}")
                 assert CodeObjectFile(data).kernel_metadata(v.code_object.symbol) == v.metadata
     spec = m.op("scale").specializations[0]
     for v in spec.variants:
@@ -50,7 +44,7 @@ def test_a_launcher_whose_stream_has_no_default_builds_for_both_targets_proven_a
         assert v.proof.metadata == "equal"
         co = CodeObjectFile(data)
         assert co.kernel_metadata(v.code_object.symbol) == v.metadata
-        M.check_layout(v.kernargs, v.metadata, f"scale.{v.target}")
+        rules.check_layout(v.kernargs, v.metadata, f"scale.{v.target}")
         got = [(f.kind, f.type, f.arg) for f in v.kernargs.fields]
         assert got == [("pointer", "ptr", "x"), ("shape", "i32", "x"), ("shape", "i32", "x"), ("stride", "i64", "x"),
                        ("pointer", "ptr", "out"), ("shape", "i32", "out"), ("shape", "i32", "out"),
