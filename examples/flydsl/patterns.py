@@ -7,6 +7,8 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
   launcher computes in 32-bit integers, which the guard keeps below the wrap (11); a second specialization
   traced with a column-major example (``x = w.t()``): FlyDSL folds the unit stride of dim 0 into the code,
   so its guard admits exactly column-major inputs and the kernel gets the stride of dim 1 (3).
+* ``scale_cfg`` (scale.py): the same kernel configured by an ``@fx.struct`` of constexpr fields, declared
+  ``Constexpr("cfg")`` with ``constexprs={"cfg": ScaleConfig(256)}`` (5).
 * ``add_one_rows`` (rows.py): a runtime ``fx.Int32`` row count bound to ``Value("m", "x.shape[0]")`` and
   a row length the builder bakes in (``N``), declared as a constraint naming the constexpr (4).
 * ``divide`` (divide.py): the builder returns a plain Python entry point that compiles the launcher under
@@ -16,7 +18,7 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
 
 from divide import build_divide, launch_divide
 from rows import ROWS_MAX, add_one_rows
-from scale import scale
+from scale import ScaleConfig, scale, scale_cfg
 
 from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, entry, namespace, op, references
 
@@ -37,6 +39,15 @@ op(
         Spec("f32_colmajor", dtypes={"x": "float32"}, shapes={"x": (1000, 512)}, strides={"x": (1, 1000)},
              constexprs={"TILE_N": 256}),
     ],
+)
+
+op(
+    "scale_cfg",
+    kernel=scale_cfg,
+    args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha", "float", default=2.0), Constexpr("cfg")],
+    reference="scale_ref",
+    doc="out = alpha * x (float32), configured by an @fx.struct constexpr",
+    specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)}, constexprs={"cfg": ScaleConfig(256)})],
 )
 
 op(

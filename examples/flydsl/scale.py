@@ -18,6 +18,13 @@ import flydsl.compiler as flyc
 import flydsl.expr as fx
 
 
+@fx.struct
+class ScaleConfig:
+    """Compile-time configuration as a struct of constexpr fields (no storage: FlyDSL bakes it in)."""
+
+    tile_n: fx.Constexpr[int]
+
+
 @flyc.kernel
 def scale_kernel(X: fx.Tensor, Out: fx.Tensor, alpha: fx.Float32, TILE_N: fx.Constexpr[int]):
     tid = fx.thread_idx.x
@@ -50,3 +57,12 @@ def scale(x: fx.Tensor, out: fx.Tensor, alpha: fx.Float32, TILE_N: fx.Constexpr[
     M, N = x.shape.unpack()
     grid = M * ((N + TILE_N - 1) // TILE_N)
     scale_kernel(x, out, alpha, TILE_N).launch(grid=(grid, 1, 1), block=(TILE_N, 1, 1), stream=stream)
+
+
+@flyc.jit
+def scale_cfg(x: fx.Tensor, out: fx.Tensor, alpha: fx.Float32, cfg: ScaleConfig,
+              stream: fx.Stream = fx.Stream(None)):
+    """out = alpha * x, configured by a constexpr struct (``cfg=ScaleConfig(tile_n=256)``)."""
+    M, N = x.shape.unpack()
+    grid = M * ((N + cfg.tile_n - 1) // cfg.tile_n)
+    scale_kernel(x, out, alpha, cfg.tile_n).launch(grid=(grid, 1, 1), block=(cfg.tile_n, 1, 1), stream=stream)

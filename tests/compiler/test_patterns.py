@@ -158,6 +158,28 @@ def test_an_entry_whose_undeclared_parameters_have_no_default_is_refused_before_
     assert "stream have none" in err
 
 
+def test_a_struct_constexpr_builds_like_its_plain_constexpr_twin(patterns_bundle):
+    m = M.read(patterns_bundle)
+    cfg, plain = m.op("scale_cfg").specializations[0], m.op("scale").specializations[0]
+    assert [a.name for a in m.op("scale_cfg").args] == ["x", "alpha"]
+    for v, p in zip(cfg.variants, plain.variants):
+        assert v.kernargs == p.kernargs and v.launch == p.launch
+        same = (patterns_bundle / v.code_object.file).read_bytes(), (patterns_bundle / p.code_object.file).read_bytes()
+        text = [CodeObjectFile(d).elf.get_section_by_name(".text").data() for d in same]
+        assert text[0] == text[1]
+
+
+def test_a_struct_constexpr_left_out_is_named_as_a_constexpr_to_declare_not_a_runtime_parameter(tmp_path):
+    spec = _spec(tmp_path, """
+        from scale import scale_cfg
+        op("s", kernel=scale_cfg, args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "takes compile-time parameters cfg with no default; declare Constexpr('cfg')" in err
+    assert "declare cfg (" not in err
+
+
 def _spec(tmp_path: Path, body: str) -> Path:
     p = tmp_path / "spec.py"
     p.write_text(textwrap.dedent(f"""

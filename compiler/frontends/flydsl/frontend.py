@@ -22,7 +22,7 @@ from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLa
 from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
 from flyship.compiler.frontends.flydsl import host_ir
 from flyship.compiler.frontends.flydsl import versions as _versions
-from flyship.compiler.spec import Entry, OpDecl, Output, Scalar, Spec, Tensor, Value
+from flyship.compiler.spec import Constexpr, Entry, OpDecl, Output, Scalar, Spec, Tensor, Value
 
 
 def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> None:
@@ -259,7 +259,15 @@ def _is_compile_time(annotation: Any) -> bool:
             return True
     except Exception:  # an annotation FlyDSL's helpers cannot classify: fall back to the name
         pass
-    return "Constexpr" in str(annotation)
+    return "Constexpr" in str(annotation) or _is_constexpr_struct(annotation)
+
+
+def _is_constexpr_struct(annotation: Any) -> bool:
+    """An ``@fx.struct`` whose fields are all ``fx.Constexpr[...]``: it has no storage, FlyDSL bakes it in."""
+    fields = getattr(annotation, "__annotations__", None) if isinstance(annotation, type) else None
+    if not fields or not hasattr(annotation, "replace"):  # fx.struct classes have .replace()
+        return False
+    return all(_is_compile_time(f) for f in fields.values())
 
 
 def runtime_parameters(kernel: Any) -> list[tuple[str, Any]] | None:
@@ -274,6 +282,19 @@ def runtime_parameters(kernel: Any) -> list[tuple[str, Any]] | None:
         return None
     return [(p.name, p.annotation) for p in params if not _is_stream(p.annotation)
             and not (p.annotation is not inspect.Parameter.empty and _is_compile_time(p.annotation))]
+
+
+def _required_compile_time(kernel: Any) -> list[str]:
+    """Names of the launcher's compile-time parameters (constexprs, constexpr structs) without a default."""
+    import inspect
+
+    fn = getattr(kernel, "func", None) or kernel
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is inspect.Parameter.empty
+            and p.annotation is not inspect.Parameter.empty and _is_compile_time(p.annotation)]
 
 
 # FlyDSL's numeric annotation names -> the spec's Scalar type they take.
@@ -304,6 +325,16 @@ def check_signature(op: OpDecl) -> None:
     params = runtime_parameters(op.kernel)
     if params is None:
         return
+    # A parameter the spec declares a Constexpr is the user's word that FlyDSL bakes it in (FlyDSL says so
+    # by the trace): never ask to declare it again.
+    constexprs = {a.name for a in op.args if isinstance(a, Constexpr)}
+    params = [(n, ann) for n, ann in params if n not in constexprs]
+    undeclared = [n for n in _required_compile_time(op.kernel) if n not in constexprs]
+    if undeclared:
+        raise FrontendError(
+            f"op {op.name}: launcher {launcher_name(op.kernel)!r} takes compile-time parameters "
+            f"{', '.join(undeclared)} with no default; declare {', '.join(f'Constexpr({n!r})' for n in undeclared)} "
+            "in args= and give each a value per spec in Spec(constexprs=...)")
     want = [n for n, _ in params]
     declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
     got = [a.name for a in declared]
