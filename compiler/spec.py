@@ -413,8 +413,9 @@ def validate(d: OpDecl) -> None:
                                 f"{d.tensor(t).rank} (got {s.shapes.get(t)!r})")
         for t, st in s.strides.items():
             if t not in tensors or len(st) != d.tensor(t).rank or not all(isinstance(x, int) and x >= 0 for x in st):
-                raise SpecError(f"{w} spec {s.name}: strides of {t!r}: expected {d.tensor(t).rank if t in tensors else 'N'} "
-                                f"non-negative element strides of an input tensor ({sorted(tensors)}), got {st!r}")
+                rank = d.tensor(t).rank if t in tensors else "N"
+                raise SpecError(f"{w} spec {s.name}: strides of {t!r}: expected {rank} non-negative element strides "
+                                f"of an input tensor ({sorted(tensors)}), got {st!r}")
         for c in d.args:
             if isinstance(c, Constexpr) and c.name not in s.constexprs:
                 raise SpecError(f"{w} spec {s.name}: constexpr {c.name} has no value in constexprs=")

@@ -244,7 +244,8 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
         check_layout(layout, meta, where)
     except BundleError as e:
         raise FrontendError(str(e)) from None
-    grid, shapes, scalars = example_grid(op, spec, build.launch.grid, (*build.constraints, *op.constraints(spec)), where,
+    constraints = (*build.constraints, *op.constraints(spec))
+    grid, shapes, scalars = example_grid(op, spec, build.launch.grid, constraints, where,
                                          target=build.target)
     if grid != tuple(build.example_grid):
         raise FrontendError(f"{where}: the grid expressions {list(build.launch.grid)} give {list(grid)} at the "
