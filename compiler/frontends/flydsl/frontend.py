@@ -141,8 +141,10 @@ def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> tuple[Path, O
             launcher.compile_hints = {**(hints or {}), **spec.options}
         with contextlib.redirect_stdout(log):
             if isinstance(op.kernel, Entry):
-                with _recording(launches):
-                    launcher(*pos, **kw)  # the user's own call path
+                # The user's own call path: the launcher is called directly, which compiles without
+                # launching only under COMPILE_ONLY=1 (read at call time).
+                with _recording(launches), _compile_only():
+                    launcher(*pos, **kw)
             else:
                 _versions.current().compile(launcher, pos, kw)
     except FrontendError:
@@ -165,6 +167,19 @@ def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> tuple[Path, O
                             f"{len(launches)} calls; flyship binds entries that launch once")
     jit, args, kwargs = launches[0]
     return dirs[0], _entry_binding(op, spec, jit, args, kwargs, pos, where), launcher_name(jit)
+
+
+@contextlib.contextmanager
+def _compile_only():
+    prev = os.environ.get("COMPILE_ONLY")
+    os.environ["COMPILE_ONLY"] = "1"
+    try:
+        yield
+    finally:
+        if prev is None:
+            os.environ.pop("COMPILE_ONLY", None)
+        else:
+            os.environ["COMPILE_ONLY"] = prev
 
 
 @contextlib.contextmanager
