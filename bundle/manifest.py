@@ -286,11 +286,14 @@ class Example:
         shapes: tensor name -> shape.
         scalars: scalar name -> value.
         grid: the launch grid the frontend computed for these shapes (checked against ``Launch.grid``).
+        strides: tensor name -> strides in elements, for the example tensors that were not row-major
+            contiguous (a transposed weight); the others are contiguous (1.1; absent in 1.0: all contiguous).
     """
 
     shapes: dict[str, tuple[int, ...]]
     scalars: dict[str, int | float | bool]
     grid: tuple[int, int, int]
+    strides: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -260,13 +260,15 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
             continue
         for k, d in s.dtypes.items():
             dtypes_seen[k].add(d)
-        constraints = tuple(dict.fromkeys([_expr.canonical(c) for c in s.constraints] + list(derived or ())))
+        constraints = tuple(dict.fromkeys([_expr.canonical(c) for c in op.constraints(s)] + list(derived or ())))
         guard = M.Guard(dtypes=dict(sorted(s.dtypes.items())), constraints=constraints,
                         alignment=dict(sorted(alignment.items())))
         example = M.Example(shapes={k: tuple(v) for k, v in sorted(shapes.items())},
-                            scalars=dict(sorted(scalars.items())), grid=tuple(example_grid or (0, 0, 0)))
+                            scalars=dict(sorted(scalars.items())), grid=tuple(example_grid or (0, 0, 0)),
+                            strides={k: tuple(v) for k, v in sorted(s.strides.items())})
         specs.append(M.Specialization(name=s.name, guard=guard, example=example,
                                       variants=tuple(sorted(variants, key=lambda x: x.target))))
+    check_reachable(op.name, specs)
     args = []
     for a in op.args:
         if isinstance(a, Tensor):
@@ -276,6 +278,28 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
     outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o)) for o in op.outputs)
     return M.Op(name=op.name, frontend=op.frontend, doc=op.doc, args=tuple(args), outputs=outputs,
                 reference=op.reference, specializations=tuple(specs), backward=op.backward), files
+
+
+def check_reachable(op_name: str, specs: list[M.Specialization]) -> None:
+    """Specializations are tried in order: refuse one that an earlier one always takes first (same dtypes, the
+    earlier guard's constraints a subset of its own, no stricter alignment, built for at least its targets).
+    The test is syntactic, so it catches the usual mistake (a general spec listed before a narrower one)
+    without claiming to decide every implication between constraints.
+
+    Raises:
+        BuildError: naming both specializations and what to change.
+    """
+    for j, later in enumerate(specs):
+        for earlier in specs[:j]:
+            g0, g1 = earlier.guard, later.guard
+            if (g0.dtypes == g1.dtypes and set(g0.constraints) <= set(g1.constraints)
+                    and all(a <= g1.alignment.get(k, 1) for k, a in g0.alignment.items())
+                    and {v.target for v in later.variants} <= {v.target for v in earlier.variants}):
+                raise BuildError(
+                    f"op {op_name}: expected every specialization to be reachable, got {later.name!r} behind "
+                    f"{earlier.name!r}, which accepts every call {later.name!r} accepts (same dtypes, constraints "
+                    f"{list(g0.constraints)} all among {later.name!r}'s) and is tried first; list {later.name!r} "
+                    f"before {earlier.name!r} or give {earlier.name!r} a constraint that excludes its calls")
 
 
 def check_references_module(path: Path, needed: dict[str, str]) -> None:
@@ -517,6 +541,7 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
         if not rp.is_file():
             raise BuildError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
         check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference})
+        check_reference_outputs(sf, rp)
     elif any(o.reference for o in sf.ops):
         raise BuildError(f"spec file {sf.path}: ops name references but the spec calls no references('<file>.py')")
     for op in sf.ops:
@@ -525,6 +550,53 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
         except Exception as e:
             raise BuildError(f"flyc-build: {e}") from None
     return sf
+
+
+def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
+    """Call each op's reference on each specialization's example (zero-filled CPU tensors) and compare what it
+    returns with the op's ``Output`` rules: a shape or dtype rule that disagrees with the reference would
+    otherwise show only at the first call (an output of the wrong size, a verify failure).
+
+    Raises:
+        BuildError: naming the op, the spec, the output, the rule's shape and the reference's.
+    """
+    import importlib.util
+
+    import torch
+
+    mod_spec = importlib.util.spec_from_file_location("_flyship_references_check", references_path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    for op in sf.ops:
+        if not op.reference:
+            continue
+        fn = getattr(mod, op.reference)
+        for s in op.specs:
+            shapes = op.example_shapes(s)
+            scalars = op.example_scalars(s)
+            if any(v is None for v in scalars.values()):
+                continue  # no example value to call with; the frontend reports the missing scalar
+            args = [torch.zeros(s.shapes[a.name], dtype=getattr(torch, s.dtypes[a.name])) if isinstance(a, Tensor)
+                    else scalars[a.name] for a in op.inputs]
+            where = f"op {op.name} spec {s.name}"
+            try:
+                with torch.no_grad():
+                    got = fn(*args)
+            except Exception as e:
+                raise BuildError(f"{where}: reference {op.reference}() failed on the example inputs (zeros of shapes "
+                                 f"{dict(s.shapes)}): {type(e).__name__}: {e}") from None
+            got = list(got) if isinstance(got, (tuple, list)) else [got]
+            if len(got) != len(op.outputs):
+                raise BuildError(f"{where}: expected reference {op.reference}() to return {len(op.outputs)} tensor(s) "
+                                 f"({', '.join(o.name for o in op.outputs)}), got {len(got)}")
+            for o, t in zip(op.outputs, got):
+                want_dtype = op.output_dtype_for(o, s)
+                if tuple(t.shape) != tuple(shapes[o.name]) or str(t.dtype) != f"torch.{want_dtype}":
+                    raise BuildError(
+                        f"{where}: output {o.name}: expected the reference's result to match the output rule "
+                        f"(shape {list(op.output_shape(o))} = {list(shapes[o.name])}, dtype {want_dtype}), got shape "
+                        f"{list(t.shape)}, dtype {str(t.dtype).removeprefix('torch.')} from {op.reference}() at the "
+                        "example; fix the Output's shape=/dtype= rule (or the reference)")
 
 
 def find_tools(frontends_used: tuple[str, ...], targets: list[_targets.TargetID], opts: BuildOptions,

@@ -95,6 +95,32 @@ Param = Tensor | Output | Scalar | Constexpr | Value
 
 
 @dataclasses.dataclass(frozen=True)
+class Entry:
+    """A plain Python entry point around a DSL launcher (see :func:`entry`)."""
+
+    fn: Callable[..., Any]
+    frontend: str = "flydsl"
+
+    @property
+    def __name__(self) -> str:  # noqa: A003 - messages name the entry like a function
+        return getattr(self.fn, "__name__", repr(self.fn))
+
+
+def entry(fn: Callable[..., Any], frontend: str = "flydsl") -> Entry:
+    """Name a plain Python function that the user calls, which calls a ``@flyc.jit`` launcher.
+
+    FlyDSL builders often return such a wrapper: it sets compile hints (fast-math, LLVM options), substitutes
+    placeholder arguments and marks layouts dynamic, then calls the inner launcher. flyc-build calls the
+    entry as the user would (``args`` are the *entry's* parameters, in order; parameters left out must have
+    defaults), records the launch FlyDSL makes, and proves the code object against FlyDSL's own from that
+    same call. Naming the inner launcher instead would lose the wrapper's hints and build other code.
+    """
+    if not callable(fn):
+        raise SpecError(f"entry: expected a callable, got {type(fn).__name__}")
+    return Entry(fn, frontend)
+
+
+@dataclasses.dataclass(frozen=True)
 class Spec:
     """One specialization to build.
 
@@ -106,7 +132,8 @@ class Spec:
         constexprs: constexpr -> value.
         constraints: boolean expressions the inputs must satisfy for this specialization (added to
             those the frontend derives from the lowering, such as static strides).
-        options: frontend options (Triton: ``num_warps``, ``num_stages``).
+        options: frontend options (Triton: ``num_warps``, ``num_stages``; FlyDSL: its compile hints
+            ``waves_per_eu``, ``fast_fp_math``, ``unsafe_fp_math``, ``llvm_options``).
         allow_scratch: accept kernels that spill to scratch (private segment) memory.
         cu_count: the device compute-unit count the kernel bakes in (a persistent grid or a split sized for
             the build machine, e.g. 304 for an MI300X). The specialization then runs only on devices with
@@ -116,6 +143,9 @@ class Spec:
             (:func:`flyship.bundle.targets.example_cu_count`).
         targets: build this specialization only for these processors (``("gfx950",)``: a kernel that needs
             gfx950's 160 KiB of LDS); empty: for every ``--arch`` its frontend builds for.
+        strides: input tensor -> example strides in elements (default: row-major contiguous). A FlyDSL
+            kernel folds the unit-stride dim into its code, so a column-major example (``w.t()``: shape
+            ``(N, K)``, strides ``(1, N)``) builds code, and a guard, for exactly that layout.
     """
 
     name: str
@@ -128,13 +158,14 @@ class Spec:
     allow_scratch: bool = False
     cu_count: Optional[int] = None
     targets: tuple[str, ...] = ()
+    strides: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # ("x.shape[1] <= 8192") without the trailing comma is a string, not a tuple: say so.
         if isinstance(self.constraints, str):
             raise SpecError(f"Spec {self.name!r}: constraints must be a tuple of expressions, got the string "
                             f"{self.constraints!r}; write constraints=({self.constraints!r},) (note the comma)")
-        for field in ("dtypes", "shapes", "scalars", "constexprs", "options"):
+        for field in ("dtypes", "shapes", "scalars", "constexprs", "options", "strides"):
             if not isinstance(getattr(self, field), dict):
                 raise SpecError(f"Spec {self.name!r}: {field} must be a dict, got {type(getattr(self, field)).__name__}")
         if isinstance(self.targets, str):
@@ -208,6 +239,26 @@ class OpDecl:
                 for e in self.output_shape(o)
             )
         return shapes
+
+    def constraints(self, spec: Spec) -> tuple[str, ...]:
+        """The spec's guard constraints with its constexpr values written in (a constraint may name a
+        constexpr, ``"x.shape[1] <= MAX_N"``; the guard is checked where constexprs no longer exist)."""
+        values = {c.name: spec.constexprs[c.name] for c in self.args
+                  if isinstance(c, Constexpr) and isinstance(spec.constexprs.get(c.name), int)}
+        return tuple(_expr.substitute(c, values) if values else c for c in spec.constraints)
+
+    def example_strides(self, spec: Spec) -> dict[str, tuple[int, ...]]:
+        """Strides of every example tensor: the spec's for inputs that give them, else row-major contiguous."""
+        shapes = self.example_shapes(spec)
+        return {k: tuple(spec.strides[k]) if k in spec.strides else _expr.contiguous_strides(v)
+                for k, v in shapes.items()}
+
+    def example_values(self, spec: Spec) -> dict[str, int]:
+        """Each :class:`Value` parameter evaluated at the example call."""
+        shapes = self.example_shapes(spec)
+        scal = {k: v for k, v in self.example_scalars(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
+        return {a.name: _expr.evaluate_with_shapes(a.expr, shapes, scal, self.example_strides(spec))
+                for a in self.args if isinstance(a, Value)}
 
     def example_scalars(self, spec: Spec) -> dict[str, Any]:
         out = {}
@@ -285,7 +336,7 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
     """
     frontend = _detect_frontend(kernel)
     decl = OpDecl(name=name, kernel=kernel, args=tuple(args), specs=tuple(specs), reference=reference,
-                  doc=doc or (getattr(kernel, "__doc__", "") or "").strip().split("\n")[0],
+                  doc=doc or (getattr(getattr(kernel, "fn", kernel), "__doc__", "") or "").strip().split("\n")[0],
                   grid=tuple(grid) if grid else None, frontend=frontend, backward=_backward(name, backward))
     validate(decl)
     _current().ops.append(decl)
@@ -360,6 +411,11 @@ def validate(d: OpDecl) -> None:
             if t not in s.shapes or len(s.shapes[t]) != d.tensor(t).rank:
                 raise SpecError(f"{w} spec {s.name}: example shape of {t!r} missing or not of rank "
                                 f"{d.tensor(t).rank} (got {s.shapes.get(t)!r})")
+        for t, st in s.strides.items():
+            if t not in tensors or len(st) != d.tensor(t).rank or not all(isinstance(x, int) and x >= 0 for x in st):
+                rank = d.tensor(t).rank if t in tensors else "N"
+                raise SpecError(f"{w} spec {s.name}: strides of {t!r}: expected {rank} non-negative element strides "
+                                f"of an input tensor ({sorted(tensors)}), got {st!r}")
         for c in d.args:
             if isinstance(c, Constexpr) and c.name not in s.constexprs:
                 raise SpecError(f"{w} spec {s.name}: constexpr {c.name} has no value in constexprs=")
@@ -368,6 +424,28 @@ def validate(d: OpDecl) -> None:
                 _expr.compile_program(c, slots)
             except _expr.ExprError as e:
                 raise SpecError(f"{w} spec {s.name}: constraint {c!r}: {e}") from None
+        _check_example_meets_constraints(d, s, w)
+
+
+def _check_example_meets_constraints(d: OpDecl, s: Spec, w: str) -> None:
+    """The spec's own example must pass the spec's own constraints, or the specialization is built for a call it
+    would never take (checked here, before compiling; the build checks the derived guard again afterwards)."""
+    try:
+        shapes = d.example_shapes(s)
+        constraints = d.constraints(s)
+    except _expr.ExprError as e:
+        raise SpecError(f"{w} spec {s.name}: {e}") from None
+    scal = {k: v for k, v in d.example_scalars(s).items() if isinstance(v, int) and not isinstance(v, bool)}
+    strides = d.example_strides(s)
+    for c in constraints:
+        try:
+            ok = _expr.evaluate_with_shapes(c, shapes, scal, strides)
+        except _expr.ExprError:
+            continue  # names a scalar with no example value: the build's own check reports it
+        if not ok:
+            raise SpecError(f"{w} spec {s.name}: expected the example shapes {dict(s.shapes)} to satisfy the spec's "
+                            f"constraint {c!r}, got a violation; fix the example shapes or the constraint (the "
+                            "specialization would never run its own example)")
 
 
 def run_spec_file(path: str, run: Callable[[], None]) -> SpecFile:

@@ -42,7 +42,7 @@ def describe(manifest: _m.Manifest) -> str:
             guard = [f"{k}={v}" for k, v in s.guard.dtypes.items()] + list(s.guard.constraints)
             guard += [f"{k} aligned to {v}" for k, v in s.guard.alignment.items()]
             targets = ", ".join(f"{v.target} ({v.code_object.format})" for v in s.variants)
-            implied = [c for cs in implied_layout_constraints(op, s.variants).values() for c in cs]
+            implied = [c for cs in implied_layout_constraints(op, s.variants, s.guard.constraints).values() for c in cs]
             lines.append(f"  {s.name}: {'; '.join(guard) or 'any input'}")
             if implied:
                 lines.append(f"    layout (implied by the kernargs): {'; '.join(implied)}")

@@ -56,9 +56,12 @@ def constant_word(field: _m.KernargField, where: str) -> int:
     return struct.unpack("<q", raw.ljust(8, b"\0"))[0]
 
 
-def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...]) -> dict[str, list[str]]:
+def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...],
+                               guard: tuple[str, ...] = ()) -> dict[str, list[str]]:
     """Layout checks implied by the kernargs: a tensor dimension whose stride no variant passes must be
-    row-major contiguous (``x.stride[d] == x.shape[d+1] * ... `` unless ``x.shape[d] <= 1``).
+    row-major contiguous (``x.stride[d] == x.shape[d+1] * ... `` unless ``x.shape[d] <= 1``), unless the
+    specialization's guard already pins that stride to a constant (``x.stride[0] == 1``: a FlyDSL kernel
+    compiled for a column-major operand folds its unit stride into the code, and the guard says so).
 
     A kernel that receives a tensor's pointer but not one of its strides can only assume the row-major
     stride; a call with another layout would read or write the wrong elements. The compile stage should
@@ -79,7 +82,9 @@ def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...]) -> d
         passed = {d for d in range(rank) if all((name, d) in st for st in strides)}
         texts = []
         for d in range(rank):
-            if d in passed:
+            pinned = any(_expr.canonical(c).startswith(f"{name}.stride[{d}] == ")
+                         and _expr.canonical(c).split(" == ", 1)[1].isdigit() for c in guard)
+            if d in passed or pinned:
                 continue
             expected = " * ".join(f"{name}.shape[{k}]" for k in range(d + 1, rank)) or "1"
             texts.append(f"{name}.shape[{d}] <= 1 or {name}.stride[{d}] == {expected}")
@@ -178,7 +183,7 @@ def lower_op(op: _m.Op, namespace: str) -> dict[str, Any]:
     specs = []
     out_names = {o.name for o in op.outputs}
     for s in op.specializations:
-        implied = implied_layout_constraints(op, s.variants)
+        implied = implied_layout_constraints(op, s.variants, s.guard.constraints)
         constraints = [lower_program(c, slots) for c in s.guard.constraints]
         constraints += [lower_program(c, slots) for name, cs in implied.items() if name not in out_names for c in cs]
         out_constraints = [lower_program(c, slots) for name, cs in implied.items() if name in out_names for c in cs]

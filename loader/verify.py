@@ -102,13 +102,23 @@ def example_inputs(op: _m.Op, spec: _m.Specialization, device: Any, seed: int = 
                 t = torch.randint(0, 2, shape, generator=g).bool()
             else:
                 t = torch.randint(-100, 100, shape, generator=g).to(dtype)
-            out.append(t.to(device))
+            strides = spec.example.strides.get(a.name)
+            if strides is not None:  # the layout the code was built for (a transposed weight): same values
+                t = torch.empty_strided(shape, tuple(strides), dtype=dtype).copy_(t)
+            out.append(t.to(device) if strides is None else _strided_to(t, device))
         else:
             v = spec.example.scalars.get(a.name, a.default)
             if v is None:
                 v = {"int": 1, "float": 1.0, "bool": False}[a.kind]
             out.append({"int": int, "float": float, "bool": bool}[a.kind](v))
     return out
+
+
+def _strided_to(t: Any, device: Any) -> Any:
+    """``t`` on ``device`` with ``t``'s strides (``Tensor.to`` would make it contiguous)."""
+    import torch
+
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device).copy_(t)
 
 
 def verify(ops: "Ops", device: Optional[Any] = None) -> Report:

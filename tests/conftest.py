@@ -64,3 +64,11 @@ def example_bundle(tmp_path_factory, example_cache) -> Path:
     run_build(ROOT / "examples/flydsl/ops.py", out, ["gfx942", "gfx950"], "-j", "2", "--offload-bundle", "--keep-ir",
               cache=example_cache)
     return out
+
+
+@pytest.fixture(scope="session")
+def patterns_bundle(tmp_path_factory) -> Path:
+    """The issue-9 launcher-pattern bundle (examples/flydsl/patterns.py) for gfx942 + gfx950."""
+    out = tmp_path_factory.mktemp("bundles") / "patterns"
+    run_build(ROOT / "examples/flydsl/patterns.py", out, ["gfx942", "gfx950"], "-j", "2")
+    return out

@@ -244,7 +244,8 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
         check_layout(layout, meta, where)
     except BundleError as e:
         raise FrontendError(str(e)) from None
-    grid, shapes, scalars = example_grid(op, spec, build.launch.grid, (*build.constraints, *spec.constraints), where,
+    constraints = (*build.constraints, *op.constraints(spec))
+    grid, shapes, scalars = example_grid(op, spec, build.launch.grid, constraints, where,
                                          target=build.target)
     if grid != tuple(build.example_grid):
         raise FrontendError(f"{where}: the grid expressions {list(build.launch.grid)} give {list(grid)} at the "
@@ -291,11 +292,12 @@ def example_grid(op: OpDecl, spec: Spec, grid: tuple[str, ...], constraints: tup
         raise FrontendError(f"{where}: int scalars {missing} need example values (Spec(scalars=...) or "
                             "Scalar(default=...)) to check the guard and the grid")
     scalars = {k: v for k, v in example.items() if isinstance(v, int) and not isinstance(v, bool)}
+    strides = op.example_strides(spec)
     try:
         device = example_device(spec, target)
-        values = tuple(_expr.evaluate_with_shapes(g, shapes, scalars, device=device) for g in grid)
+        values = tuple(_expr.evaluate_with_shapes(g, shapes, scalars, strides, device=device) for g in grid)
         for c in constraints:
-            if not _expr.evaluate_with_shapes(c, shapes, scalars, device=device):
+            if not _expr.evaluate_with_shapes(c, shapes, scalars, strides, device=device):
                 raise FrontendError(f"{where}: the example call (shapes {shapes}, scalars {scalars}) violates the "
                                     f"guard constraint {c!r}; the specialization would never run its own example")
     except BundleError as e:

@@ -48,3 +48,15 @@ TOLERANCES = {
     torch.bfloat16: dict(atol=2e-2, rtol=2e-2),
     torch.float16: dict(atol=2e-3, rtol=2e-3),
 }
+
+
+def scale_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    return (x.float() * alpha).to(x.dtype)
+
+
+def add_one_rows_ref(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+def divide_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    return x / alpha

@@ -12,6 +12,7 @@ failed dump. The disk cache is turned off so every build really compiles.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import os
 from pathlib import Path
@@ -21,7 +22,7 @@ from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLa
 from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
 from flyship.compiler.frontends.flydsl import host_ir
 from flyship.compiler.frontends.flydsl import versions as _versions
-from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor
+from flyship.compiler.spec import Constexpr, Entry, OpDecl, Output, Scalar, Spec, Tensor, Value
 
 
 def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> None:
@@ -33,6 +34,25 @@ def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> N
     os.environ["FLYDSL_RUNTIME_CACHE_DIR"] = str(cache_dir)
     if rocm_root is not None:
         os.environ["ROCM_PATH"] = str(rocm_root)
+
+
+def refuse_target_features(target: str, where: str) -> None:
+    """Refuse a target ID with features (``gfx942:sramecc+:xnack-``) for a FlyDSL op, before tracing.
+
+    FlyDSL 0.5.0 compiles for a bare processor: its ROCm pipeline passes ``rocdl-attach-target`` only the
+    chip and an empty ``features=``; LLVM 22 refuses xnack/sramecc as subtarget features ("use module flag
+    'amdgpu.xnack'") and crashes on a chip string carrying them (both tried). Its ISA then names the bare
+    processor and the assembler's target check would fail with a less helpful message.
+
+    Raises:
+        FrontendError: naming the target and what to build instead.
+    """
+    processor, *features = target.split(":")
+    if features:
+        raise FrontendError(f"{where}: expected a bare processor for a FlyDSL op, got target ID {target}; FlyDSL "
+                            f"compiles only for the processor (its pipeline has no target-feature option), so build "
+                            f"--arch {processor}: that code object has xnack/sramecc 'any' and loads on every "
+                            f"{processor} device whatever its mode")
 
 
 def version() -> str:
@@ -52,11 +72,16 @@ def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
     import torch
 
     shapes = op.example_shapes(spec)
+    strides = op.example_strides(spec)
     scalars = op.example_scalars(spec)
+    values = op.example_values(spec)
     pos: list[Any] = []
     for a in op.args:
         if isinstance(a, Tensor):
-            pos.append(torch.empty(shapes[a.name], dtype=_torch_dtype(spec.dtypes[a.name])))
+            # A strided example (a transposed weight) is a view of a buffer just large enough for it.
+            pos.append(torch.empty_strided(shapes[a.name], strides[a.name], dtype=_torch_dtype(spec.dtypes[a.name])))
+        elif isinstance(a, Value):
+            pos.append(int(values[a.name]))
         elif isinstance(a, Output):
             pos.append(torch.empty(shapes[a.name], dtype=_torch_dtype(op.output_dtype_for(a, spec))))
         elif isinstance(a, Scalar):
@@ -64,38 +89,205 @@ def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
                 raise FrontendError(f"op {op.name} spec {spec.name}: scalar {a.name} needs an example value "
                                     "(Spec(scalars=...) or Scalar(default=...))")
             pos.append({"float": float, "int": int, "bool": bool}[a.type](scalars[a.name]))
-    return pos, dict(spec.constexprs)
+    kw = dict(spec.constexprs)
+    if not isinstance(op.kernel, Entry):
+        kw.update(_stream_placeholders(op.kernel))
+    return pos, kw
 
 
-def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> Path:
-    """Compile the launcher without launching (as the version adapter says) with the IR dump on; return the
-    kernel's dump folder."""
+def _stream_placeholders(kernel: Any) -> dict[str, Any]:
+    """``{name: fx.Stream(None)}`` for each ``fx.Stream`` parameter the launcher declares without a default.
+
+    FlyDSL binds a launcher's arguments with ``inspect``, so a ``stream: fx.Stream`` with no default must be
+    passed; ``fx.Stream(None)`` is the default queue, which FlyDSL accepts on a machine with no GPU (the
+    stream is a launch-time argument, never part of the code object).
+    """
+    import inspect
+
+    import flydsl.expr as fx
+
+    fn = getattr(kernel, "func", None) or kernel
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: fx.Stream(None) for p in params
+            if p.default is inspect.Parameter.empty and _is_stream(p.annotation)}
+
+
+def _is_stream(annotation: Any) -> bool:
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return name.split(".")[-1] == "Stream" or getattr(annotation, "_is_stream_param", False)
+
+
+def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> tuple[Path, OpDecl, str]:
+    """Compile the launcher without launching (as the version adapter says), or call the entry point as the
+    user does, with the IR dump on.
+
+    Returns:
+        The kernel's dump folder, the declaration in the traced launcher's parameter order (an entry's
+        launch mapped back to the op's arguments) and the launcher's name (its host function's symbol).
+    """
     dump_dir.mkdir(parents=True, exist_ok=True)
     os.environ["FLYDSL_DUMP_DIR"] = str(dump_dir)
     pos, kw = _call_args(op, spec)
+    launcher = op.kernel.fn if isinstance(op.kernel, Entry) else op.kernel
     log = io.StringIO()  # FlyDSL prints a line per dumped stage; keep it for error reports only
+    hints = getattr(launcher, "compile_hints", None)
+    _forget_compiled(launcher)
+    launches: list[tuple[Any, tuple, dict]] = []
     try:
+        if spec.options:
+            launcher.compile_hints = {**(hints or {}), **spec.options}
         with contextlib.redirect_stdout(log):
-            _versions.current().compile(op.kernel, pos, kw)
+            if isinstance(op.kernel, Entry):
+                # The user's own call path: the launcher is called directly, which compiles without
+                # launching only under COMPILE_ONLY=1 (read at call time).
+                with _recording(launches), _compile_only():
+                    launcher(*pos, **kw)
+            else:
+                _versions.current().compile(launcher, pos, kw)
+    except FrontendError:
+        raise
     except Exception as e:  # the DSL's own message, with where it happened
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: FlyDSL failed to trace/compile "
                             f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}{_user_frame(e)}") from None
+    finally:
+        if spec.options:
+            launcher.compile_hints = hints
     dirs = [p for p in dump_dir.iterdir() if p.is_dir()]
     if len(dirs) != 1:
         raise FrontendError(f"op {op.name} spec {spec.name} target {target}: expected one kernel dump folder in "
                             f"{dump_dir}, found {[p.name for p in dirs]}")
-    return dirs[0]
+    if not isinstance(op.kernel, Entry):
+        return dirs[0], op, launcher_name(op.kernel)
+    where = f"op {op.name} spec {spec.name} target {target}"
+    if len(launches) != 1:
+        raise FrontendError(f"{where}: expected entry {op.kernel.__name__!r} to call one @flyc.jit launcher, got "
+                            f"{len(launches)} calls; flyship binds entries that launch once")
+    jit, args, kwargs = launches[0]
+    return dirs[0], _entry_binding(op, spec, jit, args, kwargs, pos, where), launcher_name(jit)
+
+
+@contextlib.contextmanager
+def _compile_only():
+    prev = os.environ.get("COMPILE_ONLY")
+    os.environ["COMPILE_ONLY"] = "1"
+    try:
+        yield
+    finally:
+        if prev is None:
+            os.environ.pop("COMPILE_ONLY", None)
+        else:
+            os.environ["COMPILE_ONLY"] = prev
+
+
+@contextlib.contextmanager
+def _recording(launches: list):
+    """Record each outermost ``@flyc.jit`` call (launcher, args, kwargs) made while the block runs (FlyDSL
+    0.5.0: ``JitFunction._compile_or_execute``; a call inside a trace has a current MLIR context)."""
+    from flydsl._mlir import ir
+    from flydsl.compiler.jit_function import JitFunction
+
+    orig = getattr(JitFunction, "_compile_or_execute", None)
+    if orig is None:
+        raise FrontendError(f"entry points: this FlyDSL ({version()}) has no JitFunction._compile_or_execute for "
+                            "flyship to record the launch with (FlyDSL 0.5.0 has); name the @flyc.jit launcher")
+
+    def record(self, args, kwargs, *, execute, return_compiled=False):
+        if ir.Context.current is None:
+            launches.append((self, tuple(args), dict(kwargs)))
+        return orig(self, args, kwargs, execute=execute, return_compiled=return_compiled)
+
+    JitFunction._compile_or_execute = record
+    try:
+        yield
+    finally:
+        JitFunction._compile_or_execute = orig
+
+
+def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, pos: list, where: str) -> OpDecl:
+    """The op's declaration in the inner launcher's parameter order: each runtime argument the entry passed
+    is one of the op's own (a tensor passed through, by identity; a scalar equal to exactly one declared
+    scalar's example). An argument the entry computed itself cannot be bound, and is refused."""
+    import inspect
+
+    import torch
+
+    sig = inspect.signature(jit.func)
+    bound = sig.bind(*args, **kwargs)
+    declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
+    mapped: list = []
+    for name, value in bound.arguments.items():
+        ann = sig.parameters[name].annotation
+        if _is_stream(ann) or (ann is not inspect.Parameter.empty and _is_compile_time(ann)):
+            continue
+        if isinstance(value, torch.Tensor):
+            hit = [a for a, v in zip(declared, pos) if v is value]
+            if not hit:
+                raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
+                                    "tensor that is none of the op's arguments (a view or a fresh tensor); flyship "
+                                    "binds tensors the entry passes through unchanged")
+        else:
+            hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
+                   and v == value]
+            if len(hit) != 1:
+                raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} the "
+                                    f"value {value!r}, which is {'none' if not hit else 'more than one'} of the op's "
+                                    "scalar arguments; flyship binds scalars the entry passes through (give the "
+                                    "example scalars distinct values)")
+        mapped.append(hit[0])
+    consts = tuple(a for a in op.args if not isinstance(a, (Tensor, Output, Scalar, Value)))
+    return dataclasses.replace(op, args=tuple(mapped) + consts)
+
+
+def _forget_compiled(kernel: Any) -> None:
+    """Drop what the launcher compiled earlier in this worker: two specializations with the same FlyDSL cache
+    key (same dtypes and constexprs, other constraints) would otherwise hit FlyDSL's in-memory cache and
+    write no IR dump for the second (FlyDSL 0.5.0: ``JitFunction._mem_cache``, ``cache_manager``)."""
+    cache = getattr(kernel, "_mem_cache", None)
+    if isinstance(cache, dict):
+        cache.clear()
+    manager = getattr(kernel, "cache_manager", None)
+    if isinstance(getattr(manager, "memory_cache", None), dict):
+        manager.memory_cache.clear()
+    if hasattr(kernel, "_last_compiled"):
+        kernel._last_compiled = None
 
 
 def launcher_name(kernel: Any) -> str:
     """The Python name of a ``@flyc.jit`` launcher (also its host function's symbol in the IR)."""
+    if isinstance(kernel, Entry):
+        return kernel.__name__
     fn = getattr(kernel, "func", None) or getattr(kernel, "__wrapped__", None) or kernel
     return getattr(fn, "__name__", repr(kernel))
 
 
-def runtime_parameters(kernel: Any) -> list[str] | None:
-    """Names of the launcher's runtime parameters, in order: every parameter but constexprs and the stream
-    (FlyDSL annotates them ``fx.Constexpr[...]`` and ``fx.Stream``). None when the signature is unreadable."""
+def _is_compile_time(annotation: Any) -> bool:
+    """Whether FlyDSL bakes a parameter with this annotation into the code (``fx.Constexpr[...]``, a
+    ``Type[...]`` parameter, an ``@fx.struct`` of constexpr fields): asked of FlyDSL itself where it can say."""
+    try:
+        from flydsl.compiler.jit_argument import is_type_param_annotation
+        from flydsl.expr.typing import Constexpr
+
+        if Constexpr.is_constexpr_annotation(annotation) or is_type_param_annotation(annotation):
+            return True
+    except Exception:  # an annotation FlyDSL's helpers cannot classify: fall back to the name
+        pass
+    return "Constexpr" in str(annotation) or _is_constexpr_struct(annotation)
+
+
+def _is_constexpr_struct(annotation: Any) -> bool:
+    """An ``@fx.struct`` whose fields are all ``fx.Constexpr[...]``: it has no storage, FlyDSL bakes it in."""
+    fields = getattr(annotation, "__annotations__", None) if isinstance(annotation, type) else None
+    if not fields or not hasattr(annotation, "replace"):  # fx.struct classes have .replace()
+        return False
+    return all(_is_compile_time(f) for f in fields.values())
+
+
+def runtime_parameters(kernel: Any) -> list[tuple[str, Any]] | None:
+    """The launcher's runtime parameters, in order, as ``(name, annotation)``: every parameter but the
+    compile-time ones and the stream. None when the signature is unreadable."""
     import inspect
 
     fn = getattr(kernel, "func", None) or kernel
@@ -103,33 +295,138 @@ def runtime_parameters(kernel: Any) -> list[str] | None:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return None
-    out = []
-    for p in params:
-        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", str(p.annotation))
-        if "Constexpr" in str(p.annotation) or "Stream" in ann:
-            continue
-        out.append(p.name)
-    return out
+    return [(p.name, p.annotation) for p in params if not _is_stream(p.annotation)
+            and not (p.annotation is not inspect.Parameter.empty and _is_compile_time(p.annotation))]
+
+
+def _required_compile_time(kernel: Any) -> list[str]:
+    """Names of the launcher's compile-time parameters (constexprs, constexpr structs) without a default."""
+    import inspect
+
+    fn = getattr(kernel, "func", None) or kernel
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is inspect.Parameter.empty
+            and p.annotation is not inspect.Parameter.empty and _is_compile_time(p.annotation)]
+
+
+# FlyDSL's numeric annotation names -> the spec's Scalar type they take.
+_NUMERIC_KIND = {"Float16": "float", "BFloat16": "float", "Float32": "float", "Float64": "float",
+                 "Int8": "int", "Int16": "int", "Int32": "int", "Int64": "int", "Uint8": "int", "Uint16": "int",
+                 "Uint32": "int", "Uint64": "int", "Boolean": "bool", "float": "float", "int": "int", "bool": "bool"}
+
+
+def _annotation_name(annotation: Any) -> str:
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    return text.split(".")[-1]
 
 
 def check_signature(op: OpDecl) -> None:
-    """The spec's ``args`` must name the launcher's runtime parameters, in the launcher's order.
+    """The spec's ``args`` must name the launcher's runtime parameters, in the launcher's order, and each
+    ``Scalar`` must have the kind (int/float/bool) of the launcher's parameter annotation.
 
     A swapped pair (say the output declared before the input) would otherwise build, and the kernel
-    would read the fresh output and write the caller's input.
+    would read the fresh output and write the caller's input; an ``int`` Scalar against an ``fx.Float32``
+    parameter would give an ``int`` schema and an f32 kernel argument.
 
     Raises:
-        FrontendError: naming both lists.
+        FrontendError: naming both lists, or the scalar and both types.
     """
-    want = runtime_parameters(op.kernel)
-    if want is None:
+    if isinstance(op.kernel, Entry):
+        _check_entry_signature(op)
         return
-    got = [a.name for a in op.args if isinstance(a, (Tensor, Output, Scalar))]
+    params = runtime_parameters(op.kernel)
+    if params is None:
+        return
+    # A parameter the spec declares a Constexpr is the user's word that FlyDSL bakes it in (FlyDSL says so
+    # by the trace): never ask to declare it again.
+    constexprs = {a.name for a in op.args if isinstance(a, Constexpr)}
+    params = [(n, ann) for n, ann in params if n not in constexprs]
+    undeclared = [n for n in _required_compile_time(op.kernel) if n not in constexprs]
+    if undeclared:
+        raise FrontendError(
+            f"op {op.name}: launcher {launcher_name(op.kernel)!r} takes compile-time parameters "
+            f"{', '.join(undeclared)} with no default; declare {', '.join(f'Constexpr({n!r})' for n in undeclared)} "
+            "in args= and give each a value per spec in Spec(constexprs=...)")
+    want = [n for n, _ in params]
+    declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
+    got = [a.name for a in declared]
     if got != want:
+        missing = [n for n in want if n not in got]
+        extra = [n for n in got if n not in want]
+        hint = []
+        if missing:
+            hint.append(f"declare {', '.join(missing)}")
+        if extra:
+            hint.append(f"remove {', '.join(extra)} (not a runtime parameter of the launcher)")
+        if not hint:
+            hint.append("reorder them")
         raise FrontendError(
             f"op {op.name}: args= declares the runtime parameters ({', '.join(got)}) but launcher "
-            f"{launcher_name(op.kernel)!r} takes ({', '.join(want)}); list Tensor/Output/Scalar in the launcher's "
-            "order with the launcher's parameter names (constexprs and the stream are not listed)")
+            f"{launcher_name(op.kernel)!r} takes ({', '.join(want)}); {'; '.join(hint)} (Tensor/Output/Scalar in "
+            "the launcher's order, Value for integers computed from them; constexprs and the stream are not listed)")
+    for a, (_, ann) in zip(declared, params):
+        kind = _NUMERIC_KIND.get(_annotation_name(ann))
+        if isinstance(a, Scalar) and kind is not None and kind != a.type:
+            raise FrontendError(
+                f"op {op.name}: Scalar({a.name!r}, {a.type!r}) declares an {a.type} but launcher "
+                f"{launcher_name(op.kernel)!r} annotates {a.name} as {_annotation_name(ann)} ({kind}); declare "
+                f"Scalar({a.name!r}, {kind!r}) so the schema and the kernel argument agree")
+        if isinstance(a, Value) and kind is not None and (kind != "int" or (
+                _annotation_name(ann) in ("Int32", "Int64") and _annotation_name(ann) != f"Int{a.type[1:]}")):
+            raise FrontendError(
+                f"op {op.name}: Value({a.name!r}, type={a.type!r}) but launcher {launcher_name(op.kernel)!r} "
+                f"annotates {a.name} as {_annotation_name(ann)}; give the Value the parameter's integer type")
+        if isinstance(a, (Tensor, Output)) and kind is not None:
+            raise FrontendError(f"op {op.name}: {a.name} is declared a tensor but launcher "
+                                f"{launcher_name(op.kernel)!r} annotates it as {_annotation_name(ann)}; declare "
+                                f"Scalar({a.name!r}, {kind!r})")
+
+
+def _check_entry_signature(op: OpDecl) -> None:
+    """An entry's declared parameters are its leading ones, in order; the rest must have defaults."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(op.kernel.fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    got = [a.name for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
+    lead = [p.name for p in params[:len(got)]]
+    rest = [p.name for p in params[len(got):] if p.default is inspect.Parameter.empty
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if got != lead or rest:
+        raise FrontendError(
+            f"op {op.name}: args= declares ({', '.join(got)}) but entry {op.kernel.__name__!r} takes "
+            f"({', '.join(p.name for p in params)}); declare the entry's parameters in its order (those left out "
+            f"must have defaults{'; ' + ', '.join(rest) + ' have none' if rest else ''})")
+
+
+# Spec.options keys the FlyDSL frontend passes to FlyDSL as the launcher's compile hints (FlyDSL 0.5.0:
+# ``JitFunction.compile_hints``); every other key is refused. ``maxnreg`` FlyDSL itself refuses (it never
+# reached LLVM on ROCm); use ``waves_per_eu``.
+COMPILE_HINT_OPTIONS = ("waves_per_eu", "fast_fp_math", "unsafe_fp_math", "llvm_options")
+
+
+def check_options(op: OpDecl) -> None:
+    """Refuse ``Spec.options`` keys FlyDSL would not read.
+
+    Raises:
+        FrontendError: naming the op, the spec and the keys flyship passes.
+    """
+    for s in op.specs:
+        if s.options and isinstance(op.kernel, Entry):
+            raise FrontendError(f"op {op.name} spec {s.name}: options are compile hints for a launcher, but entry "
+                                f"{op.kernel.__name__!r} is called as the user calls it; set the hints in the entry "
+                                "(CompilationContext.compile_hints) or name the launcher")
+        bad = [k for k in s.options if k not in COMPILE_HINT_OPTIONS]
+        if bad:
+            why = (" (FlyDSL refuses maxnreg on ROCm: it never reached LLVM; use waves_per_eu to target occupancy)"
+                   if "maxnreg" in bad else "")
+            raise FrontendError(f"op {op.name} spec {s.name}: options {bad} are not read by the FlyDSL frontend"
+                                f"{why}; it passes {', '.join(COMPILE_HINT_OPTIONS)} to FlyDSL as compile hints")
 
 
 def _user_frame(e: BaseException) -> str:
@@ -189,6 +486,8 @@ class FlydslFrontend(Frontend):
     declares_grid = False
 
     def accepts(self, kernel: Any) -> bool:
+        if isinstance(kernel, Entry):
+            return kernel.frontend == self.name
         return (type(kernel).__module__ or "").startswith("flydsl")
 
     def prepare_planning(self, amd_target: str | None) -> None:
@@ -205,6 +504,7 @@ class FlydslFrontend(Frontend):
 
     def check_declaration(self, op: OpDecl) -> None:
         check_signature(op)
+        check_options(op)
 
     def version(self) -> str:
         return version()
@@ -226,7 +526,8 @@ class FlydslFrontend(Frontend):
         from flyship.compiler.frontends.flydsl import proof as _proof
 
         check_signature(op)
-        kernel_dir = _trace(op, spec, target, ctx.workdir / "dump")
+        refuse_target_features(target, f"op {op.name} spec {spec.name}")
+        kernel_dir, traced, name = _trace(op, spec, target, ctx.workdir / "dump")
         adapter = _versions.current()
         isa = _one(kernel_dir, "*_final_isa.s", "final ISA").read_text()
         adapter.check_isa_target(isa, f"op {op.name} spec {spec.name} target {target}")
@@ -234,7 +535,7 @@ class FlydslFrontend(Frontend):
                                                   .read_text())
         ours = _assemble.assemble(isa, target, ctx.toolchain, ctx.workdir / "asm",
                                   code_object_version=ctx.code_object_version)
-        analysis = host_ir.analyze(kernel_dir, op, spec, launcher_name(op.kernel), adapter.mlir_context(), ir)
+        analysis = host_ir.analyze(kernel_dir, traced, spec, name, adapter.mlir_context(), ir)
         symbol = analysis.kernel_name
         # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
         # target flags): ours must equal each of them.

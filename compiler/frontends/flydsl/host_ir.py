@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor
+from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor, Value
 from flyship.compiler.frontends.base import FrontendError
 
 _MEMREF_RE = re.compile(r"^!fly\.memref<([^,]+),\s*([a-z_]+),\s*(.*)>$")
@@ -189,7 +189,7 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
     """
     origin_path, lowered_path = find_stages(kernel_dir)
     where = f"op {op.name} spec {spec.name}"
-    params = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar))]
+    params = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
     with context:
         # Keep the modules referenced: an op outlives its parsed module only as a dangling pointer.
         origin_mod = ir.Module.parse(origin_path.read_text())
@@ -216,7 +216,7 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
         binding: dict[int, tuple[str, str]] = {}
         i = 0
         for p in params:
-            binding[i] = (p.name, "pointer" if p.name in layouts else "scalar")
+            binding[i] = (p.name, "pointer" if p.name in layouts else "value" if isinstance(p, Value) else "scalar")
             i += 1
             if p.name in layouts and layouts[p.name].dynamic:
                 binding[i] = (p.name, "layout")
@@ -248,8 +248,10 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
         kernel_name = str(launch.attributes["kernel"]).split("::")[-1].lstrip("@")
 
         shapes = op.example_shapes(spec)
-        scalars = op.example_scalars(spec)
+        scalars = {**op.example_scalars(spec), **op.example_values(spec)}
         ev = _Evaluator(binding, layouts, shapes, scalars, where, ir)
+        ev.strides = op.example_strides(spec)
+        ev.values = {a.name: a.expr for a in op.args if isinstance(a, Value)}
         grid = tuple(ev.expr(v) for v in grid_vals)
         grid_num = tuple(ev.value(v) for v in grid_vals)
         block = []
@@ -281,6 +283,7 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
                 constraints.append(f"{name}.stride[{d}] == {e.static}")
             elif e.width == "i32":
                 constraints.append(f"{name}.stride[{d}] <= 2147483647")
+    constraints += [c for c in ev.width_constraints if c not in constraints]
     # A static layout reaches the kernel as a bare pointer (shape compiled in; FlyDSL before 0.2.0 makes
     # every torch tensor one); a dynamic layout as a pointer + a struct of its dynamic shape/stride values.
     abi = {name: "dynamic" if lay.dynamic else "static" for name, lay in layouts.items()}
@@ -297,6 +300,7 @@ class _Evaluator:
     def __init__(self, binding, layouts, shapes, scalars, where, ir):
         self.binding, self.layouts, self.shapes, self.scalars, self.where, self.ir = (
             binding, layouts, shapes, scalars, where, ir)
+        self.width_constraints: list[str] = []
 
     # -- helpers -----------------------------------------------------------------------------
     def _block_arg(self, v) -> tuple[str, str] | None:
@@ -337,6 +341,8 @@ class _Evaluator:
             name, comp = b
             if comp == "scalar":
                 return name
+            if comp == "value":
+                return f"({self.values[name]})"
             raise FrontendError(f"{self.where}: a {comp} argument of {name} is used as an integer in the grid")
         o = self._owner(v)
         if o is None:
@@ -354,7 +360,9 @@ class _Evaluator:
             return f"{src[0]}.{what}[{d}]"
         a = lambda k: self._expr(o.operands[k])  # noqa: E731
         if n in self._BIN:
-            return f"({a(0)} {self._BIN[n][0]} {a(1)})"
+            e = f"({a(0)} {self._BIN[n][0]} {a(1)})"
+            self._note_width(o, e)
+            return e
         if n in ("arith.floordivsi", "arith.divsi", "arith.divui"):
             # divsi truncates; shapes and strides are non-negative, where it equals floor division.
             return f"({a(0)} // {a(1)})"
@@ -368,6 +376,19 @@ class _Evaluator:
             return f"max({a(0)}, {a(1)})"
         raise FrontendError(f"{self.where}: host launcher computes a launch value with {n}, which flyship cannot "
                             "express; keep grid arithmetic to + - * // % min max over tensor sizes")
+
+    def _note_width(self, o, e: str) -> None:
+        """A sum or product the launcher computes in a fixed-width integer wraps past its maximum; the guard
+        keeps the inputs where it does not (FlyDSL computes ``(M + 7) // 8`` in i32: it wraps within a few
+        hundred of 2**31)."""
+        t = str(o.results[0].type)
+        bits = {"i32": 32, "i64": 64, "i16": 16}.get(t)
+        if bits is not None:
+            from flyship.bundle import expr as _expr
+
+            c = _expr.canonical(f"{e} <= {2 ** (bits - 1) - 1}")
+            if c not in self.width_constraints:
+                self.width_constraints.append(c)
 
     def value(self, v) -> int:
         """Interpret the ops at the example shapes (independent of :meth:`expr`)."""
@@ -383,14 +404,9 @@ class _Evaluator:
         if n == "llvm.extractvalue":
             src = self._block_arg(o.operands[0])
             what, d, _w = self._layout_entry(src[0], list(self.ir.DenseI64ArrayAttr(o.attributes["position"])))
-            shape = self.shapes[src[0]]
             if what == "shape":
-                return int(shape[d])
-            st, acc = [], 1
-            for s in reversed(shape):
-                st.append(acc)
-                acc *= s
-            return list(reversed(st))[d]
+                return int(self.shapes[src[0]][d])
+            return int(self.strides[src[0]][d])
         x, y = self.value(o.operands[0]), self.value(o.operands[1])
         if n in self._BIN:
             return self._BIN[n][1](x, y)
@@ -417,6 +433,17 @@ class _Evaluator:
             name, comp = b
             if comp == "pointer":
                 return [FieldPlan(0, "pointer", "ptr", arg=name)], 8
+            if comp == "value":
+                if t not in _INT_W:
+                    raise FrontendError(f"{self.where}: Value {name} lowered to {t}; a Value is an integer parameter")
+                from flyship.bundle import expr as _expr
+
+                e = _expr.canonical(self.values[name])
+                bits = 8 * _INT_W[t]
+                c = _expr.canonical(f"{e} <= {2 ** (bits - 1) - 1}")  # packed at that width: it must fit
+                if c not in self.width_constraints:
+                    self.width_constraints.append(c)
+                return [FieldPlan(0, "expr", t, expr=e)], _INT_W[t]
             if comp == "layout":
                 members = _struct_members(t)
                 fields, off = [], 0

@@ -550,7 +550,7 @@ class TritonFrontend(Frontend):
         where = _where(op, spec, target)
         tid = _targets.parse_target(target)
         p = plan(op, spec, target)
-        grid_at_example, _, _ = example_grid(op, spec, p.grid, (*p.constraints, *spec.constraints), where,
+        grid_at_example, _, _ = example_grid(op, spec, p.grid, (*p.constraints, *op.constraints(spec)), where,
                                              target=target)
         kernel = run_triton(p, tid, ctx, where)
         md = kernel.metadata

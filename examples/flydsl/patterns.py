@@ -1,0 +1,77 @@
+"""flyship spec: FlyDSL launcher shapes from issue 9 (``flyc-build examples/flydsl/patterns.py -o OUT --arch gfx942``).
+
+Each op shows launcher patterns that upstream FlyDSL builders use and flyship builds as they are:
+
+* ``scale`` (scale.py): a ``stream: fx.Stream`` parameter with no default (1), a runtime ``fx.Float32``
+  scalar declared ``Scalar(..., "float")`` (12), a constexpr named in a constraint (12), and a grid the
+  launcher computes in 32-bit integers, which the guard keeps below the wrap (11); a second specialization
+  traced with a column-major example (``x = w.t()``): FlyDSL folds the unit stride of dim 0 into the code,
+  so its guard admits exactly column-major inputs and the kernel gets the stride of dim 1 (3).
+* ``scale_cfg`` (scale.py): the same kernel configured by an ``@fx.struct`` of constexpr fields, declared
+  ``Constexpr("cfg")`` with ``constexprs={"cfg": ScaleConfig(256)}`` (5).
+* ``add_one_rows`` (rows.py): a runtime ``fx.Int32`` row count bound to ``Value("m", "x.shape[0]")`` and
+  a row length the builder bakes in (``N``), declared as a constraint naming the constexpr (4).
+* ``divide`` (divide.py): the builder returns a plain Python entry point that compiles the launcher under
+  fast-math hints; the spec names that entry (``entry(build_divide())``) and flyship traces it as the user
+  calls it (2).
+"""
+
+from divide import build_divide, launch_divide
+from rows import ROWS_MAX, add_one_rows
+from scale import ScaleConfig, scale, scale_cfg
+
+from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, entry, namespace, op, references
+
+namespace("flyship_patterns")
+references("references.py")
+
+op(
+    "scale",
+    kernel=scale,
+    args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha", "float", default=2.0), Constexpr("TILE_N")],
+    reference="scale_ref",
+    doc="out = alpha * x (float32), launcher with a stream parameter that has no default",
+    specs=[
+        # A constraint may name a constexpr: flyship writes its value in (the guard reads x.shape[1] >= 256).
+        Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)}, constexprs={"TILE_N": 256},
+             constraints=("x.shape[1] >= TILE_N",)),
+        # A column-major x (a transposed (512, 1000) tensor): traced with those strides, guarded for them.
+        Spec("f32_colmajor", dtypes={"x": "float32"}, shapes={"x": (1000, 512)}, strides={"x": (1, 1000)},
+             constexprs={"TILE_N": 256}),
+    ],
+)
+
+op(
+    "scale_cfg",
+    kernel=scale_cfg,
+    args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha", "float", default=2.0), Constexpr("cfg")],
+    reference="scale_ref",
+    doc="out = alpha * x (float32), configured by an @fx.struct constexpr",
+    specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)}, constexprs={"cfg": ScaleConfig(256)})],
+)
+
+op(
+    "add_one_rows",
+    kernel=add_one_rows,
+    args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "x.shape[0]"), Constexpr("N")],
+    reference="add_one_rows_ref",
+    doc="out = x + 1 (float32) with a runtime row count and a row length baked into the code",
+    specs=[
+        # The launcher views x and out as (ROWS_MAX, N):(N, 1): promises flyship cannot see in the host IR.
+        Spec("n1024", dtypes={"x": "float32"}, shapes={"x": (300, 1024)}, constexprs={"N": 1024},
+             constraints=("x.shape[1] == N", "x.stride[0] == N", "x.stride[1] == 1", f"x.shape[0] <= {ROWS_MAX}")),
+    ],
+)
+
+DIVIDE_ARGS = [Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha", "float", default=3.0)]
+DIVIDE_SPECS = [Spec("f32", dtypes={"x": "float32"}, shapes={"x": (64, 1000)})]
+
+# The entry point, as users call it: built with the entry's fast-math hints, proven against FlyDSL's
+# own code object from that call.
+op("divide", kernel=entry(build_divide()), args=DIVIDE_ARGS, reference="divide_ref", specs=DIVIDE_SPECS,
+   doc="out = x / alpha (float32) through the builder's entry point (fast-math)")
+
+# The same launcher unwrapped by hand: no hints, IEEE division. Built here only so the tests can show that
+# its code differs from what FlyDSL runs for the entry (never ship an unwrapped launcher in its place).
+op("divide_unwrapped", kernel=launch_divide, args=DIVIDE_ARGS, reference="divide_ref", specs=DIVIDE_SPECS,
+   doc="out = x / alpha (float32), the launcher named directly (no fast-math)")

@@ -1,0 +1,253 @@
+"""Issue 9 launcher patterns: examples/flydsl/patterns.py builds for gfx942 and gfx950, proven against FlyDSL's
+own code object, and the spec mistakes the issue lists are refused at build time (run as a user would)."""
+
+from __future__ import annotations
+
+import hashlib
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flyship.bundle import manifest as M
+from flyship.bundle import rules
+from flyship.bundle.codeobject import CodeObjectFile
+from flyship.bundle.expr import evaluate_with_shapes
+
+from ..conftest import ROOT, run_build
+
+pytestmark = pytest.mark.compile
+I32_MAX = 2**31 - 1
+
+
+def _passes(guard: M.Guard, shapes: dict, strides: dict | None = None) -> bool:
+    return all(evaluate_with_shapes(c, shapes, {}, strides) for c in guard.constraints)
+
+
+def test_a_launcher_whose_stream_has_no_default_builds_for_both_targets_proven_and_packed_per_metadata(
+        patterns_bundle):
+    m = M.read(patterns_bundle)
+    for op in m.ops:
+        for spec in op.specializations:
+            assert sorted(v.target for v in spec.variants) == ["gfx942", "gfx950"], (op.name, spec.name)
+            for v in spec.variants:
+                data = (patterns_bundle / v.code_object.file).read_bytes()
+                assert v.proof.method == "flydsl-binary" and v.proof.metadata == "equal"
+                assert hashlib.sha256(data).hexdigest() == v.code_object.sha256
+                rules.check_layout(v.kernargs, v.metadata, f"{op.name}.{spec.name}.{v.target}")
+                assert CodeObjectFile(data).kernel_metadata(v.code_object.symbol) == v.metadata
+    spec = m.op("scale").specializations[0]
+    for v in spec.variants:
+        data = (patterns_bundle / v.code_object.file).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == v.code_object.sha256
+        assert v.proof.method == "flydsl-binary" and ".text" in v.proof.identical_sections
+        assert v.proof.metadata == "equal"
+        co = CodeObjectFile(data)
+        assert co.kernel_metadata(v.code_object.symbol) == v.metadata
+        rules.check_layout(v.kernargs, v.metadata, f"scale.{v.target}")
+        got = [(f.kind, f.type, f.arg) for f in v.kernargs.fields]
+        assert got == [("pointer", "ptr", "x"), ("shape", "i32", "x"), ("shape", "i32", "x"), ("stride", "i64", "x"),
+                       ("pointer", "ptr", "out"), ("shape", "i32", "out"), ("shape", "i32", "out"),
+                       ("stride", "i64", "out"), ("scalar", "f32", "alpha")]
+
+
+def test_the_float32_scalar_is_a_float_in_the_schema_and_an_f32_kernel_argument(patterns_bundle):
+    op = M.read(patterns_bundle).op("scale")
+    assert [(a.name, a.kind) for a in op.args] == [("x", "tensor"), ("alpha", "float")]
+    v = op.specializations[0].variants[0]
+    assert [f.type for f in v.kernargs.fields if f.arg == "alpha"] == ["f32"]
+
+
+def test_a_constraint_naming_a_constexpr_is_stored_with_its_value(patterns_bundle):
+    guard = M.read(patterns_bundle).op("scale").specializations[0].guard
+    assert "x.shape[1] >= 256" in guard.constraints
+    assert not any("TILE_N" in c for c in guard.constraints)
+
+
+def test_the_guard_admits_the_largest_grid_that_fits_in_i32_and_refuses_one_past_the_wrap(patterns_bundle):
+    # The launcher computes M * ((N + 255) // 256) in i32.
+    guard = M.read(patterns_bundle).op("scale").specializations[0].guard
+    assert "x.shape[0] * ((x.shape[1] + 255) // 256) <= 2147483647" in guard.constraints
+    assert "x.shape[1] + 255 <= 2147483647" in guard.constraints
+    rows_max = I32_MAX // 4  # N = 1024: 4 tiles per row
+    assert _passes(guard, {"x": (rows_max, 1024), "out": (rows_max, 1024)})
+    assert not _passes(guard, {"x": (rows_max + 1, 1024), "out": (rows_max + 1, 1024)})
+    # N + 255 itself wraps within 255 of 2**31: the last N that does not wrap passes, the next does not.
+    assert _passes(guard, {"x": (1, I32_MAX - 255), "out": (1, I32_MAX - 255)})
+    assert not _passes(guard, {"x": (1, I32_MAX - 254), "out": (1, I32_MAX - 254)})
+
+
+def test_a_column_major_example_builds_code_guarded_for_column_major_inputs_only(patterns_bundle):
+    op = M.read(patterns_bundle).op("scale")
+    row, col = op.specializations
+    assert col.name == "f32_colmajor" and col.example.strides == {"x": (1, 1000)}
+    assert "x.stride[0] == 1" in col.guard.constraints and "x.stride[1] == 1" not in col.guard.constraints
+    shapes = {"x": (1000, 512), "out": (1000, 512)}
+    column_major = {"x": (1, 1000), "out": (512, 1)}
+    row_major = {"x": (512, 1), "out": (512, 1)}
+    assert _passes(col.guard, shapes, column_major) and not _passes(col.guard, shapes, row_major)
+    assert _passes(row.guard, shapes, row_major) and not _passes(row.guard, shapes, column_major)
+    # The kernel gets x's dynamic stride (dim 1), never a packed 1 for the folded dim 0.
+    for v in col.variants:
+        x_strides = [f.dim for f in v.kernargs.fields if f.arg == "x" and f.kind == "stride"]
+        assert x_strides == [1]
+    assert [f.dim for f in row.variants[0].kernargs.fields if f.arg == "x" and f.kind == "stride"] == [0]
+
+
+def test_an_int32_launcher_parameter_is_bound_to_its_value_expression_and_guarded_to_fit(patterns_bundle):
+    spec = M.read(patterns_bundle).op("add_one_rows").specializations[0]
+    for v in spec.variants:
+        assert [(f.kind, f.type, f.arg, f.expr) for f in v.kernargs.fields] == [
+            ("pointer", "ptr", "x", None), ("pointer", "ptr", "out", None), ("expr", "i32", None, "x.shape[0]")]
+        assert v.launch.grid == ("x.shape[0] * 4", "1", "1")
+    # What the builder baked in (N = 1024, contiguous rows, ROWS_MAX rows) is in the guard, the constexpr
+    # written in; the Value packed as i32 must fit.
+    for c in ("x.shape[1] == 1024", "x.stride[0] == 1024", "x.stride[1] == 1", "x.shape[0] <= 65536",
+              "x.shape[0] <= 2147483647"):
+        assert c in spec.guard.constraints
+    assert _passes(spec.guard, {"x": (300, 1024), "out": (300, 1024)})
+    assert not _passes(spec.guard, {"x": (300, 512), "out": (300, 512)})
+
+
+def test_an_entry_point_is_built_as_the_user_calls_it_and_a_by_hand_unwrap_fails_the_proof(patterns_bundle):
+    from flyship.compiler.frontends.flydsl.proof import ProofError, prove
+
+    m = M.read(patterns_bundle)
+    ours = m.op("divide").specializations[0]
+    unwrapped = m.op("divide_unwrapped").specializations[0]
+    assert [(a.name, a.kind) for a in m.op("divide").args] == [("x", "tensor"), ("alpha", "float")]
+    for v, u in zip(ours.variants, unwrapped.variants):
+        assert v.target == u.target and v.code_object.symbol == u.code_object.symbol
+        assert [(f.kind, f.arg) for f in v.kernargs.fields] == [(f.kind, f.arg) for f in u.kernargs.fields]
+        entry_co = (patterns_bundle / v.code_object.file).read_bytes()  # proven equal to FlyDSL's own for the call
+        by_hand = (patterns_bundle / u.code_object.file).read_bytes()
+        prove(entry_co, entry_co, v.code_object.symbol)
+        # The wrapper's fast-math hints change the machine code: the unwrapped launcher is not what FlyDSL
+        # runs for the entry, and the proof against the entry's normal call says so.
+        with pytest.raises(ProofError, match="prove"):
+            prove(by_hand, entry_co, v.code_object.symbol)
+
+
+def test_an_entry_that_passes_a_tensor_it_made_itself_is_refused_naming_the_parameter(tmp_path):
+    spec = _spec(tmp_path, """
+        from divide import launch_divide
+        from flyship.compiler.spec import entry
+
+        def divide_copy(x, out, alpha, stream=None):
+            return launch_divide(x.clone(), out, alpha)
+
+        op("d", kernel=entry(divide_copy), args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "entry 'divide_copy' passes launcher parameter 'x' a tensor that is none of the op's arguments" in err
+
+
+def test_an_entry_whose_undeclared_parameters_have_no_default_is_refused_before_compiling(tmp_path):
+    spec = _spec(tmp_path, """
+        from flyship.compiler.spec import entry
+
+        def f(x, out, alpha, stream):
+            pass
+
+        op("d", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "args= declares (x, out, alpha) but entry 'f' takes (x, out, alpha, stream)" in err
+    assert "stream have none" in err
+
+
+def test_a_struct_constexpr_builds_like_its_plain_constexpr_twin(patterns_bundle):
+    m = M.read(patterns_bundle)
+    cfg, plain = m.op("scale_cfg").specializations[0], m.op("scale").specializations[0]
+    assert [a.name for a in m.op("scale_cfg").args] == ["x", "alpha"]
+    for v, p in zip(cfg.variants, plain.variants):
+        assert v.kernargs == p.kernargs and v.launch == p.launch
+        same = (patterns_bundle / v.code_object.file).read_bytes(), (patterns_bundle / p.code_object.file).read_bytes()
+        text = [CodeObjectFile(d).elf.get_section_by_name(".text").data() for d in same]
+        assert text[0] == text[1]
+
+
+def test_a_struct_constexpr_left_out_is_named_as_a_constexpr_to_declare_not_a_runtime_parameter(tmp_path):
+    spec = _spec(tmp_path, """
+        from scale import scale_cfg
+        op("s", kernel=scale_cfg, args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "takes compile-time parameters cfg with no default; declare Constexpr('cfg')" in err
+    assert "declare cfg (" not in err
+
+
+def _spec(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "spec.py"
+    p.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / 'examples' / 'flydsl')!r})
+        from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, namespace, op, references
+        from scale import scale
+        namespace("t")
+        references({str(ROOT / 'examples' / 'flydsl' / 'references.py')!r})
+    """) + textwrap.dedent(body))
+    return p
+
+
+SCALE = """
+    op("scale", kernel=scale, reference=REF,
+       args=[Tensor("x", rank=2), Output("out", OUT), Scalar("alpha", TYPE, default=2.0), Constexpr("TILE_N")],
+       specs=[SPECS])
+"""
+F32 = 'Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)}, constexprs={"TILE_N": 256}, OPTS)'
+
+
+def _scale(tmp_path: Path, ref: str = '"scale_ref"', out: str = 'like="x"', type_: str = '"float"',
+           specs: str = F32, opts: str = "") -> Path:
+    body = (SCALE.replace("REF", ref).replace("OUT", out).replace("TYPE", type_).replace("SPECS", specs)
+            .replace(", OPTS", opts))
+    return _spec(tmp_path, body)
+
+
+def _refused(tmp_path: Path, spec: Path) -> str:
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not (tmp_path / "o").exists()
+    return r.stderr
+
+
+def test_an_int_scalar_against_a_float32_launcher_parameter_is_refused_before_compiling(tmp_path):
+    err = _refused(tmp_path, _scale(tmp_path, type_='"int"'))
+    assert "Scalar('alpha', 'int') declares an int but launcher 'scale' annotates alpha as Float32 (float)" in err
+    assert "kernels" not in err.split("error:")[0]  # refused while reading the declarations
+
+
+def test_an_output_shape_rule_that_disagrees_with_the_reference_is_refused_before_compiling(tmp_path):
+    err = _refused(tmp_path, _scale(tmp_path, out='shape=("x.shape[1]", "x.shape[0]")'))
+    assert "op scale spec f32: output out: expected the reference's result to match the output rule" in err
+    assert "[1000, 100]" in err and "got shape [100, 1000]" in err
+
+
+def test_example_shapes_that_violate_the_specs_own_constraints_are_refused_before_compiling(tmp_path):
+    err = _refused(tmp_path, _scale(tmp_path, opts=', constraints=("x.shape[1] <= 512",)'))
+    assert "op scale spec f32: expected the example shapes {'x': (100, 1000)} to satisfy the spec's constraint " \
+           "'x.shape[1] <= 512'" in err
+
+
+def test_options_flydsl_does_not_read_are_refused_and_maxnreg_says_use_waves_per_eu(tmp_path):
+    err = _refused(tmp_path, _scale(tmp_path, opts=', options={"maxnreg": 128}'))
+    assert "options ['maxnreg'] are not read by the FlyDSL frontend" in err and "waves_per_eu" in err
+    err = _refused(tmp_path, _scale(tmp_path, opts=', options={"num_warps": 4}'))
+    assert "options ['num_warps'] are not read by the FlyDSL frontend" in err
+
+
+def test_a_specialization_an_earlier_one_always_takes_first_is_refused(tmp_path):
+    narrow = F32.replace('"f32"', '"narrow"').replace(", OPTS", ', constraints=("x.shape[1] <= 4096",)')
+    err = _refused(tmp_path, _scale(tmp_path, specs=F32 + ", " + narrow))
+    assert "op scale: expected every specialization to be reachable, got 'narrow' behind 'f32'" in err
+
+
+def test_a_feature_target_id_is_refused_for_a_flydsl_op_with_the_processor_to_build_instead(tmp_path):
+    r = run_build(_scale(tmp_path), tmp_path / "o", ["gfx942:sramecc+:xnack-"], check=False)
+    assert r.returncode == 1
+    assert "expected a bare processor for a FlyDSL op, got target ID gfx942:sramecc+:xnack-" in r.stderr
+    assert "--arch gfx942" in r.stderr

@@ -1,0 +1,79 @@
+"""The issue-9 pattern ops (examples/flydsl/patterns.py) in the workload Python: the loader packs each
+example call exactly where the code object's metadata puts each argument, and dispatches by layout and by
+the 32-bit edge as the guards say."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+import pytest
+import torch
+
+import flyship
+from flyship.bundle.codeobject import CodeObjectFile
+from flyship.bundle.expr import evaluate_with_shapes
+from flyship.loader.verify import example_inputs
+
+pytestmark = pytest.mark.cpu
+FMT = {"ptr": "<Q", "i32": "<i", "i64": "<q", "f32": "<f"}
+I32_MAX = 2**31 - 1
+
+
+@pytest.fixture(scope="module")
+def patterns(patterns_bundle, ext):
+    return patterns_bundle, flyship.load(patterns_bundle, namespace=f"flyship_p{uuid.uuid4().hex[:8]}")
+
+
+def test_every_pattern_example_launches_each_field_at_the_code_objects_own_offset(patterns_bundle, recorded,
+                                                                                 launches):
+    checked = 0
+    for target in ("gfx942", "gfx950"):
+        ops = recorded(patterns_bundle, target=target)
+        for handle in ops:
+            for spec in handle.manifest.specializations:
+                v = next(v for v in spec.variants if v.target == target)
+                inputs = example_inputs(handle.manifest, spec, "cpu")
+                assert handle.dispatch(*inputs, target=target).spec == spec.name, (handle.name, spec.name)
+                result = handle(*inputs)
+                outputs = result if isinstance(result, tuple) else (result,)
+                (launch,) = launches()
+                values = {a.name: t for a, t in zip(handle.manifest.args, inputs)}
+                values.update({o.name: t for o, t in zip(handle.manifest.outputs, outputs)})
+                meta = CodeObjectFile((patterns_bundle / v.code_object.file).read_bytes()).kernel_metadata(
+                    v.code_object.symbol)
+                explicit = [a for a in meta.args if not a.hidden]
+                buf = launch["kernargs"]
+                assert len(buf) == explicit[-1].offset + explicit[-1].size
+                assert tuple(launch["grid"]) == tuple(spec.example.grid)
+                starts = {a.offset for a in explicit}
+                shapes = {k: tuple(x.shape) for k, x in values.items() if isinstance(x, torch.Tensor)}
+                for f in v.kernargs.fields:
+                    t = values.get(f.arg)
+                    want = {"pointer": lambda: t.data_ptr(), "shape": lambda: t.shape[f.dim],
+                            "stride": lambda: t.stride(f.dim), "scalar": lambda: t,
+                            "expr": lambda: evaluate_with_shapes(f.expr, shapes)}[f.kind]()
+                    got = struct.unpack_from(FMT[f.type], buf, f.offset)[0]
+                    assert got == pytest.approx(want), (handle.name, spec.name, target, f)
+                    if f.kind in ("pointer", "expr"):
+                        assert f.offset in starts  # a whole kernel argument of its own
+                    checked += 1
+                if handle.name == "scale" and spec.name == "f32_colmajor":
+                    assert values["x"].stride() == (1, 1000)
+                    (f,) = [f for f in v.kernargs.fields if f.arg == "x" and f.kind == "stride"]
+                    assert struct.unpack_from("<q", buf, f.offset)[0] == 1000  # the real stride, never 1
+    assert checked > 50
+
+
+def test_a_call_goes_to_the_specialization_built_for_its_layout(patterns):
+    _, ops = patterns
+    w = torch.randn(512, 1000)
+    assert ops.scale.dispatch(w.t(), 2.0, target="gfx942").spec == "f32_colmajor"
+    assert ops.scale.dispatch(w.t().contiguous(), 2.0, target="gfx942").spec == "f32"
+
+
+def test_a_grid_that_would_wrap_in_the_launchers_i32_arithmetic_is_not_launched(patterns):
+    _, ops = patterns
+    fits = torch.empty((1, I32_MAX - 255), device="meta")
+    wraps = torch.empty((1, I32_MAX - 254), device="meta")
+    assert ops.scale.dispatch(fits, 2.0, target="gfx942").spec == "f32"
+    assert ops.scale.dispatch(wraps, 2.0, target="gfx942").spec is None
