@@ -100,7 +100,9 @@ def recorded(monkeypatch):
     import flyship
 
     def make(target: str):
-        ext.set_recorded_device(0, target)
+        # The device's shared-memory limit per block as the runtime reports it: CUDA's opt-in limit on sm_90
+        # (227 KiB, cudaDevAttrMaxSharedMemoryPerBlockOptin), 64 KiB of LDS on gfx942.
+        ext.set_recorded_device(0, target, max_shared_per_block=232448 if target.startswith("sm_") else 65536)
         with monkeypatch.context() as m:
             m.setenv("FLYSHIP_FLAVOR", "record")
             ops = flyship.load(bundle_dir(), namespace=f"flyship_r{uuid.uuid4().hex[:10]}")
