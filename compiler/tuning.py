@@ -266,7 +266,7 @@ def prune_tasks(ops: Iterable[Any], tasks: list[tuple[str, str, str]]
         total = sum(1 for (o2, _s, t2) in tasks if o2 == on and t2 == t)
         n = sum(whys.values())
         lines.append(f"op {on} on {t}: pruned {n} of {total} configs ("
-                     + "; ".join(f"{c}: {w}" for w, c in sorted(whys.items())) + ")")
+                     + "; ".join(f"{w}: {c}" for w, c in sorted(whys.items())) + ")")
     return [x for x in tasks if x not in drop], lines
 
 
@@ -334,6 +334,17 @@ def key_warnings(op: Any, grids: dict[str, Sequence[str]]) -> list[str]:
     covered: set[str] = set()
     for k in space.key:
         covered |= _dims(k, op)
+    # A dimension the guards pin equal to a covered one is covered too (``b.shape[1] == a.shape[1]``).
+    for _ in range(3):
+        for s in op.specs:
+            for c in s.constraints:
+                m = re.fullmatch(r"\s*(.+?)\s*==\s*(.+?)\s*", c)
+                if m:
+                    lhs, rhs = _dims(m.group(1), op), _dims(m.group(2), op)
+                    if lhs and lhs <= covered:
+                        covered |= rhs
+                    if rhs and rhs <= covered:
+                        covered |= lhs
     missing: dict[str, set[str]] = {}
     for s in op.specs:
         exprs = list(grids.get(s.name, ())) + [c for c in s.constraints if not _is_range_guard(c)]
