@@ -153,8 +153,12 @@ def time_call(fn: Callable[[], Any], *, warmup: int = 5, repeats: int = 20, flus
 
 
 def race(ops: Any, shapes: dict[str, list[dict[str, Any]]], *, device: int = 0, warmup: int = 5, repeats: int = 20,
-         progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> _tt.Table:
+         progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+         timer: Optional[Callable[[Callable[[], Any]], float]] = None, tensor_device: Any = None) -> _tt.Table:
     """Race every candidate of every tuned op for each call in ``shapes`` on GPU ``device``.
+
+    ``timer`` (default :func:`time_call` with ``warmup`` / ``repeats``) and ``tensor_device`` (default GPU
+    ``device``) are replaceable so that the race's logic runs on the recording driver in tests.
 
     Candidates are the specializations whose guard admits the call (checked by the C++ core with
     ``dispatch``); a candidate that raises is skipped with a message. Key values seen twice keep the
@@ -168,7 +172,8 @@ def race(ops: Any, shapes: dict[str, list[dict[str, Any]]], *, device: int = 0, 
 
     target = ops.device_target(device)
     cus = device_cus(device)
-    dev = torch.device("cuda", device)
+    dev = tensor_device if tensor_device is not None else torch.device("cuda", device)
+    timer = timer or (lambda fn: time_call(fn, warmup=warmup, repeats=repeats))
     keys, entries = {}, {}
     for name, calls in shapes.items():
         if name not in ops:
@@ -193,8 +198,7 @@ def race(ops: Any, shapes: dict[str, list[dict[str, Any]]], *, device: int = 0, 
                 except Exception as e:
                     progress(f"  {name} {list(kv)} {s.name}: skipped ({type(e).__name__}: {str(e)[:120]})")
                     continue
-                us[s.name] = time_call(lambda s=s: h.run_specialization(s.name, *inputs), warmup=warmup,
-                                       repeats=repeats)
+                us[s.name] = timer(lambda s=s: h.run_specialization(s.name, *inputs))
             if not us:
                 raise ConfigError(f"{where}: no specialization admits shapes {call}; fix the shapes file")
             best = min(us, key=us.get)

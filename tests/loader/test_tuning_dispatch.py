@@ -90,3 +90,42 @@ def test_inputs_the_winners_guard_refuses_fall_through_to_the_bundles_own_order(
     ops.add(torch.randn(1024).half(), torch.randn(1024).half())  # the winners are float32: f16 runs
     assert {k for k, v in ops.add.stats()["launches"].items() if v} == {"f16"}
     assert _ran(ops, 1024) == "f32__large__t0"
+
+
+def test_the_race_times_only_the_candidates_whose_guard_admits_the_call_and_keeps_the_fastest(
+        bundle_copy, recorded, record_ext):
+    from flyship.loader import tune
+
+    ops = recorded(bundle_copy(_tuned_add), target=GFX942)
+    clock = {"f32__small": 5.0, "f32__large": 2.0, "f32": 3.0, "f16": 1.0}
+    timed, last = [], []
+    real = ops.add.run_specialization
+
+    def run_specialization(spec, *args):  # the real C++ path; remembers which candidate the timer ran
+        out = real(spec, *args)
+        last.append(spec)
+        return out
+
+    ops.add.run_specialization = run_specialization
+
+    def timer(fn):
+        fn()
+        timed.append(last[-1])
+        return clock[last[-1]]
+
+    table = tune.race(ops, {"add": [{"x": [1000], "y": [1000]}, {"x": [8], "y": [8]}]}, timer=timer,
+                      tensor_device="cpu", progress=lambda s: None)
+    assert set(timed) == {"f32__small", "f32__large", "f32"}  # f16's dtype guard refuses float32 inputs
+    assert table.keys == {"add": ("x.shape[0]",)}
+    assert sorted((e.key, e.spec, e.target) for e in table.entries) == [((8,), "f32__large", GFX942),
+                                                                       ((1000,), "f32__large", GFX942)]
+    assert table.entries[0].us == {"f32__small": 5.0, "f32__large": 2.0, "f32": 3.0}
+
+
+def test_a_shapes_file_that_is_not_op_to_calls_is_refused(tmp_path):
+    from flyship.errors import ConfigError
+    from flyship.loader import tune
+
+    (tmp_path / "s.json").write_text('{"add": {"x": [4]}}')
+    with pytest.raises(ConfigError, match="expected"):
+        tune.read_shapes(tmp_path / "s.json")
