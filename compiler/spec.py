@@ -367,7 +367,11 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
         if not key:
             raise SpecError(f"op {name}: a config space needs key=(...): expressions naming every tiled dimension, "
                             "e.g. key=('a.shape[0]', 'b.shape[1]')")
-        key = tuple(_expr.canonical(k) for k in key)
+        try:
+            key = tuple(_expr.canonical(k) for k in key)
+        except _expr.ExprError as e:
+            raise SpecError(f"op {name}: key expression: {e}; a key is an integer expression over the inputs") \
+                from None
         specs, table = _tuning.expand(name, _detect_frontend(kernel), args, specs, pairs)
         space = _tuning.ConfigSpace(key=key, configs=table, prune=prune)
     elif key or prune:
