@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Spec file of the tuned Triton examples: config spaces, one spec for gfx942, gfx950 and sm_90.
+"""Spec file of the tuned examples: config spaces, one spec for gfx942, gfx950 and sm_90 (Triton ops on all
+three, the FlyDSL op on the AMD ones).
 
     flyc-build examples/triton/tuned.py -o artifacts/tuned --arch gfx942 --arch gfx950 --arch sm_90
     flyship tune artifacts/tuned --shapes examples/triton/tuned_shapes.json -o artifacts/tuned/tuning.json
@@ -9,8 +10,14 @@ Each op declares one base Spec and a config space (``configs=``); every config b
 pick a different config per shape regime (decode M=1..16, mid, prefill). See docs/tuning.md.
 """
 
+import sys
+from pathlib import Path
+
 from tl_gemm import gemm_kernel
 from tl_rmsnorm import rmsnorm_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "flydsl"))
+from elementwise import add  # noqa: E402  (a FlyDSL launcher: add(x, y, out, VEC: Constexpr, stream))
 
 from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, namespace, op, references
 from flyship.compiler.tuning import Config
@@ -58,3 +65,11 @@ op("rmsnorm", kernel=rmsnorm_kernel, reference="rmsnorm_ref", doc="x * rsqrt(mea
                constraints=("x.stride[1] == 1", "out.stride[1] == 1", "w.stride[0] == 1", "w.shape[0] == x.shape[1]",
                             "x.shape[1] >= 1", "x.shape[1] <= 4096"))],
    configs=[Config(num_warps=w) for w in (1, 2, 4, 8, 16)], key=("x.shape[0]", "x.shape[1]"))
+
+# A FlyDSL launcher's config space (AMD targets only): elements per thread. Its grid is
+# (cdiv(M, 8), cdiv(N, 32 * VEC)), so the key names both dims.
+op("add", kernel=add, reference="add_ref", doc="out = x + y (FlyDSL), tuned elements per thread",
+   args=[Tensor("x", rank=2), Tensor("y", rank=2), Output("out", like="x"), Constexpr("VEC")],
+   specs=[Spec("f16", dtypes={"x": "float16", "y": "float16"}, shapes={"x": (1000, 1000), "y": (1000, 1000)},
+               constraints=("y.shape[0] == x.shape[0]", "y.shape[1] == x.shape[1]"))],
+   configs=[Config(VEC=v) for v in (2, 4, 8)], key=("x.shape[0]", "x.shape[1]"))
