@@ -347,6 +347,9 @@ class Op:
         specializations: tried in order; the first whose guard holds runs.
         backward: the op's derivative as another op of the bundle (schema 1.1), or None (no autograd:
             a backward through it raises torch's "derivative ... is not implemented").
+        tuning_key: expressions over the inputs that name every tiled dimension (schema 1.1; empty when
+            the op was not declared with a config space). A tuning table (docs/tuning.md) is keyed by
+            their values.
     """
 
     name: str
@@ -357,6 +360,7 @@ class Op:
     reference: Optional[str]
     specializations: tuple[Specialization, ...]
     backward: Optional[Backward] = None
+    tuning_key: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

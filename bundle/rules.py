@@ -480,6 +480,9 @@ def check_op(op: _m.Op, where: str) -> None:
                 raise _fail(f"{where}.outputs[{i}].shape[{j}]", f"expected a shape over the inputs, got {e!r}, "
                             "which reads the device; an output's shape must not depend on which GPU runs the call "
                             "(fake kernels have no device); compute it from the inputs")
+    _count(op.tuning_key, L.MAX_RANK * L.MAX_ARGS, "tuning key expressions", f"{where}.tuning_key")
+    for j, e in enumerate(op.tuning_key):
+        _compile(e, inputs, f"{where}.tuning_key[{j}]")
     tensor_in = {a.name for a in op.args if a.kind == "tensor"}
     tensors = tensor_in | {o.name for o in op.outputs}
     kinds = {a.name: a.kind for a in op.args}

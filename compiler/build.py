@@ -31,6 +31,7 @@ from flyship.compiler import cache as _cache
 from flyship.compiler import executors as _executors
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import hygiene as _hygiene
+from flyship.compiler import tuning as _tuning
 from flyship.compiler.spec import OpDecl, Output, Scalar, SpecFile, Tensor
 from flyship.compiler.frontends import CompiledVariant
 from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, load_spec_file, run_task
@@ -266,9 +267,12 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
         example = M.Example(shapes={k: tuple(v) for k, v in sorted(shapes.items())},
                             scalars=dict(sorted(scalars.items())), grid=tuple(example_grid or (0, 0, 0)),
                             strides={k: tuple(v) for k, v in sorted(s.strides.items())})
+        if not variants:  # a config pruned on every target
+            continue
         specs.append(M.Specialization(name=s.name, guard=guard, example=example,
                                       variants=tuple(sorted(variants, key=lambda x: x.target))))
-    check_reachable(op.name, specs)
+    if not op.key:  # a config space's candidates share a guard by design: a tuning table picks among them
+        check_reachable(op.name, specs)
     args = []
     for a in op.args:
         if isinstance(a, Tensor):
@@ -277,7 +281,8 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
             args.append(M.Arg(name=a.name, kind=a.type, default=a.default))
     outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o)) for o in op.outputs)
     return M.Op(name=op.name, frontend=op.frontend, doc=op.doc, args=tuple(args), outputs=outputs,
-                reference=op.reference, specializations=tuple(specs), backward=op.backward), files
+                reference=op.reference, specializations=tuple(specs), backward=op.backward,
+                tuning_key=op.key), files
 
 
 def check_reachable(op_name: str, specs: list[M.Specialization]) -> None:
@@ -425,6 +430,12 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
         with _cache.record_reads() as deps:  # every file the spec reads while imported: the whole-build entry's inputs
             sf = read_declarations(opts.spec_path, targets)
         tasks = plan(sf, targets, progress)
+        try:
+            tasks, pruned = _tuning.prune_tasks(sf.ops, tasks)
+        except CompileError as e:
+            raise BuildError(f"flyc-build: {e}") from None
+        for line in pruned:
+            progress(f"flyc-build: {line}")
         frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
         with contextlib.ExitStack() as stack:
             scratch = stack.enter_context(_hygiene.scratch_dir())
@@ -434,7 +445,14 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             results, hits = compile_with_cache(
                 tasks, sf, tools, opts, cache, progress,
                 lambda todo: _executors.run(todo, opts, toolchain, rocm_root, scratch, progress, frontends_used))
+            results, dropped = _tuning.drop_over_limits(sf.ops, results)
+            for line in dropped:
+                progress(f"flyc-build: {line}")
             variants = succeeded(results)
+            for op in sf.ops:
+                grids = {s: v.launch.grid for (o, s, _t), v in variants.items() if o == op.name}
+                for line in _tuning.key_warnings(op, grids):
+                    progress(f"flyc-build: warning: {line}")
             offload, offload_files = offload_bundles(sf, variants, toolchain, scratch) if opts.offload_bundle \
                 else ({}, {})
             m, files = assemble_manifest(sf, variants, tools, frontend_versions(frontends_used, variants), offload,

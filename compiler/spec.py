@@ -198,6 +198,12 @@ class OpDecl:
     grid: Optional[tuple[str, ...]]
     frontend: str
     backward: Optional[Backward] = None
+    tuning: Any = None  # flyship.compiler.tuning.ConfigSpace when declared with configs= (docs/tuning.md)
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The tuning key's expressions (empty without a config space)."""
+        return self.tuning.key if self.tuning is not None else ()
 
     @property
     def inputs(self) -> list[Tensor | Scalar]:
@@ -313,7 +319,9 @@ def _detect_frontend(kernel: Any) -> str:
 
 
 def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], reference: Optional[str] = None,
-       doc: str = "", grid: Optional[Sequence[str]] = None, backward: Optional[Backward] = None) -> OpDecl:
+       doc: str = "", grid: Optional[Sequence[str]] = None, backward: Optional[Backward] = None,
+       configs: Optional[Sequence[Any]] = None, key: Optional[Sequence[str]] = None,
+       prune: Optional[Callable[..., Any]] = None) -> OpDecl:
     """Declare an op.
 
     Args:
@@ -330,14 +338,49 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
             each backward input comes from a forward input or output (saved for backward) or from
             ``"grad:<output>"``; ``grads`` maps forward inputs to the backward op's outputs. The loader
             registers it with torch autograd (checked against the bundle when the manifest is written).
+        configs: a config space (:class:`flyship.compiler.tuning.Config` objects): each spec x each config
+            becomes a specialization ``<spec>__<config>``. Implied when ``kernel`` is ``flydsl.autotune`` /
+            ``triton.autotune``'d (its configs, key and prune function are read). See docs/tuning.md.
+        key: expressions over the inputs naming every tiled dimension (required with a config space unless
+            the autotuned kernel names one); ``flyship tune`` keys its table by their values.
+        prune: ``prune(configs, named_args) -> configs``, called per target before compiling
+            (``named_args`` holds the example call and the target's limits).
 
     Raises:
         SpecError: naming the op and what is inconsistent.
     """
+    from flyship.compiler import tuning as _tuning
+
+    space = None
+    tuned = _tuning.from_autotuner(kernel)
+    if tuned is not None:
+        kernel, pairs, names, auto_prune = tuned
+        if configs is None:
+            configs = pairs
+        key = key if key is not None else (_tuning.key_from_names(names, args) if names else None)
+        prune = prune or auto_prune
+    if configs is not None:
+        pairs = [c if isinstance(c, tuple) else (c, c) for c in configs]
+        if not pairs or not all(isinstance(c, _tuning.Config) for c, _ in pairs):
+            raise SpecError(f"op {name}: configs= expects a non-empty list of flyship.compiler.tuning.Config, got "
+                            f"{[type(c).__name__ for c, _ in pairs][:3]}")
+        if not key:
+            raise SpecError(f"op {name}: a config space needs key=(...): expressions naming every tiled dimension, "
+                            "e.g. key=('a.shape[0]', 'b.shape[1]')")
+        try:
+            key = tuple(_expr.canonical(k) for k in key)
+        except _expr.ExprError as e:
+            raise SpecError(f"op {name}: key expression: {e}; a key is an integer expression over the inputs") \
+                from None
+        specs, table = _tuning.expand(name, _detect_frontend(kernel), args, specs, pairs)
+        space = _tuning.ConfigSpace(key=key, configs=table, prune=prune)
+    elif key or prune:
+        raise SpecError(f"op {name}: key= and prune= go with configs= (a config space); add configs=[Config(...)]")
     frontend = _detect_frontend(kernel)
     decl = OpDecl(name=name, kernel=kernel, args=tuple(args), specs=tuple(specs), reference=reference,
                   doc=doc or (getattr(getattr(kernel, "fn", kernel), "__doc__", "") or "").strip().split("\n")[0],
-                  grid=tuple(grid) if grid else None, frontend=frontend, backward=_backward(name, backward))
+                  grid=tuple(grid) if grid else None, frontend=frontend, backward=_backward(name, backward),
+                  tuning=space)
     validate(decl)
     _current().ops.append(decl)
     return decl
@@ -425,6 +468,13 @@ def validate(d: OpDecl) -> None:
             except _expr.ExprError as e:
                 raise SpecError(f"{w} spec {s.name}: constraint {c!r}: {e}") from None
         _check_example_meets_constraints(d, s, w)
+    inputs_only = {k: v for k, v in slots.items() if k in {a.name for a in d.inputs}}
+    for k in d.key:
+        try:
+            _expr.compile_program(k, inputs_only)
+        except _expr.ExprError as e:
+            raise SpecError(f"{w}: key expression {k!r}: {e}; a key is an integer expression over the inputs") \
+                from None
 
 
 def _check_example_meets_constraints(d: OpDecl, s: Spec, w: str) -> None:

@@ -48,6 +48,7 @@ class TaskResult:
     variant: Optional[CompiledVariant]
     error: Optional[str]
     reused: bool = False
+    resource: bool = False  # the error is a target resource limit (frontends.base.ResourceError)
 
 
 _SPEC: Optional[SpecFile] = None
@@ -141,4 +142,7 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
         v = frontends.compile_variant(frontends.get(op.frontend), op, spec, cfg.target, ctx)
         return TaskResult(op_name, spec_name, cfg.target, v, None, reused)
     except Exception as e:
-        return TaskResult(op_name, spec_name, cfg.target, None, f"{type(e).__name__}: {e}", reused)
+        from flyship.compiler.frontends.base import ResourceError
+
+        return TaskResult(op_name, spec_name, cfg.target, None, f"{type(e).__name__}: {e}", reused,
+                          resource=isinstance(e, ResourceError))

@@ -7,6 +7,7 @@
     flyship bench FACTORY --patches FILE  baseline / patched / compiled / patched+compiled timings
     flyship pack BUNDLE -o F   write the bundle as one reproducible file that flyship.load(F) opens
     flyship inspect BUNDLE     per kernel: symbol, kernargs, registers, LDS, scratch, spills, occupancy [--json]
+    flyship tune BUNDLE --shapes FILE      race each tuned op's configs on this GPU, write a tuning table
 
 Each command parses its options and calls one plain function; errors print one clear line and exit 1
 (2 for a usage error, as click does).
@@ -220,6 +221,29 @@ def pack_cmd(bundle: Path, out: Path) -> None:
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"packed {bundle} into {path} ({path.stat().st_size} bytes)")
+
+
+@main.command("tune")
+@click.argument("bundle", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--shapes", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="JSON: {op: [{tensor: [dims], ...}, ...]}, the calls to tune for (docs/tuning.md)")
+@click.option("-o", "--out", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="tuning table to write (default BUNDLE/tuning.json; merged with an existing one)")
+@click.option("--device", default=0, show_default=True, help="GPU index")
+@click.option("--warmup", default=5, show_default=True, help="untimed calls per candidate")
+@click.option("--repeats", default=20, show_default=True, help="timed calls per candidate (the median is kept)")
+@click.option("--no-merge", is_flag=True, help="replace an existing table instead of merging into it")
+def tune_cmd(bundle: Path, shapes: Path, out: Path | None, device: int, warmup: int, repeats: int,
+             no_merge: bool) -> None:
+    """Race every candidate config of BUNDLE's tuned ops for each call in --shapes on a GPU (needs torch and
+    a GPU; no DSL, no compiler) and write the winners as a tuning table for flyship.load(..., tuning=)."""
+    from flyship.loader.tune import tune
+
+    try:
+        path = tune(bundle, shapes, out, device=device, warmup=warmup, repeats=repeats, merge=not no_merge)
+    except FlyshipError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"flyship tune: wrote {path}")
 
 
 if __name__ == "__main__":

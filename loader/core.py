@@ -451,7 +451,8 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
 
 
 def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., Any]]] = None,
-         fallback: Optional[bool] = None, verify: bool = False, namespace: Optional[str] = None) -> Ops:
+         fallback: Optional[bool] = None, verify: bool = False, namespace: Optional[str] = None,
+         tuning: Optional[str | Path] = None, tuning_device: int = 0) -> Ops:
     """Load a bundle built by ``flyc-build`` and register its ops with torch.
 
     Args:
@@ -463,6 +464,10 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         verify: run each specialization once against its reference on a GPU and raise if one disagrees
             (:meth:`Ops.verify`); needs a GPU.
         namespace: torch namespace to register under (default: the manifest's).
+        tuning: a tuning table (``flyship tune``; docs/tuning.md): its winners for the device
+            ``tuning_device`` (target ID and CU count) are dispatched first, by guards the C++ core checks per
+            call; entries for other devices are ignored with a warning.
+        tuning_device: the GPU whose target and CU count select the table's entries.
 
     Returns:
         The bundle's :class:`Ops`. Loading the same bundle again returns the same object.
@@ -482,6 +487,12 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
     ns = namespace or manifest.namespace
     _rules.check_namespace(ns, f"load bundle {root}: namespace")
     digest = hashlib.sha256((root / _m.MANIFEST_NAME).read_bytes()).hexdigest()
+    table = None
+    if tuning is not None:
+        from flyship.bundle import tuning as _tt
+
+        table = _tt.read(tuning)
+        digest = hashlib.sha256((digest + Path(tuning).read_text()).encode()).hexdigest()
     with _lock:
         existing = _loaded.get(ns)
         if existing is not None:
@@ -495,6 +506,11 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         else:
             refs = _references.resolve(root, manifest, references)
             ext = _build.extension(near=_beside(path))
+            if table is not None:
+                from flyship.loader import tune as _tune
+
+                target = ext.device_info(int(tuning_device))["target"]
+                manifest = _tune.apply(manifest, table, target, _tune.device_cus(int(tuning_device)))
             code_objects = _CodeObjects(root, manifest)
             plan = _plan.lower_bundle(manifest, ns, refs, code_objects)
             core = ext.Bundle(plan, make_selector(manifest), env.fallback_enabled() if fallback is None else fallback)

@@ -36,6 +36,11 @@ class FrontendError(CompileError, RuntimeError):
     own message."""
 
 
+class ResourceError(FrontendError):
+    """A compiled kernel exceeds a resource of its target (LDS / shared memory, registers, scratch spills,
+    workgroup size). In a config space (docs/tuning.md) such a config is pruned, not a build failure."""
+
+
 @dataclasses.dataclass(frozen=True)
 class BuildContext:
     """What a frontend needs besides the op: tools, scratch space, options.
@@ -318,19 +323,19 @@ def check_resources(meta: KernelMetadata, block: tuple[int, int, int], dynamic_l
     static = meta.group_segment_fixed_size
     total = static + dynamic_lds
     if total > lim["lds_bytes"]:
-        raise FrontendError(f"{where}: kernel {symbol} uses {total} bytes of LDS / shared memory ({dynamic_lds} "
+        raise ResourceError(f"{where}: kernel {symbol} uses {total} bytes of LDS / shared memory ({dynamic_lds} "
                             f"dynamic + {static} static), over the target's {lim['lds_bytes']}-byte per-workgroup "
                             "limit; use smaller tiles or fewer stages")
     threads = block[0] * block[1] * block[2]
     try:  # required and maximum workgroup size, static LDS: the rule book's rules, as the loader applies them
         _rules.check_resources(meta, block, target, f"{where}: kernel {symbol}")
     except BundleError as e:
-        raise FrontendError(str(e)) from None
+        raise ResourceError(str(e)) from None
     if tid.vendor == "nvidia" and meta.vgpr_count * threads > NV_REGISTERS_PER_BLOCK:
-        raise FrontendError(f"{where}: kernel {symbol} uses {meta.vgpr_count} registers x {threads} threads = "
+        raise ResourceError(f"{where}: kernel {symbol} uses {meta.vgpr_count} registers x {threads} threads = "
                             f"{meta.vgpr_count * threads}, over the {NV_REGISTERS_PER_BLOCK} a block may hold; the "
                             "launch would fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; lower num_warps or set maxnreg")
     if meta.private_segment_fixed_size > 0 and not spec.allow_scratch:
-        raise FrontendError(f"{where}: kernel {symbol} spills to scratch / local memory "
+        raise ResourceError(f"{where}: kernel {symbol} spills to scratch / local memory "
                             f"({meta.private_segment_fixed_size} bytes per work-item); reduce register pressure "
                             "or set Spec(allow_scratch=True)")

@@ -139,16 +139,16 @@ def jit_function(kernel: Any, where: str) -> Any:
     """The ``JITFunction`` behind a spec's ``kernel=`` (unwrapping ``@triton.heuristics``).
 
     Raises:
-        FrontendError: an ``@triton.autotune`` kernel (declare its configs as specializations instead) or
+        FrontendError: an ``@triton.autotune`` kernel not declared through ``op()`` (docs/tuning.md) or
             anything that is not a ``@triton.jit`` function.
     """
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
     if isinstance(kernel, Autotuner):
-        raise FrontendError(f"{where}: kernel {kernel.fn.__name__} is @triton.autotune'd; flyship compiles ahead of "
-                            "time, so declare each config as a Spec(constexprs=..., options={'num_warps': ...}) and "
-                            "pass the bare @triton.jit function")
+        raise FrontendError(f"{where}: kernel {kernel.fn.__name__} is @triton.autotune'd; declare it with op() (which "
+                            "reads its configs as a config space, docs/tuning.md) or declare each config as a "
+                            "Spec(constexprs=..., options={'num_warps': ...}) with the bare @triton.jit function")
     fn = kernel
     while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
         fn = fn.fn

@@ -1,0 +1,226 @@
+"""Tuning on the workload side: race a bundle's config space on a GPU, and dispatch through a tuning table.
+
+``flyship tune BUNDLE --shapes FILE`` (:func:`tune`) needs torch and a GPU, never a DSL or a compiler: for
+every op with a tuning key (``Op.tuning_key``, written by ``flyc-build`` from a config space) and every
+shape in the shapes file, it runs each specialization whose guard admits the inputs through the op's own
+C++ path, with warm-up, repeats, an L2 flush before each timed call and device events, and records the
+median. The fastest wins; the table (:mod:`flyship.bundle.tuning`) is keyed by the device's target ID, its
+CU / SM count and the key's values.
+
+``flyship.load(bundle, tuning=PATH)`` calls :func:`apply`: the table's winners for this device become
+guards placed before the bundle's own specializations (nearest-bucket policy, documented in
+:mod:`flyship.bundle.tuning` and docs/tuning.md), so the C++ core dispatches by them per call with no
+Python on the hot path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from flyship.bundle import expr as _expr
+from flyship.bundle import manifest as _m
+from flyship.bundle import tuning as _tt
+from flyship.errors import ConfigError
+
+
+def device_cus(device: int = 0) -> Optional[int]:
+    """The device's CU (AMD) / SM (NVIDIA) count as torch reports it, or None without a GPU."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.get_device_properties(device).multi_processor_count)
+    except Exception:  # no GPU runtime: the table's CU counts are then not compared
+        pass
+    return None
+
+
+def _note(msg: str) -> None:
+    warnings.warn(msg, stacklevel=3)
+
+
+def apply(manifest: _m.Manifest, table: _tt.Table, target: str, cus: Optional[int],
+          note: Callable[[str], None] = _note) -> _m.Manifest:
+    """The manifest with the table's winners for this device placed first, per op, as guards.
+
+    Each bucket of the nearest-bucket policy becomes a specialization named ``<winner>__t<i>``: the
+    winner's guard plus the bucket's bounds on the key expressions, and the winner's variants. The
+    bundle's own specializations follow unchanged, for inputs the winner's guard does not admit.
+
+    Raises:
+        TuningError: the table names an op the bundle lacks, an op whose key differs from the bundle's,
+            or a winner the op does not have.
+    """
+    if table.namespace and table.namespace != manifest.namespace:
+        note(f"flyship tuning: the table was written for namespace {table.namespace!r}, the bundle is "
+             f"{manifest.namespace!r}; using it by op name")
+    entries = _tt.entries_for(table, target, cus, note)
+    ops = []
+    for op in manifest.ops:
+        mine = [e for e in entries if e.op == op.name]
+        key = table.keys.get(op.name)
+        if key is not None and tuple(_expr.canonical(k) for k in key) != op.tuning_key:
+            raise _tt.TuningError(f"tuning table: op {op.name} is keyed by {list(key)}, the bundle's key is "
+                                  f"{list(op.tuning_key)}; re-run `flyship tune` for this bundle")
+        if not mine:
+            ops.append(op)
+            continue
+        specs = {s.name: s for s in op.specializations}
+        tuned = []
+        for i, (winner, cons) in enumerate(_tt.dispatch_plan(op.tuning_key, mine)):
+            if winner not in specs:
+                raise _tt.TuningError(f"tuning table: op {op.name}: winner {winner!r} is not a specialization of "
+                                      f"the bundle ({', '.join(specs)}); the table belongs to another build")
+            s = specs[winner]
+            guard = dataclasses.replace(s.guard, constraints=tuple(s.guard.constraints) + cons)
+            tuned.append(dataclasses.replace(s, name=f"{winner}{_tt.TUNED_SUFFIX}{i}", guard=guard))
+        ops.append(dataclasses.replace(op, specializations=tuple(tuned) + tuple(op.specializations)))
+    for name in sorted({e.op for e in entries} - {o.name for o in manifest.ops}):
+        raise _tt.TuningError(f"tuning table: op {name} is not in the bundle ({', '.join(o.name for o in manifest.ops)})")
+    return dataclasses.replace(manifest, ops=tuple(ops))
+
+
+def read_shapes(path: Path | str) -> dict[str, list[dict[str, Any]]]:
+    """A shapes file: ``{"<op>": [{"<tensor>": [dims], "<scalar>": value, ...}, ...]}``, one call per item
+    (every input tensor's shape; scalars optional). Optional ``"dtypes": {"<tensor>": "float16"}`` per item.
+
+    Raises:
+        ConfigError: not JSON or not of that shape.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"flyship tune --shapes {path}: expected a JSON file, got {type(e).__name__}: {e}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, list) and all(isinstance(c, dict) for c in v)
+                                             for v in data.values()):
+        raise ConfigError(f"flyship tune --shapes {path}: expected {{op: [{{tensor: [dims], ...}}, ...]}}, got "
+                          f"{type(data).__name__}")
+    return data
+
+
+def _inputs(op: _m.Op, call: dict[str, Any], device: Any, where: str) -> list[Any]:
+    import torch
+
+    dtypes = call.get("dtypes", {})
+    base = op.specializations[0].guard.dtypes
+    out = []
+    for a in op.args:
+        if a.kind == "tensor":
+            if a.name not in call:
+                raise ConfigError(f"{where}: expected a shape for tensor {a.name!r}, got keys {sorted(call)}")
+            dt = getattr(torch, dtypes.get(a.name) or base.get(a.name) or "float32")
+            shape = tuple(int(d) for d in call[a.name])
+            t = torch.randn(shape, device=device).to(dt) if dt.is_floating_point else \
+                torch.randint(-8, 8, shape, device=device).to(dt)
+            out.append(t)
+        else:
+            v = call.get(a.name, a.default)
+            out.append({"int": 1, "float": 1.0, "bool": False}[a.kind] if v is None else v)
+    return out
+
+
+def key_values(op: _m.Op, inputs: list[Any]) -> tuple[int, ...]:
+    """The op's key evaluated on a call's inputs (the same expressions the guards use)."""
+    shapes = {a.name: tuple(t.shape) for a, t in zip(op.args, inputs) if a.kind == "tensor"}
+    scalars = {a.name: v for a, v in zip(op.args, inputs) if a.kind == "int"}
+    return tuple(int(_expr.evaluate_with_shapes(k, shapes, scalars)) for k in op.tuning_key)
+
+
+def time_call(fn: Callable[[], Any], *, warmup: int = 5, repeats: int = 20, flush_bytes: int = 256 << 20) -> float:
+    """Median microseconds of ``fn`` on the current stream: ``warmup`` untimed calls, then ``repeats``
+    calls each after writing ``flush_bytes`` (larger than L2) and timed by a pair of device events."""
+    import torch
+
+    flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return statistics.median(times)
+
+
+def race(ops: Any, shapes: dict[str, list[dict[str, Any]]], *, device: int = 0, warmup: int = 5, repeats: int = 20,
+         progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+         timer: Optional[Callable[[Callable[[], Any]], float]] = None, tensor_device: Any = None) -> _tt.Table:
+    """Race every candidate of every tuned op for each call in ``shapes`` on GPU ``device``.
+
+    ``timer`` (default :func:`time_call` with ``warmup`` / ``repeats``) and ``tensor_device`` (default GPU
+    ``device``) are replaceable so that the race's logic runs on the recording driver in tests.
+
+    Candidates are the specializations whose guard admits the call (checked by the C++ core with
+    ``dispatch``); a candidate that raises is skipped with a message. Key values seen twice keep the
+    first measurement.
+
+    Raises:
+        ConfigError: an op in ``shapes`` the bundle lacks or that has no tuning key; a call no
+            specialization admits.
+    """
+    import torch
+
+    target = ops.device_target(device)
+    cus = device_cus(device)
+    dev = tensor_device if tensor_device is not None else torch.device("cuda", device)
+    timer = timer or (lambda fn: time_call(fn, warmup=warmup, repeats=repeats))
+    keys, entries = {}, {}
+    for name, calls in shapes.items():
+        if name not in ops:
+            raise ConfigError(f"flyship tune: op {name!r} is not in the bundle ({', '.join(ops.names)})")
+        h = ops[name]
+        op = h.manifest
+        if not op.tuning_key:
+            raise ConfigError(f"flyship tune: op {name} has no tuning key; declare it with configs= and key= "
+                              "(docs/tuning.md)")
+        keys[name] = op.tuning_key
+        for ci, call in enumerate(calls):
+            where = f"flyship tune: op {name} call {ci}"
+            inputs = _inputs(op, call, dev, where)
+            kv = key_values(op, inputs)
+            if (name, kv) in entries:
+                continue
+            us: dict[str, float] = {}
+            for s in op.specializations:
+                try:
+                    # The guard, as the core checks it: only candidates that admit the call are raced.
+                    h.run_specialization(s.name, *inputs)
+                except Exception as e:
+                    progress(f"  {name} {list(kv)} {s.name}: skipped ({type(e).__name__}: {str(e)[:120]})")
+                    continue
+                us[s.name] = timer(lambda s=s: h.run_specialization(s.name, *inputs))
+            if not us:
+                raise ConfigError(f"{where}: no specialization admits shapes {call}; fix the shapes file")
+            best = min(us, key=us.get)
+            progress(f"{name} key={list(kv)}: {best} {us[best]:.1f} us (of {len(us)})")
+            entries[(name, kv)] = _tt.Entry(name, target, cus, kv, best, us)
+    return _tt.Table(ops.manifest.namespace, keys, tuple(entries.values()))
+
+
+def tune(bundle: Path | str, shapes: Path | str, out: Optional[Path | str] = None, *, device: int = 0,
+         warmup: int = 5, repeats: int = 20, merge: bool = True) -> Path:
+    """Race a bundle's tuned ops on GPU ``device`` and write the table (default ``BUNDLE/tuning.json``);
+    with ``merge``, entries of an existing table at ``out`` for other keys or devices are kept.
+
+    Returns:
+        The table's path.
+    """
+    from flyship.loader import core
+
+    ops = core.load(bundle)
+    table = race(ops, read_shapes(shapes), device=device, warmup=warmup, repeats=repeats)
+    path = Path(out) if out else Path(bundle) / "tuning.json"
+    if merge and path.is_file():
+        table = _tt.merge(_tt.read(path), table)
+    _tt.write(table, path)
+    return path

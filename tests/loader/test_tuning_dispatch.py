@@ -1,0 +1,131 @@
+"""Table-driven dispatch on the recording driver: ``load(bundle, tuning=TABLE)`` runs the table's winner for
+each key bucket through the real C++ call path (guards, launch), picks the nearest bucket for key values the
+table lacks, and ignores entries for another device with a warning."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from flyship.bundle import tuning as tt
+
+pytestmark = pytest.mark.cpu
+
+GFX942 = "gfx942:sramecc+:xnack-"
+
+
+def _tuned_add(data: dict) -> None:
+    """The tiny bundle's add op as a config space of three specializations keyed by x.shape[0]."""
+    add = next(o for o in data["ops"] if o["name"] == "add")
+    f32 = next(s for s in add["specializations"] if s["name"] == "f32")
+    copies = []
+    for name in ("f32__small", "f32__large"):
+        s = copy.deepcopy(f32)
+        s["name"] = name
+        copies.append(s)
+    add["specializations"] = copies + add["specializations"]
+    add["tuning_key"] = ["x.shape[0]"]
+
+
+def _table(tmp_path, entries, name="tuning.json"):
+    t = tt.Table("flyship_tiny", {"add": ("x.shape[0]",)}, tuple(entries))
+    path = tmp_path / name
+    tt.write(t, path)
+    return path
+
+
+def _ran(ops, n):
+    ops.add.reset_stats()
+    ops.add(torch.randn(n), torch.randn(n))
+    (spec, count), = ((k, v) for k, v in ops.add.stats()["launches"].items() if v)
+    assert count == 1
+    return spec
+
+
+def test_each_key_value_runs_the_winner_of_its_nearest_bucket(bundle_copy, recorded, tmp_path):
+    table = _table(tmp_path, [tt.Entry("add", "gfx942", None, (1024,), "f32__small", {"f32__small": 1.0}),
+                              tt.Entry("add", "gfx942", None, (65536,), "f32__large", {"f32__large": 2.0})])
+    ops = recorded(bundle_copy(_tuned_add), target=GFX942, tuning=table)
+    # The boundary between 1024 and 65536 on a log2 scale is isqrt(1024 * 65536) = 8192.
+    assert _ran(ops, 1024) == "f32__small__t0"
+    assert _ran(ops, 8192) == "f32__small__t0"
+    assert _ran(ops, 8193) == "f32__large__t1"
+    assert _ran(ops, 1 << 20) == "f32__large__t1"
+    assert _ran(ops, 3) == "f32__small__t0"
+
+
+def test_without_a_table_the_first_guard_that_holds_runs(bundle_copy, recorded):
+    ops = recorded(bundle_copy(_tuned_add), target=GFX942)
+    assert _ran(ops, 100000) == "f32__small"
+
+
+def test_entries_for_another_target_are_ignored_with_a_warning(bundle_copy, recorded, tmp_path):
+    table = _table(tmp_path, [tt.Entry("add", "sm_90", 132, (1024,), "f32__large")])
+    with pytest.warns(UserWarning, match="ignoring the entries of op add tuned for sm_90"):
+        ops = recorded(bundle_copy(_tuned_add), target=GFX942, tuning=table)
+    assert _ran(ops, 1024) == "f32__small"
+
+
+def test_a_table_naming_a_specialization_the_bundle_lacks_is_refused(bundle_copy, recorded, tmp_path):
+    table = _table(tmp_path, [tt.Entry("add", "gfx942", None, (1024,), "f32__huge")])
+    with pytest.raises(tt.TuningError, match="winner 'f32__huge' is not a specialization"):
+        recorded(bundle_copy(_tuned_add), target=GFX942, tuning=table)
+
+
+def test_a_table_keyed_differently_from_the_bundle_is_refused(bundle_copy, recorded, tmp_path):
+    path = tmp_path / "t.json"
+    data = tt.to_json_obj(tt.Table("ns", {"add": ("x.numel",)}, (tt.Entry("add", "gfx942", None, (4,), "f32"),)))
+    path.write_text(json.dumps(data))
+    with pytest.raises(tt.TuningError, match="keyed by"):
+        recorded(bundle_copy(_tuned_add), target=GFX942, tuning=path)
+
+
+def test_inputs_the_winners_guard_refuses_fall_through_to_the_bundles_own_order(bundle_copy, recorded, tmp_path):
+    table = _table(tmp_path, [tt.Entry("add", "gfx942", None, (1024,), "f32__large")])
+    ops = recorded(bundle_copy(_tuned_add), target=GFX942, tuning=table)
+    ops.add.reset_stats()
+    ops.add(torch.randn(1024).half(), torch.randn(1024).half())  # the winners are float32: f16 runs
+    assert {k for k, v in ops.add.stats()["launches"].items() if v} == {"f16"}
+    assert _ran(ops, 1024) == "f32__large__t0"
+
+
+def test_the_race_times_only_the_candidates_whose_guard_admits_the_call_and_keeps_the_fastest(
+        bundle_copy, recorded, record_ext):
+    from flyship.loader import tune
+
+    ops = recorded(bundle_copy(_tuned_add), target=GFX942)
+    clock = {"f32__small": 5.0, "f32__large": 2.0, "f32": 3.0, "f16": 1.0}
+    timed, last = [], []
+    real = ops.add.run_specialization
+
+    def run_specialization(spec, *args):  # the real C++ path; remembers which candidate the timer ran
+        out = real(spec, *args)
+        last.append(spec)
+        return out
+
+    ops.add.run_specialization = run_specialization
+
+    def timer(fn):
+        fn()
+        timed.append(last[-1])
+        return clock[last[-1]]
+
+    table = tune.race(ops, {"add": [{"x": [1000], "y": [1000]}, {"x": [8], "y": [8]}]}, timer=timer,
+                      tensor_device="cpu", progress=lambda s: None)
+    assert set(timed) == {"f32__small", "f32__large", "f32"}  # f16's dtype guard refuses float32 inputs
+    assert table.keys == {"add": ("x.shape[0]",)}
+    assert sorted((e.key, e.spec, e.target) for e in table.entries) == [((8,), "f32__large", GFX942),
+                                                                       ((1000,), "f32__large", GFX942)]
+    assert table.entries[0].us == {"f32__small": 5.0, "f32__large": 2.0, "f32": 3.0}
+
+
+def test_a_shapes_file_that_is_not_op_to_calls_is_refused(tmp_path):
+    from flyship.errors import ConfigError
+    from flyship.loader import tune
+
+    (tmp_path / "s.json").write_text('{"add": {"x": [4]}}')
+    with pytest.raises(ConfigError, match="expected"):
+        tune.read_shapes(tmp_path / "s.json")
