@@ -89,24 +89,24 @@ def hook_enabled() -> bool:
     return _get("FLYSHIP_HOOK", "1") != "0"
 
 
-def cache_dir() -> Path:
-    """flyc-build's cache folder: ``FLYSHIP_CACHE_DIR``, else the XDG per-user cache (``~/.cache/flyship/build``)."""
-    v = _get("FLYSHIP_CACHE_DIR")
+def _user_cache(option: str, sub: str) -> Path:
+    """``option`` when set, else ``<XDG_CACHE_HOME or ~/.cache>/flyship/<sub>`` (XDG: absolute paths only)."""
+    v = _get(option)
     if v:
         return Path(v).expanduser()
     xdg = _get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / "flyship" / "build"
+    return base / "flyship" / sub
+
+
+def cache_dir() -> Path:
+    """flyc-build's cache folder: ``FLYSHIP_CACHE_DIR``, else the XDG per-user cache (``~/.cache/flyship/build``)."""
+    return _user_cache("FLYSHIP_CACHE_DIR", "build")
 
 
 def bundle_cache_dir() -> Path:
     """Where packed bundles are extracted: ``FLYSHIP_BUNDLE_CACHE``, else ``<per-user cache>/flyship/bundles``."""
-    v = _get("FLYSHIP_BUNDLE_CACHE")
-    if v:
-        return Path(v).expanduser()
-    xdg = _get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / "flyship" / "bundles"
+    return _user_cache("FLYSHIP_BUNDLE_CACHE", "bundles")
 
 
 def extension_path() -> list[str]:
