@@ -28,6 +28,7 @@ import zipfile
 from pathlib import Path
 
 from flyship.bundle import manifest as _m
+from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
 
 INDEX_NAME = "flyship-pack.json"
@@ -70,10 +71,15 @@ def pack_bytes(root: Path | str) -> bytes:
     """The packed bytes of the bundle directory ``root`` (see the module docstring).
 
     Raises:
-        BundleError: the manifest is invalid or names a missing file.
+        BundleError: the manifest is invalid, names a missing file, or a file differs from its sha256.
     """
     root = Path(root)
     manifest = _m.read(root)
+    # Pack only what the manifest vouches for: every code object and offload bundle against its sha256 and its
+    # variant, the references module against references_sha256 (the pack's own index then records good bytes).
+    _rules.check_bundle_files(root, manifest)
+    if manifest.references:
+        _rules.references_source(root, manifest)
     names = members(root, manifest)
     data = {n: (root / n).read_bytes() for n in names}
     index = {"format": PACK_FORMAT, "version": PACK_VERSION,

@@ -122,3 +122,13 @@ def test_the_pack_command_writes_the_file_and_list_reads_it(tiny_bundle, tmp_pat
     r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "list", str(out)], capture_output=True, text=True,
                        timeout=120, env={**__import__("os").environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "c")})
     assert r.returncode == 0 and "flyship_tiny::addsub" in r.stdout, r.stderr
+
+
+def test_packing_refuses_a_code_object_that_differs_from_its_sha256(tiny_bundle, bundle_copy, tmp_path):
+    root = bundle_copy()
+    m = _m.read(root)
+    f = root / m.ops[0].specializations[0].variants[0].code_object.file
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    with pytest.raises(BundleError, match="sha256"):
+        _pack.pack(root, tmp_path / "damaged.flyship")
+    assert not (tmp_path / "damaged.flyship").exists()
