@@ -204,6 +204,10 @@ class OpHandle:
             out: out tensors, to decide as the ``.out`` variant would.
             cu_count: the device's compute units, for guards that name ``device.cu_count``.
         """
+        import torch
+
+        if isinstance(out, torch.Tensor):  # one out tensor, as .out(..., out=t) takes it
+            out = (out,)
         values = [*self._bind(args, kwargs), *(out or ())]
         spec, variant, reason = self._ops._core.decide(self._index, target, values, out is not None, int(cu_count))
         if spec < 0:

@@ -122,3 +122,10 @@ def test_example_inputs_fit_their_own_specialization_on_their_own_targets(exampl
                 assert d.spec is not None and names.index(d.spec) <= names.index(spec.name), (handle.name, spec.name, d)
                 checked += 1
     assert checked > 0
+
+
+def test_dispatch_takes_one_out_tensor_as_the_out_variant_does(tiny):
+    x, y = pair()
+    assert tiny.add.dispatch(x, y, target="sm_90", out=torch.empty(4096)).spec == "f32"
+    assert tiny.add.dispatch(x, y, target="sm_90", out=torch.empty(4096)) == \
+        tiny.add.dispatch(x, y, target="sm_90", out=(torch.empty(4096),))
