@@ -28,6 +28,7 @@ import zipfile
 from pathlib import Path
 
 from flyship.bundle import manifest as _m
+from flyship.bundle.files import atomic_write
 from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
 
@@ -98,18 +99,7 @@ def pack(root: Path | str, out: Path | str) -> Path:
     Returns:
         ``out`` as a Path.
     """
-    out = Path(out)
-    blob = pack_bytes(root)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return atomic_write(out, pack_bytes(root))
 
 
 def is_pack(path: Path | str) -> bool:

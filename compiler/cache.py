@@ -37,7 +37,6 @@ import pickle
 import platform
 import sys
 import sysconfig
-import tempfile
 import types
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -45,6 +44,7 @@ from typing import Any, Callable, Iterator, Optional
 from filelock import FileLock
 
 from flyship import __version__
+from flyship.bundle.files import atomic_write
 
 CACHE_FORMAT = 1
 # Environment variables that steer the DSLs' code generation; cache and dump folders are not code.
@@ -398,7 +398,7 @@ class BuildCache:
         sha = sha256_bytes(data)
         p = self._blob_path(sha)
         if not p.exists() or sha256_file(p) != sha:
-            _atomic_write(p, data)
+            atomic_write(p, data)
         return sha
 
     def get_blob(self, sha: str) -> Optional[bytes]:
@@ -437,7 +437,7 @@ class BuildCache:
 
     def _write_entry(self, kind: str, key: str, data: dict) -> None:
         with self._lock(key):
-            _atomic_write(self._entry_path(kind, key),
+            atomic_write(self._entry_path(kind, key),
                           json.dumps({"format": CACHE_FORMAT, "key": key, **data}, sort_keys=True).encode())
 
     def _drop(self, kind: str, key: str) -> None:
@@ -490,7 +490,7 @@ class BuildCache:
 
         if _tc.VERSION_MEMO != self._tools_seen:
             with self._lock("tool-versions"):
-                _atomic_write(self.root / "tool-versions.json", json.dumps(_tc.VERSION_MEMO, sort_keys=True).encode())
+                atomic_write(self.root / "tool-versions.json", json.dumps(_tc.VERSION_MEMO, sort_keys=True).encode())
 
     # -- whole bundles
     def get_build(self, key: str) -> Optional[BuildEntry]:
@@ -514,20 +514,6 @@ class BuildCache:
     def put_build(self, key: str, deps: dict[str, str], files: dict[str, bytes], rows: list[dict]) -> None:
         self._write_entry("builds", key, {"deps": deps, "files": {n: self.put_blob(b) for n, b in files.items()},
                                           "rows": rows})
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path`` and rename it into place: readers see all or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def build_key(spec_path: str, archs: tuple[str, ...], options: dict[str, Any], tools: dict[str, str]) -> str:
