@@ -21,7 +21,7 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import limits as _limits
 from flyship.bundle.errors import BundleError, ManifestVersionError
 
-SCHEMA_MAJOR, SCHEMA_MINOR = 1, 1
+SCHEMA_MAJOR, SCHEMA_MINOR = 1, 2
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 FORMAT_NAME = "flyship-bundle"
 MANIFEST_NAME = "manifest.json"
@@ -247,6 +247,10 @@ class Proof:
         kernel_descriptor: ``"identical"`` (all 64 bytes), ``"identical-but-entry-offset"`` (entry
             offset differs but resolves to the same kernel code), or ``"n/a"``.
         metadata: ``"equal"`` or ``"n/a"``.
+        differences: what differs from the frontend's own binary by design, one sentence each naming the
+            field, both values and why (schema 1.2; a FlyDSL code object assembled for a target ID with features,
+            ``gfx942:sramecc+:xnack-``, differs from FlyDSL's processor-only one in ``e_flags`` and
+            ``amdhsa.target``); empty: nothing differs.
     """
 
     method: str
@@ -254,6 +258,7 @@ class Proof:
     identical_sections: tuple[str, ...]
     kernel_descriptor: str
     metadata: str
+    differences: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,6 +386,23 @@ class BuildInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class Failure:
+    """A kernel that did not build in a ``flyc-build --keep-going`` run (schema 1.2).
+
+    Attributes:
+        op: the op's name.
+        spec: the specialization's name as the spec file declares it.
+        target: the target ID it failed for.
+        reason: the build's message (the DSL's or tool's own error), for the loader's fallback reason.
+    """
+
+    op: str
+    spec: str
+    target: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Manifest:
     """The whole manifest (``manifest.json`` at the bundle root).
 
@@ -393,6 +415,8 @@ class Manifest:
         offload_bundles: ``<op>.<specialization>`` -> path of a clang offload bundle holding every AMD target.
         references_sha256: hex digest of the references module (schema 1.1; None in 1.0 bundles).
         offload_bundles_sha256: offload-bundle path -> hex digest (schema 1.1).
+        failed: kernels a ``--keep-going`` build could not build (schema 1.2); the loader falls back for
+            them with their reason.
     """
 
     schema_version: str
@@ -403,6 +427,7 @@ class Manifest:
     offload_bundles: dict[str, str] = dataclasses.field(default_factory=dict)
     references_sha256: Optional[str] = None
     offload_bundles_sha256: dict[str, str] = dataclasses.field(default_factory=dict)
+    failed: tuple[Failure, ...] = ()
 
     def op(self, name: str) -> Op:
         for o in self.ops:

@@ -395,6 +395,34 @@ def check_manifest(m: _m.Manifest) -> None:
     for op in m.ops:
         if op.backward is not None:
             check_backward(m, op, op.backward)
+    check_failures(m)
+
+
+def check_failures(m: _m.Manifest) -> None:
+    """``failed`` (a ``--keep-going`` build's kernels that did not build): each names an op of the bundle, a
+    specialization name, a target ID and a reason, once per (op, spec, target).
+
+    Raises:
+        BundleError: naming the entry.
+    """
+    _count(m.failed, L.MAX_OPS * L.MAX_SPECIALIZATIONS, "failed kernels", "manifest failed")
+    names = {o.name for o in m.ops}
+    seen: set[tuple[str, str, str]] = set()
+    for i, f in enumerate(m.failed):
+        where = f"manifest failed[{i}]"
+        if f.op not in names:
+            raise _fail(f"{where}.op", f"expected an op of this bundle, got {f.op!r}")
+        check_name(f.spec, f"{where}.spec")
+        try:
+            _targets.parse_target(f.target)
+        except BundleError as e:
+            raise _fail(f"{where}.target", str(e)) from None
+        if not isinstance(f.reason, str) or not f.reason:
+            raise _fail(f"{where}.reason", f"expected the build's message, got {f.reason!r}")
+        key = (f.op, f.spec, f.target)
+        if key in seen:
+            raise _fail(where, f"({f.op}, {f.spec}, {f.target}) is listed twice")
+        seen.add(key)
 
 
 def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:

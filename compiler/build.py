@@ -32,6 +32,7 @@ from flyship.compiler import executors as _executors
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import hygiene as _hygiene
 from flyship.compiler import tuning as _tuning
+from flyship.compiler import spec as _spec_mod
 from flyship.compiler.spec import OpDecl, Output, Scalar, SpecFile, Tensor
 from flyship.compiler.frontends import CompiledVariant
 from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, load_spec_file, run_task
@@ -58,6 +59,8 @@ class BuildOptions:
         code_object_version: 5 or 6; None keeps what the frontend emitted.
         cache: reuse and fill the build cache (``FLYSHIP_CACHE_DIR``); ``--no-cache`` turns it off.
         executor: ``local`` (process pools on this machine) or ``ray[:ADDRESS]`` (a Ray cluster).
+        keep_going: when kernels fail, still write a bundle of what built, with the failures recorded in the
+            manifest (``failed``); :func:`build` then raises :class:`PartialBuildError` after writing it.
     """
 
     spec_path: str
@@ -71,6 +74,21 @@ class BuildOptions:
     code_object_version: Optional[int] = None
     cache: bool = True
     executor: str = "local"
+    keep_going: bool = False
+
+
+class PartialBuildError(BuildError):
+    """``--keep-going``: the bundle was written without the kernels that failed (listed, each with a next step).
+
+    Attributes:
+        rows: the summary rows of what built.
+        failures: the manifest's ``failed`` entries.
+    """
+
+    def __init__(self, message: str, rows: list["Row"], failures: tuple[M.Failure, ...]) -> None:
+        super().__init__(message)
+        self.rows = rows
+        self.failures = failures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +140,10 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID],
             if not mine:
                 note(f"flyc-build: note: {op.name}.{s.name} is limited to {', '.join(s.targets)}, and no --arch "
                      f"is one of them ({', '.join(t.text for t in targets)}): not built")
+            for key in s.per_target:
+                if mine and not any(s.override_for(t.text) is s.per_target[key] for t in mine):
+                    note(f"flyc-build: note: {op.name}.{s.name} has a per_target entry for {key}, and no --arch is "
+                         f"{key} ({', '.join(t.text for t in targets)}): that form is not built")
             for t in mine:
                 tasks.append((op.name, s.name, t.text))
     return tasks
@@ -129,10 +151,7 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID],
 
 def _spec_admits(limited_to: tuple[str, ...], t: _targets.TargetID) -> bool:
     """Whether a spec limited to ``limited_to`` (processors, or full target IDs; empty: all) builds for ``t``."""
-    if not limited_to:
-        return True
-    wants = [_targets.parse_target(w) for w in limited_to]
-    return any(w.processor == t.processor and (w.text == w.processor or w.text == t.text) for w in wants)
+    return _spec_mod._admits(limited_to, t)
 
 
 _VENDOR_EXAMPLES = {"amd": "gfx942, gfx950", "nvidia": "sm_90"}
@@ -228,49 +247,45 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
     specs = []
     dtypes_seen: dict[str, set] = {a.name: set() for a in op.args if isinstance(a, Tensor)}
     for s in op.specs:
-        variants = []
-        derived: Optional[tuple[str, ...]] = None
-        alignment: dict[str, int] = {}
-        shapes = op.example_shapes(s)
-        scalars = {k: v for k, v in op.example_scalars(s).items()}
-        example_grid = None
+        # One manifest specialization per distinct guard: the targets of a spec share one unless per_target
+        # gives them other dtypes, constraints or examples, or the lowering derived other layout constraints.
+        groups: dict[str, dict] = {}
         for (o, sn, t), v in sorted(results.items()):
             if o != op.name or sn != s.name:
                 continue
-            example_grid = example_grid or tuple(v.example_grid)  # the common tail checked it against the grid
-            cons = tuple(sorted(set(_expr.canonical(c) for c in v.constraints)))
-            if derived is None:
-                derived = cons
-            elif derived != cons:
-                raise BuildError(f"op {op.name} spec {s.name}: targets disagree on the layout constraints "
-                                 f"({derived} vs {cons} for {t})")
+            form = s.for_target(t)
+            derived = tuple(sorted(set(_expr.canonical(c) for c in v.constraints)))
+            constraints = tuple(dict.fromkeys([_expr.canonical(c) for c in op.constraints(form)] + list(derived)))
+            shapes = op.example_shapes(form)
+            example = M.Example(shapes={k: tuple(x) for k, x in sorted(shapes.items())},
+                                scalars=dict(sorted(op.example_scalars(form).items())),
+                                grid=tuple(v.example_grid),  # the common tail checked it against the grid
+                                strides={k: tuple(x) for k, x in sorted(form.strides.items())})
+            key = repr((sorted(form.dtypes.items()), constraints, example.shapes, example.scalars, example.strides))
+            g = groups.setdefault(key, {"form": form, "constraints": constraints, "example": example,
+                                        "alignment": {}, "variants": [], "targets": []})
             for k, a in v.alignment.items():
-                alignment[k] = max(alignment.get(k, 1), a)
+                g["alignment"][k] = max(g["alignment"].get(k, 1), a)
             # Record the target the code object was really built for (Triton builds sm_90 as sm_90a).
             fname = f"{op.name}.{s.name}.{_fs_target(v.target)}.{v.format}"
             files[fname] = v.code_object
             if v.isa is not None:
                 files[f"{op.name}.{s.name}.{_fs_target(v.target)}.s"] = v.isa.encode()
-            variants.append(M.Variant(
+            g["targets"].append(t)
+            g["variants"].append(M.Variant(
                 target=v.target,
                 code_object=M.CodeObject(file=fname, sha256=hashlib.sha256(v.code_object).hexdigest(), format=v.format,
                                          target=v.target, symbol=v.symbol, code_object_version=v.code_object_version),
                 metadata=v.metadata, kernargs=v.kernargs, launch=v.launch, proof=v.proof,
                 toolchain=dict(sorted(v.toolchain.items())), tensor_abi=dict(sorted(v.tensor_abi.items()))))
-        if not variants:  # Spec(targets=...) admits none of this build's targets (plan() said so)
-            continue
-        for k, d in s.dtypes.items():
-            dtypes_seen[k].add(d)
-        constraints = tuple(dict.fromkeys([_expr.canonical(c) for c in op.constraints(s)] + list(derived or ())))
-        guard = M.Guard(dtypes=dict(sorted(s.dtypes.items())), constraints=constraints,
-                        alignment=dict(sorted(alignment.items())))
-        example = M.Example(shapes={k: tuple(v) for k, v in sorted(shapes.items())},
-                            scalars=dict(sorted(scalars.items())), grid=tuple(example_grid or (0, 0, 0)),
-                            strides={k: tuple(v) for k, v in sorted(s.strides.items())})
-        if not variants:  # a config pruned on every target
-            continue
-        specs.append(M.Specialization(name=s.name, guard=guard, example=example,
-                                      variants=tuple(sorted(variants, key=lambda x: x.target))))
+        names = _group_names(s.name, [g["targets"] for g in groups.values()])
+        for name, g in zip(names, groups.values()):
+            for k, d in g["form"].dtypes.items():
+                dtypes_seen[k].add(d)
+            guard = M.Guard(dtypes=dict(sorted(g["form"].dtypes.items())), constraints=g["constraints"],
+                            alignment=dict(sorted(g["alignment"].items())))
+            specs.append(M.Specialization(name=name, guard=guard, example=g["example"],
+                                          variants=tuple(sorted(g["variants"], key=lambda x: x.target))))
     if not op.key:  # a config space's candidates share a guard by design: a tuning table picks among them
         check_reachable(op.name, specs)
     args = []
@@ -283,6 +298,15 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
     return M.Op(name=op.name, frontend=op.frontend, doc=op.doc, args=tuple(args), outputs=outputs,
                 reference=op.reference, specializations=tuple(specs), backward=op.backward,
                 tuning_key=op.key), files
+
+
+def _group_names(spec: str, groups: list[list[str]]) -> list[str]:
+    """Manifest names of a spec's guard groups (each a list of target IDs): the spec's own name for one group,
+    else ``<spec>__<processor>`` (``fp8__gfx942``), numbered when two groups share a processor."""
+    if len(groups) <= 1:
+        return [spec] * len(groups)
+    tags = ["_".join(dict.fromkeys(t.split(":")[0] for t in g)) for g in groups]
+    return [f"{spec}__{tag}" if tags.count(tag) == 1 else f"{spec}__{tag}_{i}" for i, tag in enumerate(tags)]
 
 
 def check_reachable(op_name: str, specs: list[M.Specialization]) -> None:
@@ -340,8 +364,8 @@ def check_references_module(path: Path, needed: dict[str, str]) -> None:
 
 
 def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], frontends: dict[str, str],
-                      offload: dict[str, str], offload_files: Optional[dict[str, bytes]] = None
-                      ) -> tuple[M.Manifest, dict[str, bytes]]:
+                      offload: dict[str, str], offload_files: Optional[dict[str, bytes]] = None,
+                      failures: tuple[M.Failure, ...] = ()) -> tuple[M.Manifest, dict[str, bytes]]:
     """Build the manifest (and the files it names) from every task's result."""
     files: dict[str, bytes] = {}
     ops = []
@@ -363,7 +387,8 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
                    references=refs, ops=tuple(ops), offload_bundles=dict(sorted(offload.items())),
                    references_sha256=hashlib.sha256(files[refs]).hexdigest() if refs else None,
                    offload_bundles_sha256={f: hashlib.sha256(d).hexdigest()
-                                           for f, d in sorted((offload_files or {}).items())})
+                                           for f, d in sorted((offload_files or {}).items())},
+                   failed=tuple(failures))
     _rules.check_manifest(m)
     return m, files
 
@@ -448,7 +473,7 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             results, dropped = _tuning.drop_over_limits(sf.ops, results)
             for line in dropped:
                 progress(f"flyc-build: {line}")
-            variants = succeeded(results)
+            variants, failures = succeeded(results, opts.keep_going)
             for op in sf.ops:
                 grids = {s: v.launch.grid for (o, s, _t), v in variants.items() if o == op.name}
                 for line in _tuning.key_warnings(op, grids):
@@ -456,7 +481,7 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             offload, offload_files = offload_bundles(sf, variants, toolchain, scratch) if opts.offload_bundle \
                 else ({}, {})
             m, files = assemble_manifest(sf, variants, tools, frontend_versions(frontends_used, variants), offload,
-                                         offload_files)
+                                         offload_files, failures)
             write_bundle(m, {**files, **offload_files}, out_dir, opts.force)
         occupancy = {(op.name, sp.name, v.target): _occupancy.for_variant(v, sp.example)
                      for op in m.ops for sp in op.specializations for v in sp.variants}
@@ -464,6 +489,12 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
                     v.metadata.group_segment_fixed_size, v.kernargs.size, v.seconds, cached=(o, s, t) in hits,
                     occupancy=str(occupancy.get((o, s, v.target)) or "n/a"))
                 for (o, s, t), v in sorted(variants.items())]
+        if failures:  # a partial bundle is never the cached answer to an unchanged build: it would hide them
+            raise PartialBuildError(
+                f"flyc-build: {len(failures)} of {len(failures) + len(rows)} kernels failed; --keep-going wrote "
+                f"{out_dir} without them (recorded in its manifest's failed; the loader falls back for them):\n"
+                f"{failure_report(sorted((r for r in results if r.error), key=lambda r: (r.op, r.spec, r.target)))}",
+                rows, failures)
         if cache:
             remember_build(cache, bkey, deps, opts.spec_path, out_dir, rows)
     return rows
@@ -499,7 +530,7 @@ def task_keys(sf: SpecFile, tasks: list[tuple[str, str, str]], tools: dict[str, 
     sources = {name: _cache.kernel_sources(o.kernel) for name, o in ops.items()}
     keys = {}
     for o, s, t in tasks:
-        spec = next(x for x in ops[o].specs if x.name == s)
+        spec = next(x for x in ops[o].specs if x.name == s).for_target(t)
         keys[(o, s, t)] = _cache.task_key(ops[o], spec, t, context, sources[o])
     return keys
 
@@ -589,7 +620,7 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
         if not op.reference:
             continue
         fn = getattr(mod, op.reference)
-        for s in op.specs:
+        for s in (form for spec in op.specs for _, form in spec.resolved()):
             shapes = op.example_shapes(s)
             scalars = op.example_scalars(s)
             if any(v is None for v in scalars.values()):
@@ -632,17 +663,49 @@ def find_tools(frontends_used: tuple[str, ...], targets: list[_targets.TargetID]
     return toolchain, rocm_root, dict(toolchain.describe())
 
 
-def succeeded(results: list[TaskResult]) -> dict[tuple[str, str, str], CompiledVariant]:
-    """(op, spec, target) -> variant, when every task succeeded.
+def succeeded(results: list[TaskResult], keep_going: bool = False
+              ) -> tuple[dict[tuple[str, str, str], CompiledVariant], tuple[M.Failure, ...]]:
+    """(op, spec, target) -> variant of every task that built, and the failures (with ``keep_going``).
 
     Raises:
-        BuildError: listing every failed task with its error.
+        BuildError: without ``keep_going``, when any task failed: every failed task by (op, spec, target) with
+            its error and a next step.
     """
     failed = sorted((r for r in results if r.error), key=lambda r: (r.op, r.spec, r.target))
-    if failed:
-        lines = "\n".join(f"  {r.target} {r.op}.{r.spec}: {r.error}" for r in failed)
-        raise BuildError(f"flyc-build: {len(failed)} of {len(results)} kernels failed; nothing was written:\n{lines}")
-    return {(r.op, r.spec, r.target): r.variant for r in results}
+    if failed and (not keep_going or len(failed) == len(results)):
+        raise BuildError(f"flyc-build: {len(failed)} of {len(results)} kernels failed; nothing was written:\n"
+                         f"{failure_report(failed)}\n(--keep-going writes a bundle of the kernels that built and "
+                         "records these in its manifest; the loader falls back for them)")
+    failures = tuple(M.Failure(op=r.op, spec=r.spec, target=r.target, reason=_short(r.error)) for r in failed)
+    return {(r.op, r.spec, r.target): r.variant for r in results if not r.error}, failures
+
+
+_MAX_REASON = 2000  # characters of a failure's message kept in the manifest (its strings are bounded)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _MAX_REASON else text[:_MAX_REASON - 15] + " ... (cut here)"
+
+
+def failure_report(failed: list[TaskResult]) -> str:
+    """One block per failed (op, spec, target): the error, then what to do about it."""
+    return "\n".join(f"  {r.op}.{r.spec} on {r.target}: {r.error}\n    next step: {next_step(r)}" for r in failed)
+
+
+def next_step(r: TaskResult) -> str:
+    """What to do about one failed task, from what kind of failure it is."""
+    err = r.error or ""
+    if r.resource:
+        return (f"the kernel is over {r.target.split(':')[0]}'s limits: give this target a smaller configuration "
+                f"(Spec(per_target={{{r.target.split(':')[0]!r}: dict(constexprs=...)}})) or build the spec for the "
+                "other targets only (Spec(targets=(...)))")
+    if "ProofError" in err:
+        return ("flyship's code object differs from the DSL's own: try another LLVM (--llvm-bin) and report the "
+                "difference named above")
+    if "process died" in err:
+        return "the DSL crashed on this kernel: run it alone (one --arch, one spec) to see its own message"
+    return (f"fix the kernel or the spec for {r.target}, limit the spec to the targets it builds for "
+            "(Spec(targets=(...))), or ship the rest with --keep-going")
 
 
 def frontend_versions(frontends_used: tuple[str, ...], variants: dict) -> dict[str, str]:

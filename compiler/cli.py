@@ -7,7 +7,7 @@ import sys
 import click
 
 from flyship.bundle import pack as _pack
-from flyship.compiler.build import BuildOptions, Row, build
+from flyship.compiler.build import BuildOptions, PartialBuildError, Row, build
 from flyship.errors import FlyshipError
 
 
@@ -42,16 +42,24 @@ def format_table(rows: list[Row]) -> str:
 @click.option("--executor", default="local", show_default=True, metavar="local|ray[:ADDRESS]",
               help="Where compile tasks run: local process pools, or a Ray cluster (ray: RAY_ADDRESS or a private "
                    "local instance; ray:HOST:PORT an existing cluster).")
+@click.option("--keep-going", is_flag=True,
+              help="When kernels fail, still write a bundle of those that built, recording the failures in its "
+                   "manifest (the loader falls back for them); exits 1.")
 def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, pack, code_object_version, no_cache,
-         executor) -> None:
+         executor, keep_going) -> None:
     """Compile the ops declared in SPEC into a verified bundle of code objects + manifest."""
     opts = BuildOptions(spec_path=spec, out_dir=out_dir, archs=tuple(archs), jobs=jobs, force=force, keep_ir=keep_ir,
                         llvm_bin=llvm_bin, offload_bundle=offload_bundle,
                         code_object_version=int(code_object_version) if code_object_version else None,
-                        cache=not no_cache, executor=executor)
+                        cache=not no_cache, executor=executor, keep_going=keep_going)
     try:
         rows = build(opts)
         packed = _pack.pack(out_dir, str(out_dir).rstrip("/") + ".flyship") if pack else None
+    except PartialBuildError as e:  # the bundle of what built is written: show it, then every failure
+        click.echo(format_table(e.rows))
+        click.echo(f"\nwrote {out_dir} (partial)")
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
     except FlyshipError as e:  # every deliberate error carries its own wording; anything else is a bug
         click.echo(f"error: {e}", err=True)
         sys.exit(1)

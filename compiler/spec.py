@@ -146,6 +146,17 @@ class Spec:
         strides: input tensor -> example strides in elements (default: row-major contiguous). A FlyDSL
             kernel folds the unit-stride dim into its code, so a column-major example (``w.t()``: shape
             ``(N, K)``, strides ``(1, N)``) builds code, and a guard, for exactly that layout.
+        per_target: target (a processor, ``"gfx942"``, or a full target ID) -> what differs there, as a dict
+            of the fields above (``dtypes``, ``shapes``, ``scalars``, ``constexprs``, ``constraints``,
+            ``options``, ``allow_scratch``, ``cu_count``, ``strides``): dict fields are merged key by key over
+            the spec's own, ``constraints`` are added to the spec's, the others replace it. fp8 is
+            ``float8_e4m3fnuz`` on gfx942 and ``float8_e4m3fn`` on gfx950::
+
+                Spec("fp8", dtypes={"x": "float8_e4m3fnuz"}, shapes={"x": (256, 1024)},
+                     per_target={"gfx950": dict(dtypes={"x": "float8_e4m3fn"})})
+
+            Where the guards of the targets differ, the manifest holds one specialization per guard
+            (``fp8__gfx942``, ``fp8__gfx950``), each with its own variants (docs/spec-api.md).
     """
 
     name: str
@@ -159,6 +170,7 @@ class Spec:
     cu_count: Optional[int] = None
     targets: tuple[str, ...] = ()
     strides: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    per_target: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # ("x.shape[1] <= 8192") without the trailing comma is a string, not a tuple: say so.
@@ -183,6 +195,81 @@ class Spec:
             guard = f"device.cu_count == {self.cu_count}"
             if guard not in self.constraints:  # the baked-in value becomes a guard on the device
                 object.__setattr__(self, "constraints", (*tuple(self.constraints), guard))
+        self._check_per_target()
+
+    def _check_per_target(self) -> None:
+        if not isinstance(self.per_target, dict):
+            raise SpecError(f"Spec {self.name!r}: per_target must be a dict of target -> dict(...), got "
+                            f"{type(self.per_target).__name__}")
+        for key, over in self.per_target.items():
+            where = f"Spec {self.name!r}: per_target[{key!r}]"
+            try:
+                tid = _targets.parse_target(key)
+            except Exception as e:
+                raise SpecError(f"{where}: {e}") from None
+            if not isinstance(over, dict):
+                raise SpecError(f"{where}: expected a dict of Spec fields (dict(dtypes=...)), got "
+                                f"{type(over).__name__}")
+            bad = sorted(set(over) - set(PER_TARGET_FIELDS))
+            if bad:
+                raise SpecError(f"{where}: {bad} cannot vary per target; it takes {', '.join(PER_TARGET_FIELDS)}")
+            if "cu_count" in over and self.cu_count is not None:
+                raise SpecError(f"{where}: cu_count is given for the whole spec ({self.cu_count}) and per target; "
+                                "give it in one place")
+            if self.targets and not _admits(self.targets, tid):
+                raise SpecError(f"{where}: the spec is limited to targets={self.targets}, which never includes "
+                                f"{key}; add it to targets= or remove the entry (it would never be built)")
+
+    def for_target(self, target: str) -> "Spec":
+        """This spec as built for ``target``: its ``per_target`` entry for the full target ID, else for the
+        processor, merged over the spec's own fields (dicts key by key, constraints added); the spec itself
+        when no entry applies."""
+        over = self.override_for(target)
+        if over is None:
+            return self
+        fields: dict[str, Any] = {}
+        for k, v in over.items():
+            base = getattr(self, k)
+            if isinstance(base, dict):
+                fields[k] = {**base, **v}
+            elif k == "constraints":
+                if isinstance(v, str):
+                    raise SpecError(f"Spec {self.name!r}: per_target constraints must be a tuple of expressions, got "
+                                    f"the string {v!r}; write ({v!r},)")
+                fields[k] = (*self.constraints, *tuple(v))
+            else:
+                fields[k] = v
+        return dataclasses.replace(self, per_target={}, **fields)
+
+    def override_for(self, target: str) -> Optional[dict[str, Any]]:
+        """The ``per_target`` entry that applies to ``target`` (its full ID first, then its processor)."""
+        if target in self.per_target:
+            return self.per_target[target]
+        return self.per_target.get(target.split(":")[0])
+
+    def resolved(self) -> list[tuple[Optional[str], "Spec"]]:
+        """``(None, the spec for targets no entry names)`` when such targets can exist, then
+        ``(key, the spec for that per_target key)`` for each entry: every form the spec can be built in."""
+        out: list[tuple[Optional[str], Spec]] = []
+        keys = list(self.per_target)
+        base_used = not self.targets or any(
+            not any(_admits((k,), _targets.parse_target(t)) for k in keys) for t in self.targets)
+        if base_used:
+            out.append((None, self))
+        return out + [(k, self.for_target(k)) for k in keys]
+
+
+# The Spec fields a per_target entry may give.
+PER_TARGET_FIELDS = ("dtypes", "shapes", "scalars", "constexprs", "constraints", "options", "allow_scratch",
+                     "cu_count", "strides")
+
+
+def _admits(limited_to: tuple[str, ...], t: _targets.TargetID) -> bool:
+    """Whether a spec limited to ``limited_to`` (processors, or full target IDs; empty: all) builds for ``t``."""
+    if not limited_to:
+        return True
+    wants = [_targets.parse_target(w) for w in limited_to]
+    return any(w.processor == t.processor and (w.text == w.processor or w.text == t.text) for w in wants)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -437,37 +524,19 @@ def validate(d: OpDecl) -> None:
         elif isinstance(a, Constexpr):
             slots[a.name] = _expr.Slot(i, "int")
     seen = set()
-    for s in d.specs:
-        if s.name in seen or not s.name.replace("_", "a").isalnum():
-            raise SpecError(f"{w}: specialization name {s.name!r} repeats or is not alphanumeric/underscore")
-        seen.add(s.name)
-        for key in ("dtypes", "shapes"):
-            unknown = sorted(set(getattr(s, key)) - tensors)
-            if unknown:
-                raise SpecError(f"{w} spec {s.name}: {key} key {unknown[0]!r} names no input tensor; the op's input "
-                                f"tensors are {', '.join(sorted(tensors))} (outputs take their dtype and shape from "
-                                "Output(like=/shape=/dtype=))")
-        for t in tensors:
-            if t not in s.dtypes or s.dtypes[t] not in DTYPES:
-                raise SpecError(f"{w} spec {s.name}: dtype of {t!r} missing or unknown ({s.dtypes.get(t)!r}); "
-                                f"known dtypes: {', '.join(DTYPES)}")
-            if t not in s.shapes or len(s.shapes[t]) != d.tensor(t).rank:
-                raise SpecError(f"{w} spec {s.name}: example shape of {t!r} missing or not of rank "
-                                f"{d.tensor(t).rank} (got {s.shapes.get(t)!r})")
-        for t, st in s.strides.items():
-            if t not in tensors or len(st) != d.tensor(t).rank or not all(isinstance(x, int) and x >= 0 for x in st):
-                rank = d.tensor(t).rank if t in tensors else "N"
-                raise SpecError(f"{w} spec {s.name}: strides of {t!r}: expected {rank} non-negative element strides "
-                                f"of an input tensor ({sorted(tensors)}), got {st!r}")
-        for c in d.args:
-            if isinstance(c, Constexpr) and c.name not in s.constexprs:
-                raise SpecError(f"{w} spec {s.name}: constexpr {c.name} has no value in constexprs=")
-        for c in s.constraints:
+    for spec in d.specs:
+        if spec.name in seen or not spec.name.replace("_", "a").isalnum():
+            raise SpecError(f"{w}: specialization name {spec.name!r} repeats or is not alphanumeric/underscore")
+        seen.add(spec.name)
+        for key, s in spec.resolved():
             try:
-                _expr.compile_program(c, slots)
-            except _expr.ExprError as e:
-                raise SpecError(f"{w} spec {s.name}: constraint {c!r}: {e}") from None
-        _check_example_meets_constraints(d, s, w)
+                _validate_spec(d, s, w if key is None else f"{w} (per_target {key})", slots, tensors)
+            except SpecError as e:
+                if key is None and spec.per_target and not spec.targets:
+                    raise SpecError(f"{e} [the spec's own fields apply to every --arch its per_target does not name; "
+                                    f"complete them, or write targets={tuple(spec.per_target)!r} to build it only "
+                                    "there]") from None
+                raise
     inputs_only = {k: v for k, v in slots.items() if k in {a.name for a in d.inputs}}
     for k in d.key:
         try:
@@ -475,6 +544,37 @@ def validate(d: OpDecl) -> None:
         except _expr.ExprError as e:
             raise SpecError(f"{w}: key expression {k!r}: {e}; a key is an integer expression over the inputs") \
                 from None
+
+
+def _validate_spec(d: OpDecl, s: Spec, w: str, slots: dict, tensors: set[str]) -> None:
+    """One form of a specialization (the spec itself, or as a per_target entry makes it) against the op."""
+    for key in ("dtypes", "shapes"):
+        unknown = sorted(set(getattr(s, key)) - tensors)
+        if unknown:
+            raise SpecError(f"{w} spec {s.name}: {key} key {unknown[0]!r} names no input tensor; the op's input "
+                            f"tensors are {', '.join(sorted(tensors))} (outputs take their dtype and shape from "
+                            "Output(like=/shape=/dtype=))")
+    for t in tensors:
+        if t not in s.dtypes or s.dtypes[t] not in DTYPES:
+            raise SpecError(f"{w} spec {s.name}: dtype of {t!r} missing or unknown ({s.dtypes.get(t)!r}); "
+                            f"known dtypes: {', '.join(DTYPES)}")
+        if t not in s.shapes or len(s.shapes[t]) != d.tensor(t).rank:
+            raise SpecError(f"{w} spec {s.name}: example shape of {t!r} missing or not of rank "
+                            f"{d.tensor(t).rank} (got {s.shapes.get(t)!r})")
+    for t, st in s.strides.items():
+        if t not in tensors or len(st) != d.tensor(t).rank or not all(isinstance(x, int) and x >= 0 for x in st):
+            rank = d.tensor(t).rank if t in tensors else "N"
+            raise SpecError(f"{w} spec {s.name}: strides of {t!r}: expected {rank} non-negative element strides "
+                            f"of an input tensor ({sorted(tensors)}), got {st!r}")
+    for c in d.args:
+        if isinstance(c, Constexpr) and c.name not in s.constexprs:
+            raise SpecError(f"{w} spec {s.name}: constexpr {c.name} has no value in constexprs=")
+    for c in s.constraints:
+        try:
+            _expr.compile_program(c, slots)
+        except _expr.ExprError as e:
+            raise SpecError(f"{w} spec {s.name}: constraint {c!r}: {e}") from None
+    _check_example_meets_constraints(d, s, w)
 
 
 def _check_example_meets_constraints(d: OpDecl, s: Spec, w: str) -> None:

@@ -239,7 +239,7 @@ def prune_tasks(ops: Iterable[Any], tasks: list[tuple[str, str, str]]
                         alive.append(s)
                 if space.prune is not None and alive:
                     natives = [space.configs[s][2] for s in alive]
-                    spec = next(sp for sp in o.specs if sp.name == alive[0])
+                    spec = next(sp for sp in o.specs if sp.name == alive[0]).for_target(t)
                     try:
                         kept = space.prune(list(natives), named_args(o, spec, tid))
                     except Exception as e:

@@ -135,7 +135,7 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
         return TaskResult(op_name, spec_name, cfg.target, None, globals().get("_SPEC_ERROR", "spec not loaded"))
     try:
         op = next(o for o in _SPEC.ops if o.name == op_name)
-        spec = next(s for s in op.specs if s.name == spec_name)
+        spec = next(s for s in op.specs if s.name == spec_name).for_target(cfg.target)
         workdir = Path(tempfile.mkdtemp(prefix=f"{op_name}.{spec_name}.", dir=cfg.scratch_root))
         ctx = BuildContext(workdir=workdir, toolchain=cfg.toolchain, code_object_version=cfg.code_object_version,
                            keep_ir=cfg.keep_ir, rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)

@@ -64,11 +64,42 @@ def make_selector(manifest: _m.Manifest) -> Callable[[str], list[list[tuple[int,
             for s in op.specializations:
                 cands = [v.target for v in s.variants]
                 i = _targets.select(cands, device_target)
-                per.append((-1, _no_code_object(device_target, cands)) if i is None else (i, ""))
+                if i is None:
+                    why = _not_built(manifest, op.name, s.name, device_target) or _no_code_object(device_target, cands)
+                    per.append((-1, why))
+                else:
+                    per.append((i, ""))
             out.append(per)
         return out
 
     return select
+
+
+def failures_for(manifest: _m.Manifest, op: str, spec: Optional[str] = None) -> list[_m.Failure]:
+    """The manifest's ``failed`` entries (a ``--keep-going`` build) of ``op`` (and of the declared spec that
+    manifest specialization ``spec`` comes from: ``fp8`` or a per-target ``fp8__gfx942``)."""
+    return [f for f in manifest.failed if f.op == op and (spec is None or spec == f.spec
+                                                          or spec.startswith(f.spec + "__"))]
+
+
+def _not_built(manifest: _m.Manifest, op: str, spec: str, device_target: str) -> str:
+    """The fallback reason when the build of this specialization failed for the device's target, or ""."""
+    for f in failures_for(manifest, op, spec):
+        if _targets.is_compatible(f.target, device_target):
+            return f"{op}.{f.spec} did not build for {f.target} (flyc-build --keep-going): {f.reason}"
+    return ""
+
+
+def warn_not_built(manifest: _m.Manifest, root: Path) -> None:
+    """Say once at load that a ``--keep-going`` bundle lacks kernels: calls they would take fall back."""
+    if not manifest.failed:
+        return
+    import warnings
+
+    listed = "; ".join(f"{f.op}.{f.spec} on {f.target}: {f.reason.splitlines()[0][:200]}" for f in manifest.failed)
+    warnings.warn(f"flyship.load {root}: the bundle was built with --keep-going and {len(manifest.failed)} kernel(s) "
+                  f"did not build; calls they would take run the next specialization or the reference: {listed}",
+                  UserWarning, stacklevel=3)
 
 
 def _no_code_object(device_target: str, candidates: list[str]) -> str:
@@ -152,9 +183,13 @@ class OpHandle:
 
         Returns:
             ``{"calls": n, "launches": {spec: n}, "fallbacks": {reason: n}, "empty": n}``; ``empty``
-            counts calls whose grid was empty (nothing to launch).
+            counts calls whose grid was empty (nothing to launch). A bundle built with ``--keep-going`` adds
+            ``"not_built": {"<spec> <target>": reason}`` for this op's kernels that did not build.
         """
         d = self._ops._core.stats(self._index)
+        not_built = failures_for(self._ops.manifest, self.name)
+        if not_built:  # a --keep-going bundle: what is missing, and why
+            d["not_built"] = {f"{f.spec} {f.target}": f.reason for f in not_built}
         on_cpu = self._ops._cpu[self._index].calls
         if on_cpu:
             d["fallbacks"][_cpu.REASON] = on_cpu
@@ -521,6 +556,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             library, cpu_kernels = _register(manifest, ns, core, refs, cpu_in_core=ext.flavor() == "record")
             ops = Ops(root, manifest, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
             _loaded[ns] = ops
+            warn_not_built(manifest, root)
             if env.verbose():
                 print(f"flyship: loaded {ops!r} ({ext.flavor()} flavor, {ext.runtime_version()})")
     if verify:

@@ -416,7 +416,7 @@ def check_options(op: OpDecl) -> None:
     Raises:
         FrontendError: naming the op, the spec and the keys flyship passes.
     """
-    for s in op.specs:
+    for s in (form for spec in op.specs for _, form in spec.resolved()):
         if s.options and isinstance(op.kernel, Entry):
             raise FrontendError(f"op {op.name} spec {s.name}: options are compile hints for a launcher, but entry "
                                 f"{op.kernel.__name__!r} is called as the user calls it; set the hints in the entry "
