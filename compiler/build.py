@@ -195,7 +195,7 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: 
                 # task did it is found below, by running each of that pool's unfinished tasks alone.
                 broken.append((o, s, t))
                 continue
-            if r.variant is None and r.reused:
+            if r.variant is None and r.reused and not r.resource:  # over a limit is deterministic: no retry
                 # Some DSL kernels keep process-global state and cannot be traced twice in one process: a
                 # failure in a reused worker is retried once in a fresh one (below) before it counts, so
                 # -j 1 and -j 2 give the same bundle.
