@@ -67,6 +67,19 @@ def example_bundle(tmp_path_factory, example_cache) -> Path:
 
 
 @pytest.fixture(scope="session")
+def pertarget_build(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """examples/flydsl/pertarget.py for gfx942 + gfx950 with --keep-going: (the bundle, the CLI's result). One
+    spec needs 80 KiB of LDS, so the gfx942 kernel of it fails and the build exits 1 after writing the rest."""
+    out = tmp_path_factory.mktemp("bundles") / "pertarget"
+    r = run_build(ROOT / "examples/flydsl/pertarget.py", out, ["gfx942", "gfx950"], "-j", "2", "--keep-going",
+                  check=False)
+    if r.returncode != 1 or not (out / "manifest.json").is_file():
+        raise AssertionError(f"expected flyc-build --keep-going to write {out} and exit 1, got {r.returncode}:\n"
+                             f"{r.stdout}\n{r.stderr}")
+    return out, r
+
+
+@pytest.fixture(scope="session")
 def patterns_bundle(tmp_path_factory) -> Path:
     """The issue-9 launcher-pattern bundle (examples/flydsl/patterns.py) for gfx942 + gfx950."""
     out = tmp_path_factory.mktemp("bundles") / "patterns"
