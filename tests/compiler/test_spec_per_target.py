@@ -1,0 +1,75 @@
+"""Spec(per_target=...): how a spec's fields vary per target under one name, and the mistakes refused when the
+spec file is read (issue 9, pattern 8)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flyship.compiler.spec import Constexpr, OpDecl, Output, Spec, Tensor, validate
+from flyship.errors import SpecError
+
+pytestmark = pytest.mark.cpu
+
+FP8 = Spec("fp8", dtypes={"x": "float8_e4m3fnuz"}, shapes={"x": (256, 1024)}, constexprs={"BLOCK": 64},
+           constraints=("x.shape[1] <= 8192",),
+           per_target={"gfx950": dict(dtypes={"x": "float8_e4m3fn"}, constexprs={"BLOCK": 128},
+                                      constraints=("x.shape[0] >= 1",), options={"num_warps": 8})})
+
+
+def _op(*specs: Spec) -> OpDecl:
+    return OpDecl(name="k", kernel=None, args=(Tensor("x", rank=2), Output("out", like="x"), Constexpr("BLOCK")),
+                  specs=specs, reference=None, doc="", grid=("x.numel",), frontend="triton")
+
+
+def test_a_per_target_entry_is_merged_over_the_spec_for_its_processor_and_any_of_its_target_ids():
+    for target in ("gfx950", "gfx950:sramecc+:xnack-"):
+        s = FP8.for_target(target)
+        assert s.name == "fp8" and s.per_target == {}
+        assert s.dtypes == {"x": "float8_e4m3fn"} and s.constexprs == {"BLOCK": 128}
+        assert s.constraints == ("x.shape[1] <= 8192", "x.shape[0] >= 1")  # added to the spec's own
+        assert s.options == {"num_warps": 8} and s.shapes == {"x": (256, 1024)}
+    assert FP8.for_target("gfx942") is FP8
+
+
+def test_an_entry_for_a_full_target_id_wins_over_one_for_its_processor():
+    s = Spec("f", dtypes={"x": "float32"}, shapes={"x": (8, 8)}, constexprs={"BLOCK": 1},
+             per_target={"gfx942": dict(constexprs={"BLOCK": 2}),
+                          "gfx942:sramecc+:xnack-": dict(constexprs={"BLOCK": 3})})
+    assert s.for_target("gfx942").constexprs == {"BLOCK": 2}
+    assert s.for_target("gfx942:sramecc-:xnack+").constexprs == {"BLOCK": 2}
+    assert s.for_target("gfx942:sramecc+:xnack-").constexprs == {"BLOCK": 3}
+
+
+def test_every_form_of_a_spec_is_checked_against_the_op():
+    validate(_op(FP8))
+    bad = Spec("fp8", dtypes={"x": "float8_e4m3fnuz"}, shapes={"x": (256, 1024)}, constexprs={"BLOCK": 64},
+               per_target={"gfx950": dict(dtypes={"x": "float8_e4m3"})})
+    with pytest.raises(SpecError, match=r"op k \(per_target gfx950\) spec fp8: dtype of 'x' missing or unknown"):
+        validate(_op(bad))
+
+
+def test_a_spec_whose_own_fields_are_incomplete_is_told_to_limit_its_targets():
+    only = dict(dtypes={"x": "float32"})
+    s = Spec("f", dtypes={}, shapes={"x": (8, 8)}, constexprs={"BLOCK": 1}, per_target={"gfx942": only})
+    with pytest.raises(SpecError, match=r"write targets=\('gfx942',\) to build it only there"):
+        validate(_op(s))
+    validate(_op(Spec("f", dtypes={}, shapes={"x": (8, 8)}, constexprs={"BLOCK": 1}, targets=("gfx942",),
+                      per_target={"gfx942": only})))
+
+
+@pytest.mark.parametrize("per_target, message", [
+    ({"gfx942:xnack": {}}, r"per_target\['gfx942:xnack'\]: target ID 'gfx942:xnack': expected an AMD target"),
+    ({"gfx950": {"name": "g"}}, r"\['name'\] cannot vary per target; it takes dtypes, shapes"),
+    ({"gfx950": ["dtypes"]}, r"expected a dict of Spec fields"),
+    ({"gfx950": {"cu_count": 80}}, r"cu_count is given for the whole spec \(304\) and per target"),
+])
+def test_a_per_target_mistake_is_refused_naming_the_entry(per_target, message):
+    with pytest.raises(SpecError, match=message):
+        Spec("f", dtypes={"x": "float32"}, shapes={"x": (8, 8)}, cu_count=304 if "cu_count" in str(per_target)
+             else None, per_target=per_target)
+
+
+def test_an_entry_for_a_target_the_spec_is_not_limited_to_is_refused_as_never_built():
+    with pytest.raises(SpecError, match=r"limited to targets=\('gfx950',\), which never includes gfx942"):
+        Spec("f", dtypes={"x": "float32"}, shapes={"x": (8, 8)}, targets=("gfx950",),
+             per_target={"gfx942": dict(constexprs={"BLOCK": 2})})

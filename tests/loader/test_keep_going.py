@@ -1,0 +1,87 @@
+"""Specs per target and --keep-going in the workload Python (examples/flydsl/pertarget.py, issue 9 pattern 8):
+each target runs the specialization built for it, packed where its code object's metadata says; a kernel that
+did not build falls back with the build's own reason, in the warning at load, in dispatch and in stats()."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+import warnings
+
+import pytest
+import torch
+
+import flyship
+from flyship.bundle import manifest as M
+from flyship.bundle.codeobject import CodeObjectFile
+from flyship.loader.core import make_selector
+from flyship.loader.verify import example_inputs
+
+pytestmark = pytest.mark.cpu
+FMT = {"ptr": "<Q", "i32": "<i", "i64": "<q", "f32": "<f"}
+LDS = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
+
+
+def test_each_target_launches_its_own_specializations_packed_per_its_code_objects_metadata(pertarget_build,
+                                                                                            recorded, launches,
+                                                                                            record_ext):
+    out, _ = pertarget_build
+    checked = 0
+    for target in ("gfx942", "gfx950"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ops = recorded(out, target=target)
+        # The device as its target has it: gfx950 gives a workgroup 160 KiB of LDS (read at the first call).
+        record_ext.set_recorded_device(0, target, max_shared_per_block=LDS[target])
+        handle = ops.staged
+        for spec in handle.manifest.specializations:
+            v = next((v for v in spec.variants if v.target == target), None)
+            if v is None:
+                continue
+            inputs = example_inputs(handle.manifest, spec, "cpu")
+            assert handle.dispatch(*inputs, target=target).spec == spec.name, (spec.name, target)
+            result = handle(*inputs)
+            (launch,) = launches()
+            assert launch["symbol"] == v.code_object.symbol and tuple(launch["grid"]) == spec.example.grid
+            meta = CodeObjectFile((out / v.code_object.file).read_bytes()).kernel_metadata(v.code_object.symbol)
+            explicit = [a for a in meta.args if not a.hidden]
+            buf = launch["kernargs"]
+            assert len(buf) == explicit[-1].offset + explicit[-1].size
+            values = {"x": inputs[0], "out": result, "alpha": inputs[1]}
+            for f in v.kernargs.fields:
+                t = values[f.arg]
+                want = {"pointer": lambda: t.data_ptr(), "shape": lambda: t.shape[f.dim],
+                        "stride": lambda: t.stride(f.dim), "scalar": lambda: t}[f.kind]()
+                assert struct.unpack_from(FMT[f.type], buf, f.offset)[0] == pytest.approx(want), (spec.name, f)
+                checked += 1
+    assert checked >= 4 * 8
+
+
+def test_a_float16_call_runs_on_gfx942_and_a_bfloat16_call_on_gfx950_under_one_spec_name(pertarget_build, ext):
+    out, _ = pertarget_build
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ops = flyship.load(out, namespace=f"flyship_pt{uuid.uuid4().hex[:8]}")
+    half, bf16 = torch.empty(100, 1000, dtype=torch.float16), torch.empty(100, 1000, dtype=torch.bfloat16)
+    assert ops.staged.dispatch(half, 2.0, target="gfx942").spec == "half__gfx942"
+    assert ops.staged.dispatch(bf16, 2.0, target="gfx950").spec == "half__gfx950"
+    assert ops.staged.dispatch(bf16, 2.0, target="gfx942").spec is None
+
+
+def test_a_kernel_that_did_not_build_is_skipped_on_its_target_with_the_builds_reason(pertarget_build, ext):
+    out, _ = pertarget_build
+    m = M.read(out)
+    reasons = dict(zip([s.name for s in m.op("staged").specializations], make_selector(m)("gfx942")[0]))
+    index, why = reasons["f32_lds80k"]
+    assert index == -1 and "staged.f32_lds80k did not build for gfx942 (flyc-build --keep-going)" in why
+    assert "81920 bytes of LDS" in why
+    assert reasons["f32_lds80k"] != make_selector(m)("gfx950")[0][1] and make_selector(m)("gfx950")[0][2][0] == 0
+    with pytest.warns(UserWarning, match=r"built with --keep-going and 1 kernel\(s\) did not build.*"
+                                         r"staged\.f32_lds80k on gfx942"):
+        ops = flyship.load(out, namespace=f"flyship_pt{uuid.uuid4().hex[:8]}")
+    x = torch.empty(8192, 256)
+    assert ops.staged.dispatch(x, 2.0, target="gfx950").spec == "f32_lds80k"
+    assert ops.staged.dispatch(x, 2.0, target="gfx942").spec == "f32__gfx942"  # the next one runs
+    d = ops.staged.dispatch(x.double(), 2.0, target="gfx942")
+    assert d.spec is None and "staged.f32_lds80k did not build for gfx942" in d.reason
+    assert "81920 bytes of LDS" in ops.staged.stats()["not_built"]["f32_lds80k gfx942"]
