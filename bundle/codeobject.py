@@ -107,7 +107,10 @@ class CodeObjectFile:
     def target(self) -> str:
         """``amdhsa.target`` without the triple, e.g. ``gfx942`` or ``gfx942:sramecc+:xnack-``."""
         t = str(self.metadata.get("amdhsa.target", ""))
-        return t.rsplit("-", 1)[-1] if t else ""
+        # "<arch>-<vendor>-<os>-<environment>-<target id>": the environment may be empty and the target ID may
+        # hold dashes (gfx9-4-generic, gfx942:sramecc-:xnack-), so split on the first four dashes only.
+        parts = t.split("-", 4)
+        return parts[4] if len(parts) == 5 else t.rsplit("-", 1)[-1]
 
     @property
     def code_object_version(self) -> int:

@@ -122,6 +122,26 @@ def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
     return out
 
 
+def check_offload_targets(targets: list[_targets.TargetID]) -> None:
+    """``--offload-bundle`` holds one entry per AMD target ID, and clang-offload-bundler refuses two IDs of one
+    processor with different features (``gfx942`` and ``gfx942:sramecc+:xnack-``: "conflicting targets", LLVM
+    ``getConflictTargetIDCombination``), so refuse them before compiling.
+
+    Raises:
+        BuildError: naming both target IDs and what to do.
+    """
+    seen: dict[str, str] = {}
+    for t in targets:
+        if t.vendor != "amd":
+            continue
+        other = seen.setdefault(t.processor, t.text)
+        if other != t.text:
+            raise BuildError(f"flyc-build --offload-bundle: expected one target ID per processor, got {other} and "
+                             f"{t.text}; clang-offload-bundler refuses conflicting targets in one bundle (the loader "
+                             "could not choose between them); build them into separate bundles, or drop "
+                             "--offload-bundle (each code object is in the bundle folder either way)")
+
+
 def plan(sf: SpecFile, targets: list[_targets.TargetID],
          note: Callable[[str], None] = lambda s: None) -> list[tuple[str, str, str]]:
     """(op, spec, target) tasks: each op for every requested target whose vendor its frontend builds for,
@@ -438,6 +458,8 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
         flyship.compiler.hygiene.OutputBusyError: another build is writing ``opts.out_dir``.
     """
     targets = check_archs(opts.archs)
+    if opts.offload_bundle:
+        check_offload_targets(targets)
     if any(t.vendor == "amd" for t in targets):  # before the spec file imports flydsl
         from flyship.compiler.frontends.flydsl import versions as _flydsl_versions
 

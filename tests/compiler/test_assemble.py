@@ -274,3 +274,49 @@ def test_proof_is_a_manifest_proof(ours942):
     proof = prove(ours942, flydsl_code_object("gfx942"), KERNEL)
     assert isinstance(proof, Proof)
     assert dataclasses.asdict(proof)["identical_sections"] == (".text", ".rodata")
+
+
+# -- target IDs with features (issue 9, pattern 10) ----------------------------------------------
+
+
+@pytest.mark.parametrize("arch, target, flags", [("gfx942", "gfx942:sramecc+:xnack-", "xnack any -> off, sramecc any -> on"),
+                                                 ("gfx950", "gfx950:xnack+", "xnack any -> on")])
+def test_a_processor_isa_declared_for_a_feature_target_differs_from_flydsls_only_where_the_proof_says(
+        arch, target, flags, toolchain, tmp_path):
+    from flyship.compiler.frontends.flydsl.assemble import set_target_features
+
+    text = set_target_features(isa(arch), target)
+    changed = [(a, b) for a, b in zip(isa(arch).splitlines(), text.splitlines()) if a != b]
+    assert [b.split()[-1].strip('"') for _, b in changed] == [f"amdgcn-amd-amdhsa-unknown-{target}"] * 2
+    ours = assemble(text, target, _usable(toolchain, arch), tmp_path)
+    theirs = flydsl_code_object(arch)
+    co = CodeObjectFile(ours)
+    assert co.target == target and CodeObjectFile(theirs).target == arch
+    proof = prove(ours, theirs, KERNEL, target)
+    assert proof.identical_sections == (".text", ".rodata") and proof.kernel_descriptor == "identical"
+    e_flags, meta = proof.differences
+    assert flags in e_flags and f"as target ID {target} asks" in e_flags
+    assert meta == (f"amdhsa.target amdgcn-amd-amdhsa-unknown-{arch} -> amdgcn-amd-amdhsa-unknown-{target}: the "
+                    "metadata names the target ID the e_flags declare")
+    with pytest.raises(ProofError, match=r"expected e_flags 0x[0-9a-f]+ \(processor and features\) like FlyDSL's"):
+        prove(ours, theirs, KERNEL)  # a feature setting nobody asked for is a difference
+    other = target.replace("+", "?").replace("-", "+").replace("?", "-")
+    with pytest.raises(ProofError, match=f"or only its any-settings set as {re.escape(other)} asks"):
+        prove(ours, theirs, KERNEL, other)
+
+
+def test_an_isa_that_already_names_other_features_is_not_redeclared():
+    from flyship.compiler.frontends.flydsl.assemble import set_target_features
+
+    text = isa("gfx942").replace("unknown-gfx942", "unknown-gfx942:xnack+")
+    with pytest.raises(AssembleError, match="expected an ISA for the bare processor gfx942"):
+        set_target_features(text, "gfx942:xnack-")
+    assert set_target_features(isa("gfx942"), "gfx942") == isa("gfx942")
+
+
+def test_the_code_objects_target_keeps_features_whose_setting_is_a_dash():
+    co = CodeObjectFile(flydsl_code_object("gfx942"))
+    co._meta = {"amdhsa.target": "amdgcn-amd-amdhsa--gfx942:sramecc-:xnack-"}
+    assert co.target == "gfx942:sramecc-:xnack-"
+    co._meta = {"amdhsa.target": "amdgcn-amd-amdhsa--gfx9-4-generic:xnack+"}
+    assert co.target == "gfx9-4-generic:xnack+"

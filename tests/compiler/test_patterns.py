@@ -246,8 +246,52 @@ def test_a_specialization_an_earlier_one_always_takes_first_is_refused(tmp_path)
     assert "op scale: expected every specialization to be reachable, got 'narrow' behind 'f32'" in err
 
 
-def test_a_feature_target_id_is_refused_for_a_flydsl_op_with_the_processor_to_build_instead(tmp_path):
-    r = run_build(_scale(tmp_path), tmp_path / "o", ["gfx942:sramecc+:xnack-"], check=False)
-    assert r.returncode == 1
-    assert "expected a bare processor for a FlyDSL op, got target ID gfx942:sramecc+:xnack-" in r.stderr
-    assert "--arch gfx942" in r.stderr
+def test_a_feature_target_id_builds_a_flydsl_op_whose_e_flags_carry_the_features_and_the_proof_names_why(tmp_path):
+    import subprocess
+
+    from flyship.compiler.offload import make_offload_bundle, read_offload_bundle
+    from flyship.compiler.toolchain import find_toolchain
+
+    archs = ["gfx942", "gfx942:sramecc+:xnack-", "gfx950:sramecc-:xnack+"]
+    run_build(_scale(tmp_path), tmp_path / "o", archs)
+    m = M.read(tmp_path / "o")
+    (spec,) = m.op("scale").specializations
+    by_target = {v.target: v for v in spec.variants}
+    assert sorted(by_target) == sorted(archs)
+    texts = {}
+    for t, v in by_target.items():
+        data = (tmp_path / "o" / v.code_object.file).read_bytes()
+        co = CodeObjectFile(data)
+        texts[t] = co.section_bytes(".text")
+        rules.check_layout(v.kernargs, v.metadata, f"scale.{t}")
+        assert co.kernel_metadata(v.code_object.symbol) == v.metadata
+        assert v.proof.method == "flydsl-binary" and ".text" in v.proof.identical_sections
+        if t == "gfx942":
+            assert v.proof.differences == ()
+            continue
+        # What the features change, and nothing else: e_flags' xnack/sramecc fields and amdhsa.target.
+        flags, target_line = v.proof.differences
+        assert flags.startswith("e_flags 0x") and "as target ID " + t + " asks" in flags
+        assert target_line.startswith("amdhsa.target ") and target_line.split(" -> ")[1].startswith(
+            "amdgcn-amd-amdhsa-unknown-" + t)
+        assert co.metadata["amdhsa.target"].endswith(t)
+        readelf = "/usr/lib/llvm-22/bin/llvm-readelf"
+        if Path(readelf).exists():  # LLVM's own reading of the ELF header
+            header = subprocess.run([readelf, "-h", str(tmp_path / "o" / v.code_object.file)], capture_output=True,
+                                    text=True, check=True).stdout
+            want = {"gfx942:sramecc+:xnack-": "xnack-, sramecc+", "gfx950:sramecc-:xnack+": "xnack+, sramecc-"}[t]
+            assert want in header, header
+    assert texts["gfx942"] == texts["gfx942:sramecc+:xnack-"]  # the same instructions, only declared
+    assert "sramecc any -> on" in by_target["gfx942:sramecc+:xnack-"].proof.differences[0]
+    assert "xnack any -> off" in by_target["gfx942:sramecc+:xnack-"].proof.differences[0]
+    # An offload bundle takes one target ID per processor (clang-offload-bundler refuses gfx942 beside
+    # gfx942:sramecc+:xnack-; flyc-build --offload-bundle says so before compiling).
+    features = {t: (tmp_path / "o" / v.code_object.file).read_bytes() for t, v in by_target.items() if ":" in t}
+    path = make_offload_bundle(features, find_toolchain(), tmp_path / "features.offload")
+    entries = read_offload_bundle(path.read_bytes())
+    assert entries["hipv4-amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-"] == (
+        tmp_path / "o" / by_target["gfx942:sramecc+:xnack-"].code_object.file).read_bytes()
+    assert "hipv4-amdgcn-amd-amdhsa--gfx950:sramecc-:xnack+" in entries
+    r = run_build(_scale(tmp_path), tmp_path / "o2", archs[:2], "--offload-bundle", check=False)
+    assert r.returncode == 1 and "expected one target ID per processor, got gfx942 and gfx942:sramecc+:xnack-" \
+        in r.stderr and not (tmp_path / "o2").exists()

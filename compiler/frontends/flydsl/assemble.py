@@ -40,6 +40,8 @@ METADATA_VERSION = {5: [1, 2], 6: [1, 2]}
 _TARGET_RE = re.compile(r'^[ \t]*\.amdgcn_target[ \t]+"([^"]*)"', re.MULTILINE)
 _VERSION_RE = re.compile(r"^([ \t]*\.amdhsa_code_object_version[ \t]+)(\d+)", re.MULTILINE)
 _UNKNOWN_PROCESSOR = "is not a recognized processor"
+# The metadata's copy of the target (``amdhsa.target: amdgcn-amd-amdhsa-unknown-gfx942`` in .amdgpu_metadata).
+_META_TARGET_RE = re.compile(r"^([ \t]*amdhsa\.target:[ \t]+)(['\"]?)([^'\"\s]+)\2[ \t]*$", re.MULTILINE)
 
 
 class AssembleError(ToolchainError):
@@ -133,6 +135,44 @@ def set_code_object_version(isa_text: str, version: int, where: str = "<isa>") -
                             f"metadata version {METADATA_VERSION[6]}), got v{header.code_object_version}; "
                             "assemble it at its own version")
     return _VERSION_RE.sub(lambda m: f"{m.group(1)}{version}", isa_text, count=1)
+
+
+def set_target_features(isa_text: str, target: str, where: str = "<isa>") -> str:
+    """The ISA of a bare processor (xnack and sramecc "any") declared for the target ID ``target``
+    (``gfx942:sramecc+:xnack-``): the ``.amdgcn_target`` directive and the metadata's ``amdhsa.target`` get the
+    features; no instruction or other directive changes.
+
+    Sound because code compiled for a feature's "any" setting is correct under either setting (LLVM
+    AMDGPUUsage, "Target Features": "any" code runs on both, possibly slower); the assembler then writes the
+    requested settings into ``e_flags`` (EF_AMDGPU_FEATURE_XNACK/SRAMECC_V4) and the runtime loads the code object
+    only on devices in that mode. Checked with LLVM 22 on FlyDSL's gfx942 ISA: ``.text`` and ``.rodata`` (kernel
+    descriptors) byte-identical to the processor-only assembly, ``e_flags`` 0x54c -> 0xe4c.
+
+    Args:
+        isa_text: the ISA (FlyDSL's ``NN_final_isa.s``, for the bare processor).
+        target: the target ID with features; a bare processor returns the text unchanged.
+        where: a name for error messages.
+
+    Returns:
+        The new text.
+
+    Raises:
+        AssembleError: the ISA is for another processor, or already names features that differ.
+    """
+    header = read_isa_header(isa_text, where)
+    processor = target.split(":")[0]
+    if _same_target(header.target, target):
+        return isa_text
+    if header.processor != processor or header.features:
+        raise AssembleError(f"set target features of {where}: expected an ISA for the bare processor {processor} "
+                            f"(features 'any'), got .amdgcn_target {header.triple}-{header.target}; compile for "
+                            f"{processor} and let flyship declare {target}")
+    out, n = _TARGET_RE.subn(lambda m: m.group(0).replace(f"-{header.target}\"", f"-{target}\""), isa_text, count=1)
+    if n != 1:  # read_isa_header found exactly one
+        raise AssembleError(f"set target features of {where}: expected one .amdgcn_target directive to change")
+    return _META_TARGET_RE.sub(lambda m: m.group(1) + m.group(2) + (m.group(3) + target[len(processor):] if
+                                                                     m.group(3).endswith(f"-{processor}") else
+                                                                     m.group(3)) + m.group(2), out)
 
 
 def _same_target(a: str, b: str) -> bool:
@@ -239,5 +279,6 @@ def check_linked(data: bytes, where: str, code_object_version: int | None = None
                             f"{METADATA_VERSION[version]} for code object v{version}, got {meta_version}")
 
 
-__all__ = ["AssembleError", "IsaHeader", "read_isa_header", "set_code_object_version", "assemble", "check_linked",
+__all__ = ["AssembleError", "IsaHeader", "read_isa_header", "set_code_object_version", "set_target_features",
+           "assemble", "check_linked",
            "SUPPORTED_CODE_OBJECT_VERSIONS"]

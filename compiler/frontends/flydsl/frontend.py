@@ -36,25 +36,6 @@ def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> N
         os.environ["ROCM_PATH"] = str(rocm_root)
 
 
-def refuse_target_features(target: str, where: str) -> None:
-    """Refuse a target ID with features (``gfx942:sramecc+:xnack-``) for a FlyDSL op, before tracing.
-
-    FlyDSL 0.5.0 compiles for a bare processor: its ROCm pipeline passes ``rocdl-attach-target`` only the
-    chip and an empty ``features=``; LLVM 22 refuses xnack/sramecc as subtarget features ("use module flag
-    'amdgpu.xnack'") and crashes on a chip string carrying them (both tried). Its ISA then names the bare
-    processor and the assembler's target check would fail with a less helpful message.
-
-    Raises:
-        FrontendError: naming the target and what to build instead.
-    """
-    processor, *features = target.split(":")
-    if features:
-        raise FrontendError(f"{where}: expected a bare processor for a FlyDSL op, got target ID {target}; FlyDSL "
-                            f"compiles only for the processor (its pipeline has no target-feature option), so build "
-                            f"--arch {processor}: that code object has xnack/sramecc 'any' and loads on every "
-                            f"{processor} device whatever its mode")
-
-
 def version() -> str:
     return _versions.current().version
 
@@ -526,11 +507,14 @@ class FlydslFrontend(Frontend):
         from flyship.compiler.frontends.flydsl import proof as _proof
 
         check_signature(op)
-        refuse_target_features(target, f"op {op.name} spec {spec.name}")
         kernel_dir, traced, name = _trace(op, spec, target, ctx.workdir / "dump")
         adapter = _versions.current()
         isa = _one(kernel_dir, "*_final_isa.s", "final ISA").read_text()
         adapter.check_isa_target(isa, f"op {op.name} spec {spec.name} target {target}")
+        # FlyDSL compiles for the bare processor (features "any"; its pipeline takes no target features, and
+        # LLVM refuses xnack/sramecc as subtarget features): a target ID with features is declared on that
+        # ISA, and the proof allows, and records, exactly what that changes.
+        isa = _assemble.set_target_features(isa, target, f"op {op.name} spec {spec.name} target {target}")
         theirs_all = _proof.extract_flydsl_binary(_one(kernel_dir, "*_gpu_module_to_binary.mlir", "FlyDSL binary")
                                                   .read_text())
         ours = _assemble.assemble(isa, target, ctx.toolchain, ctx.workdir / "asm",
@@ -539,7 +523,7 @@ class FlydslFrontend(Frontend):
         symbol = analysis.kernel_name
         # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
         # target flags): ours must equal each of them.
-        proofs = [_proof.prove(ours, theirs, symbol) for theirs in theirs_all]
+        proofs = [_proof.prove(ours, theirs, symbol, target) for theirs in theirs_all]
         alignment = {a.name: a.alignment or DTYPES[spec.dtypes[a.name]] for a in op.args if isinstance(a, Tensor)}
         return KernelBuild(
             target=target, code_object=ours, format="hsaco", symbol=symbol,

@@ -16,6 +16,12 @@ The proof compares by section, never whole files (``.comment`` names the linker)
   ``amdhsa.version``; ELF ``e_flags`` (processor and features).
 
 The ELF ABI version (code object v5 vs v6) is allowed to differ: flyship can assemble v5 from FlyDSL's v6.
+
+A target ID with features (``gfx942:sramecc+:xnack-``): FlyDSL compiles for the bare processor, whose code
+object has xnack and sramecc "any"; flyship declares the requested settings (assemble.set_target_features).
+Then exactly two things may differ, and the proof names both in ``Proof.differences``: the xnack/sramecc
+fields of ``e_flags`` (FlyDSL's "any" -> the requested on/off; every other bit equal) and ``amdhsa.target``
+(FlyDSL's string plus the features). Everything else is compared as above.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ _ENTRY_FIELD = next((off, struct) for name, off, struct in KERNEL_DESCRIPTOR_FIE
                     if name == "kernel_code_entry_byte_offset")
 _ENTRY_SIZE = 8
 PROOF_METHOD = "flydsl-binary"
+# ELF e_flags feature fields of code object v4+ (LLVM BinaryFormat/ELF.h, EF_AMDGPU_FEATURE_*_V4).
+_FEATURE_FIELDS = {"xnack": (0x300, 8), "sramecc": (0xC00, 10)}
+_FEATURE_SETTINGS = {0: "unsupported", 1: "any", 2: "off", 3: "on"}
 
 
 class ProofError(CodeObjectError):
@@ -208,13 +217,41 @@ def _entry_offset_bytes(co: CodeObjectFile, kernels: list[str], section: str) ->
     return out
 
 
-def prove(ours: bytes, theirs: bytes, symbol: str) -> Proof:
+def _feature_differences(flags_ours: int, flags_theirs: int, target: str | None, symbol: str) -> list[str]:
+    """Why ``e_flags`` may differ: only the xnack/sramecc fields, from FlyDSL's "any" to what ``target`` asks.
+
+    Raises:
+        ProofError: any other difference, or one the target ID does not ask for.
+    """
+    if flags_ours == flags_theirs:
+        return []
+    asked = {f[:-1]: "on" if f.endswith("+") else "off" for f in (target or "").split(":")[1:]}
+    mask = sum(m for m, _ in _FEATURE_FIELDS.values())
+    changes = []
+    for name, (m, shift) in _FEATURE_FIELDS.items():
+        o, t = _FEATURE_SETTINGS[(flags_ours & m) >> shift], _FEATURE_SETTINGS[(flags_theirs & m) >> shift]
+        if o != t:
+            if t != "any" or asked.get(name) != o:
+                break
+            changes.append(f"{name} {t} -> {o}")
+    else:
+        if (flags_ours & ~mask) == (flags_theirs & ~mask):
+            return [f"e_flags 0x{flags_theirs:x} -> 0x{flags_ours:x}: {', '.join(changes)}, as target ID {target} "
+                    "asks (FlyDSL compiles for the processor, whose 'any' code is correct under either setting)"]
+    raise ProofError(f"prove ELF header of {symbol}: expected e_flags 0x{flags_theirs:x} (processor and features) "
+                     f"like FlyDSL's{', or only its any-settings set as ' + target + ' asks' if target and ':' in target else ''}, "
+                     f"got 0x{flags_ours:x}")
+
+
+def prove(ours: bytes, theirs: bytes, symbol: str, target: str | None = None) -> Proof:
     """Show that our code object equals FlyDSL's own, section by section (module docstring).
 
     Args:
         ours: the code object flyship assembled.
         theirs: FlyDSL's own (from :func:`extract_flydsl_binary`).
         symbol: the kernel symbol (``add_kernel_0``; its descriptor is ``add_kernel_0.kd``).
+        target: the target ID ours was assembled for; with features, the differences they make are allowed
+            and recorded (module docstring).
 
     Returns:
         The manifest's :class:`~flyship.bundle.manifest.Proof`: method ``flydsl-binary``, FlyDSL's sha256,
@@ -236,16 +273,19 @@ def prove(ours: bytes, theirs: bytes, symbol: str) -> Proof:
     _compare_bytes(".text", text_o, text_t)
     identical.append(".text")
 
-    if co_o.elf["e_flags"] != co_t.elf["e_flags"]:
-        raise ProofError(f"prove ELF header of {symbol}: expected e_flags 0x{co_t.elf['e_flags']:x} (processor "
-                         f"and features) like FlyDSL's, got 0x{co_o.elf['e_flags']:x}")
+    differences = _feature_differences(int(co_o.elf["e_flags"]), int(co_t.elf["e_flags"]), target, symbol)
 
     try:
         meta_o, meta_t = co_o.metadata, co_t.metadata
         k_o, k_t = co_o.kernel(symbol), co_t.kernel(symbol)
     except CodeObjectError as e:
         raise ProofError(f"prove metadata of {symbol}: {e}") from None
-    for key in ("amdhsa.target", "amdhsa.version"):
+    t_o, t_t = meta_o.get("amdhsa.target"), meta_t.get("amdhsa.target")
+    if differences and target and isinstance(t_t, str) and t_o == t_t + target[len(target.split(":")[0]):]:
+        differences.append(f"amdhsa.target {t_t} -> {t_o}: the metadata names the target ID the e_flags declare")
+    elif t_o != t_t:
+        raise ProofError(f"prove metadata of {symbol}: expected amdhsa.target = {t_t!r} like FlyDSL's, got {t_o!r}")
+    for key in ("amdhsa.version",):
         if meta_o.get(key) != meta_t.get(key):
             raise ProofError(f"prove metadata of {symbol}: expected {key} = {meta_t.get(key)!r} like FlyDSL's, "
                              f"got {meta_o.get(key)!r}")
@@ -276,6 +316,7 @@ def prove(ours: bytes, theirs: bytes, symbol: str) -> Proof:
         identical_sections=tuple(identical),
         kernel_descriptor="identical" if descriptors_identical else "identical-but-entry-offset",
         metadata="equal",
+        differences=tuple(differences),
     )
 
 
