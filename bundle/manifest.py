@@ -43,7 +43,7 @@ FRONTENDS = ("flydsl", "triton")
 CODE_OBJECT_FORMATS = ("hsaco", "cubin")
 # How a tensor reaches the kernel (FlyDSL): a bare pointer (static layout: shape and strides compiled in) or
 # a pointer + a by-value struct of its dynamic shape/stride values (dynamic layout).
-TENSOR_ABIS = ("static", "dynamic")
+TENSOR_ABIS = ("static", "dynamic", "pointer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +268,8 @@ class Variant:
     Attributes:
         toolchain: tool -> version for the tools that made this code object, the frontend's own included
             (``{"flydsl": "0.1.5", "llvm-mc": ...}``): the FlyDSL release a variant was built with.
-        tensor_abi: tensor argument -> ``static`` or ``dynamic`` (:data:`TENSOR_ABIS`), as the frontend
+        tensor_abi: tensor argument -> ``static``, ``dynamic`` or ``pointer`` (an ``fx.Pointer`` launcher
+            parameter bound to the tensor's data pointer, schema 1.2) (:data:`TENSOR_ABIS`), as the frontend
             lowered it (schema 1.1; empty for Triton and in 1.0 bundles). The kernargs already say where
             each pointer and shape/stride value goes; this names the convention for people and tools.
     """

@@ -42,11 +42,15 @@ class Tensor:
         name: argument name in the op's schema.
         rank: number of dimensions.
         alignment: required data-pointer alignment in bytes (default: the element size).
+        pointee: for a FlyDSL launcher parameter annotated ``fx.Pointer``: the element type of the pointer
+            flyship passes for this tensor (a dtype name; default: the tensor's dtype). Upstream builders often
+            pass bytes: ``flyc.from_c_void_p(fx.Uint8, t.data_ptr())`` is ``pointee="uint8"``.
     """
 
     name: str
     rank: int
     alignment: Optional[int] = None
+    pointee: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -494,6 +498,8 @@ def validate(d: OpDecl) -> None:
         raise SpecError(f"{w}: declares no Output; an op must produce at least one tensor")
     tensors = {a.name for a in d.args if isinstance(a, Tensor)}
     for a in d.args:
+        if isinstance(a, Tensor) and a.pointee is not None and a.pointee not in DTYPES:
+            raise SpecError(f"{w}: tensor {a.name}: pointee {a.pointee!r} is not a dtype; known: {', '.join(DTYPES)}")
         if isinstance(a, Scalar) and a.type not in SCALAR_TYPES:
             raise SpecError(f"{w}: scalar {a.name} type {a.type!r}; expected one of {SCALAR_TYPES}")
         if isinstance(a, Output):

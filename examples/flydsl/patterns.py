@@ -11,12 +11,16 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
   ``Constexpr("cfg")`` with ``constexprs={"cfg": ScaleConfig(256)}`` (5).
 * ``add_one_rows`` (rows.py): a runtime ``fx.Int32`` row count bound to ``Value("m", "x.shape[0]")`` and
   a row length the builder bakes in (``N``), declared as a constraint naming the constexpr (4).
+* ``add_one_ptr`` (pointers.py): the same computation with ``fx.Pointer`` launcher parameters (bare pointers,
+  no shape or stride reaches the kernel): declared as the tensors they point into, bound to their data
+  pointers, dtype and alignment guarded, the view's sizes declared as constraints (4).
 * ``divide`` (divide.py): the builder returns a plain Python entry point that compiles the launcher under
   fast-math hints; the spec names that entry (``entry(build_divide())``) and flyship traces it as the user
   calls it (2).
 """
 
 from divide import build_divide, launch_divide
+from pointers import add_one_ptr
 from rows import ROWS_MAX, add_one_rows
 from scale import ScaleConfig, scale, scale_cfg
 
@@ -58,6 +62,19 @@ op(
     doc="out = x + 1 (float32) with a runtime row count and a row length baked into the code",
     specs=[
         # The launcher views x and out as (ROWS_MAX, N):(N, 1): promises flyship cannot see in the host IR.
+        Spec("n1024", dtypes={"x": "float32"}, shapes={"x": (300, 1024)}, constexprs={"N": 1024},
+             constraints=("x.shape[1] == N", "x.stride[0] == N", "x.stride[1] == 1", f"x.shape[0] <= {ROWS_MAX}")),
+    ],
+)
+
+op(
+    "add_one_ptr",
+    kernel=add_one_ptr,
+    args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "x.shape[0]"), Constexpr("N")],
+    reference="add_one_rows_ref",
+    doc="out = x + 1 (float32) through fx.Pointer launcher parameters, row length baked in",
+    specs=[
+        # x and out reach the kernel as bare pointers: the view (ROWS_MAX, N):(N, 1) is the builder's promise.
         Spec("n1024", dtypes={"x": "float32"}, shapes={"x": (300, 1024)}, constexprs={"N": 1024},
              constraints=("x.shape[1] == N", "x.stride[0] == N", "x.stride[1] == 1", f"x.shape[0] <= {ROWS_MAX}")),
     ],

@@ -295,3 +295,18 @@ def test_a_feature_target_id_builds_a_flydsl_op_whose_e_flags_carry_the_features
     r = run_build(_scale(tmp_path), tmp_path / "o2", archs[:2], "--offload-bundle", check=False)
     assert r.returncode == 1 and "expected one target ID per processor, got gfx942 and gfx942:sramecc+:xnack-" \
         in r.stderr and not (tmp_path / "o2").exists()
+
+
+def test_pointer_launcher_parameters_are_bound_to_the_tensors_data_pointers_and_guarded(patterns_bundle):
+    spec = M.read(patterns_bundle).op("add_one_ptr").specializations[0]
+    assert spec.guard.dtypes == {"x": "float32"} and spec.guard.alignment == {"x": 4}
+    for c in ("x.shape[1] == 1024", "x.stride[0] == 1024", "x.stride[1] == 1", "x.shape[0] <= 65536"):
+        assert c in spec.guard.constraints
+    assert sorted(v.target for v in spec.variants) == ["gfx942", "gfx950"]
+    for v in spec.variants:
+        assert v.tensor_abi == {"out": "pointer", "x": "pointer"}
+        # Each pointer is a whole 8-byte kernel argument of its own: no shape or stride follows it.
+        assert [(f.kind, f.type, f.arg, f.offset) for f in v.kernargs.fields] == [
+            ("pointer", "ptr", "x", 0), ("pointer", "ptr", "out", 8), ("expr", "i32", None, 16)]
+        assert [(a.offset, a.size) for a in v.metadata.args if not a.hidden][:3] == [(0, 8), (8, 8), (16, 4)]
+        assert v.proof.method == "flydsl-binary" and v.proof.differences == ()

@@ -73,3 +73,18 @@ def test_an_entry_for_a_target_the_spec_is_not_limited_to_is_refused_as_never_bu
     with pytest.raises(SpecError, match=r"limited to targets=\('gfx950',\), which never includes gfx942"):
         Spec("f", dtypes={"x": "float32"}, shapes={"x": (8, 8)}, targets=("gfx950",),
              per_target={"gfx942": dict(constexprs={"BLOCK": 2})})
+
+
+def test_an_fx_pointer_must_point_to_the_tensors_dtype_or_the_declared_pointee():
+    from flyship.compiler.frontends.base import FrontendError
+    from flyship.compiler.frontends.flydsl.host_ir import check_pointee
+
+    op = _op(FP8)
+    spec = Spec("f", dtypes={"x": "float32"}, shapes={"x": (8, 8)}, constexprs={"BLOCK": 1})
+    check_pointee("!fly.ptr<f32, global, align<4>>", op.args[0], op, spec, "w")
+    with pytest.raises(FrontendError, match=r"parameter x is an fx.Pointer of type !fly.ptr<i8, global>; expected a "
+                                            r"global pointer to f32 \(the tensor's dtype float32"):
+        check_pointee("!fly.ptr<i8, global>", op.args[0], op, spec, "w")
+    check_pointee("!fly.ptr<i8, global>", Tensor("x", rank=2, pointee="uint8"), op, spec, "w")
+    with pytest.raises(FrontendError, match="expected a global pointer"):
+        check_pointee("!fly.ptr<f32, shared>", op.args[0], op, spec, "w")

@@ -57,14 +57,17 @@ def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
     scalars = op.example_scalars(spec)
     values = op.example_values(spec)
     pos: list[Any] = []
+    pointers = set() if isinstance(op.kernel, Entry) else pointer_parameters(op.kernel)
     for a in op.args:
         if isinstance(a, Tensor):
             # A strided example (a transposed weight) is a view of a buffer just large enough for it.
-            pos.append(torch.empty_strided(shapes[a.name], strides[a.name], dtype=_torch_dtype(spec.dtypes[a.name])))
+            t = torch.empty_strided(shapes[a.name], strides[a.name], dtype=_torch_dtype(spec.dtypes[a.name]))
+            pos.append(_pointer_to(t, a.pointee or spec.dtypes[a.name]) if a.name in pointers else t)
         elif isinstance(a, Value):
             pos.append(int(values[a.name]))
         elif isinstance(a, Output):
-            pos.append(torch.empty(shapes[a.name], dtype=_torch_dtype(op.output_dtype_for(a, spec))))
+            t = torch.empty(shapes[a.name], dtype=_torch_dtype(op.output_dtype_for(a, spec)))
+            pos.append(_pointer_to(t, op.output_dtype_for(a, spec)) if a.name in pointers else t)
         elif isinstance(a, Scalar):
             if scalars[a.name] is None:
                 raise FrontendError(f"op {op.name} spec {spec.name}: scalar {a.name} needs an example value "
@@ -74,6 +77,31 @@ def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
     if not isinstance(op.kernel, Entry):
         kw.update(_stream_placeholders(op.kernel))
     return pos, kw
+
+
+# torch dtype names -> FlyDSL numeric type names (``flydsl.expr``), for fx.Pointer element types.
+_FX_NUMERIC = {"float64": "Float64", "float32": "Float32", "float16": "Float16", "bfloat16": "BFloat16",
+               "int64": "Int64", "int32": "Int32", "int16": "Int16", "int8": "Int8", "uint8": "Uint8",
+               "bool": "Boolean", "float8_e4m3fn": "Float8E4M3FN", "float8_e4m3fnuz": "Float8E4M3FNUZ",
+               "float8_e5m2": "Float8E5M2", "float8_e5m2fnuz": "Float8E5M2FNUZ"}
+
+
+def pointer_parameters(kernel: Any) -> set[str]:
+    """Names of the launcher's runtime parameters annotated ``fx.Pointer`` (FlyDSL 0.5.0: a raw global pointer
+    argument, passed as ``flyc.from_c_void_p(<element type>, address)``)."""
+    return {n for n, ann in (runtime_parameters(kernel) or []) if _annotation_name(ann) == "Pointer"}
+
+
+def _pointer_to(t: Any, dtype: str) -> Any:
+    """What a user passes for an ``fx.Pointer`` parameter: the tensor's data pointer as a FlyDSL pointer to
+    ``dtype`` elements (its alignment defaults to the element size, as the guard's)."""
+    import flydsl.compiler as flyc
+    import flydsl.expr as fx
+
+    if not hasattr(flyc, "from_c_void_p"):
+        raise FrontendError(f"fx.Pointer parameters need FlyDSL >= 0.5.0 (flyc.from_c_void_p); this is "
+                            f"{version()}")
+    return flyc.from_c_void_p(getattr(fx, _FX_NUMERIC[dtype]), t.data_ptr())
 
 
 def _stream_placeholders(kernel: Any) -> dict[str, Any]:
@@ -126,6 +154,11 @@ def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> tuple[Path, O
                 # launching only under COMPILE_ONLY=1 (read at call time).
                 with _recording(launches), _compile_only():
                     launcher(*pos, **kw)
+            elif pointer_parameters(op.kernel):
+                # A raw pointer is no compile placeholder to FlyDSL 0.5.0 (a CPU tensor is): without
+                # COMPILE_ONLY it would load the HIP runtime to launch.
+                with _compile_only():
+                    _versions.current().compile(launcher, pos, kw)
             else:
                 _versions.current().compile(launcher, pos, kw)
     except FrontendError:

@@ -202,8 +202,12 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
                                 f"({o_types}) but the spec declares {len(params)} (Tensor/Output/Scalar: "
                                 f"{[p.name for p in params]}); make args= list every launcher parameter in order")
         layouts: dict[str, TensorLayout] = {}
+        pointers: set[str] = set()  # fx.Pointer launcher parameters bound to a tensor's data pointer
         for p, t in zip(params, o_types):
-            if isinstance(p, (Tensor, Output)):
+            if isinstance(p, (Tensor, Output)) and t.startswith("!fly.ptr"):
+                check_pointee(t, p, op, spec, where)
+                pointers.add(p.name)
+            elif isinstance(p, (Tensor, Output)):
                 if not t.startswith("!fly.memref"):
                     raise FrontendError(f"{where}: parameter {p.name} is declared a tensor but FlyDSL lowered it "
                                         f"as {t}")
@@ -216,7 +220,8 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
         binding: dict[int, tuple[str, str]] = {}
         i = 0
         for p in params:
-            binding[i] = (p.name, "pointer" if p.name in layouts else "value" if isinstance(p, Value) else "scalar")
+            binding[i] = (p.name, "pointer" if p.name in layouts or p.name in pointers else
+                          "value" if isinstance(p, Value) else "scalar")
             i += 1
             if p.name in layouts and layouts[p.name].dynamic:
                 binding[i] = (p.name, "layout")
@@ -287,8 +292,30 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
     # A static layout reaches the kernel as a bare pointer (shape compiled in; FlyDSL before 0.2.0 makes
     # every torch tensor one); a dynamic layout as a pointer + a struct of its dynamic shape/stride values.
     abi = {name: "dynamic" if lay.dynamic else "static" for name, lay in layouts.items()}
+    abi.update({name: "pointer" for name in pointers})
     return HostAnalysis(kernel_name, grid, grid_num, tuple(block), dyn_lds, tuple(kernel_args), tuple(sizes),
                         tuple(constraints), abi)
+
+
+# torch dtype names -> the element type an ``!fly.ptr<...>`` prints (MLIR builtin type names).
+_POINTEE = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16", "int64": "i64", "int32": "i32",
+            "int16": "i16", "int8": "i8", "uint8": "i8", "bool": "i1", "float8_e4m3fn": "f8E4M3FN",
+            "float8_e4m3fnuz": "f8E4M3FNUZ", "float8_e5m2": "f8E5M2", "float8_e5m2fnuz": "f8E5M2FNUZ"}
+
+
+def check_pointee(ptr_type: str, p: Tensor | Output, op: OpDecl, spec: Spec, where: str) -> None:
+    """An ``fx.Pointer`` parameter bound to a tensor must point to the tensor's elements in global memory, or to
+    bytes (``Tensor(pointee="uint8")``, as upstream builders pass ``from_c_void_p(fx.Uint8, t.data_ptr())``).
+
+    Raises:
+        FrontendError: naming the parameter, the pointer type and the tensor's dtype.
+    """
+    m = re.match(r"^!fly\.ptr<([^,>]+),\s*([a-z_]+)", ptr_type)
+    dtype = spec.dtypes.get(p.name) if isinstance(p, Tensor) else op.output_dtype_for(p, spec)
+    want = _POINTEE.get(getattr(p, "pointee", None) or dtype or "")
+    if m is None or m.group(2) != "global" or (want is not None and m.group(1) != want):
+        raise FrontendError(f"{where}: parameter {p.name} is an fx.Pointer of type {ptr_type}; expected a global "
+                            f"pointer to {want or dtype} (the tensor's dtype {dtype}, or Tensor(pointee=...))")
 
 
 class _Evaluator:
