@@ -351,3 +351,35 @@ def test_a_bit_flipped_code_object_with_a_valid_sha256_is_a_code_object_error(co
     rehash(root, file, bytes(data))
     with pytest.raises(CodeObjectError, match=rf"\({file}\).*damaged"):
         rules.check_bundle_files(root, M.read(root))
+
+
+# --- failed kernels of a --keep-going build (schema 1.2) ------------------------------------------------------
+
+
+def _failed(**kw) -> dict:
+    entry = {"op": "add", "spec": "f32", "target": "gfx942", "reason": "ResourceError: over the LDS limit"}
+    return edited(lambda d: d.update(schema_version="1.2", failed=[{**entry, **kw}]))
+
+
+def test_a_failed_kernel_is_read_back_and_a_manifest_without_the_key_has_none():
+    (f,) = parse(_failed()).failed
+    assert (f.op, f.spec, f.target, f.reason) == ("add", "f32", "gfx942", "ResourceError: over the LDS limit")
+    assert parse(base()).failed == ()
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"op": "nope"}, r"failed\[0\]\.op: expected an op of this bundle, got 'nope'"),
+    ({"spec": "f 32"}, r"failed\[0\]\.spec: expected an ASCII identifier"),
+    ({"target": "gfx942:xnack"}, r"failed\[0\]\.target: target ID 'gfx942:xnack'"),
+    ({"reason": ""}, r"failed\[0\]\.reason: expected the build's message"),
+])
+def test_a_bad_failed_entry_is_refused_naming_it(kw, message):
+    with pytest.raises(BundleError, match=message):
+        parse(_failed(**kw))
+
+
+def test_a_failed_kernel_listed_twice_is_refused():
+    d = _failed()
+    d["failed"] = d["failed"] * 2
+    with pytest.raises(BundleError, match=r"\(add, f32, gfx942\) is listed twice"):
+        parse(d)

@@ -337,7 +337,7 @@ op("crash", kernel=crash, args=[Tensor("x", rank=1), Output("out", like="x")],
     r = run_build(spec, tmp_path / "o", ["gfx942"], "-j", "1", check=False)
     assert r.returncode == 1
     assert "1 of 2 kernels failed" in r.stderr
-    assert "gfx942 crash.f32: the worker process died while compiling this kernel" in r.stderr
+    assert "crash.f32 on gfx942: the worker process died while compiling this kernel" in r.stderr
     assert "add.f32:" not in r.stderr.split("failed; nothing was written")[1]
 
 
