@@ -279,8 +279,9 @@ def test_proof_is_a_manifest_proof(ours942):
 # -- target IDs with features (issue 9, pattern 10) ----------------------------------------------
 
 
-@pytest.mark.parametrize("arch, target, flags", [("gfx942", "gfx942:sramecc+:xnack-", "xnack any -> off, sramecc any -> on"),
-                                                 ("gfx950", "gfx950:xnack+", "xnack any -> on")])
+@pytest.mark.parametrize("arch, target, flags", [
+    ("gfx942", "gfx942:sramecc+:xnack-", "xnack any -> off, sramecc any -> on"),
+    ("gfx950", "gfx950:xnack+", "xnack any -> on")])
 def test_a_processor_isa_declared_for_a_feature_target_differs_from_flydsls_only_where_the_proof_says(
         arch, target, flags, toolchain, tmp_path):
     from flyship.compiler.frontends.flydsl.assemble import set_target_features

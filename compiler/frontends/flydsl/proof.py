@@ -238,9 +238,9 @@ def _feature_differences(flags_ours: int, flags_theirs: int, target: str | None,
         if (flags_ours & ~mask) == (flags_theirs & ~mask):
             return [f"e_flags 0x{flags_theirs:x} -> 0x{flags_ours:x}: {', '.join(changes)}, as target ID {target} "
                     "asks (FlyDSL compiles for the processor, whose 'any' code is correct under either setting)"]
+    also = f", or only its any-settings set as {target} asks" if target and ":" in target else ""
     raise ProofError(f"prove ELF header of {symbol}: expected e_flags 0x{flags_theirs:x} (processor and features) "
-                     f"like FlyDSL's{', or only its any-settings set as ' + target + ' asks' if target and ':' in target else ''}, "
-                     f"got 0x{flags_ours:x}")
+                     f"like FlyDSL's{also}, got 0x{flags_ours:x}")
 
 
 def prove(ours: bytes, theirs: bytes, symbol: str, target: str | None = None) -> Proof:
