@@ -171,7 +171,7 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID],
 
 def _spec_admits(limited_to: tuple[str, ...], t: _targets.TargetID) -> bool:
     """Whether a spec limited to ``limited_to`` (processors, or full target IDs; empty: all) builds for ``t``."""
-    return _spec_mod._admits(limited_to, t)
+    return _spec_mod.admits(limited_to, t)
 
 
 _VENDOR_EXAMPLES = {"amd": "gfx942, gfx950", "nvidia": "sm_90"}

@@ -220,7 +220,7 @@ class Spec:
             if "cu_count" in over and self.cu_count is not None:
                 raise SpecError(f"{where}: cu_count is given for the whole spec ({self.cu_count}) and per target; "
                                 "give it in one place")
-            if self.targets and not _admits(self.targets, tid):
+            if self.targets and not admits(self.targets, tid):
                 raise SpecError(f"{where}: the spec is limited to targets={self.targets}, which never includes "
                                 f"{key}; add it to targets= or remove the entry (it would never be built)")
 
@@ -257,7 +257,7 @@ class Spec:
         out: list[tuple[Optional[str], Spec]] = []
         keys = list(self.per_target)
         base_used = not self.targets or any(
-            not any(_admits((k,), _targets.parse_target(t)) for k in keys) for t in self.targets)
+            not any(admits((k,), _targets.parse_target(t)) for k in keys) for t in self.targets)
         if base_used:
             out.append((None, self))
         return out + [(k, self.for_target(k)) for k in keys]
@@ -268,7 +268,7 @@ PER_TARGET_FIELDS = ("dtypes", "shapes", "scalars", "constexprs", "constraints",
                      "cu_count", "strides")
 
 
-def _admits(limited_to: tuple[str, ...], t: _targets.TargetID) -> bool:
+def admits(limited_to: tuple[str, ...], t: _targets.TargetID) -> bool:
     """Whether a spec limited to ``limited_to`` (processors, or full target IDs; empty: all) builds for ``t``."""
     if not limited_to:
         return True
