@@ -10,7 +10,9 @@ costs:
 * ``dispatch()`` (pybind11, no torch dispatcher): binding and guard evaluation (decide) only;
 * ``.out`` through ``torch.ops``: + the torch dispatcher (boxed kernel), kernarg packing and the recorded launch;
 * the allocating op through ``torch.ops``: + output allocation and torch's autograd fallback on the functional op;
-* ``torch.empty_like``: what one output allocation costs through torch alone.
+* ``torch.empty_like``: what one output allocation costs through torch alone;
+* the handles ``ops.add(...)`` / ``ops.add.out(...)``: the fast entry (csrc/fast_call.cpp), the same C++ path
+  without torch.ops' Python frames, argument boxing, dispatcher and autograd kernel.
 
 The recording driver appends every launch to a log: the log is cleared between rounds and its append (a few
 hundred ns) stands in for the driver's launch call. Rounds are interleaved (every path once per round); the
@@ -83,12 +85,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         ("torch.ops.<ns>.add.out(x, y, out=o)", lambda: packet.out(x, y, out=o)),
         ("torch.ops.<ns>.add.default(x, y)", lambda: packet.default(x, y)),
         ("torch.ops.<ns>.add(x, y)", lambda: packet(x, y)),
-        ("ops.add(x, y) (Python handle)", lambda: ops.add(x, y)),
+        ("ops.add(x, y) (fast entry)", lambda: ops.add(x, y)),
+        ("ops.add.out(x, y, out=o) (fast entry)", lambda: ops.add.out(x, y, out=o)),
     ]
     with torch.no_grad():
         nograd = us_per_call([("torch.ops.<ns>.add.default(x, y), no_grad", lambda: packet.default(x, y))],
                              args.calls, args.repeats, lambda: ext.recorded_launches(clear=True))
     times = us_per_call(paths, args.calls, args.repeats, lambda: ext.recorded_launches(clear=True))
+    counts = ext.fast_call_counts(ops.add), ext.fast_call_counts(ops.add.out)
+    if any(c["dispatcher"] for c in counts):
+        raise SystemExit(f"call_path: the fast entry handed calls to the dispatcher path: {counts}")
     times.update(nograd)
     ext.recorded_launches(clear=True)
     base = statistics.median(times["torch.add(x, y)"])

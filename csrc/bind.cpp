@@ -25,33 +25,12 @@ void OpState::bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool c
   c.op = &p;
   const size_t expect = p.n_inputs + (is_out ? p.outputs.size() : 0);
   FLYSHIP_CHECK(args.size() == expect, label(), ": expected ", expect, " arguments, got ", args.size());
-  const at::Tensor* first = nullptr;
-  int first_slot = -1;
   for (size_t k = 0; k < expect; ++k) {
     const Slot& s = p.slots[k];
     const c10::IValue& v = args[k];
     if (s.kind == kTensor) {
       FLYSHIP_CHECK_TYPE(v.isTensor(), label(), ": expected a tensor for argument '", s.name, "', got ", v.tagKind());
-      const at::Tensor& x = v.toTensor();
-      FLYSHIP_CHECK(x.defined(), label(), ": argument '", s.name, "' is an undefined tensor");
-      FLYSHIP_CHECK(x.dim() == s.rank, label(), ": expected '", s.name, "' of rank ", s.rank, ", got rank ", x.dim(),
-                  " (shape ", shape_str(x.sizes()), ")");
-      c.t[k] = &x;
-      if (first == nullptr) {
-        first = &x;
-        first_slot = static_cast<int>(k);
-        if (check_device) check_device_type(x, s.name);
-      } else {
-        // Refused before anything runs: a meta tensor has no memory to read or write, and a kernel
-        // launched on one device cannot reach another's.
-        FLYSHIP_CHECK(x.is_meta() == first->is_meta(), label(), ": expected all tensors real or all meta, got ",
-                      first->device().str(), " for '", p.slots[first_slot].name, "' and ", x.device().str(),
-                      " for '", s.name, "'; a meta tensor has no data, so pass real tensors only (a call on meta "
-                      "tensors alone runs the op's fake kernel)");
-        FLYSHIP_CHECK(x.device() == first->device(), label(), ": expected all tensors on one device, got ",
-                      first->device().str(), " for '", p.slots[first_slot].name, "' and ", x.device().str(),
-                      " for '", s.name, "'; move them to one device");
-      }
+      c.t[k] = &v.toTensor();
     } else if (s.kind == kFloat) {
       FLYSHIP_CHECK_TYPE(v.isDouble() || v.isInt(), label(), ": expected a float for argument '", s.name, "', got ",
                        v.tagKind());
@@ -65,7 +44,38 @@ void OpState::bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool c
       c.i[k] = v.toBool() ? 1 : 0;
     }
   }
-  for (size_t k = expect; k < p.slots.size(); ++k) c.t[k] = nullptr;
+  check_tensors(c, expect, check_device);
+}
+
+void OpState::check_tensors(Call& c, size_t n, bool check_device) const {
+  const OpPlan& p = plan_;
+  c.op = &p;
+  const at::Tensor* first = nullptr;
+  int first_slot = -1;
+  for (size_t k = 0; k < n; ++k) {
+    const Slot& s = p.slots[k];
+    if (s.kind != kTensor) continue;
+    const at::Tensor& x = *c.t[k];
+    FLYSHIP_CHECK(x.defined(), label(), ": argument '", s.name, "' is an undefined tensor");
+    FLYSHIP_CHECK(x.dim() == s.rank, label(), ": expected '", s.name, "' of rank ", s.rank, ", got rank ", x.dim(),
+                  " (shape ", shape_str(x.sizes()), ")");
+    if (first == nullptr) {
+      first = &x;
+      first_slot = static_cast<int>(k);
+      if (check_device) check_device_type(x, s.name);
+    } else {
+      // Refused before anything runs: a meta tensor has no memory to read or write, and a kernel
+      // launched on one device cannot reach another's.
+      FLYSHIP_CHECK(x.is_meta() == first->is_meta(), label(), ": expected all tensors real or all meta, got ",
+                    first->device().str(), " for '", p.slots[first_slot].name, "' and ", x.device().str(),
+                    " for '", s.name, "'; a meta tensor has no data, so pass real tensors only (a call on meta "
+                    "tensors alone runs the op's fake kernel)");
+      FLYSHIP_CHECK(x.device() == first->device(), label(), ": expected all tensors on one device, got ",
+                    first->device().str(), " for '", p.slots[first_slot].name, "' and ", x.device().str(),
+                    " for '", s.name, "'; move them to one device");
+    }
+  }
+  for (size_t k = n; k < p.slots.size(); ++k) c.t[k] = nullptr;
   c.device = first->device();
 }
 
@@ -150,8 +160,12 @@ void OpState::check_no_overlap(const Call& c) const {
 }
 
 void OpState::prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const {
-  const OpPlan& p = plan_;
   bind(c, args, is_out, check_device);
+  prepare_bound(c, is_out);
+}
+
+void OpState::prepare_bound(Call& c, bool is_out) const {
+  const OpPlan& p = plan_;
   output_rules(c);
   if (is_out) {
     for (size_t j = 0; j < p.outputs.size(); ++j) {

@@ -5,6 +5,7 @@
 #include "bundle.h"
 #include "check.h"
 #include "driver.h"
+#include "fast_call.h"
 #include "module.h"
 #include "register.h"
 
@@ -141,6 +142,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "Evaluate one plan program (flyship.bundle.expr.compile_program's {'text', 'code'}) over slots given by "
       "shape, strides and scalar value, on a device of `cu_count` compute units: ('ok', value), or (why, None) when it divides by zero or overflows. "
       "For the differential test of the two evaluators.");
+  add_fast_call(m);
   m.def("loaded_modules", [] { return ModuleCache::instance().size(); });
 
   // module_local: a second flyship extension in the process (the recording driver beside a GPU flavor) has its

@@ -22,31 +22,34 @@ void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
   auto args = torch::jit::last(*stack, n_args);
   Call c;
   prepare(c, args, is_out, /*check_device=*/true);
+  Decision d;
+  if (!try_launch(c, is_out, forced_spec, &d)) fallback(c, d.reason, is_out);
+  // Results: the fresh outputs; the out variant returns nothing (its schema mutates the out tensors and
+  // returns (), the form torch.compile can functionalize for a custom op).
+  torch::jit::drop(*stack, n_args);
+  if (!is_out) {
+    for (size_t j = 0; j < p.outputs.size(); ++j) stack->emplace_back(std::move(c.fresh[j]));
+  }
+}
+
+bool OpState::try_launch(Call& c, bool is_out, int forced_spec, Decision* d) {
+  const OpPlan& p = plan_;
   DeviceState& ds = bundle_->device(device_index(c.device));
   c.device_properties[DEV_CU_COUNT] = ds.info.cu_count;  // read once per device (BundleCore::device)
-  Decision d;
   if (forced_spec >= 0) {
     FLYSHIP_CHECK(forced_spec < static_cast<int>(p.specs.size()), label(), ": specialization index out of range");
     std::string why;
-    FLYSHIP_CHECK(fits(c, forced_spec, *ds.selection, is_out, &why, &d.launch), label(),
+    FLYSHIP_CHECK(fits(c, forced_spec, *ds.selection, is_out, &why, &d->launch), label(),
                   ": these inputs do not fit specialization ", p.specs[forced_spec].name, ": ", why);
-    d.spec = forced_spec;
-    d.variant = ds.selection->variant[index_][forced_spec];
+    d->spec = forced_spec;
+    d->variant = ds.selection->variant[index_][forced_spec];
   } else {
-    d = decide(c, *ds.selection, is_out);
+    *d = decide(c, *ds.selection, is_out);
   }
-  if (d.spec >= 0) {
-    if (!is_out && c.fresh.empty()) allocate_outputs(c);
-    launch(c, ds, d);
-  } else {
-    fallback(c, d.reason, is_out);
-  }
-  // Results: the fresh outputs; the out variant returns nothing (its schema mutates the out tensors and
-  // returns (), the form torch.compile can functionalize for a custom op).
-  std::vector<at::Tensor> results;
-  if (!is_out) results = outputs(c);
-  torch::jit::drop(*stack, n_args);
-  for (auto& r : results) stack->emplace_back(std::move(r));
+  if (d->spec < 0) return false;
+  if (!is_out && c.fresh.empty()) allocate_outputs(c);
+  launch(c, ds, *d);
+  return true;
 }
 
 std::vector<at::Tensor> OpState::outputs(const Call& c) const {

@@ -39,10 +39,12 @@ class OpState {
   // `forced_spec` >= 0 runs that specialization or raises (verification).
   void run(torch::jit::Stack* stack, bool is_out, int forced_spec);
 
-  // Bind `args` (inputs, then out tensors when is_out) into `c`, checking kinds, ranks and, when
-  // `check_device`, that every tensor is on one GPU.
-  // Any call refuses tensors on two devices, or real tensors mixed with meta ones.
+  // Bind `args` (inputs, then out tensors when is_out) into `c`, checking kinds, then check_tensors.
   void bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const;
+  // The checks of a bound call's tensors (slots 0..n-1, already in c.t): defined, of the manifest rank and,
+  // when `check_device`, on the device type the driver launches on; any call refuses tensors on two devices,
+  // or real tensors mixed with meta ones. Sets c.device. Shared by bind() and the fast entry (fast_call.cpp).
+  void check_tensors(Call& c, size_t n, bool check_device) const;
   // The device type the driver launches on: a GPU's (cuda), or the CPU for the recording driver.
   void check_device_type(const at::Tensor& x, const std::string& name) const;
   // Output shapes and dtypes from the plan's rules.
@@ -72,8 +74,14 @@ class OpState {
   }
 
   std::vector<at::Tensor> call_reference(const Call& c) const;
-  // bind + output rules + out-tensor checks (+ early allocation when a guard reads an output).
+  // bind + prepare_bound.
   void prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const;
+  // After binding: output rules + out-tensor checks (+ early allocation when a guard reads an output).
+  void prepare_bound(Call& c, bool is_out) const;
+  // A prepared call on its device: decide (or take `forced_spec` >= 0, raising when it does not fit), then
+  // allocate and launch. False, with d->reason, when no specialization fits: nothing was launched or
+  // counted, and the caller falls back (run) or hands the call to the dispatcher (the fast entry).
+  bool try_launch(Call& c, bool is_out, int forced_spec, Decision* d);
   void check_no_overlap(const Call& c) const;
   // No specialization fits: run the reference (or raise when the fallback is off), counting the reason.
   void fallback(Call& c, const std::string& reason, bool is_out);

@@ -4,8 +4,11 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/variable.h>
+
+#include <type_traits>
 
 #include "check.h"
 #include "driver.h"
@@ -24,6 +27,73 @@ class OpKernel final : public c10::OperatorKernel {
   std::shared_ptr<BundleCore> bundle_;
   int op_;
   bool is_out_;
+};
+
+// torch's autograd graph holds nodes by std::shared_ptr before torch 2.12 and by c10::intrusive_ptr from 2.12
+// on; the pointer type of an Edge says which, so one source compiles against both (no version macros).
+using NodePtr = decltype(torch::autograd::Edge::function);
+
+template <class Ptr>
+struct NodeMaker;
+template <class T>
+struct NodeMaker<std::shared_ptr<T>> {
+  template <class N, class... A>
+  static std::shared_ptr<T> make(A&&... a) { return std::make_shared<N>(std::forward<A>(a)...); }
+};
+template <class T>
+struct NodeMaker<c10::intrusive_ptr<T>> {
+  template <class N, class... A>
+  static c10::intrusive_ptr<T> make(A&&... a) { return c10::make_intrusive<N>(std::forward<A>(a)...); }
+};
+
+// Autograd for the functional op of an op without a backward, in place of torch's boxed
+// autogradNotImplementedFallback (which walks the schema and redispatches boxed on every call, grad or not):
+// with grad mode off or no input that requires grad, straight on below autograd; otherwise the outputs get
+// torch's NotImplemented node, so backward() raises torch's own "derivative for <ns>::<op> is not implemented"
+// (never a silent missing gradient). Forward AD is refused as torch's fallback refuses it. Ops with a backward
+// (flyship.loader.autograd) register per-backend autograd kernels, which take precedence over this one.
+class FunctionalAutogradKernel final : public c10::OperatorKernel {
+ public:
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    const auto& schema = op.schema();
+    const size_t n_args = schema.arguments().size();
+    const bool grad_mode = at::GradMode::is_enabled();
+    torch::autograd::edge_list edges;
+    bool any_requires_grad = false;
+    for (const c10::IValue& v : torch::jit::last(*stack, n_args)) {
+      if (!v.isTensor()) continue;
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) continue;
+      TORCH_CHECK_NOT_IMPLEMENTED(!t._fw_grad(/*level=*/0).defined(), "Trying to use forward AD with ",
+                                  schema.operator_name().name, " that does not support it.");
+      if (grad_mode && t.requires_grad()) {
+        any_requires_grad = true;
+        edges.push_back(torch::autograd::impl::gradient_edge(t));
+      }
+    }
+    if (!any_requires_grad) {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+      return;
+    }
+    NodePtr grad_fn = NodeMaker<NodePtr>::make<torch::autograd::NotImplemented>(schema.operator_name().name);
+    grad_fn->set_next_edges(std::move(edges));
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+    }
+    const size_t n_ret = schema.returns().size();
+    for (const c10::IValue& v : torch::jit::last(*stack, n_ret)) {
+      if (!v.isTensor()) continue;
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) {
+        grad_fn->add_input_metadata(torch::autograd::Node::undefined_input());
+      } else if (torch::autograd::isDifferentiableType(t.scalar_type())) {
+        const uint32_t nr = grad_fn->add_input_metadata(t);
+        torch::autograd::impl::set_gradient_edge(t, {grad_fn, nr});
+      }
+    }
+  }
 };
 
 // Autograd for the .out variant: aten's rule for out= functions (no automatic differentiation through
@@ -91,13 +161,14 @@ void register_kernels(Bundle& b) {
     }
   }
   // No derivatives. The functional op runs with inputs that require grad and its backward raises
-  // "derivative for <op> is not implemented" (torch's NotImplemented node) rather than silently giving no
-  // gradient; the out variant refuses such inputs up front, as aten's out= functions do.
+  // "derivative for <op> is not implemented" (torch's NotImplemented node, FunctionalAutogradKernel) rather than
+  // silently giving no gradient; the out variant refuses such inputs up front, as aten's out= functions do.
   torch::Library* autograd = make(c10::DispatchKey::Autograd);
   torch::Library* inplace = make(c10::DispatchKey::ADInplaceOrView);
   for (int k = 0; k < b.core->n_ops(); ++k) {
     const OpPlan& p = b.core->op(k).plan();
-    autograd->impl(p.name.c_str(), torch::autograd::autogradNotImplementedFallback());
+    autograd->impl(p.name.c_str(), torch::CppFunction::makeFromBoxedKernel(
+                                       c10::BoxedKernel::makeFromFunctor(std::make_unique<FunctionalAutogradKernel>())));
     autograd->impl((p.name + ".out").c_str(),
                    torch::CppFunction::makeFromBoxedKernel(
                        c10::BoxedKernel::makeFromFunctor(std::make_unique<OutAutogradKernel>(p.qualname))));

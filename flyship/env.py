@@ -17,6 +17,9 @@ Options:
         torch's default, under a ``flyship`` folder).
     FLYSHIP_FALLBACK: ``1`` (default) sends inputs that fit no specialization to the op's reference;
         ``0`` raises instead.
+    FLYSHIP_FAST_CALL: ``1`` (default) lets eager calls of ``ops.<op>(...)`` / ``ops.<op>.out(...)`` enter the
+        C++ core directly when nothing but flyship's kernel would act on them (csrc/fast_call.cpp); ``0`` sends
+        every call through ``torch.ops`` (read at ``flyship.load``).
     FLYSHIP_VERBOSE: ``1`` prints extension build commands and bundle loading details.
     FLYSHIP_LLVM_BIN: folder holding llvm-mc and ld.lld for flyc-build (same as ``--llvm-bin``).
     FLYSHIP_REPORT: ``1`` prints each process's routing summary (patched sites: calls to the op and to the
@@ -70,6 +73,13 @@ def fallback_enabled() -> bool:
     v = _get("FLYSHIP_FALLBACK", "1")
     if v not in ("0", "1"):
         raise ConfigError(f"FLYSHIP_FALLBACK: expected 0 or 1, got {v!r}")
+    return v == "1"
+
+
+def fast_call_enabled() -> bool:
+    v = _get("FLYSHIP_FAST_CALL", "1")
+    if v not in ("0", "1"):
+        raise ConfigError(f"FLYSHIP_FAST_CALL: expected 0 or 1, got {v!r}")
     return v == "1"
 
 

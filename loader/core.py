@@ -114,11 +114,28 @@ def _no_code_object(device_target: str, candidates: list[str]) -> str:
             f"({', '.join(sorted(set(candidates)))})")
 
 
+class _OutCall:
+    """``ops.<op>.out``: the out variant (:meth:`OpHandle._out`). A callable object of its own, not a method, so
+    that its eager calls enter the C++ core directly like the handle's (:func:`_handle_classes`)."""
+
+    def __init__(self, handle: "OpHandle") -> None:
+        self._handle = handle
+        self.__doc__ = OpHandle._out.__doc__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._handle._out(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<flyship op {self._handle.qualname}.out: {self._handle.out_schema}>"
+
+
 class OpHandle:
     """One op of a loaded bundle.
 
-    Calling it runs ``torch.ops.<ns>.<name>.default``; :meth:`out` runs the out variant
-    (``ops.add.out(x, y, out=z)``); ``.packet`` is ``torch.ops.<ns>.<name>``.
+    Calling it runs ``torch.ops.<ns>.<name>.default``; ``.out(...)`` runs the out variant
+    (``ops.add.out(x, y, out=z)``, :meth:`_out`); ``.packet`` is ``torch.ops.<ns>.<name>``. Eager calls of
+    both enter the C++ core directly when nothing but flyship's kernel would act on them (csrc/fast_call.cpp);
+    every other call, and torch.compile, takes the torch op.
     """
 
     def __init__(self, ops: "Ops", index: int, op: _m.Op) -> None:
@@ -134,11 +151,15 @@ class OpHandle:
         self.out_overload = self.packet.out
         self.schema, self.out_schema = _schema.schemas(op)
         self._out_names = _schema.out_names(op)
+        self.out = ops._out_class(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # What torch.compile traces, and what a handle without the fast entry runs. Eager calls of a loaded
+        # handle enter csrc/fast_call.cpp instead (tp_call), which hands every call it does not take to
+        # self.default with the same arguments.
         return self.default(*args, **kwargs)
 
-    def out(self, *args: Any, **kwargs: Any) -> Any:
+    def _out(self, *args: Any, **kwargs: Any) -> Any:
         """The out variant: ``ops.add.out(x, y, out=z)`` writes into ``z`` and returns it (a tuple for
         several outputs). The torch op ``torch.ops.<ns>.<name>.out`` itself returns nothing.
 
@@ -299,7 +320,13 @@ class Ops:
         self._cpu = cpu
         self._digest = digest
         self._code_objects = code_objects
-        self._ops = {op.name: OpHandle(self, i, op) for i, op in enumerate(manifest.ops)}
+        handle_class, self._out_class = _handle_classes(ext)
+        self._ops = {op.name: handle_class(self, i, op) for i, op in enumerate(manifest.ops)}
+        if handle_class is not OpHandle and env.fast_call_enabled():
+            for i, (op, handle) in enumerate(zip(manifest.ops, self._ops.values())):
+                defaults = [None if a.kind == "tensor" else a.default for a in op.args]
+                ext.bind_fast(handle, core, i, False, handle.default, defaults)
+                ext.bind_fast(handle.out, core, i, True, handle._out, defaults)
 
     def __getattr__(self, name: str) -> OpHandle:
         ops = self.__dict__.get("_ops", {})
@@ -401,6 +428,27 @@ class Ops:
         from flyship.loader.verify import verify
 
         return verify(self, **kwargs)
+
+
+_handle_class_cache: dict[int, tuple[type, type]] = {}
+
+
+def _handle_classes(ext: Any) -> tuple[type, type]:
+    """The handle classes for extension ``ext``: :class:`OpHandle` and :class:`_OutCall` over the extension's
+    ``FastCall`` base, whose eager calls enter the C++ core directly (``enable_fast_call``: CPython calls
+    the C entry, while dynamo still reads the Python ``__call__`` and traces the torch op). An extension without
+    it gives the plain classes."""
+    base = getattr(ext, "FastCall", None)
+    if base is None:
+        return OpHandle, _OutCall
+    key = id(base)
+    if key not in _handle_class_cache:
+        handle = type("OpHandle", (OpHandle, base), {"__module__": __name__, "__doc__": OpHandle.__doc__})
+        out = type("_OutCall", (_OutCall, base), {"__module__": __name__, "__doc__": _OutCall.__doc__})
+        ext.enable_fast_call(handle)
+        ext.enable_fast_call(out)
+        _handle_class_cache[key] = (handle, out)
+    return _handle_class_cache[key]
 
 
 class _CodeObjects:
