@@ -2,7 +2,8 @@
 
     python3 bench/launch_overhead.py --bundle artifacts/triton --out /tmp/out
 
-Paths: flyship's op through ``torch.ops`` (allocating, and the out variant), the ``ops.add`` handle,
+Paths: flyship's op through ``torch.ops`` (allocating, and the out variant), the ``ops.add`` and ``ops.add.out``
+handles (the fast entry, csrc/fast_call.cpp),
 ``torch.add`` (allocating and ``out=``), Triton's own launcher ``add_kernel[grid](...)`` on the same
 kernel source, and the floor: a C++ loop of ``cuLaunchKernel`` on the bundle's own cubin with a prepacked
 kernarg buffer (built with ``torch.utils.cpp_extension.load_inline``). Each path is timed as ``calls``
@@ -170,6 +171,42 @@ def triton_launcher(x: Any, y: Any, o: Any) -> Callable[[], Any]:
     return call
 
 
+# The issue's targets, as medians of per-round ratios (numerator path, denominator path, target, "<=" or ">=").
+TARGETS = [
+    ("flyship ops.add(x, y) (fast entry)", "torch.add(x, y)", 1.0, "<="),
+    ("flyship ops.add.out(x, y, out=o) (fast entry)", "torch.add(x, y, out=o)", 0.9, "<="),
+    ("flyship torch.ops.<ns>.add(x, y)", "torch.add(x, y)", None, ""),
+    ("flyship torch.ops.<ns>.add.out(x, y, out=o)", "torch.add(x, y, out=o)", None, ""),
+    ("Triton launcher add_kernel[grid](...)", "flyship ops.add(x, y) (fast entry)", 1.5, ">="),
+    ("Triton launcher add_kernel[grid](...)", "flyship ops.add.out(x, y, out=o) (fast entry)", 1.5, ">="),
+]
+
+
+def per_round_ratios(us: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """Each target's ratio per round (paths timed in the same round), its median and whether it meets the target.
+    Per-round ratios cancel swings of the machine between rounds that a ratio of medians keeps."""
+    out = []
+    for num, den, target, op in TARGETS:
+        if num not in us or den not in us:
+            continue
+        r = [a / b for a, b in zip(us[num], us[den])]
+        med = statistics.median(r)
+        met = None if target is None else (med <= target if op == "<=" else med >= target)
+        out.append({"ratio": f"{num} / {den}", "median": med, "min": min(r), "max": max(r), "target": target,
+                    "op": op, "met": met})
+    return out
+
+
+def ratio_table(ratios: list[dict[str, Any]]) -> str:
+    lines = ["", "| ratio (median of per-round ratios) | median | min..max | target | met |",
+             "| --- | ---: | ---: | --- | --- |"]
+    for r in ratios:
+        target = "" if r["target"] is None else f"{r['op']} {r['target']}"
+        met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        lines.append(f"| {r['ratio']} | {r['median']:.2f} | {r['min']:.2f}..{r['max']:.2f} | {target} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [f"Launch overhead on {meta['device']} ({meta['calls']} calls x {meta['repeats']} repeats, "
              f"{SHAPE[0] * SHAPE[1]}-element float32 add; torch {meta['torch']}, triton {meta['triton']})", "",
@@ -212,7 +249,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         ("flyship torch.ops.<ns>.add(x, y)", lambda: op(x, y)),
         ("flyship torch.ops.<ns>.add.default(x, y)", lambda: op.default(x, y)),
         ("flyship torch.ops.<ns>.add.out(x, y, out=o)", lambda: op.out(x, y, out=o)),
-        ("flyship ops.add(x, y) (Python handle)", lambda: ops.add(x, y)),
+        ("flyship ops.add(x, y) (fast entry)", lambda: ops.add(x, y)),
+        ("flyship ops.add.out(x, y, out=o) (fast entry)", lambda: ops.add.out(x, y, out=o)),
     ]
     for name, fn in paths:  # every path computes the right thing before it is timed
         r = fn()
@@ -253,9 +291,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     rows.append({"path": triton_name, "us": us[triton_name]} if triton_skip is None
                 else {"path": triton_name, "skipped": triton_skip})
     launched = sum(ops.add.stats()["launches"].values()) - sum(stats_before["launches"].values())
-    if launched < 4 * args.calls * args.repeats:
+    handed = {n: ops._ext.fast_call_counts(h)["dispatcher"] for n, h in (("add", ops.add), ("add.out", ops.add.out))}
+    if any(handed.values()):
+        raise SystemExit(f"launch_overhead: the fast entry handed calls to torch.ops: {handed}")
+    if launched < 6 * args.calls * args.repeats:
         raise SystemExit(f"launch_overhead: the flyship paths launched {launched} kernels, expected >= "
-                         f"{4 * args.calls * args.repeats}; did they fall back to the reference? {ops.add.stats()}")
+                         f"{6 * args.calls * args.repeats}; did they fall back to the reference? {ops.add.stats()}")
     build_s = None
     try:
         us, build_s = raw_loop(bundle, ops, x, y, o, args.calls, args.repeats,
@@ -269,14 +310,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             r["median_us"] = statistics.median(r["us"])
             r["min_us"] = min(r["us"])
             r["ratio_to_torch_add"] = r["median_us"] / base
+    ratios = per_round_ratios({r["path"]: r["us"] for r in rows if "us" in r})
     meta = {
         "device": torch.cuda.get_device_name(), "device_target": ops.device_target(torch.cuda.current_device()),
         "torch": torch.__version__, "triton": triton_version, "python": platform.python_version(),
         "flyship_flavor": ops.flavor, "calls": args.calls, "repeats": args.repeats, "elements": SHAPE[0] * SHAPE[1],
         "raw_loop_build_seconds": build_s, "bundle": str(bundle),
     }
-    (out_dir / "launch_overhead.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    table = markdown(rows, meta)
+    (out_dir / "launch_overhead.json").write_text(json.dumps({"meta": meta, "rows": rows, "ratios": ratios},
+                                                            indent=1))
+    table = markdown(rows, meta) + ratio_table(ratios)
     (out_dir / "launch_overhead.md").write_text(table)
     print(table)
     return 0
