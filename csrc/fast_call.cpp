@@ -62,12 +62,12 @@ struct FastCallObject {
 
 // The functionality keys of a call that only our kernel acts on: the backend's dense kernel, autograd (checked
 // separately: no gradient needed), ADInplaceOrView (the .out version bump, done here), and BackendSelect and
-// autocast (fallthroughs for a custom op; torch's thread state includes BackendSelect always). Any other key in effect (Python, Functionalize, FuncTorch*, Tracer, Conjugate,
-// Negative, ZeroTensor, PreDispatch, Sparse, ...) means the dispatcher does something of its own.
-const c10::DispatchKeySet kPlainKeys = c10::DispatchKeySet({c10::DispatchKey::Dense, c10::DispatchKey::ADInplaceOrView, c10::DispatchKey::BackendSelect,
-                                                          c10::DispatchKey::AutogradFunctionality,
-                                                          c10::DispatchKey::AutocastCPU,
-                                                          c10::DispatchKey::AutocastCUDA});
+// autocast (fallthroughs for a custom op; torch's thread state always includes BackendSelect). Any other key in
+// effect (Python, Functionalize, FuncTorch*, Tracer, Conjugate, Negative, ZeroTensor, PreDispatch, Sparse, ...)
+// means the dispatcher does something of its own.
+const c10::DispatchKeySet kPlainKeys = c10::DispatchKeySet(
+    {c10::DispatchKey::Dense, c10::DispatchKey::ADInplaceOrView, c10::DispatchKey::BackendSelect,
+     c10::DispatchKey::AutogradFunctionality, c10::DispatchKey::AutocastCPU, c10::DispatchKey::AutocastCUDA});
 
 int slot_of(const FastOp& f, PyObject* key, int n) {
   for (int s = 0; s < n; ++s)

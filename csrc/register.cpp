@@ -167,8 +167,9 @@ void register_kernels(Bundle& b) {
   torch::Library* inplace = make(c10::DispatchKey::ADInplaceOrView);
   for (int k = 0; k < b.core->n_ops(); ++k) {
     const OpPlan& p = b.core->op(k).plan();
-    autograd->impl(p.name.c_str(), torch::CppFunction::makeFromBoxedKernel(
-                                       c10::BoxedKernel::makeFromFunctor(std::make_unique<FunctionalAutogradKernel>())));
+    autograd->impl(p.name.c_str(),
+                   torch::CppFunction::makeFromBoxedKernel(
+                       c10::BoxedKernel::makeFromFunctor(std::make_unique<FunctionalAutogradKernel>())));
     autograd->impl((p.name + ".out").c_str(),
                    torch::CppFunction::makeFromBoxedKernel(
                        c10::BoxedKernel::makeFromFunctor(std::make_unique<OutAutogradKernel>(p.qualname))));

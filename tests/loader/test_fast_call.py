@@ -355,3 +355,13 @@ def test_torch_compile_traces_the_fast_handles_as_the_torch_ops_in_one_graph(pai
     code = graphs[0].code
     assert f"{fast.namespace}.add.default" in code and f"{fast.namespace}.add.out" in code
     assert "FastCall" not in code and re.search(r"OpHandle", code) is None
+
+
+def test_torch_jit_trace_records_the_op_through_the_dispatcher_path(pair, record_ext):
+    fast, _ = pair
+    x = torch.randn(4096)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's own warnings about its limits
+        traced = torch.jit.trace(lambda a, b: fast.add(a, b), (x, x), check_trace=False)
+    assert f"{fast.namespace}::add" in str(traced.graph)
+    assert counts(record_ext, fast.add) == (0, 1)
