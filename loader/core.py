@@ -324,6 +324,8 @@ class Ops:
         self._ops = {op.name: handle_class(self, i, op) for i, op in enumerate(manifest.ops)}
         if handle_class is not OpHandle and env.fast_call_enabled():
             for i, (op, handle) in enumerate(zip(manifest.ops, self._ops.values())):
+                if not _fast_entry_fits(op):
+                    continue
                 defaults = [None if a.kind == "tensor" else a.default for a in op.args]
                 ext.bind_fast(handle, core, i, False, handle.default, defaults)
                 ext.bind_fast(handle.out, core, i, True, handle._out, defaults)
@@ -431,6 +433,13 @@ class Ops:
 
 
 _handle_class_cache: dict[int, tuple[type, type]] = {}
+
+
+def _fast_entry_fits(op: _m.Op) -> bool:
+    """Whether the fast entry may take this op's eager calls: it binds inputs and fresh outputs only, so an op that
+    writes an input in place (whose autograd kernel checks and rebases the written tensors) or has no outputs
+    keeps every call on torch.ops."""
+    return bool(op.outputs) and not any(getattr(a, "mutable", False) for a in op.args)
 
 
 def _handle_classes(ext: Any) -> tuple[type, type]:
