@@ -365,3 +365,22 @@ def test_torch_jit_trace_records_the_op_through_the_dispatcher_path(pair, record
         traced = torch.jit.trace(lambda a, b: fast.add(a, b), (x, x), check_trace=False)
     assert f"{fast.namespace}::add" in str(traced.graph)
     assert counts(record_ext, fast.add) == (0, 1)
+
+
+def test_the_launch_bench_reports_each_target_as_a_median_of_per_round_ratios():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "launch_overhead.py"
+    spec = importlib.util.spec_from_file_location("launch_overhead", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    us = {"torch.add(x, y)": [10.0, 6.0, 6.0], "flyship ops.add(x, y) (fast entry)": [9.0, 6.6, 5.4],
+          "Triton launcher add_kernel[grid](...)": [20.0, 12.0, 9.0]}
+    ratios = {r["ratio"]: r for r in bench.per_round_ratios(us)}
+    fast = ratios["flyship ops.add(x, y) (fast entry) / torch.add(x, y)"]
+    assert fast["median"] == pytest.approx(0.9) and fast["met"] is True  # 0.9, 1.1, 0.9 per round
+    triton = ratios["Triton launcher add_kernel[grid](...) / flyship ops.add(x, y) (fast entry)"]
+    assert triton["median"] == pytest.approx(20 / 9) and triton["met"] is True
+    assert len(ratios) == 2  # targets whose paths were not timed are left out
+    assert "| yes |" in bench.ratio_table(list(ratios.values()))
