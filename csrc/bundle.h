@@ -7,7 +7,8 @@
 // choose code-object variants (flyship.bundle.targets keeps the rules) and (b) to call an op's PyTorch
 // reference when no specialization fits the inputs (python_calls.cpp). Code objects are loaded through the
 // driver shim (driver.h, one driver_*.cpp per flavor) into a process-wide cache (module.h); register.cpp
-// registers the kernels, bindings.cpp is the Python module. Checks use one vocabulary (check.h).
+// registers the kernels, bindings.cpp is the Python module, fast_call.cpp the handles' direct entry from Python
+// (the same bind -> decide -> launch path without torch.ops). Checks use one vocabulary (check.h).
 //
 // One function owns the kernarg layout (the manifest, checked against the code object's metadata at
 // load); a launch only copies values to offsets (kernargs.cpp).
