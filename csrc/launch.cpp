@@ -52,13 +52,6 @@ bool OpState::try_launch(Call& c, bool is_out, int forced_spec, Decision* d) {
   return true;
 }
 
-std::vector<at::Tensor> OpState::outputs(const Call& c) const {
-  std::vector<at::Tensor> results;
-  results.reserve(plan_.outputs.size());
-  for (size_t j = 0; j < plan_.outputs.size(); ++j) results.push_back(*c.t[plan_.n_inputs + j]);
-  return results;
-}
-
 void OpState::launch(Call& c, DeviceState& ds, const Decision& d) {
   const VariantPlan& v = plan_.specs[d.spec].variants[d.variant];
   const LaunchShape& ls = d.launch;

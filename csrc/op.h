@@ -85,7 +85,6 @@ class OpState {
   void check_no_overlap(const Call& c) const;
   // No specialization fits: run the reference (or raise when the fallback is off), counting the reason.
   void fallback(Call& c, const std::string& reason, bool is_out);
-  std::vector<at::Tensor> outputs(const Call& c) const;
 
   std::string label() const { return "flyship " + plan_.qualname; }
 
