@@ -40,6 +40,10 @@ MAX_SPECIALIZATIONS = 256
 """Specializations of one op."""
 MAX_VARIANTS = 64
 """Variants (targets) of one specialization."""
+MAX_LAUNCHES = 16
+"""Kernel launches of one call (a variant and its ``then``; schema 1.2)."""
+MAX_WORKSPACES = 16
+"""Workspaces of one multi-launch variant (schema 1.2)."""
 MAX_CONSTRAINTS = 256
 """Guard constraints of one specialization."""
 MAX_KERNARG_FIELDS = 1024

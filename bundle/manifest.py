@@ -37,7 +37,7 @@ FIELD_TYPES: dict[str, int] = {
     "ptr": 8, "i64": 8, "u64": 8, "i32": 4, "u32": 4, "i16": 2, "i8": 1,
     "f64": 8, "f32": 4, "f16": 2, "bf16": 2,
 }
-FIELD_KINDS = ("pointer", "shape", "stride", "scalar", "expr", "constant", "null", "scratch")
+FIELD_KINDS = ("pointer", "shape", "stride", "scalar", "expr", "constant", "null", "scratch", "workspace")
 SCALAR_TYPES = ("int", "float", "bool")
 FRONTENDS = ("flydsl", "triton")
 CODE_OBJECT_FORMATS = ("hsaco", "cubin")
@@ -105,7 +105,9 @@ class KernargField:
         kind: one of ``FIELD_KINDS``: ``pointer`` (a tensor's data pointer), ``shape`` / ``stride``
             (``arg``'s size or stride, in elements, at ``dim``), ``scalar`` (scalar argument ``arg``),
             ``expr`` (integer expression ``expr``), ``constant`` (``value``), ``null`` (a zero pointer),
-            ``scratch`` (pointer to ``bytes_per_program`` x grid programs of fresh device memory).
+            ``scratch`` (pointer to ``bytes_per_program`` x grid programs of fresh device memory),
+            ``workspace`` (schema 1.2: the data pointer of workspace ``arg`` of the variant, see
+            :class:`Workspace`).
         type: value type, a key of ``FIELD_TYPES``.
         arg: the op argument (input or output name) the value comes from, if any.
         dim: dimension for ``shape`` / ``stride``.
@@ -262,6 +264,26 @@ class Proof:
 
 
 @dataclasses.dataclass(frozen=True)
+class Workspace:
+    """Device memory a multi-launch variant allocates per call and passes between its launches (schema 1.2):
+    a split-K partial sum, a two-pass reduction's per-block results. The loader allocates it from torch's
+    caching allocator on the call's stream before the first launch; kernarg fields of kind ``workspace``
+    carry its data pointer.
+
+    Attributes:
+        name: identifier, unique among the op's arguments, outputs and the variant's workspaces.
+        shape: one expression per dimension over the op's inputs (like an output's shape).
+        dtype: a torch dtype name; the allocation holds ``numel x element size`` bytes.
+        zero: fill it with zeros (on the call's stream) before the first launch, for kernels that accumulate.
+    """
+
+    name: str
+    shape: tuple[str, ...]
+    dtype: str
+    zero: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class Variant:
     """One specialization compiled for one target.
 
@@ -272,6 +294,11 @@ class Variant:
             parameter bound to the tensor's data pointer, schema 1.2) (:data:`TENSOR_ABIS`), as the frontend
             lowered it (schema 1.1; empty for Triton and in 1.0 bundles). The kernargs already say where
             each pointer and shape/stride value goes; this names the convention for people and tools.
+        then: (schema 1.2) the launches that follow this one in the same call, in order, each a variant of the
+            same target with its own code object (symbol), metadata, kernargs, grid, block, LDS and proof, and
+            with no ``then`` or ``workspaces`` of its own. Empty for an op that launches one kernel.
+        workspaces: (schema 1.2) device memory the call allocates before its first launch and that the launches'
+            ``workspace`` fields point to; empty for most ops.
     """
 
     target: str
@@ -282,6 +309,13 @@ class Variant:
     proof: Proof
     toolchain: dict[str, str]
     tensor_abi: dict[str, str] = dataclasses.field(default_factory=dict)
+    then: tuple["Variant", ...] = ()
+    workspaces: tuple[Workspace, ...] = ()
+
+    @property
+    def launches(self) -> tuple["Variant", ...]:
+        """Every launch of one call, in order: this variant's own, then :attr:`then`."""
+        return (self, *self.then)
 
 
 @dataclasses.dataclass(frozen=True)

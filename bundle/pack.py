@@ -48,7 +48,8 @@ def members(root: Path, manifest: _m.Manifest) -> list[str]:
     names = {_m.MANIFEST_NAME}
     if manifest.references:
         names.add(manifest.references)
-    names |= {v.code_object.file for op in manifest.ops for s in op.specializations for v in s.variants}
+    names |= {t.code_object.file for op in manifest.ops for s in op.specializations for v in s.variants
+              for t in v.launches}
     names |= set(manifest.offload_bundles.values())
     for n in sorted(names):
         if not _SAFE_NAME.match(n):

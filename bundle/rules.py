@@ -63,7 +63,7 @@ _INT_TYPES = {"i64": (L.INT64_MIN, L.INT64_MAX), "u64": (0, (1 << 64) - 1), "i32
               "u32": (0, (1 << 32) - 1), "i16": (-(1 << 15), (1 << 15) - 1), "i8": (-(1 << 7), (1 << 7) - 1)}
 _FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
 # Field kinds -> the kernarg types they may have, and whether they name a tensor / a scalar argument.
-_POINTER_KINDS = ("pointer", "null", "scratch")
+_POINTER_KINDS = ("pointer", "null", "scratch", "workspace")
 _TENSOR_KINDS = ("pointer", "shape", "stride")
 
 
@@ -241,10 +241,12 @@ def check_layout(layout: _m.KernargLayout, meta: _m.KernelMetadata, where: str) 
                               f"{tail} bytes are not covered by a field")
 
 
-def check_fields(layout: _m.KernargLayout, slots: dict[str, _expr.Slot], where: str) -> None:
+def check_fields(layout: _m.KernargLayout, slots: dict[str, _expr.Slot], where: str,
+                 workspaces: tuple[str, ...] = ()) -> None:
     """Each kernarg field's own rules: its kind and type agree (pointers are ``ptr``, values are not), it
-    names an argument of the right kind (a tensor for pointer/shape/stride, a scalar for scalar), its
-    dimension is in range, a constant fits its type, a scratch field's size and alignment are sane."""
+    names an argument of the right kind (a tensor for pointer/shape/stride, a scalar for scalar, one of
+    ``workspaces`` for workspace), its dimension is in range, a constant fits its type, a scratch field's size
+    and alignment are sane."""
     if not 0 <= layout.size <= L.MAX_KERNARG_BYTES:
         raise _fail(f"{where}.size", f"expected a kernarg size in 0..{L.MAX_KERNARG_BYTES}, got {layout.size}")
     if not _is_pow2(layout.alignment) or layout.alignment > L.MAX_ALIGNMENT:
@@ -260,8 +262,8 @@ def check_fields(layout: _m.KernargLayout, slots: dict[str, _expr.Slot], where: 
         if not 0 <= f.offset <= L.MAX_KERNARG_BYTES:
             raise _fail(f"{fw}.offset", f"expected an offset in 0..{L.MAX_KERNARG_BYTES}, got {f.offset}")
         if (f.kind in _POINTER_KINDS) != (f.type == "ptr"):
-            raise _fail(f"{fw}.type", f"a {f.kind} field has type {f.type!r}; pointers, null and scratch fields "
-                                      "are 'ptr' and no other kind is")
+            raise _fail(f"{fw}.type", f"a {f.kind} field has type {f.type!r}; pointers, null, scratch and "
+                                      "workspace fields are 'ptr' and no other kind is")
         if f.kind in _TENSOR_KINDS or f.kind == "scalar":
             if f.arg not in slots:
                 raise _fail(f"{fw}.arg", f"kernarg field at {f.offset} names unknown argument {f.arg!r}")
@@ -269,6 +271,9 @@ def check_fields(layout: _m.KernargLayout, slots: dict[str, _expr.Slot], where: 
             got = "tensor" if slots[f.arg].kind == "tensor" else "scalar"
             if want != got:
                 raise _fail(f"{fw}.arg", f"a {f.kind} field needs a {want} argument, {f.arg!r} is a {got}")
+        if f.kind == "workspace" and f.arg not in workspaces:
+            raise _fail(f"{fw}.arg", f"a workspace field names {f.arg!r}, expected a workspace of the variant "
+                                     f"({', '.join(workspaces) or 'it declares none'})")
         if f.kind in ("shape", "stride") and (not isinstance(f.dim, int) or not 0 <= f.dim < slots[f.arg].rank):
             raise _fail(f"{fw}.dim", f"expected a dimension of {f.arg!r} (rank {slots[f.arg].rank}), got {f.dim!r}")
         if f.kind == "scalar" and slots[f.arg].kind == "float" and f.type not in _FLOAT_TYPES:
@@ -544,11 +549,53 @@ def check_op(op: _m.Op, where: str) -> None:
             raise _fail(f"{sw}.variants", "no compiled variants")
         _count(s.variants, L.MAX_VARIANTS, "variants", f"{sw}.variants")
         for vi, v in enumerate(s.variants):
-            check_variant(v, sl, f"{sw}.variants[{vi}] (target {v.target})")
+            vw = f"{sw}.variants[{vi}] (target {v.target})"
+            check_workspaces(v.workspaces, sl, inputs, vw)
+            names = tuple(w.name for w in v.workspaces)
+            check_variant(v, sl, vw, names)
+            _count(v.launches, L.MAX_LAUNCHES, "launches", f"{vw}.then")
+            for k, t in enumerate(v.then):
+                tw = f"{vw}.then[{k}]"
+                if t.target != v.target:
+                    raise _fail(f"{tw}.target", f"a following launch runs on its variant's target {v.target}, got "
+                                                f"{t.target!r}")
+                if t.then or t.workspaces:
+                    raise _fail(tw, "a following launch has no then or workspaces of its own; list every launch of "
+                                    "the call in the variant's then, and its workspaces in the variant's")
+                check_variant(t, sl, tw, names)
+            used = {f.arg for t in v.launches for f in t.kernargs.fields if f.kind == "workspace"}
+            unused = [n for n in names if n not in used]
+            if unused:
+                raise _fail(f"{vw}.workspaces", f"workspaces {unused} are passed to no launch; drop them or bind them "
+                                                "to a kernel argument")
 
 
-def check_variant(v: _m.Variant, slots: dict[str, _expr.Slot], where: str) -> None:
-    """One variant's rules: its target, code object entry, metadata, kernarg layout and launch."""
+def check_workspaces(workspaces: tuple[_m.Workspace, ...], slots: dict[str, _expr.Slot],
+                     inputs: dict[str, _expr.Slot], where: str) -> None:
+    """A variant's workspaces: identifiers unique among themselves and the op's arguments and outputs, a known
+    dtype, a shape of at most ``MAX_RANK`` expressions over the inputs that never read the device (the
+    allocation is sized like an output; the loader checks each size is >= 0 and the bytes fit int64 per call)."""
+    _count(workspaces, L.MAX_WORKSPACES, "workspaces", f"{where}.workspaces")
+    seen: set[str] = set()
+    for i, w in enumerate(workspaces):
+        ww = f"{where}.workspaces[{i}]"
+        check_name(w.name, f"{ww}.name")
+        if w.name in slots or w.name in seen or w.name == "device":
+            raise _fail(f"{ww}.name", f"workspace name {w.name!r} repeats an argument, output or workspace name")
+        seen.add(w.name)
+        if w.dtype not in _m.DTYPES:
+            raise _fail(f"{ww}.dtype", f"expected a dtype name ({', '.join(_m.DTYPES)}), got {w.dtype!r}")
+        if len(w.shape) > L.MAX_RANK:
+            raise _fail(f"{ww}.shape", f"expected a rank up to {L.MAX_RANK}, got {len(w.shape)}")
+        for j, e in enumerate(w.shape):
+            _compile(e, inputs, f"{ww}.shape[{j}]")
+            if _expr.names_device(e):
+                raise _fail(f"{ww}.shape[{j}]", f"expected a shape over the inputs, got {e!r}, which reads the device")
+
+
+def check_variant(v: _m.Variant, slots: dict[str, _expr.Slot], where: str, workspaces: tuple[str, ...] = ()) -> None:
+    """One launch's rules: its target, code object entry, metadata, kernarg layout and launch (``workspaces``:
+    the names its ``workspace`` fields may use)."""
     try:
         tid = _targets.parse_target(v.target)
     except BundleError as e:
@@ -566,7 +613,7 @@ def check_variant(v: _m.Variant, slots: dict[str, _expr.Slot], where: str) -> No
     if not co.symbol or len(co.symbol) > L.MAX_STRING:
         raise _fail(f"{where}.code_object.symbol", f"expected a kernel symbol, got {co.symbol!r}")
     _check_metadata(v.metadata, f"{where}.metadata")
-    check_fields(v.kernargs, slots, f"{where}.kernargs")
+    check_fields(v.kernargs, slots, f"{where}.kernargs", workspaces)
     check_layout(v.kernargs, v.metadata, where)
     for j, e in enumerate(v.launch.grid):
         _compile(e, slots, f"{where}.launch.grid[{j}]")
@@ -755,6 +802,9 @@ def iter_variants(m: _m.Manifest) -> Iterator[tuple[str, _m.Variant]]:
         for s in op.specializations:
             for v in s.variants:
                 yield f"op {op.name} specialization {s.name} target {v.target} ({v.code_object.file})", v
+                for k, t in enumerate(v.then):  # the core numbers following launches right after their variant
+                    yield (f"op {op.name} specialization {s.name} target {v.target} launch {k + 2} "
+                           f"({t.code_object.file})"), t
 
 
 def check_variant_file(root: Path, v: _m.Variant, where: str, data: Optional[bytes] = None) -> bytes:

@@ -46,14 +46,21 @@ class BundleCore {
     int variant_id = 0;
     for (size_t k = 0; k < ops.size(); ++k) {
       OpPlan p = parse_op(ops[k].cast<py::dict>());
+      // Variant ids follow flyship.bundle.rules.iter_variants: each variant, then its following launches.
       for (auto& s : p.specs)
-        for (auto& v : s.variants) v.id = variant_id++;
+        for (auto& v : s.variants) {
+          v.id = variant_id++;
+          for (auto& t : v.then) t.id = variant_id++;
+        }
       ops_.push_back(std::make_unique<OpState>(this, static_cast<int>(k), std::move(p),
                                                py::reinterpret_borrow<py::object>(refs[k])));
     }
     for (auto& o : ops_)
       for (auto& s : o->plan().specs)
-        for (auto& v : s.variants) variants_.push_back(&v);
+        for (auto& v : s.variants) {
+          variants_.push_back(&v);
+          for (auto& t : v.then) variants_.push_back(&t);
+        }
     images_.resize(variants_.size());
   }
 

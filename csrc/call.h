@@ -22,6 +22,7 @@ struct Call {
   c10::SmallVector<at::ScalarType, 4> out_dtypes;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
   int64_t device_properties[DEV_COUNT] = {0};  // the call's device, by DeviceProperty (set once it is known)
+  c10::SmallVector<at::Tensor, 2> workspaces;  // a multi-launch variant's, allocated before its first launch
 
   // The expression environment. An output not allocated yet (t == nullptr) reads its rule's shape and
   // contiguous strides, so guards and launch checks run before anything is allocated.

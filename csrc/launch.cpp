@@ -55,13 +55,24 @@ bool OpState::try_launch(Call& c, bool is_out, int forced_spec, Decision* d) {
 void OpState::launch(Call& c, DeviceState& ds, const Decision& d) {
   const VariantPlan& v = plan_.specs[d.spec].variants[d.variant];
   const LaunchShape& ls = d.launch;
-  const int dev = device_index(c.device);
-  LoadedKernel& k = bundle_->kernel(ds, v, *this);
-  const int64_t* g = ls.grid;
+  if (!v.then.empty() || !v.workspaces.empty()) {  // several kernels in one call (launches.cpp)
+    launch_all(c, ds, v, ls);
+    launches_[d.spec].fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  LoadedKernel& k = ready(ds, v, ls);
   if (ls.empty) {  // outputs that hold no elements: nothing to launch (a zero grid is a launch error)
     empty_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  enqueue(c, ds, v, k, ls);
+  launches_[d.spec].fetch_add(1, std::memory_order_relaxed);
+}
+
+LoadedKernel& OpState::ready(DeviceState& ds, const VariantPlan& v, const LaunchShape& ls) {
+  const int dev = ds.device;
+  LoadedKernel& k = bundle_->kernel(ds, v, *this);
+  if (ls.empty) return k;
   const int64_t dyn = ls.dynamic_lds;
   FLYSHIP_CHECK(dyn >= 0 && v.static_lds + dyn <= ds.info.max_shared_per_block, label(), ": kernel ", v.label,
               " needs ", v.static_lds, " bytes of static + ", dyn, " bytes of dynamic LDS / shared memory for these "
@@ -73,6 +84,13 @@ void OpState::launch(Call& c, DeviceState& ds, const Decision& d) {
                 " on device ", dev, " failed: ", s.message);
     k.dynamic_shared_allowed.store(dyn, std::memory_order_relaxed);
   }
+  return k;
+}
+
+void OpState::enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKernel& k, const LaunchShape& ls) {
+  const int dev = device_index(c.device);
+  const int64_t* g = ls.grid;
+  const int64_t dyn = ls.dynamic_lds;
   c10::DeviceGuard guard(c.device);
   alignas(64) uint8_t inline_buf[kInlineKernargBytes];
   std::vector<uint8_t> heap_buf;
@@ -95,7 +113,6 @@ void OpState::launch(Call& c, DeviceState& ds, const Decision& d) {
   FLYSHIP_CHECK(s.ok(), label(), ": launching ", v.label, " on device ", dev, " (", ds.info.target, ") failed: ",
               s.message, " [grid ", g[0], "x", g[1], "x", g[2], ", block ", v.block[0], "x", v.block[1], "x",
               v.block[2], "]");
-  launches_[d.spec].fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace flyship

@@ -59,6 +59,11 @@ class OpState {
   // The grid, dynamic LDS and scratch of variant `v` for call `c`, and every value field against its type,
   // all overflow-checked; a zero grid passes only when every output holds no elements. False with *why.
   bool check_launch(const VariantPlan& v, const Call& c, LaunchShape* ls, std::string* why) const;
+  // A multi-launch variant (launches.cpp): every workspace's size and every following launch's grid, LDS and
+  // values for call `c`, checked before anything is allocated or launched. False with *why.
+  bool check_following(const VariantPlan& v, const Call& c, std::string* why) const;
+  // The bytes of workspace `w` for call `c` (each size >= 0, the product within int64); false with *why.
+  bool workspace_bytes(const WorkspacePlan& w, const Call& c, int64_t* bytes, std::string* why) const;
   // Pack the kernarg buffer of variant `v` for call `c` into `buf` (v.kernarg_size bytes).
   void pack_kernargs(const VariantPlan& v, const Call& c, int64_t programs, uint8_t* buf,
                      c10::SmallVector<at::Tensor, 2>* scratch) const;
@@ -90,6 +95,13 @@ class OpState {
 
  private:
   void launch(Call& c, DeviceState& ds, const Decision& d);
+  // Launch variant `v` and every following launch in order on one stream (launches.cpp): every kernel loaded
+  // and checked against the device, and the workspaces allocated, before the first launch.
+  void launch_all(Call& c, DeviceState& ds, const VariantPlan& v, const LaunchShape& first);
+  // The kernel of one launch, loaded and checked against the device's LDS limit for `ls`.
+  LoadedKernel& ready(DeviceState& ds, const VariantPlan& v, const LaunchShape& ls);
+  // Pack and enqueue one launch on torch's current stream.
+  void enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKernel& k, const LaunchShape& ls);
 
   BundleCore* bundle_;
   int index_;

@@ -46,8 +46,9 @@ Program parse_program(const py::handle& h, const std::vector<SlotShape>& shapes,
   return p;
 }
 
-VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shapes, const std::vector<Slot>& slots,
-                          const std::string& where) {
+VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shapes,
+                          const std::vector<SlotShape>& input_shapes, const std::vector<Slot>& slots,
+                          const std::string& where, int n_workspaces = -1) {
   VariantPlan v;
   v.target = need<std::string>(d, "target", where);
   const std::string vw = where + " target " + v.target;
@@ -59,6 +60,27 @@ VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shape
   v.kernarg_align = need<int64_t>(d, "kernarg_align", vw);
   v.static_lds = need<int64_t>(d, "static_lds", vw);
   v.label = v.file + " (kernel " + v.symbol + ", built for " + v.target + ")";
+  // A multi-launch variant (schema 1.2): its workspaces, then its following launches, whose workspace fields
+  // index the variant's workspaces (n_workspaces >= 0 marks a following launch: it has none of its own).
+  const bool following = n_workspaces >= 0;
+  if (!following) {
+    for (auto wh : need<py::list>(d, "workspaces", vw)) {
+      auto w = wh.cast<py::dict>();
+      WorkspacePlan ws;
+      ws.name = need<std::string>(w, "name", vw);
+      ws.dtype = dtype_from_name(need<std::string>(w, "dtype", vw + " workspace " + ws.name));
+      ws.zero = need<bool>(w, "zero", vw + " workspace " + ws.name);
+      // Like an output's shape, a workspace's reads only the inputs.
+      for (auto p : need<py::list>(w, "shape", vw)) ws.shape.push_back(parse_program(p, input_shapes, vw));
+      v.workspaces.push_back(std::move(ws));
+    }
+    FLYSHIP_CHECK(v.workspaces.size() <= static_cast<size_t>(kMaxWorkspaces), "flyship plan: ", vw, ": more than ",
+                  kMaxWorkspaces, " workspaces");
+    n_workspaces = static_cast<int>(v.workspaces.size());
+  } else {
+    FLYSHIP_CHECK(need<py::list>(d, "workspaces", vw).empty(), "flyship plan: ", vw,
+                  ": a following launch declares workspaces of its own");
+  }
   FLYSHIP_CHECK(v.kernarg_size >= 0 && v.kernarg_size <= (1 << 20), "flyship plan: ", vw, ": kernarg size ",
               v.kernarg_size);
   FLYSHIP_CHECK(v.kernarg_align > 0 && v.kernarg_align <= 64 && (v.kernarg_align & (v.kernarg_align - 1)) == 0,
@@ -93,7 +115,7 @@ VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shape
     std::memcpy(x.constant, &constant, 8);  // little-endian bytes, as Python packed them
     x.bytes_per_program = need<int64_t>(f, "bytes_per_program", fw);
     x.align = need<int64_t>(f, "align", fw);
-    FLYSHIP_CHECK(x.kind >= kPointer && x.kind <= kScratch, "flyship plan: ", fw, ": unknown kind ", x.kind);
+    FLYSHIP_CHECK(x.kind >= kPointer && x.kind < kFieldKindCount, "flyship plan: ", fw, ": unknown kind ", x.kind);
     FLYSHIP_CHECK(x.type >= kPtr && x.type <= kBF16, "flyship plan: ", fw, ": unknown type ", x.type);
     FLYSHIP_CHECK(x.offset >= 0 && x.offset <= v.kernarg_size - kTypeSize[x.type], "flyship plan: ", fw,
                 ": lies outside the kernarg buffer of ", v.kernarg_size, " bytes");
@@ -109,7 +131,11 @@ VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shape
         FLYSHIP_CHECK(x.type >= kF64, "flyship plan: ", fw, ": a float scalar needs a float type");
       }
     }
-    if (x.kind == kPointer || x.kind == kNull || x.kind == kScratch) {
+    if (x.kind == kWorkspace) {
+      FLYSHIP_CHECK(x.slot >= 0 && x.slot < n_workspaces, "flyship plan: ", fw, ": workspace index ", x.slot,
+                    " out of range for ", n_workspaces, " workspaces");
+    }
+    if (x.kind == kPointer || x.kind == kNull || x.kind == kScratch || x.kind == kWorkspace) {
       FLYSHIP_CHECK(kTypeSize[x.type] == 8 && x.type <= kU64, "flyship plan: ", fw, ": a pointer needs an 8-byte type");
     }
     if (x.kind == kExpr) {
@@ -120,6 +146,16 @@ VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shape
                   ": scratch needs bytes_per_program >= 0 and a power-of-two alignment");
     }
     v.fields.push_back(std::move(x));
+  }
+  auto then = need<py::list>(d, "then", vw);
+  FLYSHIP_CHECK(!following || then.empty(), "flyship plan: ", vw, ": a following launch has launches of its own");
+  FLYSHIP_CHECK(then.size() < static_cast<size_t>(kMaxLaunches), "flyship plan: ", vw, ": more than ", kMaxLaunches,
+                " launches");
+  for (size_t k = 0; k < then.size(); ++k) {
+    v.then.push_back(parse_variant(then[k].cast<py::dict>(), shapes, input_shapes, slots,
+                                   vw + " launch " + std::to_string(k + 2), n_workspaces));
+    FLYSHIP_CHECK(v.then.back().target == v.target, "flyship plan: ", vw, ": launch ", k + 2, " is built for ",
+                  v.then.back().target, ", expected its variant's target");
   }
   return v;
 }
@@ -189,7 +225,7 @@ OpPlan parse_op(const py::dict& d) {
       spec.out_constraints.push_back(parse_program(p, shapes, sw));
     }
     for (auto vh : need<py::list>(s, "variants", sw)) {
-      spec.variants.push_back(parse_variant(vh.cast<py::dict>(), shapes, op.slots, sw));
+      spec.variants.push_back(parse_variant(vh.cast<py::dict>(), shapes, input_shapes, op.slots, sw));
     }
     for (const auto& pr : spec.dtypes) {
       FLYSHIP_CHECK(pr.first >= 0 && pr.first < op.n_inputs && op.slots[pr.first].kind == kTensor, "flyship plan: ", sw,

@@ -18,7 +18,7 @@ namespace flyship {
 namespace py = pybind11;
 
 // Plan format version: flyship/loader/plan.py PLAN_VERSION.
-constexpr int kPlanVersion = 3;
+constexpr int kPlanVersion = 4;
 constexpr int kMaxDevices = 64;
 constexpr int kMaxSlots = 64;
 // Kernarg buffers up to this size live on the stack; bigger ones on the heap.
@@ -29,9 +29,14 @@ constexpr size_t kInlineKernargBytes = 1024;
 // bindings.cpp exports them as PLAN_TABLES, and tests compare them with flyship.bundle's.
 enum ArgKind : int { kTensor, kInt, kFloat, kBool, kArgKindCount };
 constexpr const char* kArgKindName[kArgKindCount] = {"tensor", "int", "float", "bool"};
-enum FieldKind : int { kPointer, kShape, kStride, kScalar, kExpr, kConstant, kNull, kScratch, kFieldKindCount };
-constexpr const char* kFieldKindName[kFieldKindCount] = {"pointer", "shape", "stride", "scalar",
-                                                         "expr",    "constant", "null", "scratch"};
+enum FieldKind : int {
+  kPointer, kShape, kStride, kScalar, kExpr, kConstant, kNull, kScratch, kWorkspace, kFieldKindCount
+};
+constexpr const char* kFieldKindName[kFieldKindCount] = {"pointer", "shape", "stride", "scalar",   "expr",
+                                                         "constant", "null", "scratch", "workspace"};
+// Launches of one call (a variant and its `then`) and workspaces of one variant: flyship.bundle.limits.
+constexpr int kMaxLaunches = 16;
+constexpr int kMaxWorkspaces = 16;
 enum FieldType : int { kPtr, kI64, kU64, kI32, kU32, kI16, kI8, kF64, kF32, kF16, kBF16, kFieldTypeCount };
 constexpr const char* kTypeName[kFieldTypeCount] = {"ptr", "i64", "u64", "i32", "u32", "i16",
                                                     "i8",  "f64", "f32", "f16", "bf16"};
@@ -63,6 +68,14 @@ struct Field {
   std::string label;
 };
 
+// Device memory a multi-launch variant allocates per call, before its first launch (manifest Workspace).
+struct WorkspacePlan {
+  std::string name;
+  at::ScalarType dtype = at::kFloat;
+  bool zero = false;
+  std::vector<Program> shape;  // one program per dimension, over the inputs
+};
+
 struct VariantPlan {
   int id = -1;  // index among all variants of the bundle
   std::string target, format, file, symbol, sha256;
@@ -75,6 +88,8 @@ struct VariantPlan {
   uint32_t block[3] = {1, 1, 1};
   int64_t static_lds = 0;
   std::string label;  // "add.f32.gfx942.hsaco (kernel add_kernel, built for gfx942)"
+  std::vector<VariantPlan> then;  // the launches after this one, in order (schema 1.2); none of their own
+  std::vector<WorkspacePlan> workspaces;  // allocated before the first launch; kWorkspace fields index them
 };
 
 struct SpecPlan {

@@ -17,7 +17,7 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle.errors import BundleError
 
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
 _PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d",
          "f32": "<f", "f16": "<e"}
@@ -71,15 +71,18 @@ def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...],
         tensor name -> constraint texts, for every tensor that some variant receives as a pointer.
     """
     ranks = {a.name: a.rank for a in op.args if a.kind == "tensor"} | {o.name: len(o.shape) for o in op.outputs}
-    pointers = {f.arg for v in variants for f in v.kernargs.fields if f.kind == "pointer"}
-    strides = [{(f.arg, f.dim) for f in v.kernargs.fields if f.kind == "stride" and f.dim is not None}
-               for v in variants]
+    launches = [t for v in variants for t in v.launches]  # every kernel of a multi-launch variant (1.2)
+    pointers = [{f.arg for f in t.kernargs.fields if f.kind == "pointer"} for t in launches]
+    strides = [{(f.arg, f.dim) for f in t.kernargs.fields if f.kind == "stride" and f.dim is not None}
+               for t in launches]
     out: dict[str, list[str]] = {}
     for name, rank in ranks.items():
-        if name not in pointers:
+        takers = [st for ptrs, st in zip(pointers, strides) if name in ptrs]
+        if not takers:
             continue
-        # A stride counts as passed only if every variant passes it (the guard is per specialization).
-        passed = {d for d in range(rank) if all((name, d) in st for st in strides)}
+        # A stride counts as passed only if every kernel that takes the pointer passes it (the guard is per
+        # specialization, and each launch must read the layout it was given).
+        passed = {d for d in range(rank) if all((name, d) in st for st in takers)}
         texts = []
         for d in range(rank):
             pinned = any(_expr.canonical(c).startswith(f"{name}.stride[{d}] == ")
@@ -98,10 +101,23 @@ def lower_program(text: str, slots: dict[str, _expr.Slot]) -> dict[str, Any]:
     return {"text": text, "code": _expr.compile_program(text, slots)}
 
 
-def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, slots: dict[str, _expr.Slot]) -> dict[str, Any]:
+def lower_workspaces(op: _m.Op, v: _m.Variant, slots: dict[str, _expr.Slot]) -> list[dict[str, Any]]:
+    """A variant's workspaces as the core reads them: name, dtype, zero fill, shape programs over the inputs."""
+    inputs_only = {k: s for k, s in slots.items() if s.index < len(op.args)}
+    return [{"name": w.name, "dtype": w.dtype, "zero": bool(w.zero),
+             "shape": [lower_program(e, inputs_only) for e in w.shape]} for w in v.workspaces]
+
+
+def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, slots: dict[str, _expr.Slot],
+                  workspaces: Optional[tuple[str, ...]] = None) -> dict[str, Any]:
     """One variant as the core reads it (``parse_variant``); its code object's bytes are not part of it: the core
-    asks the bundle's ``code_object`` callable for them when the variant is first loaded onto a device."""
+    asks the bundle's ``code_object`` callable for them when the variant is first loaded onto a device.
+    A multi-launch variant (schema 1.2) carries its following launches (``then``, lowered alike) and its
+    workspaces; a ``workspace`` field's slot is the workspace's index (``workspaces``: the names, for a
+    following launch, whose workspaces are its variant's)."""
     where = f"op {op.name} specialization {spec.name} target {v.target}"
+    if workspaces is None:
+        workspaces = tuple(w.name for w in v.workspaces)
     programs: list[dict[str, Any]] = []
 
     def program(text: str) -> int:
@@ -129,7 +145,11 @@ def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, slots: dict
                 dim = f.dim % s.rank
             if f.kind == "scalar" and s.kind == "float" and f.type not in FLOAT_TYPES:
                 raise BundleError(f"{where}: kernarg {label}: float argument {f.arg!r} cannot be packed as {f.type}")
-        if f.kind in ("pointer", "null", "scratch") and f.type not in ("ptr", "u64", "i64"):
+        if f.kind == "workspace":
+            if f.arg not in workspaces:
+                raise BundleError(f"{where}: kernarg {label} names unknown workspace {f.arg!r}")
+            slot = workspaces.index(f.arg)
+        if f.kind in ("pointer", "null", "scratch", "workspace") and f.type not in ("ptr", "u64", "i64"):
             raise BundleError(f"{where}: kernarg {label}: a {f.kind} field needs an 8-byte pointer type")
         if f.kind == "expr":
             prog = program(f.expr or "")
@@ -154,6 +174,8 @@ def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, slots: dict
         "grid": grid,
         "dynamic_lds": dynamic_lds,
         "block": list(v.launch.block),
+        "then": [lower_variant(op, spec, t, slots, workspaces) for t in v.then],
+        "workspaces": lower_workspaces(op, v, slots) if v.workspaces else [],
     }
 
 
