@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from flyship import __version__
 from flyship.bundle import expr as _expr
@@ -286,18 +286,8 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
                                         "alignment": {}, "variants": [], "targets": []})
             for k, a in v.alignment.items():
                 g["alignment"][k] = max(g["alignment"].get(k, 1), a)
-            # Record the target the code object was really built for (Triton builds sm_90 as sm_90a).
-            fname = f"{op.name}.{s.name}.{_fs_target(v.target)}.{v.format}"
-            files[fname] = v.code_object
-            if v.isa is not None:
-                files[f"{op.name}.{s.name}.{_fs_target(v.target)}.s"] = v.isa.encode()
             g["targets"].append(t)
-            g["variants"].append(M.Variant(
-                target=v.target,
-                code_object=M.CodeObject(file=fname, sha256=hashlib.sha256(v.code_object).hexdigest(), format=v.format,
-                                         target=v.target, symbol=v.symbol, code_object_version=v.code_object_version),
-                metadata=v.metadata, kernargs=v.kernargs, launch=v.launch, proof=v.proof,
-                toolchain=dict(sorted(v.toolchain.items())), tensor_abi=dict(sorted(v.tensor_abi.items()))))
+            g["variants"].append(_variant_entry(op.name, s.name, v, files))
         names = _group_names(s.name, [g["targets"] for g in groups.values()])
         for name, g in zip(names, groups.values()):
             for k, d in g["form"].dtypes.items():
@@ -327,6 +317,31 @@ def _group_names(spec: str, groups: list[list[str]]) -> list[str]:
         return [spec] * len(groups)
     tags = ["_".join(dict.fromkeys(t.split(":")[0] for t in g)) for g in groups]
     return [f"{spec}__{tag}" if tags.count(tag) == 1 else f"{spec}__{tag}_{i}" for i, tag in enumerate(tags)]
+
+
+def _variant_entry(op_name: str, spec_name: str, v: Any, files: dict[str, bytes]) -> M.Variant:
+    """A compiled variant as the manifest's Variant, its files added to ``files``. The launches after the first
+    (a multi-launch op) get files ``<op>.<spec>.<target>.<n>.<format>`` (n = 2, 3, ...), or share the first
+    one's file when their code objects are the same bytes (FlyDSL puts every kernel of a launcher in one)."""
+    steps = []
+    for k, t in enumerate((v, *v.then)):
+        # Record the target the code object was really built for (Triton builds sm_90 as sm_90a).
+        stem = f"{op_name}.{spec_name}.{_fs_target(t.target)}" + (f".{k + 1}" if k else "")
+        fname = f"{stem}.{t.format}"
+        if k and t.code_object == v.code_object:
+            fname = steps[0].code_object.file
+        files[fname] = t.code_object
+        if t.isa is not None:
+            files[f"{stem}.s"] = t.isa.encode()
+        steps.append(M.Variant(
+            target=t.target,
+            code_object=M.CodeObject(file=fname, sha256=hashlib.sha256(t.code_object).hexdigest(), format=t.format,
+                                     target=t.target, symbol=t.symbol, code_object_version=t.code_object_version),
+            metadata=t.metadata, kernargs=t.kernargs, launch=t.launch, proof=t.proof,
+            toolchain=dict(sorted(t.toolchain.items())), tensor_abi=dict(sorted(t.tensor_abi.items()))))
+    if len(steps) == 1 and not v.workspaces:
+        return steps[0]
+    return dataclasses.replace(steps[0], then=tuple(steps[1:]), workspaces=tuple(v.workspaces))
 
 
 def check_reachable(op_name: str, specs: list[M.Specialization]) -> None:

@@ -247,6 +247,8 @@ def kernel_sources(kernel: Any) -> dict[str, Any]:
         installed package (a kernel library in site-packages) has that package's modules walked the same
         way, so upgrading it changes the key. FlyDSL, Triton and torch are left to their versions.
     """
+    if isinstance(kernel, (list, tuple)):  # kernel=[Launch(...), ...]: every kernel's sources, in order
+        return {"launches": [kernel_sources(getattr(k, "kernel", k)) for k in kernel]}
     fn = underlying_function(kernel)
     modules: list = []
     ident: dict[str, Any] = {"function": None, "closure": []}
@@ -298,6 +300,8 @@ def task_key(op: Any, spec: Any, target: str, context: dict[str, Any], sources: 
     """
     decl = {"name": op.name, "frontend": op.frontend, "grid": op.grid,
             "args": [{"kind": type(a).__name__, **dataclasses.asdict(a)} for a in op.args]}
+    if getattr(op, "launches", ()):  # a multi-launch op: each kernel's parameters and grid
+        decl["launches"] = [{"args": list(k.args), "grid": list(k.grid)} for k in op.launches]
     return digest({"format": CACHE_FORMAT, "context": context, "target": target, "op": decl,
                    "spec": dataclasses.asdict(spec), "kernel": sources})
 

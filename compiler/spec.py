@@ -95,7 +95,50 @@ class Value:
     type: str = "i32"
 
 
-Param = Tensor | Output | Scalar | Constexpr | Value
+@dataclasses.dataclass(frozen=True)
+class Workspace:
+    """Device memory the op's launches share within one call (a split reduction's partial sums), allocated by
+    the loader per call before the first launch, never part of the op's schema (docs/spec-api.md).
+
+    Args:
+        name: the name the launches' parameters use.
+        shape: one expression per dimension over the inputs and the constexprs (``("x.shape[0]", "SPLIT")``).
+        dtype: a torch dtype name.
+        zero: fill it with zeros before the first launch (kernels that accumulate into it).
+    """
+
+    name: str
+    shape: tuple[str, ...]
+    dtype: str = "float32"
+    zero: bool = False
+
+
+Param = Tensor | Output | Scalar | Constexpr | Value | Workspace
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One kernel of an op that launches several in order (``op(kernel=[Launch(...), Launch(...)])``, Triton).
+
+    Args:
+        kernel: the ``@triton.jit`` kernel.
+        args: the kernel's parameters in order, each the name of a declaration in the op's ``args``
+            (a :class:`Tensor`, :class:`Output`, :class:`Scalar`, :class:`Constexpr`, :class:`Value` or
+            :class:`Workspace`).
+        grid: up to three expressions over the inputs and constexprs.
+    """
+
+    kernel: Any
+    args: tuple[str, ...]
+    grid: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        for field in ("args", "grid"):
+            value = getattr(self, field)
+            if isinstance(value, str) or not all(isinstance(x, str) for x in value):
+                raise SpecError(f"Launch({getattr(self.kernel, '__name__', self.kernel)!r}): {field} must be a "
+                                f"list of strings, got {value!r}")
+            object.__setattr__(self, field, tuple(value))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,6 +347,29 @@ class OpDecl:
     def outputs(self) -> list[Output]:
         return [a for a in self.args if isinstance(a, Output)]
 
+    @property
+    def launches(self) -> tuple[Launch, ...]:
+        """The kernels of a multi-launch op (``kernel=[Launch(...), ...]``), in order; empty otherwise."""
+        return tuple(self.kernel) if isinstance(self.kernel, (list, tuple)) else ()
+
+    @property
+    def workspaces(self) -> list[Workspace]:
+        return [a for a in self.args if isinstance(a, Workspace)]
+
+    def workspace_shape(self, w: Workspace, spec: Spec) -> tuple[str, ...]:
+        """A workspace's shape rule with the spec's int constexprs written in (the manifest's expressions
+        read only the inputs)."""
+        values = {c.name: spec.constexprs[c.name] for c in self.args
+                  if isinstance(c, Constexpr) and isinstance(spec.constexprs.get(c.name), int)}
+        return tuple(_expr.canonical(_expr.substitute(e, values) if values else e) for e in w.shape)
+
+    def launch_view(self, launch: Launch) -> "OpDecl":
+        """The declaration one :class:`Launch` of a multi-launch op compiles as: its kernel, its grid, and its
+        parameters in the kernel's order (a workspace stays a :class:`Workspace`)."""
+        by_name = {a.name: a for a in self.args}
+        return dataclasses.replace(self, kernel=launch.kernel, args=tuple(by_name[n] for n in launch.args),
+                                   grid=launch.grid)
+
     def tensor(self, name: str) -> Tensor:
         for a in self.args:
             if isinstance(a, Tensor) and a.name == name:
@@ -402,6 +468,14 @@ def references(path: str) -> None:
 def _detect_frontend(kernel: Any) -> str:
     from flyship.compiler import frontends
 
+    if isinstance(kernel, (list, tuple)):  # several launches: one frontend for all
+        if not kernel or not all(isinstance(k, Launch) for k in kernel):
+            raise SpecError(f"op kernel: a list of kernels must hold Launch(kernel, args=[...], grid=(...)) "
+                            f"entries, got {[type(k).__name__ for k in kernel]}")
+        names = {_detect_frontend(k.kernel) for k in kernel}
+        if len(names) != 1:
+            raise SpecError(f"op kernel: every Launch of one op must use one frontend, got {sorted(names)}")
+        return names.pop()
     fe = frontends.detect(kernel)
     if fe is None:
         titles = " or a ".join(frontends.get(n).title for n in frontends.names())
@@ -468,8 +542,10 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
     elif key or prune:
         raise SpecError(f"op {name}: key= and prune= go with configs= (a config space); add configs=[Config(...)]")
     frontend = _detect_frontend(kernel)
+    first = kernel[0].kernel if isinstance(kernel, (list, tuple)) and kernel else kernel
+    kernel = list(kernel) if isinstance(kernel, tuple) else kernel
     decl = OpDecl(name=name, kernel=kernel, args=tuple(args), specs=tuple(specs), reference=reference,
-                  doc=doc or (getattr(getattr(kernel, "fn", kernel), "__doc__", "") or "").strip().split("\n")[0],
+                  doc=doc or (getattr(getattr(first, "fn", first), "__doc__", "") or "").strip().split("\n")[0],
                   grid=tuple(grid) if grid else None, frontend=frontend, backward=_backward(name, backward),
                   tuning=space)
     validate(decl)
@@ -509,10 +585,13 @@ def validate(d: OpDecl) -> None:
                 raise SpecError(f"{w}: output {a.name}: like={a.like!r} names no input tensor ({sorted(tensors)})")
             if a.dtype and a.dtype not in tensors and a.dtype not in DTYPES:
                 raise SpecError(f"{w}: output {a.name}: dtype {a.dtype!r} is neither an input tensor nor a dtype")
+    _validate_workspaces(d, w)
     from flyship.compiler import frontends
 
     fe = frontends.get(d.frontend)
-    if fe.declares_grid and not d.grid:
+    if d.launches:
+        _validate_launches(d, w, fe)
+    elif fe.declares_grid and not d.grid:
         raise SpecError(f"{w}: a {fe.title} needs grid=(...) expressions, e.g. grid=('cdiv(x.numel, BLOCK)',)")
     if not fe.declares_grid and d.grid:
         raise SpecError(f"{w}: a {fe.title} computes its own grid; remove grid=")
@@ -581,6 +660,55 @@ def _validate_spec(d: OpDecl, s: Spec, w: str, slots: dict, tensors: set[str]) -
         except _expr.ExprError as e:
             raise SpecError(f"{w} spec {s.name}: constraint {c!r}: {e}") from None
     _check_example_meets_constraints(d, s, w)
+
+
+def _validate_workspaces(d: OpDecl, w: str) -> None:
+    """Workspaces: a known dtype, a shape over the inputs and constexprs, used by some launch."""
+    inputs = {a.name: _expr.Slot(i, "tensor", a.rank) if isinstance(a, Tensor) else _expr.Slot(i, "int")
+              for i, a in enumerate(d.inputs)}
+    consts = {a.name: _expr.Slot(len(inputs) + i, "int") for i, a in enumerate(d.args) if isinstance(a, Constexpr)}
+    for ws in d.workspaces:
+        if ws.dtype not in DTYPES:
+            raise SpecError(f"{w}: workspace {ws.name}: dtype {ws.dtype!r}; expected one of {', '.join(DTYPES)}")
+        if isinstance(ws.shape, str) or not ws.shape:
+            raise SpecError(f"{w}: workspace {ws.name}: shape must be a tuple of expressions, got {ws.shape!r}")
+        for e in ws.shape:
+            try:
+                _expr.compile_program(e, {**inputs, **consts})
+            except _expr.ExprError as err:
+                raise SpecError(f"{w}: workspace {ws.name}: shape {e!r}: {err}; a workspace's shape reads the "
+                                "inputs and the constexprs") from None
+    if d.workspaces and not d.launches and d.frontend != "flydsl":
+        raise SpecError(f"{w}: Workspace parameters need a launcher that launches several kernels: a FlyDSL "
+                        "launcher, or kernel=[Launch(...), ...]")
+
+
+def _validate_launches(d: OpDecl, w: str, fe: Any) -> None:
+    """kernel=[Launch(...), ...]: a frontend that takes declared grids, every parameter name declared, every
+    declaration used by some launch."""
+    if not fe.declares_grid:
+        raise SpecError(f"{w}: kernel=[Launch(...)] lists kernels with declared grids (Triton); a {fe.title} "
+                        "launches its kernels itself: name it as kernel=")
+    if d.grid:
+        raise SpecError(f"{w}: with kernel=[Launch(...)], each Launch declares its grid; remove the op's grid=")
+    from flyship.bundle import limits as _limits
+
+    if len(d.launches) > _limits.MAX_LAUNCHES:
+        raise SpecError(f"{w}: {len(d.launches)} launches; at most {_limits.MAX_LAUNCHES}")
+    declared = {a.name for a in d.args}
+    used: set[str] = set()
+    for k, launch in enumerate(d.launches):
+        unknown = [n for n in launch.args if n not in declared]
+        if unknown:
+            raise SpecError(f"{w}: Launch {k + 1} ({getattr(launch.kernel, '__name__', '?')}) names {unknown}, which "
+                            f"the op's args do not declare ({sorted(declared)})")
+        if not 1 <= len(launch.grid) <= 3:
+            raise SpecError(f"{w}: Launch {k + 1}: grid must have 1 to 3 expressions, got {list(launch.grid)}")
+        used |= set(launch.args)
+    unused = [a.name for a in d.args if a.name not in used and not isinstance(a, Constexpr)]
+    if unused:
+        raise SpecError(f"{w}: {unused} are passed to no Launch; every declared tensor, output, scalar, Value and "
+                        "Workspace must be some kernel's parameter")
 
 
 def _check_example_meets_constraints(d: OpDecl, s: Spec, w: str) -> None:

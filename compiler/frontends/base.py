@@ -21,7 +21,7 @@ from flyship.bundle import targets as _targets
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.errors import BundleError
 from flyship.bundle import rules as _rules
-from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof
+from flyship.bundle.manifest import KernargField, KernargLayout, KernelMetadata, Launch, Proof, Workspace
 from flyship.bundle.rules import check_layout
 from flyship.compiler.spec import OpDecl, Scalar, Spec
 from flyship.errors import CompileError
@@ -95,6 +95,8 @@ class KernelBuild:
             frontend lowered it (FlyDSL); empty for frontends without layouts.
         isa: assembly text when ``keep_ir``.
         facts: the frontend's own facts for :meth:`Frontend.kernarg_layout` (never read by the tail).
+        then: the kernels the call launches after this one, in order (a multi-launch op), each a build of its
+            own; fields that name a workspace are bound to it by the tail.
     """
 
     target: str
@@ -110,6 +112,7 @@ class KernelBuild:
     tensor_abi: dict[str, str] = dataclasses.field(default_factory=dict)
     isa: Optional[str] = None
     facts: Any = None
+    then: tuple["KernelBuild", ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +136,8 @@ class CompiledVariant:
         tensor_abi: tensor -> ``static`` / ``dynamic`` (see :class:`KernelBuild`).
         isa: assembly text when ``keep_ir``.
         seconds: wall time of the compile.
+        then: the launches after this one (each a CompiledVariant without then or workspaces of its own).
+        workspaces: the workspaces the launches share, their shapes over the inputs (constexprs written in).
     """
 
     target: str
@@ -151,6 +156,8 @@ class CompiledVariant:
     tensor_abi: dict[str, str] = dataclasses.field(default_factory=dict)
     isa: Optional[str] = None
     seconds: float = 0.0
+    then: tuple["CompiledVariant", ...] = ()
+    workspaces: tuple[Workspace, ...] = ()
 
 
 class Frontend(abc.ABC):
@@ -237,14 +244,59 @@ def compile_variant(fe: Frontend, op: OpDecl, spec: Spec, target: str, ctx: Buil
 
 
 def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str) -> CompiledVariant:
-    """The common tail: code-object metadata -> kernarg layout -> resources -> example check.
+    """The common tail: code-object metadata -> kernarg layout -> resources -> example check, for the kernel and
+    each kernel the call launches after it (``build.then``); fields naming a workspace are bound to it.
 
     Raises:
         FrontendError: a layout that does not tile the metadata's explicit arguments, a kernel over the
             target's limits, or an example that contradicts the grid or the guard.
     """
+    workspaces = tuple(Workspace(name=w.name, shape=op.workspace_shape(w, spec), dtype=w.dtype, zero=w.zero)
+                       for w in op.workspaces)
+    shapes = op.example_shapes(spec)
+    scalars = {k: v for k, v in op.example_scalars(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
+    for w in workspaces:
+        try:
+            sizes = [_expr.evaluate_with_shapes(e, shapes, scalars) for e in w.shape]
+        except BundleError as e:
+            raise FrontendError(f"{where}: workspace {w.name} shape {list(w.shape)} at the example: {e}") from None
+        if any(n < 0 for n in sizes):
+            raise FrontendError(f"{where}: workspace {w.name} shape {list(w.shape)} is {sizes} at the example; "
+                                "expected sizes >= 0")
+    first = _finish_one(fe, op, spec, build, where, workspaces)
+    then = tuple(_finish_one(fe, op, spec, b, f"{where} launch {k + 2}", workspaces)
+                 for k, b in enumerate(build.then))
+    if not then and not workspaces:
+        return first
+    constraints = tuple(dict.fromkeys(c for v in (first, *then) for c in v.constraints))
+    alignment: dict[str, int] = {}
+    for v in (first, *then):
+        for k, a in v.alignment.items():
+            alignment[k] = max(alignment.get(k, 1), a)
+    return dataclasses.replace(first, then=then, workspaces=workspaces, constraints=constraints, alignment=alignment)
+
+
+def bind_workspaces(layout: KernargLayout, workspaces: tuple[Workspace, ...]) -> KernargLayout:
+    """A frontend binds a workspace parameter like a tensor; the loader knows it as a workspace: its pointer
+    becomes a ``workspace`` field, its sizes and (contiguous) strides ``expr`` fields over the inputs."""
+    shapes = {w.name: w.shape for w in workspaces}
+    fields = []
+    for f in layout.fields:
+        if f.arg in shapes and f.kind == "pointer":
+            f = dataclasses.replace(f, kind="workspace")
+        elif f.arg in shapes and f.kind in ("shape", "stride"):
+            dims = shapes[f.arg]
+            d = f.dim % len(dims)
+            text = dims[d] if f.kind == "shape" else (" * ".join(f"({e})" for e in dims[d + 1:]) or "1")
+            f = dataclasses.replace(f, kind="expr", arg=None, dim=None, expr=_expr.canonical(text))
+        fields.append(f)
+    return dataclasses.replace(layout, fields=tuple(fields))
+
+
+def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str,
+                workspaces: tuple[Workspace, ...]) -> CompiledVariant:
     meta, co_version = fe.read_metadata(build, where)
-    layout = fe.kernarg_layout(build, meta, where)
+    layout = bind_workspaces(fe.kernarg_layout(build, meta, where), workspaces)
     try:
         check_layout(layout, meta, where)
     except BundleError as e:

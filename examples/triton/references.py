@@ -10,7 +10,8 @@ the result is cast back to the input dtype, as the kernels do.
     rmsnorm(x, w, eps)    rmsnorm_ref(x, w, eps) x * rsqrt(mean(x**2, -1) + eps) * w
     gemm(a, b)            gemm_ref(a, b)         a @ b.T  (b is (N, K), the nn.Linear weight layout)
     gemm_tma(a, b)        gemm_ref(a, b)
-    rowsum(x)             rowsum_ref(x)          x.sum(dim=1)  (persistent.py)
+    rowsum(x)             rowsum_ref(x)          x.sum(dim=1)  (persistent.py; rowsum_atomic in multilaunch.py)
+    rowsum_split(x)       rowsum_f32_ref(x)      x.float().sum(dim=1)  (multilaunch.py)
 """
 
 import torch
@@ -48,3 +49,8 @@ TOLERANCES = {
 
 def rowsum_ref(x: torch.Tensor) -> torch.Tensor:
     return x.sum(dim=1)
+
+
+def rowsum_f32_ref(x: torch.Tensor) -> torch.Tensor:
+    """rowsum_split (multilaunch.py): the row sums in float32 whatever x's dtype."""
+    return x.float().sum(dim=1)

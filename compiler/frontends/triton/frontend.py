@@ -38,7 +38,7 @@ from flyship.bundle.errors import BundleError
 from flyship.bundle.manifest import FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch, Proof
 from flyship.compiler.frontends.base import (BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup,
                                             example_grid)
-from flyship.compiler.spec import Constexpr, OpDecl, Output, Scalar, Spec, Tensor, Value
+from flyship.compiler.spec import Constexpr, OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 
 # torch dtype name -> Triton signature element type (triton/language/core.py dtype names).
 TRITON_DTYPES: dict[str, str] = {
@@ -253,7 +253,7 @@ def resolve_options(spec: Spec, target: _targets.TargetID, where: str) -> tuple[
     return opts, list(div)
 
 
-def plan(op: OpDecl, spec: Spec, target: str) -> TritonPlan:
+def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) -> TritonPlan:
     """Work out the Triton signature, constexprs, attributes, options and the guard facts, without compiling.
 
     Args:
@@ -261,6 +261,8 @@ def plan(op: OpDecl, spec: Spec, target: str) -> TritonPlan:
             same names, same order).
         spec: the specialization.
         target: target ID (``sm_90``, ``gfx942``...).
+        scope: for one launch of a multi-launch op (``op`` is then :meth:`OpDecl.launch_view`), the whole op:
+            expressions may name any of its inputs and constexprs, and the kernel gets only its own constexprs.
 
     Returns:
         A :class:`TritonPlan`.
@@ -285,10 +287,12 @@ def plan(op: OpDecl, spec: Spec, target: str) -> TritonPlan:
                             f"({options['num_warps']} x warp size {limits['wavefront_size']}), over the target's "
                             f"limit of {limits['max_workgroup_size']}; use num_warps <= "
                             f"{limits['max_workgroup_size'] // limits['wavefront_size']}")
-    slots = _slots(op)
-    known = set(slots) | {a.name for a in op.args if isinstance(a, Value)}
-    extra = set(spec.constexprs) - {a.name for a in op.args if isinstance(a, Constexpr)}
-    if extra:
+    slots = _slots(scope or op)
+    known = set(slots) | {a.name for a in op.args if isinstance(a, (Value, Workspace))}
+    own = {a.name for a in op.args if isinstance(a, Constexpr)}
+    constexprs = {k: v for k, v in spec.constexprs.items() if k in own} if scope else dict(spec.constexprs)
+    extra = set(spec.constexprs) - own
+    if extra and scope is None:
         raise FrontendError(f"{where}: constexprs {sorted(extra)} are not Constexpr parameters of the kernel")
     for d in divisible:
         if d not in known:
@@ -306,8 +310,9 @@ def plan(op: OpDecl, spec: Spec, target: str) -> TritonPlan:
         if isinstance(a, Constexpr):
             signature[a.name] = "constexpr"
             continue
-        if isinstance(a, (Tensor, Output)):
-            dtype = spec.dtypes[a.name] if isinstance(a, Tensor) else op.output_dtype_for(a, spec)
+        if isinstance(a, (Tensor, Output, Workspace)):
+            dtype = (spec.dtypes[a.name] if isinstance(a, Tensor) else a.dtype if isinstance(a, Workspace)
+                     else op.output_dtype_for(a, spec))
             if dtype not in TRITON_DTYPES:
                 raise FrontendError(f"{where}: {a.name} has dtype {dtype!r}, which Triton has no type for; "
                                     f"expected one of {', '.join(TRITON_DTYPES)}")
@@ -350,7 +355,7 @@ def plan(op: OpDecl, spec: Spec, target: str) -> TritonPlan:
     grid3 = [_expr.substitute(g, int_constexprs) for g in grid_in] + ["1"] * (3 - len(grid_in))
     for g in grid3:
         _compile_expr(g, slots, where, "grid expression")
-    return TritonPlan(fn=fn, signature=signature, constexprs=dict(spec.constexprs), attrs=attrs, params=tuple(params),
+    return TritonPlan(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs, params=tuple(params),
                       options=options, grid=(grid3[0], grid3[1], grid3[2]),
                       constraints=tuple(dict.fromkeys(constraints)), alignment=alignment)
 
@@ -547,10 +552,20 @@ class TritonFrontend(Frontend):
                 Triton's own compile errors, and for a kernel that needs profile scratch (proton
                 instrumentation) or whose example violates its guard (checked before compiling).
         """
-        where = _where(op, spec, target)
+        if op.launches:  # kernel=[Launch(...), ...]: each kernel compiled alone, the tail binds the workspaces
+            builds = [self._compile_one(op.launch_view(launch), spec, target, ctx, op,
+                                        f"{_where(op, spec, target)} launch {k + 1} ({launch.kernel.__name__})")
+                      for k, launch in enumerate(op.launches)]
+            return dataclasses.replace(builds[0], then=tuple(builds[1:]))
+        return self._compile_one(op, spec, target, ctx, None, _where(op, spec, target))
+
+    def _compile_one(self, op: OpDecl, spec: Spec, target: str, ctx: BuildContext, scope: Optional[OpDecl],
+                     where: str) -> KernelBuild:
+        """One kernel: ``op`` is the op, or (``scope`` the op) the view of one of its launches."""
         tid = _targets.parse_target(target)
-        p = plan(op, spec, target)
-        grid_at_example, _, _ = example_grid(op, spec, p.grid, (*p.constraints, *op.constraints(spec)), where,
+        p = plan(op, spec, target, scope)
+        whole = scope or op
+        grid_at_example, _, _ = example_grid(whole, spec, p.grid, (*p.constraints, *whole.constraints(spec)), where,
                                              target=target)
         kernel = run_triton(p, tid, ctx, where)
         md = kernel.metadata
