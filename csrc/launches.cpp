@@ -27,7 +27,7 @@ bool OpState::workspace_bytes(const WorkspacePlan& w, const Call& c, int64_t* by
       return false;
     }
     if (__builtin_mul_overflow(n, d, &n)) {
-      if (why) *why = "workspace " + w.name + " of shape rule '" + p.text + "' overflows int64 bytes";
+      if (why) *why = "workspace " + w.name + " bytes overflow int64 at size '" + p.text + "' = " + std::to_string(d);
       return false;
     }
   }

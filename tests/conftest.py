@@ -85,3 +85,12 @@ def patterns_bundle(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundles") / "patterns"
     run_build(ROOT / "examples/flydsl/patterns.py", out, ["gfx942", "gfx950"], "-j", "2")
     return out
+
+
+@pytest.fixture(scope="session")
+def multilaunch_bundle(tmp_path_factory) -> Path:
+    """The two-phase Triton ops (examples/triton/multilaunch.py: two launches and a workspace per call) for
+    gfx942, gfx950 and sm_90."""
+    out = tmp_path_factory.mktemp("bundles") / "multilaunch"
+    run_build(ROOT / "examples/triton/multilaunch.py", out, ["gfx942", "gfx950", "sm_90"], "-j", "2")
+    return out

@@ -1,0 +1,227 @@
+"""Ops that launch several kernels per call (issue 9, pattern 6) on the recording driver: the real C++ call path
+allocates the workspace and launches both kernels in order, and every recorded kernarg byte is what the
+manifest says, workspace pointers included. Hostile manifests and inputs are refused before the first launch.
+
+The bundle is examples/triton/multilaunch.py built by flyc-build (``multilaunch_bundle``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+
+from flyship.bundle import expr as E
+from flyship.bundle import manifest as M
+from flyship.errors import BundleError
+
+pytestmark = pytest.mark.cpu
+
+_FMT = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d",
+        "f32": "<f", "f16": "<e"}
+
+
+def expected_kernargs(v: M.Variant, tensors: dict[str, torch.Tensor], workspaces: dict[str, int]) -> bytes:
+    """The kernarg buffer of one launch, packed here from the manifest alone (an independent packer)."""
+    shapes = {k: tuple(t.shape) for k, t in tensors.items()}
+    strides = {k: tuple(t.stride()) for k, t in tensors.items()}
+    buf = bytearray(v.kernargs.size)
+    for f in v.kernargs.fields:
+        if f.kind == "pointer":
+            value = tensors[f.arg].data_ptr()
+        elif f.kind == "workspace":
+            value = workspaces[f.arg]
+        elif f.kind == "shape":
+            value = shapes[f.arg][f.dim]
+        elif f.kind == "stride":
+            value = strides[f.arg][f.dim]
+        elif f.kind == "expr":
+            value = E.evaluate_with_shapes(f.expr, shapes, {}, strides)
+        elif f.kind == "null":
+            value = 0
+        else:
+            raise AssertionError(f"no packer for a {f.kind} field in this test")
+        struct.pack_into(_FMT[f.type], buf, f.offset, value)
+    return bytes(buf)
+
+
+def workspace_pointer(v: M.Variant, launch: dict, name: str) -> int:
+    f = next(f for f in v.kernargs.fields if f.kind == "workspace" and f.arg == name)
+    return struct.unpack_from("<Q", launch["kernargs"], f.offset)[0]
+
+
+def variant(bundle: Path, op: str, spec: str, target: str) -> M.Variant:
+    s = next(s for s in M.read(bundle).op(op).specializations if s.name == spec)
+    return next(v for v in s.variants if v.target == target)
+
+
+@pytest.fixture
+def edited(tmp_path: Path, multilaunch_bundle: Path) -> Callable[[Callable[[dict], None]], Path]:
+    """A copy of the multilaunch bundle whose manifest JSON a test changes (rowsum_split's first f32 variant)."""
+
+    def make(edit: Callable[[dict], None]) -> Path:
+        root = tmp_path / f"bundle_{uuid.uuid4().hex[:6]}"
+        shutil.copytree(multilaunch_bundle, root)
+        path = root / "manifest.json"
+        data = json.loads(path.read_text())
+        op = next(o for o in data["ops"] if o["name"] == "rowsum_split")
+        spec = next(s for s in op["specializations"] if s["name"] == "f32")
+        edit(next(v for v in spec["variants"] if v["target"] == "gfx942"))
+        path.write_text(json.dumps(data, sort_keys=True, indent=1) + "\n")
+        return root
+
+    return make
+
+
+@pytest.mark.parametrize("target, device", [("gfx942", "gfx942:sramecc+:xnack-"), ("gfx950", "gfx950"),
+                                            ("sm_90a", "sm_90")])
+def test_a_two_phase_op_records_both_launches_in_order_with_every_byte_the_manifest_says(
+        multilaunch_bundle, recorded, launches, target, device):
+    ops = recorded(multilaunch_bundle, target=device)
+    v = variant(multilaunch_bundle, "rowsum_split", "f32", target)
+    assert [t.code_object.symbol for t in v.launches] == ["rowsum_partial_kernel", "rowsum_combine_kernel"]
+    x = torch.randn(37, 1000)
+    y = ops.rowsum_split(x)
+    got = launches()
+    assert [g["symbol"] for g in got] == ["rowsum_partial_kernel", "rowsum_combine_kernel"]
+    assert [g["grid"] for g in got] == [(37, 8, 1), (37, 1, 1)]
+    assert [g["block"] for g in got] == [tuple(t.launch.block) for t in v.launches]
+    assert len({g["stream"] for g in got}) == 1  # one stream for the whole call
+    ws = workspace_pointer(v, got[0], "partial")
+    assert ws == workspace_pointer(v.then[0], got[1], "partial") != 0  # phase 2 reads what phase 1 wrote
+    assert ws not in (x.data_ptr(), y.data_ptr())
+    tensors = {"x": x, "y": y}
+    for t, g in zip(v.launches, got):
+        assert g["kernargs"] == expected_kernargs(t, tensors, {"partial": ws}), t.code_object.symbol
+    # chunk = cdiv(1000, SPLIT=8) = 125 columns per phase-1 program, packed as the kernel's i32
+    chunk = next(f for f in v.kernargs.fields if f.kernel_arg == "chunk")
+    assert struct.unpack_from("<i", got[0]["kernargs"], chunk.offset)[0] == 125
+    assert ops.rowsum_split.stats()["launches"] == {"f32": 1, "bf16": 0, "f16": 0}  # one call, both kernels
+
+
+def test_a_workspace_is_fresh_per_call_and_sized_by_its_shape_rule(multilaunch_bundle, recorded, launches):
+    ops = recorded(multilaunch_bundle)
+    v = variant(multilaunch_bundle, "rowsum_atomic", "f32", "gfx942")
+    assert v.workspaces == (M.Workspace("acc", ("x.shape[0]",), "float32", zero=True),)
+    x = torch.randn(5, 300)
+    y = ops.rowsum_atomic(x)
+    got = launches()
+    assert [g["symbol"] for g in got] == ["rowsum_atomic_kernel", "rowsum_cast_kernel"]
+    assert [g["grid"] for g in got] == [(5, 4, 1), (1, 1, 1)]
+    ws = workspace_pointer(v, got[0], "acc")
+    for t, g in zip(v.launches, got):
+        assert g["kernargs"] == expected_kernargs(t, {"x": x, "y": y}, {"acc": ws})
+
+
+def test_bf16_inputs_take_the_bf16_specialization_and_a_strided_input_its_row_stride(
+        multilaunch_bundle, recorded, launches):
+    ops = recorded(multilaunch_bundle)
+    x = torch.randn(16, 600).to(torch.bfloat16)[:, :512]  # row stride 600, unit column stride: fits
+    ops.rowsum_split(x)
+    got = launches()
+    assert len(got) == 2 and ops.rowsum_split.stats()["launches"]["bf16"] == 1
+    v = variant(multilaunch_bundle, "rowsum_split", "bf16", "gfx942")
+    stride = next(f for f in v.kernargs.fields if f.kernel_arg == "x_row_stride")
+    assert struct.unpack_from("<i", got[0]["kernargs"], stride.offset)[0] == 600
+
+
+def test_an_empty_input_launches_nothing_and_returns_an_empty_output(multilaunch_bundle, recorded, launches):
+    ops = recorded(multilaunch_bundle)
+    y = ops.rowsum_split(torch.randn(0, 64))
+    assert y.shape == (0,) and launches() == []
+    assert ops.rowsum_split.stats()["empty"] == 1
+
+
+def test_a_workspace_whose_bytes_overflow_is_refused_before_any_launch(edited, recorded, launches):
+    def huge(v):
+        v["workspaces"][0]["shape"] = ["x.shape[0] * 1152921504606846976", "8"]
+
+    ops = recorded(edited(huge), fallback=False)
+    with pytest.raises(RuntimeError, match=re.escape("workspace partial bytes overflow int64 at size 'x.shape[0] * "
+                                                     "1152921504606846976' = 4611686018427387904")):
+        ops.rowsum_split(torch.randn(4, 64))
+    assert launches() == []
+
+
+def test_a_workspace_of_negative_size_falls_back_to_the_reference_with_the_reason(edited, recorded, launches):
+    def negative(v):
+        v["workspaces"][0]["shape"] = ["x.shape[0] - 100", "8"]
+
+    ops = recorded(edited(negative))
+    x = torch.randn(4, 64)
+    with pytest.warns(UserWarning, match=re.escape("workspace partial size 'x.shape[0] - 100' is -96, expected >= 0")):
+        torch.testing.assert_close(ops.rowsum_split(x), x.sum(1))
+    assert launches() == []
+    with pytest.raises(RuntimeError, match="is -96, expected >= 0"):
+        recorded(edited(negative), fallback=False).rowsum_split(x)
+
+
+def test_a_second_launch_that_cannot_run_stops_the_call_before_the_first_launch(edited, recorded, launches):
+    def too_much_lds(v):  # the recording device allows 64 KiB per workgroup
+        v["then"][0]["launch"]["dynamic_lds"] = "x.shape[0] * 4096"
+
+    ops = recorded(edited(too_much_lds), fallback=False)
+    ops.rowsum_split(torch.randn(2, 64))  # 8 KiB: both run
+    assert [g["symbol"] for g in launches()] == ["rowsum_partial_kernel", "rowsum_combine_kernel"]
+    with pytest.raises(RuntimeError, match=r"rowsum_combine_kernel.* needs \d+ bytes of static \+ 131072 bytes of "
+                                           r"dynamic LDS"):
+        ops.rowsum_split(torch.randn(32, 64))
+    assert launches() == []  # never half run
+
+
+def test_a_second_launch_whose_grid_overflows_is_the_fallback_reason(edited, recorded, launches):
+    def huge(v):
+        v["then"][0]["launch"]["grid"][0] = "x.shape[0] * 4611686018427387904"
+
+    ops = recorded(edited(huge), fallback=False)
+    with pytest.raises(RuntimeError, match=re.escape("launch 2 (rowsum_combine_kernel): grid 'x.shape[0] * "
+                                                     "4611686018427387904' overflows int64")):
+        ops.rowsum_split(torch.randn(4, 64))
+    assert launches() == []
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda v: v["then"][0]["kernargs"]["fields"][0].update(arg="nowhere"),
+     "a workspace field names 'nowhere', expected a workspace of the variant (partial)"),
+    (lambda v: v["then"][0].update(target="gfx950"), "a following launch runs on its variant's target gfx942"),
+    (lambda v: v["then"][0].update(then=[dict(v["then"][0])]), "a following launch has no then or workspaces"),
+    (lambda v: v["workspaces"].append({"name": "spare", "shape": ["4"], "dtype": "float32", "zero": False}),
+     "workspaces ['spare'] are passed to no launch"),
+    (lambda v: v["workspaces"][0].update(name="x"), "workspace name 'x' repeats an argument"),
+    (lambda v: v["workspaces"][0].update(dtype="float128"), "expected a dtype name"),
+    (lambda v: v["workspaces"][0].update(shape=["y.shape[0]"]), "y"),
+    (lambda v: v["workspaces"][0].update(shape=["device.cu_count"]), "reads the device"),
+    (lambda v: v["then"].extend([v["then"][0]] * 16), "expected at most 16 launches"),
+])
+def test_a_hostile_multi_launch_manifest_is_refused_at_load(edited, recorded, edit, message):
+    with pytest.raises(BundleError, match=re.escape(message)):
+        recorded(edited(edit))
+
+
+def test_the_code_object_of_every_launch_is_checked_against_its_variant(edited, recorded, launches):
+    def swap(v):  # launch 2 claims launch 1's code object: its symbol is not in that file
+        v["then"][0]["code_object"]["file"] = v["code_object"]["file"]
+        v["then"][0]["code_object"]["sha256"] = v["code_object"]["sha256"]
+
+    ops = recorded(edited(swap), fallback=False)
+    with pytest.raises(Exception, match="rowsum_combine_kernel"):
+        ops.rowsum_split(torch.randn(4, 64))
+    assert launches() == []
+
+
+def test_a_1_1_manifest_still_loads_and_has_no_following_launches(tiny_bundle):
+    m = M.read(tiny_bundle)
+    assert m.schema_version == "1.1"
+    assert all(v.then == () and v.workspaces == () and v.launches == (v,)
+               for o in m.ops for s in o.specializations for v in s.variants)
+
+
+def test_the_plan_tables_name_the_workspace_field_kind_as_the_manifest_does(record_ext):
+    assert list(record_ext.PLAN_TABLES["field_kinds"]) == list(M.FIELD_KINDS)
