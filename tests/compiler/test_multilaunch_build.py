@@ -1,0 +1,113 @@
+"""Ops that launch several kernels (issue 9, pattern 6) at build time: the two-phase Triton ops of
+examples/triton/multilaunch.py build for gfx942, gfx950 and sm_90 with every launch's kernarg layout checked
+against its own code object's metadata, workspace parameters bound as workspaces, and declaration mistakes
+refused before anything compiles."""
+
+from __future__ import annotations
+
+import pytest
+
+from flyship.bundle import manifest as M
+from flyship.bundle import rules
+
+from ..conftest import ROOT
+
+pytestmark = pytest.mark.compile
+triton = pytest.importorskip("triton", reason="needs triton 3.6 (the FlyDSL venv); it would compile the two-phase "
+                                              "Triton ops")
+
+from flyship.compiler.spec import (Constexpr, Launch, Output, Spec, SpecError, Tensor, Value,  # noqa: E402
+                                   Workspace, namespace, op, run_spec_file)
+
+SPEC_FILE = ROOT / "examples" / "triton" / "multilaunch.py"
+
+
+def test_every_launch_builds_for_each_target_with_its_layout_checked_against_its_own_metadata(multilaunch_bundle):
+    m = M.read(multilaunch_bundle)
+    assert m.schema_version == "1.2"
+    files = rules.check_bundle_files(multilaunch_bundle, m)  # every code object against its launch
+    op = m.op("rowsum_split")
+    assert [s.name for s in op.specializations] == ["f32", "bf16", "f16"]
+    for s in op.specializations:
+        assert sorted(v.target for v in s.variants) == ["gfx942", "gfx950", "sm_90a"]
+        for v in s.variants:
+            assert [t.code_object.symbol for t in v.launches] == ["rowsum_partial_kernel", "rowsum_combine_kernel"]
+            assert v.code_object.file != v.then[0].code_object.file and v.then[0].code_object.file in files
+            assert v.workspaces == (M.Workspace("partial", ("x.shape[0]", "8"), "float32", zero=False),)
+            for t in v.launches:
+                if t.code_object.format == "hsaco":
+                    rules.check_layout(t.kernargs, t.metadata, f"{s.name} {t.code_object.symbol}")
+                assert t.proof.method == "frontend-binary"
+            kinds = [(f.kind, f.arg) for f in v.kernargs.fields if f.kind in ("pointer", "workspace")]
+            assert kinds == [("pointer", "x"), ("workspace", "partial")]
+            kinds = [(f.kind, f.arg) for f in v.then[0].kernargs.fields if f.kind in ("pointer", "workspace")]
+            assert kinds == [("workspace", "partial"), ("pointer", "y")]
+            assert v.launch.grid == ("x.shape[0]", "8", "1") and v.then[0].launch.grid == ("x.shape[0]", "1", "1")
+        assert s.example.grid == (64, 8, 1)  # the first launch's grid at the example
+        assert "x.stride[1] == 1" in s.guard.constraints
+
+
+def test_a_zeroed_workspace_and_a_constexpr_in_a_grid_that_only_the_first_kernel_takes(multilaunch_bundle):
+    (s,) = M.read(multilaunch_bundle).op("rowsum_atomic").specializations
+    for v in s.variants:
+        assert v.workspaces[0].zero and v.workspaces[0].shape == ("x.shape[0]",)
+        assert v.then[0].launch.grid[0] == "cdiv(x.shape[0], 256)"
+
+
+def declare(**kwargs) -> None:
+    """Declare one op in a throwaway spec file."""
+
+    def run() -> None:
+        namespace("t")
+        op("two", **kwargs)
+
+    run_spec_file("<test>", run)
+
+
+def _phase_kernels():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "examples" / "triton"))
+    try:
+        from tl_rowsum_split import rowsum_combine_kernel, rowsum_partial_kernel
+    finally:
+        sys.path.pop(0)
+    return rowsum_partial_kernel, rowsum_combine_kernel
+
+
+ARGS = [Tensor("x", rank=2), Output("y", shape=("x.shape[0]",), dtype="float32"),
+        Workspace("partial", shape=("x.shape[0]", "SPLIT")), Value("n_cols", "x.shape[1]"),
+        Value("x_row_stride", "x.stride[0]"), Value("chunk", "cdiv(x.shape[1], SPLIT)"), Constexpr("SPLIT"),
+        Constexpr("BLOCK")]
+SPECS = [Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 64)}, constexprs={"SPLIT": 2, "BLOCK": 64})]
+
+
+def launches(first_args=("x", "partial", "n_cols", "x_row_stride", "chunk", "SPLIT", "BLOCK")):
+    p1, p2 = _phase_kernels()
+    return [Launch(p1, args=list(first_args), grid=("x.shape[0]", "SPLIT")),
+            Launch(p2, args=["partial", "y", "SPLIT"], grid=("x.shape[0]",))]
+
+
+def test_a_well_formed_two_launch_declaration_is_accepted():
+    declare(kernel=launches(), args=ARGS, specs=SPECS)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(kernel=launches(("x", "partial", "n_cols", "row_stride", "chunk", "SPLIT", "BLOCK"))),
+     "names ['row_stride'], which the op's args do not declare"),
+    (dict(args=[*ARGS, Value("spare", "x.shape[0]")]), "['spare'] are passed to no Launch"),
+    (dict(args=[Workspace("partial", shape=("x.shape[0]",), dtype="float128") if a.name == "partial" else a
+                for a in ARGS]), "workspace partial: dtype 'float128'"),
+    (dict(args=[Workspace("partial", shape=("z.shape[0]",)) if a.name == "partial" else a for a in ARGS]),
+     "workspace partial: shape 'z.shape[0]'"),
+    (dict(grid=("x.shape[0]",)), "each Launch declares its grid; remove the op's grid="),
+])
+def test_declaration_mistakes_of_a_multi_launch_op_are_spec_errors(change, message):
+    with pytest.raises(SpecError, match=__import__("re").escape(message)):
+        declare(**{**dict(kernel=launches(), args=ARGS, specs=SPECS), **change})
+
+
+def test_a_launch_entry_must_list_its_parameters_as_names():
+    p1, _ = _phase_kernels()
+    with pytest.raises(SpecError, match="args must be a list of strings"):
+        Launch(p1, args="x, partial", grid=("1",))
