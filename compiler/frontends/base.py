@@ -289,12 +289,36 @@ def bind_workspaces(layout: KernargLayout, workspaces: tuple[Workspace, ...]) ->
             d = f.dim % len(dims)
             text = dims[d] if f.kind == "shape" else (" * ".join(f"({e})" for e in dims[d + 1:]) or "1")
             f = dataclasses.replace(f, kind="expr", arg=None, dim=None, expr=_expr.canonical(text))
+        elif f.kind == "expr" and f.expr:
+            f = dataclasses.replace(f, expr=expand_workspaces(f.expr, workspaces))
         fields.append(f)
     return dataclasses.replace(layout, fields=tuple(fields))
 
 
+def expand_workspaces(text: str, workspaces: tuple[Workspace, ...]) -> str:
+    """An expression with each workspace's sizes and (contiguous) strides written in as its shape rule, so
+    a grid a launcher computes from a workspace's layout reads only the inputs."""
+    import re
+
+    for w in workspaces:
+        def size(m: "re.Match[str]", w: Workspace = w) -> str:
+            d = int(m.group(2)) % len(w.shape)
+            if m.group(1) == "shape":
+                return f"({w.shape[d]})"
+            return "(" + (" * ".join(f"({e})" for e in w.shape[d + 1:]) or "1") + ")"
+
+        text = re.sub(rf"\b{re.escape(w.name)}\.(shape|stride)\[(-?\d+)\]", size, text)
+        text = re.sub(rf"\b{re.escape(w.name)}\.numel\b", "(" + " * ".join(f"({e})" for e in w.shape) + ")", text)
+    return _expr.canonical(text) if workspaces else text
+
+
 def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str,
                 workspaces: tuple[Workspace, ...]) -> CompiledVariant:
+    if workspaces:
+        launch = build.launch
+        build = dataclasses.replace(build, launch=Launch(
+            grid=tuple(expand_workspaces(g, workspaces) for g in launch.grid), block=launch.block,
+            dynamic_lds=expand_workspaces(launch.dynamic_lds, workspaces)))
     meta, co_version = fe.read_metadata(build, where)
     layout = bind_workspaces(fe.kernarg_layout(build, meta, where), workspaces)
     try:

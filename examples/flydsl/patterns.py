@@ -17,14 +17,19 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
 * ``divide`` (divide.py): the builder returns a plain Python entry point that compiles the launcher under
   fast-math hints; the spec names that entry (``entry(build_divide())``) and flyship traces it as the user
   calls it (2).
+* ``scale_add_one`` (twophase.py): one launcher launches two kernels in sequence through a buffer ``tmp``
+  the call allocates, declared ``Workspace("tmp", ...)``: the manifest holds both launches in order, each
+  proved against FlyDSL's own code object and its kernargs checked against its metadata (6).
 """
 
 from divide import build_divide, launch_divide
 from pointers import add_one_ptr
 from rows import ROWS_MAX, add_one_rows
 from scale import ScaleConfig, scale, scale_cfg
+from twophase import scale_add_one
 
-from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, entry, namespace, op, references
+from flyship.compiler.spec import (Constexpr, Output, Scalar, Spec, Tensor, Value, Workspace, entry, namespace, op,
+                                   references)
 
 namespace("flyship_patterns")
 references("references.py")
@@ -92,3 +97,10 @@ op("divide", kernel=entry(build_divide()), args=DIVIDE_ARGS, reference="divide_r
 # its code differs from what FlyDSL runs for the entry (never ship an unwrapped launcher in its place).
 op("divide_unwrapped", kernel=launch_divide, args=DIVIDE_ARGS, reference="divide_ref", specs=DIVIDE_SPECS,
    doc="out = x / alpha (float32), the launcher named directly (no fast-math)")
+
+# Two launches per call: tmp = alpha * x, then out = tmp + 1, through a workspace the loader allocates.
+op("scale_add_one", kernel=scale_add_one, reference="scale_add_one_ref",
+   doc="out = alpha * x + 1 (float32) in two kernel launches through a workspace",
+   args=[Tensor("x", rank=2), Workspace("tmp", shape=("x.shape[0]", "x.shape[1]"), dtype="float32"),
+         Output("out", like="x"), Scalar("alpha", "float", default=2.0), Constexpr("TILE_N")],
+   specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)}, constexprs={"TILE_N": 256})])

@@ -60,3 +60,8 @@ def add_one_rows_ref(x: torch.Tensor) -> torch.Tensor:
 
 def divide_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
     return x / alpha
+
+
+def scale_add_one_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    """scale_add_one (patterns.py, two launches): alpha * x rounded to float32, then + 1."""
+    return (x * alpha) + 1

@@ -22,7 +22,7 @@ from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLa
 from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
 from flyship.compiler.frontends.flydsl import host_ir
 from flyship.compiler.frontends.flydsl import versions as _versions
-from flyship.compiler.spec import Constexpr, Entry, OpDecl, Output, Scalar, Spec, Tensor, Value
+from flyship.compiler.spec import Constexpr, Entry, OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 
 
 def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> None:
@@ -68,6 +68,8 @@ def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
         elif isinstance(a, Output):
             t = torch.empty(shapes[a.name], dtype=_torch_dtype(op.output_dtype_for(a, spec)))
             pos.append(_pointer_to(t, op.output_dtype_for(a, spec)) if a.name in pointers else t)
+        elif isinstance(a, Workspace) and not isinstance(op.kernel, Entry):  # an entry allocates its own
+            pos.append(torch.zeros(workspace_example_shape(op, a, spec), dtype=_torch_dtype(a.dtype)))
         elif isinstance(a, Scalar):
             if scalars[a.name] is None:
                 raise FrontendError(f"op {op.name} spec {spec.name}: scalar {a.name} needs an example value "
@@ -102,6 +104,15 @@ def _pointer_to(t: Any, dtype: str) -> Any:
         raise FrontendError(f"fx.Pointer parameters need FlyDSL >= 0.5.0 (flyc.from_c_void_p); this is "
                             f"{version()}")
     return flyc.from_c_void_p(getattr(fx, _FX_NUMERIC[dtype]), t.data_ptr())
+
+
+def workspace_example_shape(op: OpDecl, w: Workspace, spec: Spec) -> tuple[int, ...]:
+    """A workspace's shape at the spec's example call."""
+    from flyship.bundle import expr as _expr
+
+    shapes = op.example_shapes(spec)
+    scal = {k: v for k, v in op.example_scalars(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
+    return tuple(_expr.evaluate_with_shapes(e, shapes, scal) for e in op.workspace_shape(w, spec))
 
 
 def _stream_placeholders(kernel: Any) -> dict[str, Any]:
@@ -231,6 +242,7 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
     sig = inspect.signature(jit.func)
     bound = sig.bind(*args, **kwargs)
     declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
+    spare = list(op.workspaces)  # tensors the entry allocates itself, in the order it passes them
     mapped: list = []
     for name, value in bound.arguments.items():
         ann = sig.parameters[name].annotation
@@ -238,10 +250,16 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
             continue
         if isinstance(value, torch.Tensor):
             hit = [a for a, v in zip(declared, pos) if v is value]
+            if not hit:  # a buffer the entry allocated: the next declared Workspace of its shape and dtype
+                hit = [w for w in spare if tuple(value.shape) == workspace_example_shape(op, w, spec)
+                       and value.dtype == _torch_dtype(w.dtype) and value.is_contiguous()][:1]
+                spare = [w for w in spare if w not in hit]
             if not hit:
                 raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
-                                    "tensor that is none of the op's arguments (a view or a fresh tensor); flyship "
-                                    "binds tensors the entry passes through unchanged")
+                                    f"tensor of shape {tuple(value.shape)} ({value.dtype}) that is none of the op's "
+                                    "arguments (a view or a fresh tensor); flyship binds tensors the entry passes "
+                                    "through unchanged, and buffers it allocates as declared Workspace(...)s of the "
+                                    "same shape rule and dtype (contiguous)")
         else:
             hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
                    and v == value]
@@ -251,7 +269,10 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                                     "scalar arguments; flyship binds scalars the entry passes through (give the "
                                     "example scalars distinct values)")
         mapped.append(hit[0])
-    consts = tuple(a for a in op.args if not isinstance(a, (Tensor, Output, Scalar, Value)))
+    if spare:
+        raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes the launcher no tensor for "
+                            f"{[w.name for w in spare]}; declare only the workspaces the entry allocates")
+    consts = tuple(a for a in op.args if not isinstance(a, (Tensor, Output, Scalar, Value, Workspace)))
     return dataclasses.replace(op, args=tuple(mapped) + consts)
 
 
@@ -365,7 +386,7 @@ def check_signature(op: OpDecl) -> None:
             f"{', '.join(undeclared)} with no default; declare {', '.join(f'Constexpr({n!r})' for n in undeclared)} "
             "in args= and give each a value per spec in Spec(constexprs=...)")
     want = [n for n, _ in params]
-    declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
+    declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value, Workspace))]
     got = [a.name for a in declared]
     if got != want:
         missing = [n for n in want if n not in got]
@@ -380,7 +401,8 @@ def check_signature(op: OpDecl) -> None:
         raise FrontendError(
             f"op {op.name}: args= declares the runtime parameters ({', '.join(got)}) but launcher "
             f"{launcher_name(op.kernel)!r} takes ({', '.join(want)}); {'; '.join(hint)} (Tensor/Output/Scalar in "
-            "the launcher's order, Value for integers computed from them; constexprs and the stream are not listed)")
+            "the launcher's order, Value for integers computed from them, Workspace for buffers the call allocates; "
+            "constexprs and the stream are not listed)")
     for a, (_, ann) in zip(declared, params):
         kind = _NUMERIC_KIND.get(_annotation_name(ann))
         if isinstance(a, Scalar) and kind is not None and kind != a.type:
@@ -393,7 +415,7 @@ def check_signature(op: OpDecl) -> None:
             raise FrontendError(
                 f"op {op.name}: Value({a.name!r}, type={a.type!r}) but launcher {launcher_name(op.kernel)!r} "
                 f"annotates {a.name} as {_annotation_name(ann)}; give the Value the parameter's integer type")
-        if isinstance(a, (Tensor, Output)) and kind is not None:
+        if isinstance(a, (Tensor, Output, Workspace)) and kind is not None:
             raise FrontendError(f"op {op.name}: {a.name} is declared a tensor but launcher "
                                 f"{launcher_name(op.kernel)!r} annotates it as {_annotation_name(ann)}; declare "
                                 f"Scalar({a.name!r}, {kind!r})")
@@ -552,19 +574,24 @@ class FlydslFrontend(Frontend):
                                                   .read_text())
         ours = _assemble.assemble(isa, target, ctx.toolchain, ctx.workdir / "asm",
                                   code_object_version=ctx.code_object_version)
-        analysis = host_ir.analyze(kernel_dir, traced, spec, name, adapter.mlir_context(), ir)
-        symbol = analysis.kernel_name
-        # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
-        # target flags): ours must equal each of them.
-        proofs = [_proof.prove(ours, theirs, symbol, target) for theirs in theirs_all]
+        # One analysis per gpu.launch_func, in launch order: a multi-phase launcher launches several kernels,
+        # all in the one code object FlyDSL built for it.
+        analyses = host_ir.analyze_launches(kernel_dir, traced, spec, name, adapter.mlir_context(), ir)
         alignment = {a.name: a.alignment or DTYPES[spec.dtypes[a.name]] for a in op.args if isinstance(a, Tensor)}
-        return KernelBuild(
-            target=target, code_object=ours, format="hsaco", symbol=symbol,
-            launch=Launch(grid=analysis.grid, block=analysis.block, dynamic_lds=analysis.dynamic_lds),
-            proof=proofs[0], toolchain={**ctx.toolchain.describe(), "flydsl": adapter.version},
-            example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
-            tensor_abi=analysis.tensor_abi,
-            isa=isa if ctx.keep_ir else None, facts=analysis)
+        builds = []
+        for analysis in analyses:
+            symbol = analysis.kernel_name
+            # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
+            # target flags): ours must equal each of them, for every kernel it launches.
+            proofs = [_proof.prove(ours, theirs, symbol, target) for theirs in theirs_all]
+            builds.append(KernelBuild(
+                target=target, code_object=ours, format="hsaco", symbol=symbol,
+                launch=Launch(grid=analysis.grid, block=analysis.block, dynamic_lds=analysis.dynamic_lds),
+                proof=proofs[0], toolchain={**ctx.toolchain.describe(), "flydsl": adapter.version},
+                example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
+                tensor_abi=analysis.tensor_abi,
+                isa=isa if ctx.keep_ir and not builds else None, facts=analysis))
+        return dataclasses.replace(builds[0], then=tuple(builds[1:]))
 
     def kernarg_layout(self, build: KernelBuild, meta: KernelMetadata, where: str) -> KernargLayout:
         return _layout(build.facts, meta, where)

@@ -25,7 +25,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor, Value
+from flyship.bundle import expr as _expr
+from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 from flyship.compiler.frontends.base import FrontendError
 
 _MEMREF_RE = re.compile(r"^!fly\.memref<([^,]+),\s*([a-z_]+),\s*(.*)>$")
@@ -175,7 +176,23 @@ def find_stages(kernel_dir: Path) -> tuple[Path, Path]:
 
 
 def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, context: Any, ir: Any) -> HostAnalysis:
-    """Analyse the dumped stages of one launcher.
+    """Analyse the dumped stages of a launcher that launches one kernel (see :func:`analyze_launches`).
+
+    Raises:
+        FrontendError: as :func:`analyze_launches`, or a launcher that launches several kernels.
+    """
+    found = analyze_launches(kernel_dir, op, spec, launcher_name, context, ir)
+    if len(found) != 1:
+        raise FrontendError(f"op {op.name} spec {spec.name}: the launcher launches {len(found)} kernels; flyship "
+                            "binds launchers with exactly one gpu.launch_func here")
+    return found[0]
+
+
+def analyze_launches(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, context: Any,
+                     ir: Any) -> list[HostAnalysis]:
+    """Analyse the dumped stages of one launcher: one :class:`HostAnalysis` per ``gpu.launch_func`` it makes,
+    in program order (a multi-phase launcher launches several kernels; a :class:`Workspace` parameter binds
+    like a tensor, and the common tail turns its fields into workspace fields).
 
     Args:
         kernel_dir: the dump folder of the kernel (holds ``NN_<stage>.mlir``).
@@ -189,7 +206,7 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
     """
     origin_path, lowered_path = find_stages(kernel_dir)
     where = f"op {op.name} spec {spec.name}"
-    params = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
+    params = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value, Workspace))]
     with context:
         # Keep the modules referenced: an op outlives its parsed module only as a dangling pointer.
         origin_mod = ir.Module.parse(origin_path.read_text())
@@ -207,7 +224,7 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
             if isinstance(p, (Tensor, Output)) and t.startswith("!fly.ptr"):
                 check_pointee(t, p, op, spec, where)
                 pointers.add(p.name)
-            elif isinstance(p, (Tensor, Output)):
+            elif isinstance(p, (Tensor, Output, Workspace)):
                 if not t.startswith("!fly.memref"):
                     raise FrontendError(f"{where}: parameter {p.name} is declared a tensor but FlyDSL lowered it "
                                         f"as {t}")
@@ -232,47 +249,13 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
                                 f"in {lowered_path.name}")
 
         launches = [o for o in lowered.regions[0].blocks[0].operations if o.operation.name == "gpu.launch_func"]
-        if len(launches) != 1:
-            raise FrontendError(f"{where}: the launcher launches {len(launches)} kernels; flyship binds launchers "
-                                "with exactly one gpu.launch_func")
-        launch = launches[0].operation
-        seg = list(ir.DenseI32ArrayAttr(launch.attributes["operandSegmentSizes"]))
-        operands = list(launch.operands)
-        # ODS order: asyncDependencies, gridSize x/y/z, blockSize x/y/z, clusterSize x/y/z (optional),
-        # dynamicSharedMemorySize (optional), kernelOperands, asyncObject (optional).
-        starts = [sum(seg[:k]) for k in range(len(seg))]
-        grid_vals = [operands[starts[k]] for k in (1, 2, 3)]
-        block_vals = [operands[starts[k]] for k in (4, 5, 6)]
-        has_cluster = seg[7] + seg[8] + seg[9] > 0 if len(seg) >= 12 else False
-        if has_cluster:
-            raise FrontendError(f"{where}: launches with a cluster size are not supported")
-        lds_idx = 10 if len(seg) >= 12 else 7
-        lds_vals = operands[starts[lds_idx]:starts[lds_idx] + seg[lds_idx]]
-        kop_idx = lds_idx + 1
-        kernel_operands = operands[starts[kop_idx]:starts[kop_idx] + seg[kop_idx]]
-        kernel_name = str(launch.attributes["kernel"]).split("::")[-1].lstrip("@")
-
+        if not launches:
+            raise FrontendError(f"{where}: the launcher launches no kernel (no gpu.launch_func in its host function)")
         shapes = op.example_shapes(spec)
-        scalars = {**op.example_scalars(spec), **op.example_values(spec)}
-        ev = _Evaluator(binding, layouts, shapes, scalars, where, ir)
-        ev.strides = op.example_strides(spec)
-        ev.values = {a.name: a.expr for a in op.args if isinstance(a, Value)}
-        grid = tuple(ev.expr(v) for v in grid_vals)
-        grid_num = tuple(ev.value(v) for v in grid_vals)
-        block = []
-        for v in block_vals:
-            e = ev.expr(v)
-            if not e.lstrip("-").isdigit():
-                raise FrontendError(f"{where}: block size {e!r} is not a constant; flyship needs a fixed workgroup size")
-            block.append(int(e))
-        dyn_lds = ev.expr(lds_vals[0]) if lds_vals else "0"
-
-        kernel_args = []
-        sizes = []
-        for v in kernel_operands:
-            fields, size = ev.kernel_arg(v)
-            kernel_args.append(tuple(fields))
-            sizes.append(size)
+        for w in op.workspaces:  # a workspace's example is its shape rule at the example call
+            shapes[w.name] = tuple(_expr.evaluate_with_shapes(e, shapes) for e in op.workspace_shape(w, spec))
+        strides = {**{k: _expr.contiguous_strides(v) for k, v in shapes.items()}, **op.example_strides(spec)}
+        found = [_launch(ir, o.operation, op, spec, binding, layouts, shapes, strides, where) for o in launches]
 
     constraints = []
     for name, lay in layouts.items():
@@ -288,13 +271,58 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
                 constraints.append(f"{name}.stride[{d}] == {e.static}")
             elif e.width == "i32":
                 constraints.append(f"{name}.stride[{d}] <= 2147483647")
-    constraints += [c for c in ev.width_constraints if c not in constraints]
     # A static layout reaches the kernel as a bare pointer (shape compiled in; FlyDSL before 0.2.0 makes
     # every torch tensor one); a dynamic layout as a pointer + a struct of its dynamic shape/stride values.
     abi = {name: "dynamic" if lay.dynamic else "static" for name, lay in layouts.items()}
     abi.update({name: "pointer" for name in pointers})
+    out = []
+    for a, ev in found:
+        extra = [c for c in ev.width_constraints if c not in constraints]
+        out.append(dataclasses.replace(a, constraints=tuple(constraints + extra), tensor_abi=abi))
+    return out
+
+
+def _launch(ir: Any, launch: Any, op: OpDecl, spec: Spec, binding: dict, layouts: dict, shapes: dict, strides: dict,
+            where: str) -> tuple[HostAnalysis, "_Evaluator"]:
+    """One ``gpu.launch_func`` of the host function: its kernel, grid, block, LDS and kernel arguments."""
+    seg = list(ir.DenseI32ArrayAttr(launch.attributes["operandSegmentSizes"]))
+    operands = list(launch.operands)
+    # ODS order: asyncDependencies, gridSize x/y/z, blockSize x/y/z, clusterSize x/y/z (optional),
+    # dynamicSharedMemorySize (optional), kernelOperands, asyncObject (optional).
+    starts = [sum(seg[:k]) for k in range(len(seg))]
+    grid_vals = [operands[starts[k]] for k in (1, 2, 3)]
+    block_vals = [operands[starts[k]] for k in (4, 5, 6)]
+    has_cluster = seg[7] + seg[8] + seg[9] > 0 if len(seg) >= 12 else False
+    if has_cluster:
+        raise FrontendError(f"{where}: launches with a cluster size are not supported")
+    lds_idx = 10 if len(seg) >= 12 else 7
+    lds_vals = operands[starts[lds_idx]:starts[lds_idx] + seg[lds_idx]]
+    kop_idx = lds_idx + 1
+    kernel_operands = operands[starts[kop_idx]:starts[kop_idx] + seg[kop_idx]]
+    kernel_name = str(launch.attributes["kernel"]).split("::")[-1].lstrip("@")
+
+    scalars = {**op.example_scalars(spec), **op.example_values(spec)}
+    ev = _Evaluator(binding, layouts, shapes, scalars, where, ir)
+    ev.strides = strides
+    ev.values = {a.name: a.expr for a in op.args if isinstance(a, Value)}
+    grid = tuple(ev.expr(v) for v in grid_vals)
+    grid_num = tuple(ev.value(v) for v in grid_vals)
+    block = []
+    for v in block_vals:
+        e = ev.expr(v)
+        if not e.lstrip("-").isdigit():
+            raise FrontendError(f"{where}: block size {e!r} is not a constant; flyship needs a fixed workgroup size")
+        block.append(int(e))
+    dyn_lds = ev.expr(lds_vals[0]) if lds_vals else "0"
+
+    kernel_args = []
+    sizes = []
+    for v in kernel_operands:
+        fields, size = ev.kernel_arg(v)
+        kernel_args.append(tuple(fields))
+        sizes.append(size)
     return HostAnalysis(kernel_name, grid, grid_num, tuple(block), dyn_lds, tuple(kernel_args), tuple(sizes),
-                        tuple(constraints), abi)
+                        ()), ev
 
 
 # torch dtype names -> the element type an ``!fly.ptr<...>`` prints (MLIR builtin type names).
