@@ -30,12 +30,12 @@ def test_a_launcher_whose_stream_has_no_default_builds_for_both_targets_proven_a
     for op in m.ops:
         for spec in op.specializations:
             assert sorted(v.target for v in spec.variants) == ["gfx942", "gfx950"], (op.name, spec.name)
-            for v in spec.variants:
-                data = (patterns_bundle / v.code_object.file).read_bytes()
-                assert v.proof.method == "flydsl-binary" and v.proof.metadata == "equal"
-                assert hashlib.sha256(data).hexdigest() == v.code_object.sha256
-                rules.check_layout(v.kernargs, v.metadata, f"{op.name}.{spec.name}.{v.target}")
-                assert CodeObjectFile(data).kernel_metadata(v.code_object.symbol) == v.metadata
+            for t in (t for v in spec.variants for t in v.launches):  # every kernel a call launches
+                data = (patterns_bundle / t.code_object.file).read_bytes()
+                assert t.proof.method == "flydsl-binary" and t.proof.metadata == "equal"
+                assert hashlib.sha256(data).hexdigest() == t.code_object.sha256
+                rules.check_layout(t.kernargs, t.metadata, f"{op.name}.{spec.name}.{t.target}")
+                assert CodeObjectFile(data).kernel_metadata(t.code_object.symbol) == t.metadata
     spec = m.op("scale").specializations[0]
     for v in spec.variants:
         data = (patterns_bundle / v.code_object.file).read_bytes()
@@ -310,3 +310,44 @@ def test_pointer_launcher_parameters_are_bound_to_the_tensors_data_pointers_and_
             ("pointer", "ptr", "x", 0), ("pointer", "ptr", "out", 8), ("expr", "i32", None, 16)]
         assert [(a.offset, a.size) for a in v.metadata.args if not a.hidden][:3] == [(0, 8), (8, 8), (16, 4)]
         assert v.proof.method == "flydsl-binary" and v.proof.differences == ()
+
+
+def test_a_launcher_that_launches_two_kernels_builds_both_in_order_proven_with_the_workspace_bound(patterns_bundle):
+    spec = M.read(patterns_bundle).op("scale_add_one").specializations[0]
+    for v in spec.variants:
+        assert [t.code_object.symbol.rsplit("_", 1)[0] for t in v.launches] == ["scale_phase", "add_one_phase"]
+        assert v.then[0].code_object.file == v.code_object.file  # FlyDSL puts both kernels in one code object
+        assert all(t.proof.kernel_descriptor == "identical" and ".text" in t.proof.identical_sections
+                   for t in v.launches)
+        assert v.workspaces == (M.Workspace("tmp", ("x.shape[0]", "x.shape[1]"), "float32"),)
+        first = [(f.kind, f.arg or f.expr) for f in v.kernargs.fields]
+        assert first == [("pointer", "x"), ("shape", "x"), ("shape", "x"), ("stride", "x"), ("workspace", "tmp"),
+                         ("expr", "x.shape[0]"), ("expr", "x.shape[1]"), ("expr", "x.shape[1]"), ("scalar", "alpha")]
+        second = [(f.kind, f.arg or f.expr) for f in v.then[0].kernargs.fields]
+        assert second[:4] == [("workspace", "tmp"), ("expr", "x.shape[0]"), ("expr", "x.shape[1]"),
+                              ("expr", "x.shape[1]")]
+        assert v.launch.grid == v.then[0].launch.grid == ("x.shape[0] * ((x.shape[1] + 255) // 256)", "1", "1")
+    assert spec.example.grid == (400, 1, 1)
+
+
+def test_an_entry_that_allocates_its_workspace_builds_with_the_buffer_bound_as_that_workspace(tmp_path):
+    spec = _spec(tmp_path, """
+        import torch
+        from twophase import scale_add_one
+        from flyship.compiler.spec import Workspace, entry
+
+        def scale_add_one_entry(x, out, alpha):
+            tmp = torch.empty_like(x)  # the entry's own buffer: flyship allocates it per call instead
+            return scale_add_one(x, tmp, out, alpha, TILE_N=256)
+
+        op("s", kernel=entry(scale_add_one_entry), reference="scale_add_one_ref",
+           args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha"),
+                 Workspace("tmp", shape=("x.shape[0]", "x.shape[1]"))],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
+    """)
+    run_build(spec, tmp_path / "o", ["gfx942"])
+    (v,) = M.read(tmp_path / "o").op("s").specializations[0].variants
+    assert [(f.kind, f.arg) for f in v.kernargs.fields if f.kind in ("pointer", "workspace")] == \
+        [("pointer", "x"), ("workspace", "tmp")]
+    assert [(f.kind, f.arg) for f in v.then[0].kernargs.fields if f.kind in ("pointer", "workspace")] == \
+        [("workspace", "tmp"), ("pointer", "out")]

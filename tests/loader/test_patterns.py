@@ -36,27 +36,35 @@ def test_every_pattern_example_launches_each_field_at_the_code_objects_own_offse
                 assert handle.dispatch(*inputs, target=target).spec == spec.name, (handle.name, spec.name)
                 result = handle(*inputs)
                 outputs = result if isinstance(result, tuple) else (result,)
-                (launch,) = launches()
+                got_launches = launches()
+                assert [g["symbol"] for g in got_launches] == [t.code_object.symbol for t in v.launches]
                 values = {a.name: t for a, t in zip(handle.manifest.args, inputs)}
                 values.update({o.name: t for o, t in zip(handle.manifest.outputs, outputs)})
-                meta = CodeObjectFile((patterns_bundle / v.code_object.file).read_bytes()).kernel_metadata(
-                    v.code_object.symbol)
-                explicit = [a for a in meta.args if not a.hidden]
-                buf = launch["kernargs"]
-                assert len(buf) == explicit[-1].offset + explicit[-1].size
-                assert tuple(launch["grid"]) == tuple(spec.example.grid)
-                starts = {a.offset for a in explicit}
                 shapes = {k: tuple(x.shape) for k, x in values.items() if isinstance(x, torch.Tensor)}
-                for f in v.kernargs.fields:
-                    t = values.get(f.arg)
-                    want = {"pointer": lambda: t.data_ptr(), "shape": lambda: t.shape[f.dim],
-                            "stride": lambda: t.stride(f.dim), "scalar": lambda: t,
-                            "expr": lambda: evaluate_with_shapes(f.expr, shapes)}[f.kind]()
-                    got = struct.unpack_from(FMT[f.type], buf, f.offset)[0]
-                    assert got == pytest.approx(want), (handle.name, spec.name, target, f)
-                    if f.kind in ("pointer", "expr"):
-                        assert f.offset in starts  # a whole kernel argument of its own
-                    checked += 1
+                workspaces: dict[str, int] = {}  # one buffer per workspace, shared by every launch of the call
+                for step, launch in zip(v.launches, got_launches):
+                    meta = CodeObjectFile((patterns_bundle / step.code_object.file).read_bytes()).kernel_metadata(
+                        step.code_object.symbol)
+                    explicit = [a for a in meta.args if not a.hidden]
+                    buf = launch["kernargs"]
+                    assert len(buf) == explicit[-1].offset + explicit[-1].size
+                    assert tuple(launch["grid"]) == tuple(evaluate_with_shapes(g, shapes) for g in step.launch.grid)
+                    starts = {a.offset for a in explicit}
+                    for f in step.kernargs.fields:
+                        t = values.get(f.arg)
+                        got = struct.unpack_from(FMT[f.type], buf, f.offset)[0]
+                        if f.kind == "workspace":
+                            assert got != 0 and workspaces.setdefault(f.arg, got) == got, (handle.name, f)
+                            continue
+                        want = {"pointer": lambda: t.data_ptr(), "shape": lambda: t.shape[f.dim],
+                                "stride": lambda: t.stride(f.dim), "scalar": lambda: t,
+                                "expr": lambda: evaluate_with_shapes(f.expr, shapes)}[f.kind]()
+                        assert got == pytest.approx(want), (handle.name, spec.name, target, f)
+                        if f.kind == "pointer" or (f.kind == "expr" and not v.workspaces):
+                            assert f.offset in starts  # a whole kernel argument of its own (a Value)
+                        checked += 1
+                buf = got_launches[0]["kernargs"]
+                assert tuple(got_launches[0]["grid"]) == tuple(spec.example.grid)
                 if handle.name == "scale" and spec.name == "f32_colmajor":
                     assert values["x"].stride() == (1, 1000)
                     (f,) = [f for f in v.kernargs.fields if f.arg == "x" and f.kind == "stride"]

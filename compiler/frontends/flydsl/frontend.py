@@ -256,10 +256,10 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                 spare = [w for w in spare if w not in hit]
             if not hit:
                 raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
-                                    f"tensor of shape {tuple(value.shape)} ({value.dtype}) that is none of the op's "
-                                    "arguments (a view or a fresh tensor); flyship binds tensors the entry passes "
-                                    "through unchanged, and buffers it allocates as declared Workspace(...)s of the "
-                                    "same shape rule and dtype (contiguous)")
+                                    f"tensor that is none of the op's arguments (shape {tuple(value.shape)}, "
+                                    f"{value.dtype}: a view or a fresh tensor); flyship binds tensors the entry "
+                                    "passes through unchanged, and buffers it allocates as declared Workspace(...)s "
+                                    "of the same shape rule and dtype (contiguous)")
         else:
             hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
                    and v == value]
