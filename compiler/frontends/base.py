@@ -21,7 +21,7 @@ from flyship.bundle import targets as _targets
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.errors import BundleError
 from flyship.bundle import rules as _rules
-from flyship.bundle.manifest import KernargField, KernargLayout, KernelMetadata, Launch, Proof, Workspace
+from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof, Workspace
 from flyship.bundle.rules import check_layout
 from flyship.compiler.spec import OpDecl, Scalar, Spec
 from flyship.errors import CompileError
