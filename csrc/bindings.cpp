@@ -197,9 +197,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                             variant < static_cast<int>(specs[spec].variants.size()),
                         "flyship: specialization or variant index out of range");
             const VariantPlan& v = specs[spec].variants[variant];
-            std::shared_ptr<const std::string> img = b.core->image(v);
+            std::vector<const VariantPlan*> steps{&v};  // and every launch that follows it (schema 1.2)
+            for (const VariantPlan& t : v.then) steps.push_back(&t);
+            std::vector<std::shared_ptr<const std::string>> imgs;
+            for (const VariantPlan* t : steps) imgs.push_back(b.core->image(*t));
             py::gil_scoped_release release;
-            ModuleCache::instance().function(device, v, *img);
+            for (size_t k = 0; k < steps.size(); ++k) ModuleCache::instance().function(device, *steps[k], *imgs[k]);
           },
-          "Load one variant's code object onto a device (no launch).");
+          "Load one variant's code objects (every launch of a call) onto a device (no launch).");
 }
