@@ -225,3 +225,11 @@ def test_a_1_1_manifest_still_loads_and_has_no_following_launches(tiny_bundle):
 
 def test_the_plan_tables_name_the_workspace_field_kind_as_the_manifest_does(record_ext):
     assert list(record_ext.PLAN_TABLES["field_kinds"]) == list(M.FIELD_KINDS)
+
+
+def test_loading_a_multi_launch_variant_ahead_loads_the_code_object_of_every_launch(multilaunch_bundle, recorded,
+                                                                                   record_ext):
+    ops = recorded(multilaunch_bundle)
+    before = record_ext.loaded_modules()  # modules are cached per (device, sha256): a device nothing used yet
+    ops.rowsum_split.load_kernel("f16", target="gfx942", device=11)
+    assert record_ext.loaded_modules() == before + 2  # rowsum_split.f16.gfx942.hsaco and its .2.hsaco
