@@ -56,6 +56,8 @@ class Arg:
         rank: number of dimensions (tensors only; 0 for scalars).
         dtypes: dtypes some specialization accepts (tensors only), torch names such as ``"bfloat16"``.
         default: default value of a scalar, or None.
+        mutable: the kernel writes this input tensor in place (schema 1.2; ``Tensor(a!)`` in the torch schema,
+            no fresh output is made for it). False in 1.0 / 1.1 bundles.
     """
 
     name: str
@@ -63,6 +65,7 @@ class Arg:
     rank: int = 0
     dtypes: tuple[str, ...] = ()
     default: Optional[float | int | bool] = None
+    mutable: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,6 +404,11 @@ class Op:
     specializations: tuple[Specialization, ...]
     backward: Optional[Backward] = None
     tuning_key: tuple[str, ...] = ()
+
+    @property
+    def mutable(self) -> tuple[str, ...]:
+        """The input tensors the kernel writes in place, in schema order (schema 1.2)."""
+        return tuple(a.name for a in self.args if a.mutable)
 
 
 @dataclasses.dataclass(frozen=True)
