@@ -442,6 +442,13 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
     if b.op not in names:
         raise BundleError(f"{where}: expected an op of this bundle, got {b.op!r}; the bundle has {', '.join(names)}")
     bwd = m.op(b.op)
+    # An in-place write overwrites what autograd would save (torch's version counter then refuses the backward),
+    # and a gradient through a buffer the kernel overwrites is not the op's derivative: no autograd pairs here.
+    for which, o in (("op", op), ("backward op", bwd)):
+        if o.mutable:
+            raise BundleError(f"{where}: expected ops without in-place inputs, got {which} {o.name} writing "
+                              f"{', '.join(o.mutable)} in place; an op that writes an input cannot declare a backward "
+                              "(declare the write as an Output to train through it)")
     fwd_kind = {a.name: a.kind for a in op.args} | {o.name: "tensor" for o in op.outputs}
     outs = [o.name for o in op.outputs]
     bwd_kind = {a.name: a.kind for a in bwd.args}
@@ -475,6 +482,14 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
         raise BundleError(f"{where}: grads is empty; name the inputs that get gradients")
 
 
+def check_effects(op: _m.Op, where: str) -> None:
+    """An op has an effect: a fresh output or an input it writes in place (schema 1.2), or both. The one rule for
+    the spec API (flyc-build), the manifest reader and the loader's schema builder."""
+    if not op.outputs and not op.mutable:
+        raise _fail(f"{where}.outputs", "expected at least one output or one input the kernel writes in place "
+                                        "(mutable), got neither; declare Output(...) or Tensor(..., mutable=True)")
+
+
 def check_op(op: _m.Op, where: str) -> None:
     """One op's rules: names, arguments, outputs, specializations and their variants."""
     if op.frontend not in _m.FRONTENDS:
@@ -500,6 +515,9 @@ def check_op(op: _m.Op, where: str) -> None:
                 raise _fail(f"{aw}.dtypes", f"expected dtype names ({', '.join(_m.DTYPES)}), got {d!r}")
         if a.default is not None:
             check_scalar_value(a.kind, a.default, f"{aw}.default")
+        if a.mutable and a.kind != "tensor":
+            raise _fail(f"{aw}.mutable", f"only a tensor can be written in place, got a mutable {a.kind} {a.name!r}")
+    check_effects(op, where)
     for i, o in enumerate(op.outputs):
         if len(o.shape) > L.MAX_RANK:
             raise _fail(f"{where}.outputs[{i}].shape", f"expected a rank up to {L.MAX_RANK}, got {len(o.shape)}")

@@ -301,7 +301,8 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
     args = []
     for a in op.args:
         if isinstance(a, Tensor):
-            args.append(M.Arg(name=a.name, kind="tensor", rank=a.rank, dtypes=tuple(sorted(dtypes_seen[a.name]))))
+            args.append(M.Arg(name=a.name, kind="tensor", rank=a.rank, dtypes=tuple(sorted(dtypes_seen[a.name])),
+                              mutable=a.mutable))
         elif isinstance(a, Scalar):
             args.append(M.Arg(name=a.name, kind=a.type, default=a.default))
     outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o)) for o in op.outputs)
@@ -638,6 +639,15 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
     return sf
 
 
+def _example_tensor(torch: Any, shape: tuple[int, ...], dtype: str, random: bool) -> Any:
+    """A CPU example tensor for a reference check: zeros, or (for an op that writes inputs in place, whose effect
+    must show) seeded random floats; integer tensors (indices, positions) stay zero."""
+    dt = getattr(torch, dtype)
+    if not random or not dt.is_floating_point or dt.itemsize == 1:
+        return torch.zeros(shape, dtype=dt)
+    return torch.rand(shape, generator=torch.Generator().manual_seed(0)).to(dt) + 0.5
+
+
 def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
     """Call each op's reference on each specialization's example (zero-filled CPU tensors) and compare what it
     returns with the op's ``Output`` rules: a shape or dtype rule that disagrees with the reference would
@@ -662,19 +672,29 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
             scalars = op.example_scalars(s)
             if any(v is None for v in scalars.values()):
                 continue  # no example value to call with; the frontend reports the missing scalar
-            args = [torch.zeros(s.shapes[a.name], dtype=getattr(torch, s.dtypes[a.name])) if isinstance(a, Tensor)
-                    else scalars[a.name] for a in op.inputs]
+            written = [a.name for a in op.inputs if isinstance(a, Tensor) and a.mutable]
+            args = [_example_tensor(torch, s.shapes[a.name], s.dtypes[a.name], random=bool(written))
+                    if isinstance(a, Tensor) else scalars[a.name] for a in op.inputs]
+            before = {a.name: t.clone() for a, t in zip(op.inputs, args) if a.name in written}
             where = f"op {op.name} spec {s.name}"
+            what = "random values" if written else "zeros"
             try:
                 with torch.no_grad():
                     got = fn(*args)
             except Exception as e:
-                raise BuildError(f"{where}: reference {op.reference}() failed on the example inputs (zeros of shapes "
+                raise BuildError(f"{where}: reference {op.reference}() failed on the example inputs ({what} of shapes "
                                  f"{dict(s.shapes)}): {type(e).__name__}: {e}") from None
-            got = list(got) if isinstance(got, (tuple, list)) else [got]
+            got = list(got) if isinstance(got, (tuple, list)) else [] if got is None and written else [got]
             if len(got) != len(op.outputs):
+                hint = (f"; the kernel writes {', '.join(written)} in place, so the reference must write it in place "
+                        f"(e.g. {written[0]}.copy_(new_value)) and return only the outputs" if written else "")
                 raise BuildError(f"{where}: expected reference {op.reference}() to return {len(op.outputs)} tensor(s) "
-                                 f"({', '.join(o.name for o in op.outputs)}), got {len(got)}")
+                                 f"({', '.join(o.name for o in op.outputs) or 'None'}), got {len(got)}{hint}")
+            for a, t in zip(op.inputs, args):
+                if a.name in written and torch.equal(t, before[a.name]):
+                    raise BuildError(f"{where}: expected reference {op.reference}() to write {a.name} in place (the "
+                                     f"kernel does: Tensor({a.name!r}, mutable=True)), got {a.name} unchanged after a "
+                                     f"call on random example values; write it in place, e.g. {a.name}.copy_(...)")
             for o, t in zip(op.outputs, got):
                 want_dtype = op.output_dtype_for(o, s)
                 if tuple(t.shape) != tuple(shapes[o.name]) or str(t.dtype) != f"torch.{want_dtype}":

@@ -45,12 +45,22 @@ class Tensor:
         pointee: for a FlyDSL launcher parameter annotated ``fx.Pointer``: the element type of the pointer
             flyship passes for this tensor (a dtype name; default: the tensor's dtype). Upstream builders often
             pass bytes: ``flyc.from_c_void_p(fx.Uint8, t.data_ptr())`` is ``pointee="uint8"``.
+        mutable: the kernel writes this input in place (a KV cache, an accumulator, the residual of a fused
+            add + RMSNorm). The torch schema says ``Tensor(a!) name``, no fresh output is made for it, and the
+            op's reference must write it in place too. flyc-build refuses a kernel that stores through a tensor
+            declared neither an ``Output`` nor ``mutable``.
+
+    Example::
+
+        op("fused_add_rmsnorm", kernel=..., args=[Tensor("x", rank=2), Tensor("residual", rank=2, mutable=True),
+                                               Tensor("w", rank=1), Output("out", like="x"), Scalar("eps")], ...)
     """
 
     name: str
     rank: int
     alignment: Optional[int] = None
     pointee: Optional[str] = None
+    mutable: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -570,8 +580,16 @@ def validate(d: OpDecl) -> None:
     names = [a.name for a in d.args]
     if len(set(names)) != len(names):
         raise SpecError(f"{w}: parameter names repeat: {names}")
-    if not d.outputs:
-        raise SpecError(f"{w}: declares no Output; an op must produce at least one tensor")
+    if not d.outputs and not any(isinstance(a, Tensor) and a.mutable for a in d.args):
+        raise SpecError(f"{w}: declares no Output and no Tensor(..., mutable=True); an op must produce a tensor or "
+                        "write one of its inputs in place")
+    written = [a.name for a in d.args if isinstance(a, Tensor) and a.mutable]
+    if written and d.backward is not None:
+        raise SpecError(f"{w}: writes {', '.join(written)} in place and declares a backward; an op that writes an "
+                        "input cannot declare a backward (declare the result as an Output to train through it)")
+    for a in d.args:
+        if isinstance(a, Tensor) and not isinstance(a.mutable, bool):
+            raise SpecError(f"{w}: tensor {a.name}: mutable must be True or False, got {a.mutable!r}")
     tensors = {a.name for a in d.args if isinstance(a, Tensor)}
     for a in d.args:
         if isinstance(a, Tensor) and a.pointee is not None and a.pointee not in DTYPES:

@@ -159,6 +159,26 @@ void OpState::check_no_overlap(const Call& c) const {
   }
 }
 
+// An input the kernel writes in place must not share memory with another input: the kernel may read that input
+// after writing (fused add + RMSNorm reads x while it updates the residual), so a view of one through the other
+// gives wrong results silently. The same rule as out= tensors.
+void OpState::check_mutable_not_shared(const Call& c) const {
+  const OpPlan& p = plan_;
+  for (int j = 0; j < p.n_inputs; ++j) {
+    if (!p.slots[j].is_mutable) continue;
+    const auto [m0, m1] = byte_span(*c.t[j]);
+    if (m0 == m1) continue;
+    for (int k = 0; k < p.n_inputs; ++k) {
+      if (k == j || p.slots[k].kind != kTensor) continue;
+      const auto [a0, a1] = byte_span(*c.t[k]);
+      FLYSHIP_CHECK(a0 == a1 || m1 <= a0 || a1 <= m0, label(), ": input '", p.slots[j].name, "', which the kernel "
+                    "writes in place, shares memory with input '", p.slots[k].name, "'; the kernel may read '",
+                    p.slots[k].name, "' after writing '", p.slots[j].name, "', so pass tensors that do not overlap "
+                    "(clone one of them)");
+    }
+  }
+}
+
 void OpState::prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const {
   bind(c, args, is_out, check_device);
   prepare_bound(c, is_out);
@@ -166,6 +186,7 @@ void OpState::prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, boo
 
 void OpState::prepare_bound(Call& c, bool is_out) const {
   const OpPlan& p = plan_;
+  if (p.has_mutable && !c.device.is_meta()) check_mutable_not_shared(c);
   output_rules(c);
   if (is_out) {
     for (size_t j = 0; j < p.outputs.size(); ++j) {

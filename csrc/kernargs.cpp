@@ -97,12 +97,15 @@ bool OpState::check_launch(const VariantPlan& v, const Call& c, LaunchShape* ls,
   if (ls->empty) {
     // A zero grid launches nothing (the runtimes refuse it): right only when there is nothing to write. A grid
     // rule that rounds down to 0 for a non-empty output would return uninitialised memory.
-    for (size_t j = 0; j < plan_.outputs.size(); ++j) {
-      const int64_t n = c.numel(plan_.n_inputs + static_cast<int>(j));
+    // The same for inputs written in place: a zero grid would leave them unwritten.
+    for (size_t j = 0; j < plan_.slots.size(); ++j) {
+      const bool written = static_cast<int>(j) >= plan_.n_inputs || plan_.slots[j].is_mutable;
+      const int64_t n = written ? c.numel(static_cast<int>(j)) : 0;
       if (n != 0) {
         int k = ls->grid[0] == 0 ? 0 : ls->grid[1] == 0 ? 1 : 2;
-        return fail("grid '" + v.programs[v.grid[k]].text + "' gives 0 workgroups, but output '" +
-                    plan_.outputs[j].name + "' holds " + std::to_string(n) + " elements");
+        return fail("grid '" + v.programs[v.grid[k]].text + "' gives 0 workgroups, but " +
+                    (static_cast<int>(j) < plan_.n_inputs ? "in-place input '" : "output '") + plan_.slots[j].name +
+                    "' holds " + std::to_string(n) + " elements");
       }
     }
     return true;

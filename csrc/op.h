@@ -88,6 +88,8 @@ class OpState {
   // counted, and the caller falls back (run) or hands the call to the dispatcher (the fast entry).
   bool try_launch(Call& c, bool is_out, int forced_spec, Decision* d);
   void check_no_overlap(const Call& c) const;
+  // Inputs written in place share no memory with other inputs (else raises, naming both).
+  void check_mutable_not_shared(const Call& c) const;
   // No specialization fits: run the reference (or raise when the fallback is off), counting the reason.
   void fallback(Call& c, const std::string& reason, bool is_out);
 

@@ -171,6 +171,10 @@ OpPlan parse_op(const py::dict& d) {
     slot.name = need<std::string>(s, "name", where);
     slot.kind = code_of(kArgKindName, need<std::string>(s, "kind", where), "argument kind", where + " " + slot.name);
     slot.rank = need<int>(s, "rank", where);
+    slot.is_mutable = s.contains("mutable") && s["mutable"].cast<bool>();  // absent in plans of older loaders
+    FLYSHIP_PLAN_CHECK(!slot.is_mutable || slot.kind == kTensor, where, "argument '", slot.name,
+                       "' is mutable but not a tensor");
+    op.has_mutable |= slot.is_mutable;
     FLYSHIP_PLAN_CHECK(slot.rank >= 0 && (slot.kind == kTensor || slot.rank == 0), where,
                        "argument '", slot.name, "' has rank ", slot.rank);
     op.slots.push_back(std::move(slot));
@@ -206,6 +210,11 @@ OpPlan parse_op(const py::dict& d) {
     op.outputs.push_back(std::move(out));
   }
   FLYSHIP_CHECK(op.n_inputs + op.outputs.size() == op.slots.size(), "flyship plan: ", where, ": slot count mismatch");
+  for (size_t k = op.n_inputs; k < op.slots.size(); ++k) {
+    FLYSHIP_PLAN_CHECK(!op.slots[k].is_mutable, where, "output '", op.slots[k].name, "' is marked mutable");
+  }
+  FLYSHIP_PLAN_CHECK(!op.outputs.empty() || op.has_mutable, where,
+                     "the op has neither outputs nor inputs written in place");
   for (auto sh : need<py::list>(d, "specs", where)) {
     auto s = sh.cast<py::dict>();
     SpecPlan spec;

@@ -46,6 +46,7 @@ struct Slot {
   std::string name;
   int kind = kTensor;
   int rank = 0;
+  bool is_mutable = false;  // an input tensor the kernel writes in place (manifest 1.2 args[].mutable)
 };
 
 struct OutputPlan {
@@ -108,6 +109,7 @@ struct OpPlan {
   std::vector<OutputPlan> outputs;
   std::vector<SpecPlan> specs;
   bool guard_uses_outputs = false;  // a guard reads an output: allocate outputs before choosing
+  bool has_mutable = false;  // some input is written in place (Tensor(a!) in the functional schema)
 };
 
 // Read one program of the plan ({"text", "code"}), mapping mnemonics to opcodes and validating it.

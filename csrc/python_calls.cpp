@@ -93,7 +93,9 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
         }
       }
       py::object r = reference_.get()(*args);
-      if (THPVariable_Check(r.ptr())) {
+      if (r.is_none() && p.outputs.empty()) {
+        // An op that only writes inputs in place: its reference writes them too and returns nothing.
+      } else if (THPVariable_Check(r.ptr())) {
         out.push_back(r.cast<at::Tensor>());
       } else if (py::isinstance<py::tuple>(r) || py::isinstance<py::list>(r)) {
         for (auto item : r.cast<py::sequence>()) {
@@ -111,7 +113,16 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
       error = "raised " + std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()));
     }
   }
-  FLYSHIP_CHECK(error.empty(), label(), ": the reference (fallback) ", error);
+  std::string in_place;  // what the reference of an op with in-place inputs must do instead
+  for (int k = 0; k < p.n_inputs; ++k) {
+    if (p.slots[k].is_mutable) in_place += (in_place.empty() ? "" : ", ") + p.slots[k].name;
+  }
+  if (!in_place.empty()) {
+    in_place = " (the kernel writes " + in_place + " in place, so the reference must write it in place too, e.g. " +
+               "x.copy_(new_value), and return only the outputs, never a new tensor in its place)";
+  }
+  FLYSHIP_CHECK(error.empty(), label(), ": the reference (fallback) ", error,
+                error.rfind("raised", 0) == 0 ? std::string() : in_place);
   // The functional op promises fresh outputs (its schema has no alias annotation): a reference that returns
   // an input, or a view of one, is given a copy.
   for (auto& o : out) {
@@ -123,7 +134,7 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
     }
   }
   FLYSHIP_CHECK(out.size() == p.outputs.size(), label(), ": the reference returned ", out.size(), " tensors, the op has ",
-              p.outputs.size(), " outputs");
+              p.outputs.size(), " outputs", in_place);
   for (size_t j = 0; j < out.size(); ++j) {
     FLYSHIP_CHECK(out[j].sizes() == c10::IntArrayRef(c.out_shapes[j]) && out[j].scalar_type() == c.out_dtypes[j] &&
                     out[j].device() == c.device,

@@ -119,14 +119,17 @@ class OutAutogradKernel final : public c10::OperatorKernel {
   std::string qualname_;
 };
 
-// ADInplaceOrView for the .out variant: bump the out tensors' version counters, as torch does for
-// every in-place write, so autograd notices if a tensor it saved was overwritten.
+// ADInplaceOrView for the .out variant: bump the versions of the tensors it writes (the out tensors and any
+// input written in place), as torch does for every in-place write, so autograd notices if a tensor it saved was
+// overwritten.
 class OutVersionKernel final : public c10::OperatorKernel {
  public:
-  explicit OutVersionKernel(size_t n_out) : n_out_(n_out) {}
+  // `written`: positions, among the variant's `n_args` arguments, of the tensors the kernel writes.
+  OutVersionKernel(size_t n_args, std::vector<size_t> written) : n_args_(n_args), written_(std::move(written)) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     c10::SmallVector<at::Tensor, 4> outs;
-    for (const auto& v : torch::jit::last(*stack, n_out_)) outs.push_back(v.toTensor());
+    auto args = torch::jit::last(*stack, n_args_);
+    for (size_t k : written_) outs.push_back(args[k].toTensor());
     {
       at::AutoDispatchBelowADInplaceOrView guard;
       op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
@@ -135,9 +138,19 @@ class OutVersionKernel final : public c10::OperatorKernel {
   }
 
  private:
-  size_t n_out_;
+  size_t n_args_;
+  std::vector<size_t> written_;
 };
 
+
+// The .out variant's written arguments: the inputs written in place, then every out tensor.
+static std::vector<size_t> written_by_out_variant(const OpPlan& p) {
+  std::vector<size_t> w;
+  for (size_t k = 0; k < p.slots.size(); ++k) {
+    if (p.slots[k].is_mutable || static_cast<int>(k) >= p.n_inputs) w.push_back(k);
+  }
+  return w;
+}
 
 void register_kernels(Bundle& b) {
   FLYSHIP_CHECK(b.libraries.empty(), "flyship: bundle ", b.core->ns(), " is already registered");
@@ -153,11 +166,12 @@ void register_kernels(Bundle& b) {
   for (c10::DispatchKey key : {driver::host_tensors() ? c10::DispatchKey::CPU : c10::DispatchKey::CUDA}) {
     torch::Library* lib = make(key);
     for (int k = 0; k < b.core->n_ops(); ++k) {
-      const std::string& name = b.core->op(k).plan().name;
-      lib->impl(name.c_str(), torch::CppFunction::makeFromBoxedKernel(
-                          c10::BoxedKernel::makeFromFunctor(std::make_unique<OpKernel>(b.core, k, false))));
-      lib->impl((name + ".out").c_str(), torch::CppFunction::makeFromBoxedKernel(
-                                   c10::BoxedKernel::makeFromFunctor(std::make_unique<OpKernel>(b.core, k, true))));
+      const OpPlan& p = b.core->op(k).plan();
+      lib->impl(p.name.c_str(), torch::CppFunction::makeFromBoxedKernel(
+                            c10::BoxedKernel::makeFromFunctor(std::make_unique<OpKernel>(b.core, k, false))));
+      if (p.outputs.empty()) continue;  // an op that only writes inputs in place has no .out variant
+      lib->impl((p.name + ".out").c_str(), torch::CppFunction::makeFromBoxedKernel(
+                                     c10::BoxedKernel::makeFromFunctor(std::make_unique<OpKernel>(b.core, k, true))));
     }
   }
   // No derivatives. The functional op runs with inputs that require grad and its backward raises
@@ -170,12 +184,14 @@ void register_kernels(Bundle& b) {
     autograd->impl(p.name.c_str(),
                    torch::CppFunction::makeFromBoxedKernel(
                        c10::BoxedKernel::makeFromFunctor(std::make_unique<FunctionalAutogradKernel>())));
+    if (p.outputs.empty()) continue;  // an op that only writes inputs in place has no .out variant
     autograd->impl((p.name + ".out").c_str(),
                    torch::CppFunction::makeFromBoxedKernel(
                        c10::BoxedKernel::makeFromFunctor(std::make_unique<OutAutogradKernel>(p.qualname))));
     inplace->impl((p.name + ".out").c_str(),
                   torch::CppFunction::makeFromBoxedKernel(
-                      c10::BoxedKernel::makeFromFunctor(std::make_unique<OutVersionKernel>(p.outputs.size()))));
+                      c10::BoxedKernel::makeFromFunctor(std::make_unique<OutVersionKernel>(
+                          p.slots.size(), written_by_out_variant(p)))));
   }
 }
 

@@ -37,7 +37,8 @@ def describe(manifest: _m.Manifest) -> str:
         functional, out = schemas(op)
         lines.append("")
         lines.append(f"{manifest.namespace}::{functional}")
-        lines.append(f"{manifest.namespace}::{out}")
+        if out is not None:
+            lines.append(f"{manifest.namespace}::{out}")
         lines.append(f"  {op.doc}  [{op.frontend}; reference: {op.reference or 'none'}]")
         for s in op.specializations:
             guard = [f"{k}={v}" for k, v in s.guard.dtypes.items()] + list(s.guard.constraints)

@@ -148,7 +148,8 @@ class OpHandle:
         self.qualname = f"{ops.namespace}::{op.name}"
         self.packet = getattr(getattr(torch.ops, ops.namespace), op.name)
         self.default = self.packet.default
-        self.out_overload = self.packet.out
+        # An op whose only effect is in place (mutable inputs, no outputs) has no .out variant.
+        self.out_overload = self.packet.out if op.outputs else None
         self.schema, self.out_schema = _schema.schemas(op)
         self._out_names = _schema.out_names(op)
         self.out = ops._out_class(self)
@@ -167,8 +168,12 @@ class OpHandle:
         tuple in output order (``out=(s, d)``).
 
         Raises:
-            TypeError: ``out=`` is not one tensor per output.
+            TypeError: ``out=`` is not one tensor per output, or the op has no outputs (it only writes inputs in
+                place: call it directly).
         """
+        if self.out_overload is None:
+            raise TypeError(f"{self.qualname}.out: expected an op with outputs, got one that only writes its inputs "
+                            f"{', '.join(self.manifest.mutable)} in place ({self.schema}); call it directly")
         if "out" in kwargs and "out" not in self._out_names:
             given = kwargs.pop("out")
             n = len(self._out_names)
@@ -530,13 +535,15 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
         functional, out = _schema.schemas(op)
         try:
             lib.define(functional)
-            lib.define(out)
+            if out is not None:  # an in-place-only op has no .out variant
+                lib.define(out)
         except RuntimeError as e:
             raise BundleError(f"register op {namespace}::{op.name}: torch refused the schema {functional!r} / {out!r}: "
                               f"{e}; load the bundle under another namespace (load(..., namespace='...'))") from e
         qual = f"{namespace}::{op.name}"
         torch.library.register_fake(qual, _schema.make_fake(op, False, qual), lib=lib)
-        torch.library.register_fake(qual + ".out", _schema.make_fake(op, True, qual), lib=lib)
+        if out is not None:
+            torch.library.register_fake(qual + ".out", _schema.make_fake(op, True, qual), lib=lib)
         cpu_kernel = _cpu.CpuKernel(op, qual, reference, lambda: core.fallback)
         if not cpu_in_core:  # the recording driver's C++ kernel owns the CPU key (it launches on CPU tensors)
             _cpu.register(lib, op, cpu_kernel)

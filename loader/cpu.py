@@ -52,6 +52,8 @@ class CpuKernel:
 
     def functional(self, *args: Any, **kwargs: Any) -> Any:
         outs = self._run(args, kwargs)
+        if not outs:  # an op that only writes inputs in place returns ()
+            return None
         return outs[0] if len(outs) == 1 else outs
 
     def out(self, *args: Any, **kwargs: Any) -> None:
@@ -82,7 +84,7 @@ class CpuKernel:
         with self._lock:
             self.calls += 1
         got = self._reference(*inputs)
-        outs = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        outs = tuple(got) if isinstance(got, (tuple, list)) else () if got is None else (got,)
         self._check(inputs, outs)
         # The functional op promises fresh outputs: an output sharing memory with an input is copied.
         in_storages = {t.untyped_storage().data_ptr() for _, t in tensors if t.numel()}
@@ -96,7 +98,7 @@ class CpuKernel:
         want = self._expected_cache.get(key)
         if want is None:
             want = self._fake(*[v.to("meta") if isinstance(v, torch.Tensor) else v for v in inputs])
-            want = want if isinstance(want, tuple) else (want,)
+            want = want if isinstance(want, tuple) else () if want is None else (want,)
             if len(self._expected_cache) >= 256:
                 self._expected_cache.clear()
             self._expected_cache[key] = want
@@ -108,8 +110,8 @@ class CpuKernel:
         want = self._expected(inputs)
         if len(outs) != len(want) or not all(isinstance(o, torch.Tensor) for o in outs):
             raise LoadError(f"flyship {self._qualname}: the reference returned {len(outs)} value(s) "
-                            f"({', '.join(type(o).__name__ for o in outs)}), expected {len(want)} tensor(s); fix the "
-                            "reference")
+                            f"({', '.join(type(o).__name__ for o in outs) or 'None'}), expected {len(want)} "
+                            f"tensor(s){mutable_hint(self._op)}; fix the reference")
         for name, o, w in zip(self._out_names, outs, want):
             if o.shape != w.shape or o.dtype != w.dtype or o.device.type != "cpu":
                 raise LoadError(f"flyship {self._qualname}: the reference returned output '{name}' of shape "
@@ -117,7 +119,18 @@ class CpuKernel:
                                 f"{list(w.shape)}, {w.dtype} on cpu; fix the reference or the output rule")
 
 
+def mutable_hint(op: _m.Op) -> str:
+    """What a reference of an op with in-place inputs must do, for the message that refuses one that did not."""
+    if not op.mutable:
+        return ""
+    names = ", ".join(op.mutable)
+    return (f" (the op's outputs only: the kernel writes {names} in place, so the reference must write "
+            f"{names} in place too, e.g. {op.mutable[0]}.copy_(new_value), and return "
+            f"{'None' if not op.outputs else 'only the outputs'}, never a new tensor in its place)")
+
+
 def register(lib: Any, op: _m.Op, kernel: CpuKernel) -> None:
-    """Register ``kernel`` for the CPU key of the op and of its ``.out`` variant on ``lib``."""
+    """Register ``kernel`` for the CPU key of the op and of its ``.out`` variant (when it has outputs) on ``lib``."""
     lib.impl(op.name, kernel.functional, "CPU")
-    lib.impl(op.name + ".out", kernel.out, "CPU")
+    if op.outputs:
+        lib.impl(op.name + ".out", kernel.out, "CPU")

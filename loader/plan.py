@@ -223,7 +223,7 @@ def lower_op(op: _m.Op, namespace: str) -> dict[str, Any]:
     return {
         "name": op.name,
         "qualname": f"{namespace}::{op.name}",
-        "slots": [{"name": n, "kind": s.kind, "rank": s.rank} for n, s in slots.items()],
+        "slots": [{"name": n, "kind": s.kind, "rank": s.rank, "mutable": n in op.mutable} for n, s in slots.items()],
         "n_inputs": n_in,
         "outputs": outputs,
         "specs": specs,

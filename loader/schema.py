@@ -5,6 +5,8 @@ The schema follows from the manifest's ``args`` and ``outputs`` (docs/bundle-for
     add(Tensor x, Tensor y) -> Tensor
     add.out(Tensor x, Tensor y, *, Tensor(a!) out) -> ()
     addsub.out(Tensor x, Tensor y, *, Tensor(a!) sum, Tensor(b!) diff) -> ()
+    fused_add_rmsnorm(Tensor x, Tensor(a!) residual, Tensor w, float eps=1e-06) -> Tensor
+    kv_write(Tensor(a!) cache, Tensor new, Tensor pos) -> ()          (an in-place op: no .out variant)
 
 The fake kernel computes output shapes with flyship's one expression interpreter
 (:func:`flyship.bundle.expr.evaluate`, the C++ core's semantics) on Python ints or SymInts, so
@@ -14,7 +16,7 @@ torch.compile traces the op with dynamic shapes without a graph break.
 from __future__ import annotations
 
 import string
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
@@ -45,26 +47,35 @@ def out_names(op: _m.Op) -> list[str]:
     return names
 
 
-def schemas(op: _m.Op) -> tuple[str, str]:
+def schemas(op: _m.Op) -> tuple[str, Optional[str]]:
     """The functional schema and the ``.out`` schema of an op (without namespace).
 
+    Each input the kernel writes in place (``mutable``, schema 1.2) is ``Tensor(a!) name``, taking the alias
+    letters before the out tensors; an op whose only effect is in place returns ``()`` and has no ``.out``
+    variant (its out schema is ``None``).
+
     Raises:
-        BundleError: an op without outputs, or too many of them for alias letters.
+        BundleError: an op with neither outputs nor in-place inputs, or too many of them for alias letters.
     """
-    if not op.outputs:
-        raise BundleError(f"op {op.name}: expected at least one output, got none")
-    if len(op.outputs) > len(string.ascii_lowercase):
-        raise BundleError(f"op {op.name}: too many outputs ({len(op.outputs)})")
+    from flyship.bundle import rules as _rules
+
+    _rules.check_effects(op, f"op {op.name}")
+    n_mut = len(op.mutable)
+    if n_mut + len(op.outputs) > len(string.ascii_lowercase):
+        raise BundleError(f"op {op.name}: expected at most {len(string.ascii_lowercase)} outputs and in-place "
+                          f"inputs together (one alias letter each), got {n_mut + len(op.outputs)}")
+    letters = iter(string.ascii_lowercase)
     params = []
     for a in op.args:
-        p = f"{_TYPES[a.kind]} {a.name}"
+        p = f"{_TYPES[a.kind]}({next(letters)}!) {a.name}" if a.mutable else f"{_TYPES[a.kind]} {a.name}"
         if a.kind != "tensor" and a.default is not None:
             p += "=" + _default(a)
         params.append(p)
     n = len(op.outputs)
     ret = "Tensor" if n == 1 else "(" + ", ".join(["Tensor"] * n) + ")"
     functional = f"{op.name}({', '.join(params)}) -> {ret}"
-    letters = string.ascii_lowercase[:n]
+    if not n:
+        return functional, None
     outs = [f"Tensor({letter}!) {name}" for letter, name in zip(letters, out_names(op))]
     # The out variant returns nothing: torch.compile functionalizes a custom op that mutates its
     # arguments only if its outputs carry no alias annotation (a `-> Tensor(a!)` return is refused).
@@ -131,7 +142,11 @@ def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
                     raise RuntimeError(f"flyship {qualname}: expected out tensor '{name}' of shape {list(shape)} and "
                                        f"dtype {dtype}, got shape {list(t.shape)} and dtype {t.dtype}")
             return None
+        # In-place inputs are written by the real kernel only: a fake tensor has no data, and the schema's
+        # Tensor(a!) tells functionalization to copy the new value back (auto_functionalized).
         made = [first.new_empty(shape, dtype=dtype) for shape, dtype in results]
+        if not made:
+            return None
         return made[0] if len(made) == 1 else tuple(made)
 
     fake.__name__ = f"{op.name}_{'out_' if is_out else ''}fake"

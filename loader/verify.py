@@ -121,6 +121,13 @@ def _strided_to(t: Any, device: Any) -> Any:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device).copy_(t)
 
 
+def _same_layout_copy(t: Any) -> Any:
+    """A copy of tensor ``t`` with its strides (``clone`` of a transposed view would be contiguous)."""
+    import torch
+
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
 def verify(ops: "Ops", device: Optional[Any] = None) -> Report:
     """Run each op's specializations on ``device`` (default: the current GPU) against the references.
 
@@ -150,13 +157,17 @@ def verify(ops: "Ops", device: Optional[Any] = None) -> Report:
                                 "no reference to compare with"))
                 continue
             inputs = example_inputs(op, spec, device)
+            # In-place inputs: the kernel and the reference each write their own copy; both copies are compared.
+            written = [i for i, a in enumerate(op.args) if a.mutable]
+            ref_inputs = [_same_layout_copy(t) if i in written else t for i, t in enumerate(inputs)]
             try:
-                got = handle.run_specialization(spec.name, *inputs)
+                got = handle.run_specialization(spec.name, *inputs) + tuple(inputs[i] for i in written)
             except RuntimeError as e:
                 rows.append(Row(op.name, spec.name, ran, float("nan"), float("nan"), False, str(e).splitlines()[0]))
                 continue
-            want = reference(*inputs)
-            want = (want,) if isinstance(want, torch.Tensor) else tuple(want)
+            want = reference(*ref_inputs)
+            want = (want,) if isinstance(want, torch.Tensor) else () if want is None else tuple(want)
+            want += tuple(ref_inputs[i] for i in written)
             torch.cuda.synchronize(device)
             max_abs = max_rel = 0.0
             ok = len(got) == len(want)
