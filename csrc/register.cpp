@@ -4,10 +4,13 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <memory>
 #include <type_traits>
 
 #include "check.h"
@@ -119,6 +122,53 @@ class OutAutogradKernel final : public c10::OperatorKernel {
   std::string qualname_;
 };
 
+// Autograd for an op that writes inputs in place and has no derivative: torch's rule for in-place ops. A leaf
+// that requires grad (or a view of one) cannot be written (torch's own check_inplace); the written tensors'
+// versions are bumped, so a backward that saved their old value is refused; and when any input requires grad,
+// the written tensors and the fresh outputs get a NotImplemented history, so a backward through the op raises
+// "derivative for <op> is not implemented" instead of silently using the old history of a rewritten tensor.
+// (torch's autogradNotImplementedFallback does neither the version bump nor the rebase for mutated inputs.)
+class MutableAutogradKernel final : public c10::OperatorKernel {
+ public:
+  MutableAutogradKernel(std::string qualname, size_t n_inputs, std::vector<size_t> written)
+      : qualname_(std::move(qualname)), n_inputs_(n_inputs), written_(std::move(written)) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    auto args = torch::jit::last(*stack, n_inputs_);
+    std::vector<at::Tensor> inputs, written;
+    for (const auto& v : args)
+      if (v.isTensor()) inputs.push_back(v.toTensor());
+    for (size_t k : written_) written.push_back(args[k].toTensor());
+    bool requires_grad = false;
+    if (at::GradMode::is_enabled()) {
+      for (const auto& t : inputs) requires_grad |= t.defined() && t.requires_grad();
+    }
+    for (const auto& t : written) torch::autograd::check_inplace(t, requires_grad);
+    NodePtr node;
+    if (requires_grad) {
+      node = NodeMaker<NodePtr>::make<torch::autograd::NotImplemented>(
+          qualname_, torch::autograd::collect_next_edges(at::ArrayRef<at::Tensor>(inputs)));
+    }
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+    }
+    for (const auto& t : written) torch::autograd::impl::bump_version(t);
+    if (node) {
+      torch::autograd::rebase_history(written, node);
+      const size_t n_out = op.schema().returns().size();
+      for (const auto& r : torch::jit::last(*stack, n_out)) {
+        const at::Tensor& t = r.toTensor();
+        if (torch::autograd::isDifferentiableType(t.scalar_type())) torch::autograd::set_history(t, node);
+      }
+    }
+  }
+
+ private:
+  std::string qualname_;
+  size_t n_inputs_;
+  std::vector<size_t> written_;
+};
+
 // ADInplaceOrView for the .out variant: bump the versions of the tensors it writes (the out tensors and any
 // input written in place), as torch does for every in-place write, so autograd notices if a tensor it saved was
 // overwritten.
@@ -181,9 +231,17 @@ void register_kernels(Bundle& b) {
   torch::Library* inplace = make(c10::DispatchKey::ADInplaceOrView);
   for (int k = 0; k < b.core->n_ops(); ++k) {
     const OpPlan& p = b.core->op(k).plan();
-    autograd->impl(p.name.c_str(),
-                   torch::CppFunction::makeFromBoxedKernel(
-                       c10::BoxedKernel::makeFromFunctor(std::make_unique<FunctionalAutogradKernel>())));
+    if (p.has_mutable) {  // writes inputs in place (Tensor(a!) in its schema): torch's rule for in-place ops
+      std::vector<size_t> written;
+      for (int j = 0; j < p.n_inputs; ++j)
+        if (p.slots[j].is_mutable) written.push_back(j);
+      autograd->impl(p.name.c_str(), torch::CppFunction::makeFromBoxedKernel(c10::BoxedKernel::makeFromFunctor(
+                                         std::make_unique<MutableAutogradKernel>(p.qualname, p.n_inputs, written))));
+    } else {
+      autograd->impl(p.name.c_str(),
+                     torch::CppFunction::makeFromBoxedKernel(
+                         c10::BoxedKernel::makeFromFunctor(std::make_unique<FunctionalAutogradKernel>())));
+    }
     if (p.outputs.empty()) continue;  // an op that only writes inputs in place has no .out variant
     autograd->impl((p.name + ".out").c_str(),
                    torch::CppFunction::makeFromBoxedKernel(

@@ -12,6 +12,7 @@ fit no specialization run the reference in ``references.py``.
 
 from tl_elementwise import add_kernel
 from tl_gemm import gemm_kernel, gemm_tma_kernel
+from tl_inplace import accumulate_kernel, fused_add_rmsnorm_kernel
 from tl_rmsnorm import rmsnorm_kernel
 from tl_softmax import softmax_bwd_kernel, softmax_kernel
 
@@ -113,3 +114,30 @@ op("gemm_tma", kernel=gemm_tma_kernel, reference="gemm_ref", doc="c = a @ b.T th
                constraints=(*contiguous("a"), *contiguous("b"), *contiguous("c"), "b.shape[1] == a.shape[1]",
                             "a.shape[1] % 8 == 0", "b.shape[0] % 8 == 0", "a.shape[1] >= 8"))
           for name, dt in HALVES.items()])
+
+# -- inputs the kernel writes in place (issue 9, pattern 7): Tensor(a!) in the schema, no fresh output for them -------
+# fused_add_rmsnorm(x, residual(a!), w, eps) -> out: residual += x in place, out = rmsnorm(residual) * w.
+op("fused_add_rmsnorm", kernel=fused_add_rmsnorm_kernel, reference="fused_add_rmsnorm_ref",
+   doc="residual += x (in place); out = rmsnorm(residual) * w",
+   args=[Tensor("x", rank=2), Tensor("residual", rank=2, mutable=True), Tensor("w", rank=1), Output("out", like="x"),
+         Value("x_row_stride", "x.stride[0]"), Value("r_row_stride", "residual.stride[0]"),
+         Value("out_row_stride", "out.stride[0]"), Value("n_cols", "x.shape[1]"), Scalar("eps", "float", 1e-6),
+         Constexpr("BLOCK_N")],
+   grid=("x.shape[0]",),
+   specs=[Spec(f"{name}_n{bn}", dtypes={"x": dt, "residual": dt, "w": dt},
+               shapes={"x": (64, bn - 24), "residual": (64, bn - 24), "w": (bn - 24,)},
+               constexprs={"BLOCK_N": bn}, options={"num_warps": nw},
+               constraints=("x.stride[1] == 1", "residual.stride[1] == 1", "out.stride[1] == 1", "w.stride[0] == 1",
+                            "residual.shape[0] == x.shape[0]", "residual.shape[1] == x.shape[1]",
+                            "w.shape[0] == x.shape[1]", "x.shape[1] >= 1", f"x.shape[1] <= {bn}"))
+          for bn, nw in ((1024, 4), (8192, 16)) for name, dt in (("f32", "float32"), ("bf16", "bfloat16"))])
+
+# accumulate(acc(a!), x, alpha) -> (): only an in-place write, no output (no .out variant).
+op("accumulate", kernel=accumulate_kernel, reference="accumulate_ref", doc="acc += alpha * x (in place, no output)",
+   args=[Tensor("acc", rank=1, mutable=True), Tensor("x", rank=1), Value("n_elements", "acc.numel"),
+         Scalar("alpha", "float", 1.0), Constexpr("BLOCK")],
+   grid=("cdiv(acc.numel, BLOCK)",),
+   specs=[Spec("f32", dtypes={"acc": "float32", "x": "float32"}, shapes={"acc": (5000,), "x": (5000,)},
+               constexprs={"BLOCK": 1024}, options={"num_warps": 4},
+               constraints=("acc.stride[0] == 1", "x.stride[0] == 1", "x.shape[0] == acc.shape[0]",
+                            "acc.numel + 1024 <= 2147483647"))])

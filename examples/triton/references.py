@@ -12,6 +12,11 @@ the result is cast back to the input dtype, as the kernels do.
     gemm_tma(a, b)        gemm_ref(a, b)
     rowsum(x)             rowsum_ref(x)          x.sum(dim=1)  (persistent.py; rowsum_atomic in multilaunch.py)
     rowsum_split(x)       rowsum_f32_ref(x)      x.float().sum(dim=1)  (multilaunch.py)
+    fused_add_rmsnorm(x, residual, w, eps)       residual += x IN PLACE; returns rmsnorm(residual) * w
+    accumulate(acc, x, alpha)                    acc += alpha * x IN PLACE; returns None
+
+A reference of an op with an in-place input writes that input in place, as the kernel does, and returns only the
+op's outputs.
 """
 
 import torch
@@ -54,3 +59,14 @@ def rowsum_ref(x: torch.Tensor) -> torch.Tensor:
 def rowsum_f32_ref(x: torch.Tensor) -> torch.Tensor:
     """rowsum_split (multilaunch.py): the row sums in float32 whatever x's dtype."""
     return x.float().sum(dim=1)
+
+
+def fused_add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    h = (x.float() + residual.float()).to(residual.dtype)
+    residual.copy_(h)
+    hf = h.float()
+    return (hf * torch.rsqrt(hf.pow(2).mean(dim=-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def accumulate_ref(acc: torch.Tensor, x: torch.Tensor, alpha: float = 1.0) -> None:
+    acc.copy_((acc.float() + alpha * x.float()).to(acc.dtype))
