@@ -23,7 +23,7 @@ from flyship.bundle.errors import BundleError
 from flyship.bundle import rules as _rules
 from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof, Workspace
 from flyship.bundle.rules import check_layout
-from flyship.compiler.spec import OpDecl, Scalar, Spec
+from flyship.compiler.spec import OpDecl, Scalar, Spec, Tensor
 from flyship.errors import CompileError
 
 # NVIDIA: 32-bit registers available to one block (CUDA C++ Programming Guide, "Technical Specifications
@@ -97,6 +97,9 @@ class KernelBuild:
         facts: the frontend's own facts for :meth:`Frontend.kernarg_layout` (never read by the tail).
         then: the kernels the call launches after this one, in order (a multi-launch op), each a build of its
             own; fields that name a workspace are bound to it by the tail.
+        written: indices of the kernel's explicit parameters (code-object metadata order) whose pointers reach a
+            store or an atomic in the kernel's IR (:mod:`flyship.compiler.frontends.writes`); None when the
+            frontend could not read them (then nothing is checked).
     """
 
     target: str
@@ -113,6 +116,7 @@ class KernelBuild:
     isa: Optional[str] = None
     facts: Any = None
     then: tuple["KernelBuild", ...] = ()
+    written: Optional[frozenset[int]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,6 +329,8 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         check_layout(layout, meta, where)
     except BundleError as e:
         raise FrontendError(str(e)) from None
+    if build.written is not None:
+        check_writes(op, build.written, meta, layout, where)
     constraints = (*build.constraints, *op.constraints(spec))
     grid, shapes, scalars = example_grid(op, spec, build.launch.grid, constraints, where,
                                          target=build.target)
@@ -342,6 +348,33 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         code_object_version=co_version, metadata=meta, kernargs=layout, launch=build.launch, proof=build.proof,
         toolchain=build.toolchain, example_grid=build.example_grid, constraints=build.constraints,
         alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa)
+
+
+def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layout: KernargLayout,
+                 where: str) -> None:
+    """Refuse a kernel that stores through a tensor the spec declared neither an ``Output`` nor ``mutable``.
+
+    Args:
+        written: explicit kernel parameters (metadata order) whose pointers reach a store or an atomic.
+        meta, layout: the code object's metadata and the kernarg layout bound to the op's arguments.
+
+    Raises:
+        FrontendError: naming the parameter, the tensor it is bound to and what to declare.
+    """
+    explicit = [a for a in meta.args if not a.hidden]
+    by_offset = {f.offset: f for f in layout.fields if f.kind == "pointer"}
+    read_only = {a.name for a in op.args if isinstance(a, Tensor) and not a.mutable}
+    for i in sorted(written):
+        if i >= len(explicit) or explicit[i].offset not in by_offset:
+            continue  # a by-value parameter (a layout struct, a size) or one no tensor is bound to
+        f = by_offset[explicit[i].offset]
+        if f.arg in read_only:
+            name = f.kernel_arg or explicit[i].name or f"#{i}"
+            raise FrontendError(
+                f"{where}: the kernel stores through parameter {i} ({name}, offset {f.offset}), bound to input "
+                f"tensor {f.arg!r}, which the spec declares neither an Output nor mutable; declare "
+                f"Tensor({f.arg!r}, ..., mutable=True) if the kernel writes it in place (the schema then says "
+                f"Tensor(a!) {f.arg} and torch.compile sees the write), or make the kernel not write it")
 
 
 def example_device(spec: Spec, target: str | None) -> dict[str, int] | None:

@@ -492,6 +492,20 @@ def _one(kernel_dir: Path, pattern: str, what: str) -> Path:
     return found[-1]
 
 
+def _written(kernel_dir: Path, symbol: str) -> frozenset[int] | None:
+    """The kernel parameters whose pointers reach a store or an atomic in FlyDSL's LLVM IR dump
+    (:func:`flyship.compiler.frontends.writes.llvm_written_params`); None when the release wrote no LLVM IR."""
+    from flyship.compiler.frontends import writes
+
+    found = sorted(kernel_dir.glob("*_llvm_ir.ll"))
+    if not found:
+        return None
+    try:
+        return frozenset(writes.llvm_written_params(found[-1].read_text(), symbol))
+    except ValueError as e:
+        raise FrontendError(f"FlyDSL dump {found[-1]}: cannot read which parameters the kernel writes: {e}") from None
+
+
 def _layout(analysis: host_ir.HostAnalysis, meta, where: str) -> KernargLayout:
     """Place each kernel argument's fields at the metadata offset of that argument."""
     explicit = [a for a in meta.args if not a.hidden]
@@ -590,7 +604,8 @@ class FlydslFrontend(Frontend):
                 proof=proofs[0], toolchain={**ctx.toolchain.describe(), "flydsl": adapter.version},
                 example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
                 tensor_abi=analysis.tensor_abi,
-                isa=isa if ctx.keep_ir and not builds else None, facts=analysis))
+                isa=isa if ctx.keep_ir and not builds else None, facts=analysis,
+                written=_written(kernel_dir, symbol)))
         return dataclasses.replace(builds[0], then=tuple(builds[1:]))
 
     def kernarg_layout(self, build: KernelBuild, meta: KernelMetadata, where: str) -> KernargLayout:

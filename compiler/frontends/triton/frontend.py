@@ -598,7 +598,7 @@ class TritonFrontend(Frontend):
             proof=Proof(method="frontend-binary", reference_sha256=hashlib.sha256(binary).hexdigest(),
                         identical_sections=(), kernel_descriptor="n/a", metadata="n/a"),
             toolchain=toolchain, example_grid=grid_at_example, constraints=p.constraints, alignment=dict(p.alignment),
-            isa=isa, facts=(p, tid, (scratch_size, scratch_align)))
+            isa=isa, facts=(p, tid, (scratch_size, scratch_align)), written=written_params(kernel, p, where))
 
     def read_metadata(self, build: KernelBuild, where: str) -> tuple[KernelMetadata, Optional[int]]:
         p, tid, _ = build.facts
@@ -612,6 +612,25 @@ class TritonFrontend(Frontend):
     def kernarg_layout(self, build: KernelBuild, meta: KernelMetadata, where: str) -> KernargLayout:
         p, _, scratch = build.facts
         return kernarg_layout(meta, p, scratch, where)
+
+
+def written_params(kernel: Any, p: TritonPlan, where: str) -> frozenset[int]:
+    """The runtime parameters (code-object order: the signature's non-constexpr ones) that the kernel's TTIR
+    stores or atomically updates through (:func:`flyship.compiler.frontends.writes.ttir_written_params`).
+
+    Raises:
+        FrontendError: the TTIR's parameters are not the plan's (the binding would be wrong).
+    """
+    from flyship.compiler.frontends import writes
+
+    try:
+        names, written = writes.ttir_written_params(str(kernel.asm["ttir"]))
+    except (KeyError, ValueError) as e:
+        raise FrontendError(f"{where}: cannot read which parameters the kernel writes from its TTIR: {e}") from None
+    want = [q.name for q in p.params]
+    if names != want:
+        raise FrontendError(f"{where}: the TTIR's parameters {names} are not the kernel's runtime parameters {want}")
+    return frozenset(written)
 
 
 def _cubin_target(binary: bytes, symbol: str, where: str) -> str:

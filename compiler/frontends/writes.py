@@ -1,0 +1,186 @@
+"""Which kernel parameters a kernel stores through, read from its IR (issue 9, pattern 7).
+
+A spec says which tensors a kernel writes: its ``Output``s and the inputs it declares ``mutable``. A kernel that
+also stores through another input would mutate the caller's tensor behind torch's back (a schema without
+``Tensor(a!)`` lets torch.compile reorder, share or drop it), so flyc-build refuses it, naming the parameter.
+
+Both readers follow pointers from the kernel's parameters through the ops that compute addresses, and report
+the parameters whose pointers reach a store or an atomic:
+
+* :func:`llvm_written_params` reads LLVM IR (FlyDSL's ``NN_llvm_ir.ll``): ``store``, ``atomicrmw``,
+  ``cmpxchg``, ``llvm.mem{cpy,move,set}`` destinations and AMDGPU store/atomic intrinsics (buffer resources
+  made from a parameter's pointer included).
+* :func:`ttir_written_params` reads Triton's TTIR: ``tt.store``, ``tt.atomic_rmw``, ``tt.atomic_cas`` and
+  ``tt.descriptor_store`` / ``tt.descriptor_reduce`` / ``tt.descriptor_scatter``.
+
+The dataflow is conservative in one direction only: a value computed from a parameter's pointer carries that
+parameter, except what is *loaded* from memory (an index read from a tensor is data, not an address of the
+tensor). Loop-carried values (``phi``, ``iter_args``) are followed to a fixed point.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+_LLVM_NAME = r"%[-\w.$]+"
+_LLVM_PTR_OPERAND = re.compile(r"\bptr(?:\s+addrspace\(\d+\))?(?:\s+(?:noundef|nonnull|align\s+\d+|"
+                               r"nocapture|readonly|writeonly|noalias))*\s+(" + _LLVM_NAME + ")")
+_LLVM_REF = re.compile(_LLVM_NAME)
+_LLVM_DEF = re.compile(r"^\s*(" + _LLVM_NAME + r")\s*=\s*(.*)$")
+# Results that are data read from memory, not addresses derived from their operands.
+_LLVM_LOADS = re.compile(r"^(?:load\b|atomicrmw\b|cmpxchg\b|(?:tail\s+|notail\s+|musttail\s+)?call\b.*@llvm\.[\w.]*load)")
+
+
+def _split_top_level(text: str) -> list[str]:
+    """``text`` split at commas outside brackets (LLVM struct types hold commas)."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "({[<":
+            depth += 1
+        elif ch in ")}]>":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        parts.append("".join(cur))
+    return parts
+
+
+def _llvm_function(ir: str, symbol: str) -> tuple[list[str], list[str]]:
+    """The parameter names and the body lines of ``define ... @symbol(...)``.
+
+    Raises:
+        ValueError: no such function in ``ir``.
+    """
+    lines = ir.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*define\b.*?@\"?" + re.escape(symbol) + r"\"?\(", line)
+        if not m:
+            continue
+        depth, j = 1, m.end()
+        while j < len(line) and depth:
+            depth += {"(": 1, ")": -1}.get(line[j], 0)
+            j += 1
+        params = []
+        for p in _split_top_level(line[m.end():j - 1]):
+            names = _LLVM_REF.findall(p)
+            params.append(names[-1] if names else "")
+        body = []
+        for rest in lines[i + 1:]:
+            if rest.startswith("}"):
+                break
+            body.append(rest.split(";", 1)[0])
+        return params, body
+    raise ValueError(f"no function @{symbol} in the LLVM IR")
+
+
+def _llvm_stored_through(inst: str) -> list[str]:
+    """The pointer operands an instruction writes through (empty for one that writes no memory)."""
+    body = inst.split("=", 1)[1] if _LLVM_DEF.match(inst) else inst
+    body = body.strip()
+    ptrs = _LLVM_PTR_OPERAND.findall(body)
+    if not ptrs:
+        return []
+    if re.match(r"store\b", body):
+        return ptrs[-1:]  # store <ty> %value, ptr %address: a stored pointer is a value, not a destination
+    if re.match(r"(atomicrmw|cmpxchg)\b", body):
+        return ptrs[:1]
+    call = re.search(r"\bcall\b.*?@([\w.$\"]+)\(", body)
+    if call is None:
+        return []
+    callee = call.group(1)
+    if re.match(r"\"?llvm\.mem(cpy|move|set)", callee):
+        return ptrs[:1]
+    if re.search(r"store|atomic", callee):
+        return ptrs
+    return []
+
+
+def llvm_written_params(ir: str, symbol: str) -> set[int]:
+    """Indices of ``@symbol``'s parameters whose pointers reach a store or an atomic in LLVM IR ``ir``.
+
+    Raises:
+        ValueError: ``ir`` defines no ``@symbol``.
+    """
+    params, body = _llvm_function(ir, symbol)
+    taint: dict[str, frozenset[int]] = {p: frozenset({i}) for i, p in enumerate(params) if p}
+    defs = []
+    for line in body:
+        m = _LLVM_DEF.match(line)
+        if m:
+            rhs = m.group(2).strip()
+            defs.append((m.group(1), frozenset() if _LLVM_LOADS.match(rhs) else None, _LLVM_REF.findall(rhs)))
+    _fixed_point(taint, ((name, fixed, refs) for name, fixed, refs in defs))
+    written: set[int] = set()
+    for line in body:
+        for p in _llvm_stored_through(line):
+            written |= taint.get(p, frozenset())
+    return written
+
+
+_TT_REF = re.compile(r"%([\w$.-]+)(?:#\d+)?")
+_TT_DEF = re.compile(r"^\s*%([\w$.-]+)(?::\d+)?(?:\s*,\s*%[\w$.-]+)*\s*=\s*([\w.]+)(.*)$")
+_TT_STORES = ("tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.descriptor_store", "tt.descriptor_reduce",
+              "tt.descriptor_scatter")
+_TT_LOADS = ("tt.load", "tt.descriptor_load", "tt.descriptor_gather", "tt.atomic_rmw", "tt.atomic_cas")
+
+
+def _strip_locations(line: str) -> str:
+    return re.sub(r"\bloc\((?:[^()]|\([^()]*\))*\)", "", line)
+
+
+def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
+    """The kernel's runtime parameters (TTIR argument names, constexprs left out, in order) and the indices of
+    those whose pointers reach a store or an atomic.
+
+    Raises:
+        ValueError: ``ttir`` holds no public ``tt.func``.
+    """
+    lines = [_strip_locations(x) for x in ttir.splitlines()]
+    head = next((i for i, x in enumerate(lines) if re.match(r"\s*tt\.func\s+public\b", x)), None)
+    if head is None:
+        raise ValueError("no public tt.func in the TTIR")
+    signature = lines[head].split("{", 1)[0]
+    params = re.findall(r"%([\w$.-]+)\s*:", signature)
+    taint: dict[str, frozenset[int]] = {p: frozenset({i}) for i, p in enumerate(params)}
+    defs: list[tuple[str, frozenset[int] | None, list[str]]] = []
+    stores: list[str] = []
+    for line in lines[head + 1:]:
+        for dst, src in re.findall(r"%([\w$.-]+)\s*=\s*%([\w$.-]+)(?:#\d+)?", line.split("iter_args(", 1)[1]
+                                   if "iter_args(" in line else ""):
+            defs.append((dst, None, [src]))  # a loop-carried value starts as its initial value
+        m = _TT_DEF.match(line)
+        op = m.group(2) if m else line.strip().split(" ", 1)[0]
+        if op in _TT_STORES:
+            operands = line.split(op, 1)[1]
+            first = _TT_REF.search(operands)
+            if first:
+                stores.append(first.group(1))
+        if m:
+            defs.append((m.group(1), frozenset() if op in _TT_LOADS else None, _TT_REF.findall(m.group(3))))
+    _fixed_point(taint, defs)
+    written: set[int] = set()
+    for p in stores:
+        written |= taint.get(p, frozenset())
+    return params, written
+
+
+def _fixed_point(taint: dict[str, frozenset[int]], defs: Iterable[tuple[str, frozenset[int] | None, list[str]]]) -> None:
+    """Propagate parameter sets through ``defs`` (name, fixed set or None to take the union of the referenced
+    names' sets, referenced names) until nothing changes (loop-carried values refer to later definitions)."""
+    defs = list(defs)
+    for _ in range(64):
+        changed = False
+        for name, fixed, refs in defs:
+            got = fixed if fixed is not None else frozenset().union(*(taint.get(r, frozenset()) for r in refs))
+            if fixed is None and name in taint:
+                got = got | taint[name]
+            if got and taint.get(name) != got:
+                taint[name] = got
+                changed = True
+        if not changed:
+            return
