@@ -144,8 +144,14 @@ def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
     head = next((i for i, x in enumerate(lines) if re.match(r"\s*tt\.func\s+public\b", x)), None)
     if head is None:
         raise ValueError("no public tt.func in the TTIR")
-    signature = lines[head].split("{", 1)[0]
-    params = re.findall(r"%([\w$.-]+)\s*:", signature)
+    start = lines[head].index("(")  # the argument list: up to its matching ")" (attributes hold braces)
+    depth, end = 0, len(lines[head])
+    for j in range(start, len(lines[head])):
+        depth += {"(": 1, ")": -1}.get(lines[head][j], 0)
+        if depth == 0:
+            end = j
+            break
+    params = re.findall(r"%([\w$.-]+)\s*:", lines[head][start:end])
     taint: dict[str, frozenset[int]] = {p: frozenset({i}) for i, p in enumerate(params)}
     defs: list[tuple[str, frozenset[int] | None, list[str]]] = []
     stores: list[str] = []

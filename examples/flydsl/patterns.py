@@ -20,9 +20,13 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
 * ``scale_add_one`` (twophase.py): one launcher launches two kernels in sequence through a buffer ``tmp``
   the call allocates, declared ``Workspace("tmp", ...)``: the manifest holds both launches in order, each
   proved against FlyDSL's own code object and its kernargs checked against its metadata (6).
+* ``fused_add_rmsnorm`` (fused_add_rmsnorm.py): a kernel that writes an input in place: ``residual += x`` is
+  stored back into ``residual`` (declared ``Tensor("residual", rank=2, mutable=True)``: ``Tensor(a!)`` in the
+  schema, no fresh output for it) and the normed ``out`` is a fresh output (7).
 """
 
 from divide import build_divide, launch_divide
+from fused_add_rmsnorm import fused_add_rmsnorm
 from pointers import add_one_ptr
 from rows import ROWS_MAX, add_one_rows
 from scale import ScaleConfig, scale, scale_cfg
@@ -104,3 +108,19 @@ op("scale_add_one", kernel=scale_add_one, reference="scale_add_one_ref",
    args=[Tensor("x", rank=2), Workspace("tmp", shape=("x.shape[0]", "x.shape[1]"), dtype="float32"),
          Output("out", like="x"), Scalar("alpha", "float", default=2.0), Constexpr("TILE_N")],
    specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)}, constexprs={"TILE_N": 256})])
+
+# An input the kernel writes in place (7): residual += x is stored into residual; out is fresh.
+op(
+    "fused_add_rmsnorm",
+    kernel=fused_add_rmsnorm,
+    args=[Tensor("x", rank=2), Tensor("residual", rank=2, mutable=True), Tensor("w", rank=1), Output("out", like="x"),
+          Scalar("eps", "float", default=1e-6), Constexpr("MAX_N")],
+    reference="fused_add_rmsnorm_ref",
+    doc="residual += x (in place); out = rmsnorm(residual) * w (float32)",
+    specs=[
+        Spec("f32", dtypes={"x": "float32", "residual": "float32", "w": "float32"},
+             shapes={"x": (64, 1000), "residual": (64, 1000), "w": (1000,)}, constexprs={"MAX_N": 4096},
+             constraints=("x.shape[1] <= MAX_N", "residual.shape[0] == x.shape[0]", "residual.shape[1] == x.shape[1]",
+                          "w.shape[0] == x.shape[1]")),
+    ],
+)

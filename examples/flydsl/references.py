@@ -65,3 +65,10 @@ def divide_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
 def scale_add_one_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
     """scale_add_one (patterns.py, two launches): alpha * x rounded to float32, then + 1."""
     return (x * alpha) + 1
+
+
+def fused_add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """residual += x IN PLACE (as the kernel does); returns rmsnorm(residual) * w."""
+    residual.add_(x)
+    h = residual.float()
+    return (h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps) * w.float()).to(x.dtype)
