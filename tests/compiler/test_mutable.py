@@ -1,0 +1,130 @@
+"""Inputs a kernel writes in place (issue 9, pattern 7) at build time: the manifest marks them, the FlyDSL fused
+add + RMSNorm builds for both targets with its proof, and flyc-build refuses a kernel that stores through an input
+the spec did not declare (FlyDSL: read from the LLVM IR; Triton: from the TTIR), and a reference that returns the
+new value instead of writing it in place."""
+
+from __future__ import annotations
+
+import hashlib
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flyship.bundle import manifest as M
+from flyship.bundle import rules
+from flyship.bundle.codeobject import CodeObjectFile
+
+from ..conftest import ROOT, run_build
+
+pytestmark = pytest.mark.compile
+
+
+def test_the_flydsl_fused_add_rmsnorm_marks_the_residual_mutable_and_makes_no_output_for_it(patterns_bundle):
+    op = M.read(patterns_bundle).op("fused_add_rmsnorm")
+    assert [(a.name, a.mutable) for a in op.args] == [("x", False), ("residual", True), ("w", False),
+                                                       ("eps", False)]
+    assert op.mutable == ("residual",) and [o.name for o in op.outputs] == ["out"]
+    (spec,) = op.specializations
+    assert sorted(v.target for v in spec.variants) == ["gfx942", "gfx950"]
+    for v in spec.variants:
+        data = (patterns_bundle / v.code_object.file).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == v.code_object.sha256
+        assert v.proof.method == "flydsl-binary" and ".text" in v.proof.identical_sections
+        assert CodeObjectFile(data).kernel_metadata(v.code_object.symbol) == v.metadata
+        rules.check_layout(v.kernargs, v.metadata, f"fused_add_rmsnorm.{v.target}")
+        # The kernel gets the residual's own pointer (written in place) and the fresh output's.
+        assert [f.arg for f in v.kernargs.fields if f.kind == "pointer"] == ["x", "residual", "w", "out"]
+
+
+def _spec(tmp_path: Path, folder: str, body: str) -> Path:
+    p = tmp_path / "spec.py"
+    p.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / 'examples' / folder)!r})
+        from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, namespace, op, references
+        namespace("t")
+    """) + textwrap.dedent(body))
+    return p
+
+
+def _refused(tmp_path: Path, spec: Path, arch: str) -> str:
+    r = run_build(spec, tmp_path / "o", [arch], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert not (tmp_path / "o").exists()
+    return r.stderr
+
+
+ADD_INTO = """
+    from fused_add_rmsnorm import add_into
+    op("add_into", kernel=add_into, args=[Tensor("x", rank=2), Tensor("y", rank=2, mutable=MUT), Output("out", like="x")],
+       specs=[Spec("f32", dtypes={"x": "float32", "y": "float32"}, shapes={"x": (8, 300), "y": (8, 300)})])
+"""
+
+
+def test_a_flydsl_kernel_that_writes_an_input_it_did_not_declare_fails_naming_it(tmp_path):
+    err = _refused(tmp_path, _spec(tmp_path, "flydsl", ADD_INTO.replace("MUT", "False")), "gfx942")
+    assert "the kernel stores through parameter" in err and "bound to input tensor 'y'" in err
+    assert "Tensor('y', ..., mutable=True)" in err
+    # Declared, the same kernel builds, and the manifest says so.
+    run_build(_spec(tmp_path, "flydsl", ADD_INTO.replace("MUT", "True")), tmp_path / "ok", ["gfx942"])
+    assert M.read(tmp_path / "ok").op("add_into").mutable == ("y",)
+
+
+FUSED_TRITON = """
+    from tl_inplace import fused_add_rmsnorm_kernel
+    references({refs!r})
+    op("fused_add_rmsnorm", kernel=fused_add_rmsnorm_kernel, reference=REF,
+       args=[Tensor("x", rank=2), Tensor("residual", rank=2, mutable=MUT), Tensor("w", rank=1), Output("out", like="x"),
+             Value("x_row_stride", "x.stride[0]"), Value("r_row_stride", "residual.stride[0]"),
+             Value("out_row_stride", "out.stride[0]"), Value("n_cols", "x.shape[1]"), Scalar("eps", "float", 1e-6),
+             Constexpr("BLOCK_N")],
+       grid=("x.shape[0]",),
+       specs=[Spec("f32", dtypes={{"x": "float32", "residual": "float32", "w": "float32"}},
+                   shapes={{"x": (4, 100), "residual": (4, 100), "w": (100,)}}, constexprs={{"BLOCK_N": 128}},
+                   constraints=("x.shape[1] <= 128",))])
+"""
+
+
+def _fused_triton(tmp_path: Path, mutable: bool, ref: str, references: str) -> Path:
+    (tmp_path / "refs.py").write_text(textwrap.dedent(references))
+    body = FUSED_TRITON.format(refs=str(tmp_path / "refs.py")).replace("MUT", str(mutable)).replace("REF", repr(ref))
+    return _spec(tmp_path, "triton", body)
+
+
+GOOD_REF = """
+    import torch
+    def good(x, residual, w, eps=1e-6):
+        residual.add_(x)
+        return residual * w
+    def returns_new(x, residual, w, eps=1e-6):
+        return residual + x, (residual + x) * w
+    def writes_nothing(x, residual, w, eps=1e-6):
+        return (residual + x) * w
+"""
+
+
+def test_a_triton_kernel_that_writes_an_input_it_did_not_declare_fails_naming_it(tmp_path):
+    err = _refused(tmp_path, _fused_triton(tmp_path, False, "writes_nothing", GOOD_REF), "sm_90")
+    assert "the kernel stores through parameter 1 (residual" in err and "bound to input tensor 'residual'" in err
+
+
+def test_a_reference_that_returns_the_new_value_instead_of_writing_it_in_place_is_refused(tmp_path):
+    err = _refused(tmp_path, _fused_triton(tmp_path, True, "returns_new", GOOD_REF), "sm_90")
+    assert "to return 1 tensor(s) (out), got 2" in err and "must write it in place" in err
+    err = _refused(tmp_path, _fused_triton(tmp_path, True, "writes_nothing", GOOD_REF), "sm_90")
+    assert "expected reference writes_nothing() to write residual in place" in err
+    run_build(_fused_triton(tmp_path, True, "good", GOOD_REF), tmp_path / "ok", ["sm_90"])
+    op = M.read(tmp_path / "ok").op("fused_add_rmsnorm")
+    assert op.mutable == ("residual",)
+
+
+def test_an_op_that_writes_an_input_cannot_declare_a_backward(tmp_path):
+    body = FUSED_TRITON.format(refs=str(tmp_path / "refs.py")).replace("MUT", "True").replace("REF", "'good'")
+    body = body.replace('grid=("x.shape[0]",),', 'grid=("x.shape[0]",), backward=Backward("fused_add_rmsnorm", '
+                                                 'inputs={"x": "x"}, grads={"x": "out"}),')
+    (tmp_path / "refs.py").write_text(textwrap.dedent(GOOD_REF))
+    spec = _spec(tmp_path, "triton", body.replace("from tl_inplace", "from flyship.compiler.spec import Backward\n"
+                                                                      "    from tl_inplace"))
+    err = _refused(tmp_path, spec, "sm_90")
+    assert "writes residual in place and declares a backward" in err

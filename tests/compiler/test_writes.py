@@ -1,0 +1,92 @@
+"""The IR readers behind flyc-build's write check (issue 9, pattern 7): which kernel parameters a kernel stores
+through, in LLVM IR (FlyDSL) and in Triton's TTIR. Pure text: runs anywhere."""
+
+from __future__ import annotations
+
+import pytest
+
+from flyship.compiler.frontends.writes import llvm_written_params, ttir_written_params
+
+pytestmark = pytest.mark.cpu
+
+LLVM = """
+; ModuleID = 'k'
+define amdgpu_kernel void @k(ptr addrspace(1) %0, <{ <{ i32, i32 }>, <{ i64 }> }> %1, ptr addrspace(1) %2, ptr addrspace(1) %3, ptr addrspace(1) %4, i32 %5) #0 {
+  %7 = extractvalue <{ <{ i32, i32 }>, <{ i64 }> }> %1, 1, 0
+  %8 = getelementptr float, ptr addrspace(1) %0, i64 %7
+  %9 = load float, ptr addrspace(1) %8, align 4
+  %10 = load i32, ptr addrspace(1) %3, align 4
+  %11 = sext i32 %10 to i64
+  %12 = getelementptr float, ptr addrspace(1) %2, i64 %11
+  store float %9, ptr addrspace(1) %12, align 4
+  %13 = call ptr addrspace(8) @llvm.amdgcn.make.buffer.rsrc.p8.p1(ptr addrspace(1) %4, i16 0, i32 -1, i32 0)
+  call void @llvm.amdgcn.raw.ptr.buffer.store.f32(float %9, ptr addrspace(8) %13, i32 0, i32 0, i32 0)
+  ret void
+}
+"""
+
+
+def test_llvm_stores_through_a_gep_and_a_buffer_resource_name_their_parameters():
+    # %2 (via a GEP) and %4 (via a buffer resource) are written; %0 and %3 are only read; %1 is a layout struct
+    # whose stride feeds %0's address only.
+    assert llvm_written_params(LLVM, "k") == {2, 4}
+
+
+def test_an_index_loaded_from_a_tensor_does_not_make_that_tensor_written():
+    # %12 = gep %2 by a value loaded through %3: %3 is data for the address, not its base.
+    assert 3 not in llvm_written_params(LLVM, "k")
+
+
+def test_llvm_atomics_and_loop_carried_pointers_are_followed():
+    ir = """
+define amdgpu_kernel void @acc(ptr addrspace(1) %0, ptr addrspace(1) %1, i32 %2) {
+entry:
+  br label %loop
+loop:
+  %p = phi ptr addrspace(1) [ %0, %entry ], [ %q, %loop ]
+  %v = load float, ptr addrspace(1) %1, align 4
+  %old = atomicrmw fadd ptr addrspace(1) %p, float %v monotonic, align 4
+  %q = getelementptr float, ptr addrspace(1) %p, i64 1
+  br label %loop
+}
+"""
+    assert llvm_written_params(ir, "acc") == {0}
+
+
+def test_llvm_without_the_kernel_symbol_is_an_error():
+    with pytest.raises(ValueError, match="no function @missing"):
+        llvm_written_params(LLVM, "missing")
+
+
+TTIR = """
+module {
+  tt.func public @k(%x: !tt.ptr<f32> {tt.divisibility = 16 : i32} loc("x"(#loc)), %r: !tt.ptr<f32> loc("r"(#loc)), %idx: !tt.ptr<i32> loc("idx"(#loc)), %out: !tt.ptr<f32> loc("out"(#loc)), %n: i32 loc("n"(#loc))) attributes {noinline = false} {
+    %c0 = arith.constant 0 : i32 loc(#loc1)
+    %cols = tt.make_range {end = 128 : i32, start = 0 : i32} : tensor<128xi32> loc(#loc2)
+    %xp = tt.splat %x : !tt.ptr<f32> -> tensor<128x!tt.ptr<f32>> loc(#loc3)
+    %xp_1 = tt.addptr %xp, %cols : tensor<128x!tt.ptr<f32>>, tensor<128xi32> loc(#loc3)
+    %xv = tt.load %xp_1 : tensor<128x!tt.ptr<f32>> loc(#loc4)
+    %i = tt.load %idx : !tt.ptr<i32> loc(#loc4)
+    %rp = tt.addptr %r, %i : !tt.ptr<f32>, i32 loc(#loc5)
+    %res:2 = scf.for %iv = %c0 to %n step %n iter_args(%p = %rp, %acc = %c0) -> (!tt.ptr<f32>, i32)  : i32 {
+      %p2 = tt.addptr %p, %n : !tt.ptr<f32>, i32 loc(#loc6)
+      scf.yield %p2, %acc : !tt.ptr<f32>, i32 loc(#loc6)
+    } loc(#loc6)
+    tt.store %res#0, %c0 : !tt.ptr<f32> loc(#loc7)
+    %o = tt.addptr %out, %c0 : !tt.ptr<f32>, i32 loc(#loc8)
+    %old = tt.atomic_rmw fadd, acq_rel, gpu, %o, %c0, %c0 : (!tt.ptr<f32>, f32, i1) -> f32 loc(#loc8)
+    tt.return loc(#loc9)
+  } loc(#loc)
+} loc(#loc)
+"""
+
+
+def test_ttir_stores_and_atomics_name_their_parameters_through_loops():
+    params, written = ttir_written_params(TTIR)
+    assert params == ["x", "r", "idx", "out", "n"]  # argument attributes and locations do not hide any
+    assert {params[i] for i in written} - {"n"} == {"r", "out"}  # n only offsets addresses
+
+
+def test_ttir_without_a_public_function_is_an_error():
+    with pytest.raises(ValueError, match="no public tt.func"):
+        ttir_written_params("module {}")
