@@ -193,3 +193,20 @@ def test_the_flydsl_fused_add_rmsnorm_launches_on_the_residuals_own_memory(patte
         assert _field(launch["kernargs"], fields["residual"]) == r.data_ptr()
         assert _field(launch["kernargs"], fields["out"]) == out.data_ptr()
         assert tuple(launch["grid"]) == tuple(spec.example.grid) == (64, 1, 1)
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx942"])
+def test_the_gpu_tests_shapes_dispatch_to_the_specializations_they_expect(ops, target):
+    from tests.gpu.test_triton_inplace import DTYPES, ROWS
+
+    for dt, dtype in DTYPES.items():
+        for (m, n), block in ROWS.items():
+            x, r, w = torch.randn(m, n).to(dtype), torch.randn(m, n).to(dtype), torch.randn(n).to(dtype)
+            assert ops.fused_add_rmsnorm.dispatch(x, r, w, 1e-5, target=target).spec == f"{dt}_n{block}", (m, n)
+    x, w = torch.randn(8, 300), torch.randn(300)
+    column_major = torch.randn(300, 8).t()
+    assert ops.fused_add_rmsnorm.dispatch(x, column_major, w, target=target).spec is None
+    assert ops.fused_add_rmsnorm.dispatch(x, torch.randn(8, 300), w, target=target,
+                                          out=torch.empty(8, 300)).spec == "f32_n1024"
+    for n in (1, 1000, 1024, 5000, 1 << 20):
+        assert ops.accumulate.dispatch(torch.randn(n), torch.randn(n), 0.25, target=target).spec == "f32"
