@@ -29,7 +29,8 @@ _LLVM_PTR_OPERAND = re.compile(r"\bptr(?:\s+addrspace\(\d+\))?(?:\s+(?:noundef|n
 _LLVM_REF = re.compile(_LLVM_NAME)
 _LLVM_DEF = re.compile(r"^\s*(" + _LLVM_NAME + r")\s*=\s*(.*)$")
 # Results that are data read from memory, not addresses derived from their operands.
-_LLVM_LOADS = re.compile(r"^(?:load\b|atomicrmw\b|cmpxchg\b|(?:tail\s+|notail\s+|musttail\s+)?call\b.*@llvm\.[\w.]*load)")
+_LLVM_LOADS = re.compile(r"^(?:load\b|atomicrmw\b|cmpxchg\b|"
+                         r"(?:tail\s+|notail\s+|musttail\s+)?call\b.*@llvm\.[\w.]*load)")
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -175,7 +176,8 @@ def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
     return params, written
 
 
-def _fixed_point(taint: dict[str, frozenset[int]], defs: Iterable[tuple[str, frozenset[int] | None, list[str]]]) -> None:
+def _fixed_point(taint: dict[str, frozenset[int]],
+                 defs: Iterable[tuple[str, frozenset[int] | None, list[str]]]) -> None:
     """Propagate parameter sets through ``defs`` (name, fixed set or None to take the union of the referenced
     names' sets, referenced names) until nothing changes (loop-carried values refer to later definitions)."""
     defs = list(defs)

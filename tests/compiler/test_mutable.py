@@ -57,7 +57,8 @@ def _refused(tmp_path: Path, spec: Path, arch: str) -> str:
 
 ADD_INTO = """
     from fused_add_rmsnorm import add_into
-    op("add_into", kernel=add_into, args=[Tensor("x", rank=2), Tensor("y", rank=2, mutable=MUT), Output("out", like="x")],
+    op("add_into", kernel=add_into,
+       args=[Tensor("x", rank=2), Tensor("y", rank=2, mutable=MUT), Output("out", like="x")],
        specs=[Spec("f32", dtypes={"x": "float32", "y": "float32"}, shapes={"x": (8, 300), "y": (8, 300)})])
 """
 

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.cpu
 
 LLVM = """
 ; ModuleID = 'k'
-define amdgpu_kernel void @k(ptr addrspace(1) %0, <{ <{ i32, i32 }>, <{ i64 }> }> %1, ptr addrspace(1) %2, ptr addrspace(1) %3, ptr addrspace(1) %4, i32 %5) #0 {
+DEFINE
   %7 = extractvalue <{ <{ i32, i32 }>, <{ i64 }> }> %1, 1, 0
   %8 = getelementptr float, ptr addrspace(1) %0, i64 %7
   %9 = load float, ptr addrspace(1) %8, align 4
@@ -23,7 +23,8 @@ define amdgpu_kernel void @k(ptr addrspace(1) %0, <{ <{ i32, i32 }>, <{ i64 }> }
   call void @llvm.amdgcn.raw.ptr.buffer.store.f32(float %9, ptr addrspace(8) %13, i32 0, i32 0, i32 0)
   ret void
 }
-"""
+""".replace("DEFINE", "define amdgpu_kernel void @k(ptr addrspace(1) %0, <{ <{ i32, i32 }>, <{ i64 }> }> %1, "
+                      "ptr addrspace(1) %2, ptr addrspace(1) %3, ptr addrspace(1) %4, i32 %5) #0 {")
 
 
 def test_llvm_stores_through_a_gep_and_a_buffer_resource_name_their_parameters():
@@ -60,7 +61,7 @@ def test_llvm_without_the_kernel_symbol_is_an_error():
 
 TTIR = """
 module {
-  tt.func public @k(%x: !tt.ptr<f32> {tt.divisibility = 16 : i32} loc("x"(#loc)), %r: !tt.ptr<f32> loc("r"(#loc)), %idx: !tt.ptr<i32> loc("idx"(#loc)), %out: !tt.ptr<f32> loc("out"(#loc)), %n: i32 loc("n"(#loc))) attributes {noinline = false} {
+  TTFUNC
     %c0 = arith.constant 0 : i32 loc(#loc1)
     %cols = tt.make_range {end = 128 : i32, start = 0 : i32} : tensor<128xi32> loc(#loc2)
     %xp = tt.splat %x : !tt.ptr<f32> -> tensor<128x!tt.ptr<f32>> loc(#loc3)
@@ -78,7 +79,9 @@ module {
     tt.return loc(#loc9)
   } loc(#loc)
 } loc(#loc)
-"""
+""".replace("TTFUNC", 'tt.func public @k(%x: !tt.ptr<f32> {tt.divisibility = 16 : i32} loc("x"(#loc)), '
+                      '%r: !tt.ptr<f32> loc("r"(#loc)), %idx: !tt.ptr<i32> loc("idx"(#loc)), '
+                      '%out: !tt.ptr<f32> loc("out"(#loc)), %n: i32 loc("n"(#loc))) attributes {noinline = false} {')
 
 
 def test_ttir_stores_and_atomics_name_their_parameters_through_loops():
