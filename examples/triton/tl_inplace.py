@@ -42,3 +42,13 @@ def accumulate_kernel(acc, x, n_elements, alpha, BLOCK: tl.constexpr):
     a = tl.load(acc + offs, mask=mask).to(tl.float32)
     v = tl.load(x + offs, mask=mask).to(tl.float32)
     tl.store(acc + offs, (a + alpha * v).to(acc.dtype.element_ty), mask=mask)
+
+
+def fused_add_rmsnorm_grid(meta: dict, n_rows: int) -> tuple[int]:
+    """Triton's own grid function for ``fused_add_rmsnorm_kernel[grid](...)``: one program per row."""
+    return (n_rows,)
+
+
+def accumulate_grid(meta: dict, n_elements: int) -> tuple[int]:
+    """Triton's own grid function for ``accumulate_kernel[grid](...)``."""
+    return (triton.cdiv(n_elements, meta["BLOCK"]),)

@@ -128,6 +128,7 @@ def test_dynamic_shared_memory_is_tritons_shared_bytes(ops, target, tmp_path):
 def test_grid_expressions_equal_tritons_own_grid_functions(spec_file, ops, tmp_path):
     import tl_elementwise as elementwise  # the spec file put examples/triton on sys.path
     import tl_gemm as gemm
+    import tl_inplace as inplace
     import tl_rmsnorm as rmsnorm
     import tl_softmax as softmax
 
@@ -138,6 +139,8 @@ def test_grid_expressions_equal_tritons_own_grid_functions(spec_file, ops, tmp_p
         "rmsnorm": lambda meta, sh: rmsnorm.rmsnorm_grid(meta, sh["x"][0]),
         "gemm": lambda meta, sh: gemm.gemm_grid(meta, sh["a"][0], sh["b"][0]),
         "gemm_tma": lambda meta, sh: gemm.gemm_tma_grid(meta, sh["a"][0], sh["b"][0]),
+        "fused_add_rmsnorm": lambda meta, sh: inplace.fused_add_rmsnorm_grid(meta, sh["x"][0]),
+        "accumulate": lambda meta, sh: inplace.accumulate_grid(meta, sh["acc"][0]),
     }
     assert set(own) == set(ops)
     probes = [(1, 1), (7, 1000), (1000, 7), (129, 4097), (4096, 8192)]
@@ -145,7 +148,8 @@ def test_grid_expressions_equal_tritons_own_grid_functions(spec_file, ops, tmp_p
         for spec in op.specs:
             p = tf.plan(op, spec, "sm_90")
             for m, n in probes:
-                shapes = {"x": (m, n), "y": (m, n), "dy": (m, n), "w": (n,), "a": (m, n), "b": (n, n)}
+                shapes = {"x": (m, n), "y": (m, n), "dy": (m, n), "w": (n,), "a": (m, n), "b": (n, n),
+                          "residual": (m, n), "acc": (m * n,)}
                 shapes.update({o.name: tuple(E.evaluate_with_shapes(e, shapes) for e in op.output_shape(o))
                                for o in op.outputs})
                 got = tuple(E.evaluate_with_shapes(g, shapes) for g in p.grid)
@@ -304,7 +308,8 @@ def test_flyc_build_writes_a_bundle_for_sm90_and_gfx942(tmp_path):
     run_build(SPEC_FILE, out, ["sm_90", "gfx942"], "-j", "2")
     m = M.read(out)
     assert m.namespace == "flyship_triton" and m.build.frontends == {"triton": triton.__version__}
-    assert {o.name for o in m.ops} == {"add", "softmax", "softmax_bwd", "rmsnorm", "gemm", "gemm_tma"}
+    assert {o.name for o in m.ops} == {"add", "softmax", "softmax_bwd", "rmsnorm", "gemm", "gemm_tma",
+                                            "fused_add_rmsnorm", "accumulate"}
     assert m.op("softmax").backward.op == "softmax_bwd"
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     scratch = set()
