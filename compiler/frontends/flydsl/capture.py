@@ -10,14 +10,17 @@ build time (docs/perf.md). Here FlyDSL compiles as it does for any user, and fly
 * **The pipeline.** Every release from 0.1.5 to 0.5.0 lowers a launcher with one
   ``PassManager.parse("builtin.module(<fragments>)")`` and ``pm.run(module)`` in
   ``flydsl.compiler.jit_function`` (module global ``PassManager``). While :func:`capturing` is active that
-  name is a shim: the pipeline that ends in ``gpu-module-to-binary`` is built from the same fragments, in
-  the same order, in one pass manager, with a Python-defined observer pass (MLIR ``PassManager.add(callable)``)
-  before the first fragment and after each one. The observers only read: the host function's argument types
-  before the pipeline, a detached clone of the host function after the first fragment that lowers its
-  arguments (the stage ``host_ir.find_stages`` picks in a dump), and the ``gpu.binary`` objects at the end.
+  name is a shim: the pipeline that holds ``gpu-module-to-binary`` runs the same fragments in the same order
+  on the same module, split into a few pass managers (one per fragment until the host function's arguments
+  are lowered, as FlyDSL's own dump and external-codegen modes split them; then the rest before the binary
+  step; then the binary step), with the verifier and printing settings FlyDSL made. Between them flyship only
+  reads: the host function's argument types before the pipeline, a detached clone of the host function after
+  the first fragment that lowers its arguments (the stage ``host_ir.find_stages`` picks in a dump), and the
+  ``gpu.binary`` objects at the end. (A Python-defined pass between fragments would do the same reading but
+  costs a whole-module verification after each, the verifier being on: measured ~10% of a compile.)
 * **The ISA.** MLIR's ROCDL serializer prints the ISA it is about to assemble under the LLVM debug type
   ``serialize-to-isa`` (``ISA for module: "<name>"`` + the text; LLVM_DEBUG is compiled into every FlyDSL
-  wheel). With that one debug type on and file descriptor 2 sent to a file while the pass manager runs,
+  wheel). With that one debug type on and file descriptor 2 sent to a file while the binary step runs,
   flyship gets the exact text FlyDSL's own code object was assembled from, from the same backend run (the
   dump mode's ``final_isa.s`` came from a second run). Everything else written to stderr meanwhile is
   written back to stderr afterwards.
@@ -181,8 +184,9 @@ class _ObservedPassManager:
     makes and, on :meth:`run`, runs the same fragments in the same order, reading the module in between.
 
     The fragments up to the one that lowers the host function's arguments run one pass manager each (as
-    FlyDSL's own dump and external-codegen modes split them), the rest in one; nothing is added to the
-    pipeline (a Python pass would cost a whole-module verification after it, the verifier being on).
+    FlyDSL's own dump and external-codegen modes split them), the rest up to ``gpu-module-to-binary`` in one,
+    the binary step in one; nothing is added to the pipeline (a Python pass would cost a whole-module
+    verification after it, the verifier being on).
     """
 
     def __init__(self, real: type, pipeline: str, context: Any, capture: Capture):
@@ -203,11 +207,26 @@ class _ObservedPassManager:
         pm.run(op, *args, **kwargs)
 
     def run(self, op: Any, *args: Any, **kwargs: Any) -> None:
-        from flydsl._mlir import ir
-
         capture, frags = self._capture, self._fragments
         capture.pipelines += 1
         _observe_origin(op, capture)
+        binary = next((k for k, f in enumerate(frags) if f.startswith(_BINARY_PASS)), len(frags))
+        i, lowered = 0, False
+        while i < binary and not lowered:
+            self._run(frags[i:i + 1], op, args, kwargs)
+            i += 1
+            lowered = _observe_lowered(op, capture)
+        if i < binary:
+            self._run(frags[i:binary], op, args, kwargs)
+        if binary < len(frags):
+            self._run_printing_isa(frags[binary:], op, args, kwargs)
+        _observe_binaries(op, capture)
+
+    def _run_printing_isa(self, fragments: list[str], op: Any, args: tuple, kwargs: dict) -> None:
+        """Run the binary step with the one LLVM debug type on (only here: LLVM_DEBUG sites cost a check of
+        the type list once the global flag is set) and stderr in a file; keep the ISA blocks it printed."""
+        from flydsl._mlir import ir
+
         debug = ir._GlobalDebug
         was, rest = debug.flag, ""
         try:
@@ -215,21 +234,14 @@ class _ObservedPassManager:
                 debug.set_types(ISA_DEBUG_TYPE)
                 debug.flag = True
                 try:
-                    i, lowered = 0, False
-                    while i < len(frags) and not lowered:
-                        self._run(frags[i:i + 1], op, args, kwargs)
-                        i += 1
-                        lowered = _observe_lowered(op, capture)
-                    if i < len(frags):
-                        self._run(frags[i:], op, args, kwargs)
+                    self._run(fragments, op, args, kwargs)
                 finally:
                     debug.flag = was
                     isas, rest = split_isa(read())
-                    capture.isa.extend(isas)
+                    self._capture.isa.extend(isas)
         finally:
             if rest:  # whatever else reached stderr meanwhile (a linker warning, an LLVM message)
                 sys.stderr.write(rest)
-        _observe_binaries(op, capture)
 
 
 @contextlib.contextmanager
