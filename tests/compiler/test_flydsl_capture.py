@@ -17,7 +17,8 @@ from flyship.compiler.frontends.base import FrontendError
 from flyship.compiler.frontends.flydsl.capture import split_isa, split_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
-ISA = '\t.amdgcn_target "amdgcn-amd-amdhsa-unknown-gfx942"\n\ts_endpgm\n\t.amdgpu_metadata\n---\n...\n\n\t.end_amdgpu_metadata\n'
+ISA = ('\t.amdgcn_target "amdgcn-amd-amdhsa-unknown-gfx942"\n\ts_endpgm\n\t.amdgpu_metadata\n---\n...\n\n'
+       '\t.end_amdgpu_metadata\n')
 
 
 @pytest.mark.cpu

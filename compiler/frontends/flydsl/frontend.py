@@ -494,8 +494,8 @@ def _artefacts(captured: Capture, name: str, where: str) -> tuple[str, list[byte
                             "reaches the binary step (is ROCM_PATH a toolkit with ld.lld and the AMDGPU bitcode?)")
     if not captured.isa:
         raise FrontendError(f"{where}: FlyDSL's ROCDL serializer printed no ISA under the LLVM debug type "
-                            f"{_capture.ISA_DEBUG_TYPE!r}; external codegen (FLYDSL_COMPILE_LLVM_DIR) does not serialize "
-                            "in-process: unset it for flyc-build")
+                            f"{_capture.ISA_DEBUG_TYPE!r}; external codegen (FLYDSL_COMPILE_LLVM_DIR) does not "
+                            "serialize in-process: unset it for flyc-build")
     origin = captured.origin_types.get(name)
     lowered = captured.lowered.get(name)
     if origin is None or lowered is None:
