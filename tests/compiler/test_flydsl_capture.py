@@ -74,8 +74,9 @@ with _tc.rocm_root(tc) as rocm, tempfile.TemporaryDirectory() as scratch:
         pos, kw = F._call_args(op, spec)
         name = F.launcher_name(op.kernel)
         F._forget_compiled(op.kernel)
-        with contextlib.redirect_stdout(io.StringIO()), capture.capturing() as c:
+        with contextlib.redirect_stdout(io.StringIO()), capture.capturing() as whole:
             adapter.compile(op.kernel, pos, kw)
+        (c,) = whole.compiles
         ours = host_ir.analyze_functions(c.origin_types[name], c.lowered[name], op, spec, ir)
         dump = Path(scratch) / f"dump-{op.name}"
         os.environ.update(FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=str(dump))
@@ -86,7 +87,7 @@ with _tc.rocm_root(tc) as rocm, tempfile.TemporaryDirectory() as scratch:
         (kdir,) = [p for p in dump.iterdir() if p.is_dir()]
         theirs = host_ir.analyze(kdir, op, spec, name, adapter.mlir_context(), ir)
         out[f"{op.name}.{spec.name}"] = {
-            "pipelines": c.pipelines,
+            "pipelines": whole.pipelines,
             "isa_equal": c.isa == [next(kdir.glob("*_final_isa.s")).read_text()],
             "objects_equal": [d for _, d in c.objects] == proof.extract_flydsl_binary(
                 next(kdir.glob("*_gpu_module_to_binary.mlir")).read_text()),

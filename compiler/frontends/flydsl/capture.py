@@ -47,8 +47,8 @@ _BINARY_PASS = "gpu-module-to-binary"
 
 
 @dataclasses.dataclass
-class Capture:
-    """What one FlyDSL compile showed flyship.
+class Compile:
+    """What one FlyDSL compile pipeline showed flyship.
 
     Attributes:
         isa: the ISA text of each module the ROCDL serializer assembled, in order (one per ``#gpu.object``).
@@ -56,14 +56,24 @@ class Capture:
         origin_types: host function name -> its argument types before the pipeline (``!fly.memref<...>``).
         lowered: host function name -> a detached clone of it after the first fragment that left none of its
             arguments with a ``!fly.`` type (and that still launches with ``gpu.launch_func``).
-        pipelines: how many compile pipelines ran while capturing (1 for one launcher).
     """
 
     isa: list[str] = dataclasses.field(default_factory=list)
     objects: list[tuple[str, bytes]] = dataclasses.field(default_factory=list)
     origin_types: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     lowered: dict[str, Any] = dataclasses.field(default_factory=dict)
-    pipelines: int = 0
+
+
+@dataclasses.dataclass
+class Capture:
+    """Every compile pipeline FlyDSL ran while :func:`capturing` was active, in order (one per launcher
+    compiled: an entry point that calls two launchers gives two)."""
+
+    compiles: list[Compile] = dataclasses.field(default_factory=list)
+
+    @property
+    def pipelines(self) -> int:
+        return len(self.compiles)
 
 
 def split_pipeline(pipeline: str) -> list[str]:
@@ -114,12 +124,12 @@ def _launches(func: Any) -> bool:
     return any(o.operation.name == "gpu.launch_func" for o in func.regions[0].blocks[0].operations)
 
 
-def _observe_origin(module_op: Any, capture: Capture) -> None:
+def _observe_origin(module_op: Any, capture: Compile) -> None:
     for f in _host_funcs(module_op):
         capture.origin_types[_func_name(f)] = _arg_types(f)
 
 
-def _observe_lowered(module_op: Any, capture: Capture) -> bool:
+def _observe_lowered(module_op: Any, capture: Compile) -> bool:
     """Clone each host function the first time its arguments are all lowered; True when every one is."""
     pending = False
     for f in _host_funcs(module_op):
@@ -133,7 +143,7 @@ def _observe_lowered(module_op: Any, capture: Capture) -> bool:
     return not pending
 
 
-def _observe_binaries(module_op: Any, capture: Capture) -> None:
+def _observe_binaries(module_op: Any, capture: Compile) -> None:
     from flydsl._mlir.dialects import gpu
 
     for b in module_op.regions[0].blocks[0].operations:
@@ -207,8 +217,8 @@ class _ObservedPassManager:
         pm.run(op, *args, **kwargs)
 
     def run(self, op: Any, *args: Any, **kwargs: Any) -> None:
-        capture, frags = self._capture, self._fragments
-        capture.pipelines += 1
+        capture, frags = Compile(), self._fragments
+        self._capture.compiles.append(capture)
         _observe_origin(op, capture)
         binary = next((k for k, f in enumerate(frags) if f.startswith(_BINARY_PASS)), len(frags))
         i, lowered = 0, False
@@ -219,10 +229,10 @@ class _ObservedPassManager:
         if i < binary:
             self._run(frags[i:binary], op, args, kwargs)
         if binary < len(frags):
-            self._run_printing_isa(frags[binary:], op, args, kwargs)
+            self._run_printing_isa(frags[binary:], op, args, kwargs, capture)
         _observe_binaries(op, capture)
 
-    def _run_printing_isa(self, fragments: list[str], op: Any, args: tuple, kwargs: dict) -> None:
+    def _run_printing_isa(self, fragments: list[str], op: Any, args: tuple, kwargs: dict, capture: Compile) -> None:
         """Run the binary step with the one LLVM debug type on (only here: LLVM_DEBUG sites cost a check of
         the type list once the global flag is set) and stderr in a file; keep the ISA blocks it printed."""
         from flydsl._mlir import ir
@@ -238,7 +248,7 @@ class _ObservedPassManager:
                 finally:
                     debug.flag = was
                     isas, rest = split_isa(read())
-                    self._capture.isa.extend(isas)
+                    capture.isa.extend(isas)
         finally:
             if rest:  # whatever else reached stderr meanwhile (a linker warning, an LLVM message)
                 sys.stderr.write(rest)
@@ -280,4 +290,4 @@ def capturing() -> Iterator[Capture]:
         jit_function.PassManager = real
 
 
-__all__ = ["Capture", "capturing", "split_isa", "split_pipeline", "ISA_DEBUG_TYPE"]
+__all__ = ["Capture", "Compile", "capturing", "split_isa", "split_pipeline", "ISA_DEBUG_TYPE"]

@@ -21,7 +21,7 @@ from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLa
 from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
 from flyship.compiler.frontends.flydsl import capture as _capture
 from flyship.compiler.frontends.flydsl import host_ir
-from flyship.compiler.frontends.flydsl.capture import Capture
+from flyship.compiler.frontends.flydsl.capture import Capture, Compile
 from flyship.compiler.frontends.flydsl import versions as _versions
 from flyship.compiler.spec import Constexpr, Entry, OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 
@@ -180,15 +180,15 @@ def _trace(op: OpDecl, spec: Spec, target: str) -> tuple[Capture, OpDecl, str]:
         if spec.options:
             launcher.compile_hints = hints
     where = f"op {op.name} spec {spec.name} target {target}"
+    if isinstance(op.kernel, Entry) and len(launches) != 1:
+        raise FrontendError(f"{where}: expected entry {op.kernel.__name__!r} to call one @flyc.jit launcher, got "
+                            f"{len(launches)} calls; flyship binds entries that launch once")
     if captured.pipelines != 1:
         raise FrontendError(f"{where}: expected FlyDSL to run one compile pipeline, got {captured.pipelines}; "
                             + ("a cached compile runs none (is FLYDSL_RUNTIME_ENABLE_CACHE=0 set?)"
                                if not captured.pipelines else "flyship builds launchers that compile one module"))
     if not isinstance(op.kernel, Entry):
         return captured, op, launcher_name(op.kernel)
-    if len(launches) != 1:
-        raise FrontendError(f"{where}: expected entry {op.kernel.__name__!r} to call one @flyc.jit launcher, got "
-                            f"{len(launches)} calls; flyship binds entries that launch once")
     jit, args, kwargs = launches[0]
     return captured, _entry_binding(op, spec, jit, args, kwargs, pos, where), launcher_name(jit)
 
@@ -482,7 +482,7 @@ def _user_frame(e: BaseException) -> str:
     return f" (at {f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()})"
 
 
-def _artefacts(captured: Capture, name: str, where: str) -> tuple[str, list[bytes], list[str], Any]:
+def _artefacts(captured: Compile, name: str, where: str) -> tuple[str, list[bytes], list[str], Any]:
     """From one compile's capture: the ISA to assemble, FlyDSL's own code object(s), the host function's
     argument types before lowering and the lowered host function.
 
@@ -582,7 +582,7 @@ class FlydslFrontend(Frontend):
         # The assembler and linker start now and load while FlyDSL compiles; they get the ISA at the end.
         with _assemble.Assembler(ctx.toolchain, target, adapter.triple.rstrip("-"), ctx.workdir / "asm") as asm:
             captured, traced, name = _trace(op, spec, target)
-            isa, theirs_all, origin_types, lowered = _artefacts(captured, name, where)
+            isa, theirs_all, origin_types, lowered = _artefacts(captured.compiles[0], name, where)
             adapter.check_isa_target(isa, where)
             # FlyDSL compiles for the bare processor (features "any"; its pipeline takes no target features, and
             # LLVM refuses xnack/sramecc as subtarget features): a target ID with features is declared on that
