@@ -77,7 +77,7 @@ with _tc.rocm_root(tc) as rocm, tempfile.TemporaryDirectory() as scratch:
         with contextlib.redirect_stdout(io.StringIO()), capture.capturing() as whole:
             adapter.compile(op.kernel, pos, kw)
         (c,) = whole.compiles
-        ours = host_ir.analyze_functions(c.origin_types[name], c.lowered[name], op, spec, ir)
+        (ours,) = host_ir.analyze_functions(c.origin_types[name], c.lowered[name], op, spec, ir)
         dump = Path(scratch) / f"dump-{op.name}"
         os.environ.update(FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=str(dump))
         F._forget_compiled(op.kernel)
