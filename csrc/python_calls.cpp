@@ -155,15 +155,40 @@ void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
     // Warned from Python so that it points at the caller's line, not at flyship's or torch's frames.
     py::module_::import("flyship.loader.core").attr("warn_fallback")(msg);
   }
-  std::vector<at::Tensor> out = call_reference(c);
+  std::vector<at::Tensor> out = call_reference(c);  // on the flattened tensors: the kernel's shapes
   if (is_out) {
-    for (size_t j = 0; j < out.size(); ++j) const_cast<at::Tensor*>(c.t[p.n_inputs + j])->copy_(out[j]);
+    for (size_t j = 0; j < out.size(); ++j) {
+      // The caller's out tensor (with its leading dims, whatever its layout): copy_ writes any strides.
+      const at::Tensor& o = c.user_tensor(p.n_inputs + static_cast<int>(j));
+      const_cast<at::Tensor&>(o).copy_(o.sizes() == out[j].sizes() ? out[j] : out[j].reshape(o.sizes()));
+    }
   } else {
     c.fresh.clear();
     c.fresh.reserve(out.size());
-    for (auto& t : out) c.fresh.push_back(std::move(t));
+    for (size_t j = 0; j < out.size(); ++j) {
+      const c10::SmallVector<int64_t, 6> want = user_shape(c, j);
+      if (out[j].sizes() == c10::IntArrayRef(want)) {
+        c.fresh.push_back(std::move(out[j]));
+      } else {
+        // Leading dims back on a tensor of its own (not a view of the reference's), as a launch returns it.
+        c.fresh.push_back(at::empty(want, out[j].options()));
+        c.fresh.back().view(c.out_shapes[j]).copy_(out[j]);
+      }
+    }
     for (size_t j = 0; j < out.size(); ++j) c.t[p.n_inputs + j] = &c.fresh[j];
   }
+}
+
+[[noreturn]] void raise_as_flyship(const c10::Error& e) {
+  // Only the core's own refusals (FLYSHIP_CHECK / _TYPE: c10::Error, c10::TypeError); torch's specific errors
+  // (out of memory, accelerator errors, ...) keep their own Python types.
+  const char* cls = typeid(e) == typeid(c10::Error) ? "CallError" : typeid(e) == typeid(c10::TypeError) ? "CallTypeError"
+                                                                                                         : nullptr;
+  if (cls == nullptr || !Py_IsInitialized()) throw;  // rethrows the exception being handled
+  py::gil_scoped_acquire gil;
+  py::object type = py::module_::import("flyship.errors").attr(cls);
+  PyErr_SetObject(type.ptr(), py::str(e.what_without_backtrace()).ptr());
+  throw py::error_already_set();
 }
 
 py::dict OpState::stats() const {
