@@ -90,6 +90,9 @@ class OpState {
   }
 
   std::vector<at::Tensor> call_reference(const Call& c) const;
+  // Why no specialization takes the call's input dtypes ("no specialization admits the input dtypes x=int32, ...
+  // (they take x=float32 (f32); ...)"), or "" when one does; for the messages of a failed reference.
+  std::string unadmitted_dtypes(const Call& c) const;
   // bind + prepare_bound.
   void prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const;
   // After binding: output rules + out-tensor checks (+ early allocation when a guard reads an output).

@@ -98,7 +98,7 @@ class CpuKernel:
         try:
             got = self._reference(*inputs)
         except Exception as e:
-            raise CallError(self._blame(values, f"raised {type(e).__name__}: {e}")) from e
+            raise CallError(self._blame(values, f"raised {type(e).__name__}: {e}", "fix the reference", True)) from e
         outs = tuple(got) if isinstance(got, (tuple, list)) else (got,)
         self._check(values, outs, want)
         # The functional op promises fresh outputs: an output sharing memory with an input is copied.
@@ -120,13 +120,14 @@ class CpuKernel:
         return (f"no specialization admits the input dtypes {', '.join(f'{t}={d}' for t, d in got.items())} (they "
                 f"take {'; '.join(takes) or 'nothing'})")
 
-    def _blame(self, values: dict[str, Any], failure: str) -> str:
-        """The message for a reference that failed: the dtypes' fault when no specialization admits them."""
-        why = self._unadmitted(values)
+    def _blame(self, values: dict[str, Any], failure: str, fix: str, about_dtypes: bool) -> str:
+        """The message for a reference that failed (as the C++ core words it, ``OpState::call_reference``): one
+        that raised or returned another dtype for input dtypes no specialization admits says that first."""
+        why = self._unadmitted(values) if about_dtypes else ""
         if why:
-            return (f"flyship {self._qualname}: {why}, and the PyTorch reference that runs instead {failure}; pass "
-                    "tensors of a dtype the op takes")
-        return f"flyship {self._qualname}: the reference (fallback) {failure}; fix the reference"
+            return (f"flyship {self._qualname}: {why}, and the reference (fallback) {failure}; pass tensors of dtypes "
+                    "the op takes")
+        return f"flyship {self._qualname}: the reference (fallback) {failure}; {fix}"
 
     def _expected(self, inputs: list[Any]) -> tuple[Any, ...]:
         """The outputs' meta tensors by the output rules (the fake kernel), cached per input layout."""
@@ -148,13 +149,14 @@ class CpuKernel:
         if len(outs) != len(want) or not all(isinstance(o, torch.Tensor) for o in outs):
             raise CallError(self._blame(values, f"returned {len(outs)} value(s) "
                                         f"({', '.join(type(o).__name__ for o in outs)}), expected {len(want)} "
-                                        "tensor(s)"))
+                                        "tensor(s)", "fix the reference", False))
         for name, o, w in zip(self._out_names, outs, want):
             if o.shape != w.shape or o.dtype != w.dtype or o.device.type != "cpu":
-                raise CallError(self._blame(values, f"returned output '{name}' of shape {list(o.shape)}, dtype "
-                                            f"{o.dtype} on {o.device}; the manifest's rule gives {list(w.shape)}, "
-                                            f"{w.dtype} on cpu") + ("" if self._unadmitted(values) else
-                                                                     " or the output rule"))
+                dt = str(o.dtype).removeprefix("torch.")
+                raise CallError(self._blame(values, f"returned output '{name}' of shape {list(o.shape)}, dtype {dt} "
+                                            f"on {o.device}; the manifest's rule gives {list(w.shape)}, "
+                                            f"{str(w.dtype).removeprefix('torch.')} on cpu",
+                                            "fix the reference or the output rule", o.dtype != w.dtype))
 
 
 def register(lib: Any, op: _m.Op, kernel: CpuKernel) -> None:

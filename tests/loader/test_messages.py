@@ -105,8 +105,21 @@ def test_a_mixed_dtype_cpu_call_says_no_specialization_admits_the_dtypes(fresh_o
     ops = fresh_ops()
     with pytest.raises(CallError, match=r"no specialization admits the input dtypes x=int32, y=float32 \(they take "
                                         r"x=float32, y=float32 \(f32\); x=float16, y=float16 \(f16\)\), and the "
-                                        r"PyTorch reference that runs instead returned output 'out' .*; pass tensors "
-                                        r"of a dtype the op takes"):
+                                        r"reference \(fallback\) returned output 'out' of shape \[4\], dtype float32 "
+                                        r"on cpu; the manifest's rule gives \[4\], int32 on cpu; pass tensors of "
+                                        r"dtypes the op takes"):
+        ops.add(torch.ones(4, dtype=torch.int32), torch.ones(4))
+
+
+def test_a_mixed_dtype_call_on_the_cpp_path_says_the_same(recorded_tiny):
+    from flyship.errors import CallError
+
+    ops = recorded_tiny()
+    with pytest.raises(CallError, match=r"no specialization admits the input dtypes x=int32, y=float32 \(they take "
+                                        r"x=float32, y=float32 \(f32\); x=float16, y=float16 \(f16\)\), and the "
+                                        r"reference \(fallback\) returned output 'out' of shape \[4\], dtype float32 "
+                                        r"on cpu; the manifest's rule gives \[4\], int32 on cpu; pass tensors of "
+                                        r"dtypes the op takes"):
         ops.add(torch.ones(4, dtype=torch.int32), torch.ones(4))
 
 
