@@ -292,3 +292,10 @@ def test_warnings_of_batched_fallbacks_name_the_callers_line(recorded, batched_b
         warnings.simplefilter("always")
         ops.scale_rows(torch.randn(4, 2, 8).transpose(0, 1))
     assert [x.filename for x in w] == [__file__]
+
+
+def test_flyship_list_says_which_tensors_take_leading_batch_dims(batched_bundle):
+    from flyship.loader.cli import describe
+
+    text = describe(_m.read(batched_bundle))
+    assert "leading batch dims: x (rank 2) flatten into their first dim; out get them back" in text
