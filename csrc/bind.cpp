@@ -129,7 +129,8 @@ void OpState::allocate_outputs(Call& c) const {
   c.fresh.clear();
   c.fresh.reserve(p.outputs.size());  // pointers into `fresh` are kept in c.t
   for (size_t j = 0; j < p.outputs.size(); ++j) {
-    c.fresh.push_back(at::empty(user_shape(c, j), at::TensorOptions().dtype(c.out_dtypes[j]).device(c.device)));
+    const auto opts = at::TensorOptions().dtype(c.out_dtypes[j]).device(c.device);
+    c.fresh.push_back(c.lead.empty() ? at::empty(c.out_shapes[j], opts) : at::empty(user_shape(c, j), opts));
   }
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const int s = p.n_inputs + static_cast<int>(j);
@@ -186,7 +187,8 @@ void OpState::prepare_bound(Call& c, bool is_out) const {
   if (is_out) {
     for (size_t j = 0; j < p.outputs.size(); ++j) {
       const at::Tensor& o = c.user_tensor(p.n_inputs + static_cast<int>(j));
-      const c10::SmallVector<int64_t, 6> want = user_shape(c, j);
+      const c10::SmallVector<int64_t, 6> full = c.lead.empty() ? c10::SmallVector<int64_t, 6>() : user_shape(c, j);
+      const c10::SmallVector<int64_t, 6>& want = c.lead.empty() ? c.out_shapes[j] : full;  // no copy unbatched
       FLYSHIP_CHECK(o.sizes() == c10::IntArrayRef(want) && o.scalar_type() == c.out_dtypes[j], label(),
                   ": expected out tensor '", p.slots[p.n_inputs + j].name, "' of shape ", shape_str(want),
                   " and dtype ", dtype_name(c.out_dtypes[j]), ", got shape ", shape_str(o.sizes()), " and dtype ",

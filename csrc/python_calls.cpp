@@ -214,8 +214,9 @@ void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
 [[noreturn]] void raise_as_flyship(const c10::Error& e) {
   // Only the core's own refusals (FLYSHIP_CHECK / _TYPE: c10::Error, c10::TypeError); torch's specific errors
   // (out of memory, accelerator errors, ...) keep their own Python types.
-  const char* cls = typeid(e) == typeid(c10::Error) ? "CallError" : typeid(e) == typeid(c10::TypeError) ? "CallTypeError"
-                                                                                                         : nullptr;
+  const char* cls = typeid(e) == typeid(c10::Error)       ? "CallError"
+                    : typeid(e) == typeid(c10::TypeError) ? "CallTypeError"
+                                                          : nullptr;
   if (cls == nullptr || !Py_IsInitialized()) throw;  // rethrows the exception being handled
   py::gil_scoped_acquire gil;
   py::object type = py::module_::import("flyship.errors").attr(cls);

@@ -258,7 +258,8 @@ def test_the_python_rule_and_the_cpp_rule_agree_on_random_shapes(recorded, batch
                                                      "input's first \\(no input is batched\\)"),
     (lambda op: (op["args"][0].update(batch=True), op["outputs"][0].update(shape=["x.shape[1]", "x.shape[0]"],
                                                                            batch=True)),
-     "expected output 'out'\\'s first dimension to be a batched input's first \\(x.shape\\[0\\]\\), got 'x.shape\\[1\\]'"),
+     "expected output 'out'\\'s first dimension to be a batched input's first \\(x.shape\\[0\\]\\), got "
+     "'x.shape\\[1\\]'"),
 ])
 def test_the_rule_book_refuses_a_batch_declaration_that_cannot_work(bundle_copy, edit, message):
     def change(data):
