@@ -1,6 +1,9 @@
 // Everything in the core that takes the GIL: the variant choice (asked of Python once per device target),
-// the reference (fallback) call and its warning, and the counters as Python dicts.
+// the reference (fallback) call and its warning, the counters as Python dicts, and the core's refusals as
+// flyship exceptions.
 #include <torch/csrc/autograd/python_variable.h>
+
+#include <typeinfo>
 
 #include "bundle.h"
 #include "check.h"
