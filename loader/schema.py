@@ -142,8 +142,8 @@ def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
             k = batch.extra.get(name, 0)  # a batched input is read as its flattened (M, ...) view
             if what == "shape":
                 return batch.flat_shape(name, v.shape)[idx]
-            if what == "stride":
-                return v.stride(idx + k)
+            if what == "stride":  # dims counted on the kernel's rank (idx may be negative: from the end)
+                return v.stride(idx + k if idx >= 0 else idx)
             return {"numel": v.numel, "scalar": lambda: v}[what]()
 
         results = []
