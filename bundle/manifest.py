@@ -56,6 +56,8 @@ class Arg:
         rank: number of dimensions (tensors only; 0 for scalars).
         dtypes: dtypes some specialization accepts (tensors only), torch names such as ``"bfloat16"``.
         default: default value of a scalar, or None.
+        batch: the tensor may carry leading batch dimensions (schema 1.2): a call's ``(B, S, H)`` reaches a
+            kernel written for ``(M, H)`` as the view ``(B*S, H)`` (:mod:`flyship.bundle.batch`).
     """
 
     name: str
@@ -63,6 +65,7 @@ class Arg:
     rank: int = 0
     dtypes: tuple[str, ...] = ()
     default: Optional[float | int | bool] = None
+    batch: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,11 +76,15 @@ class Output:
         name: output name.
         shape: one expression per dimension over the inputs (see :mod:`flyship.bundle.expr`).
         dtype: an input tensor's name (same dtype as that input) or a torch dtype name.
+        batch: the output gets the batched inputs' leading dimensions back (schema 1.2): its first dimension
+            is a batched input's flattened first dimension (``shape[0]`` is ``"<input>.shape[0]"``) and the
+            call returns it viewed as ``(B, S, ...)``.
     """
 
     name: str
     shape: tuple[str, ...]
     dtype: str
+    batch: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -171,13 +171,21 @@ OpPlan parse_op(const py::dict& d) {
     slot.name = need<std::string>(s, "name", where);
     slot.kind = code_of(kArgKindName, need<std::string>(s, "kind", where), "argument kind", where + " " + slot.name);
     slot.rank = need<int>(s, "rank", where);
+    slot.batch = need<bool>(s, "batch", where);
     FLYSHIP_PLAN_CHECK(slot.rank >= 0 && (slot.kind == kTensor || slot.rank == 0), where,
                        "argument '", slot.name, "' has rank ", slot.rank);
+    FLYSHIP_PLAN_CHECK(!slot.batch || (slot.kind == kTensor && slot.rank >= 1), where, "argument '", slot.name,
+                       "' is batched but is not a tensor of rank >= 1");
     op.slots.push_back(std::move(slot));
   }
   op.n_inputs = need<int>(d, "n_inputs", where);
   FLYSHIP_PLAN_CHECK(op.n_inputs >= 0 && op.n_inputs <= static_cast<int>(op.slots.size()), where, "n_inputs ",
                      op.n_inputs, " out of range for ", op.slots.size(), " slots");
+  for (int i = 0; i < static_cast<int>(op.slots.size()); ++i) {
+    if (op.slots[i].batch) (i < op.n_inputs ? op.batch_inputs : op.batch_outputs).push_back(i);
+  }
+  FLYSHIP_PLAN_CHECK(op.batch_outputs.empty() || !op.batch_inputs.empty(), where,
+                     "an output is batched but no input is");
   FLYSHIP_CHECK(static_cast<int>(op.slots.size()) <= kMaxSlots, "flyship: op ", op.name, " has more than ", kMaxSlots,
               " arguments and outputs");
   std::vector<SlotShape> shapes, input_shapes;

@@ -45,7 +45,8 @@ constexpr int kTypeSize[kFieldTypeCount] = {8, 8, 8, 4, 4, 2, 1, 8, 4, 2, 2};
 struct Slot {
   std::string name;
   int kind = kTensor;
-  int rank = 0;
+  int rank = 0;  // the kernel's rank (a batched tensor may have more: leading batch dims, batch.cpp)
+  bool batch = false;
 };
 
 struct OutputPlan {
@@ -108,6 +109,8 @@ struct OpPlan {
   std::vector<OutputPlan> outputs;
   std::vector<SpecPlan> specs;
   bool guard_uses_outputs = false;  // a guard reads an output: allocate outputs before choosing
+  std::vector<int> batch_inputs;  // slots of the batched input tensors (leading batch dims), in order
+  std::vector<int> batch_outputs;  // slots of the batched outputs
 };
 
 // Read one program of the plan ({"text", "code"}), mapping mnemonics to opcodes and validating it.

@@ -1,6 +1,9 @@
 // Everything in the core that takes the GIL: the variant choice (asked of Python once per device target),
-// the reference (fallback) call and its warning, and the counters as Python dicts.
+// the reference (fallback) call and its warning, the counters as Python dicts, and the core's refusals as
+// flyship exceptions.
 #include <torch/csrc/autograd/python_variable.h>
+
+#include <typeinfo>
 
 #include "bundle.h"
 #include "check.h"
@@ -111,7 +114,14 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
       error = "raised " + std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()));
     }
   }
-  FLYSHIP_CHECK(error.empty(), label(), ": the reference (fallback) ", error);
+  // A reference that raises, or returns another dtype, for input dtypes no specialization admits: say that first
+  // (an int tensor passed by mistake), not only that the reference failed. loader/cpu.py words it the same way.
+  auto blame = [&](const std::string& failure, const char* fix, bool about_dtypes) {
+    const std::string why = about_dtypes ? unadmitted_dtypes(c) : std::string();
+    return why.empty() ? "the reference (fallback) " + failure + "; " + fix
+                       : why + ", and the reference (fallback) " + failure + "; pass tensors of dtypes the op takes";
+  };
+  FLYSHIP_CHECK(error.empty(), label(), ": ", blame(error, "fix the reference", error.rfind("raised ", 0) == 0));
   // The functional op promises fresh outputs (its schema has no alias annotation): a reference that returns
   // an input, or a view of one, is given a copy.
   for (auto& o : out) {
@@ -122,17 +132,42 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
       }
     }
   }
-  FLYSHIP_CHECK(out.size() == p.outputs.size(), label(), ": the reference returned ", out.size(), " tensors, the op has ",
-              p.outputs.size(), " outputs");
+  FLYSHIP_CHECK(out.size() == p.outputs.size(), label(), ": ",
+                blame("returned " + std::to_string(out.size()) + " tensors, the op has " +
+                          std::to_string(p.outputs.size()) + " outputs", "fix the reference", false));
   for (size_t j = 0; j < out.size(); ++j) {
-    FLYSHIP_CHECK(out[j].sizes() == c10::IntArrayRef(c.out_shapes[j]) && out[j].scalar_type() == c.out_dtypes[j] &&
-                    out[j].device() == c.device,
-                label(), ": the reference returned output '", p.outputs[j].name, "' of shape ",
-                shape_str(out[j].sizes()), ", dtype ", dtype_name(out[j].scalar_type()), " on ", out[j].device().str(),
-                "; the manifest's rule gives ", shape_str(c.out_shapes[j]), ", ", dtype_name(c.out_dtypes[j]), " on ",
-                c.device.str(), "; fix the reference or the output rule");
+    if (out[j].sizes() == c10::IntArrayRef(c.out_shapes[j]) && out[j].scalar_type() == c.out_dtypes[j] &&
+        out[j].device() == c.device)
+      continue;
+    FLYSHIP_CHECK(false, label(), ": ",
+                  blame("returned output '" + p.outputs[j].name + "' of shape " + shape_str(out[j].sizes()) +
+                            ", dtype " + dtype_name(out[j].scalar_type()) + " on " + out[j].device().str() +
+                            "; the manifest's rule gives " + shape_str(c.out_shapes[j]) + ", " +
+                            dtype_name(c.out_dtypes[j]) + " on " + c.device.str(),
+                        "fix the reference or the output rule", out[j].scalar_type() != c.out_dtypes[j]));
   }
   return out;
+}
+
+std::string OpState::unadmitted_dtypes(const Call& c) const {
+  const OpPlan& p = plan_;
+  std::vector<std::string> takes;
+  for (const SpecPlan& s : p.specs) {
+    bool all = true;
+    std::vector<std::string> parts;
+    for (const auto& [slot, dt] : s.dtypes) {
+      all &= c.t[slot]->scalar_type() == dt;
+      parts.push_back(p.slots[slot].name + "=" + dtype_name(dt));
+    }
+    if (all) return "";
+    takes.push_back(join(parts, ", ") + " (" + s.name + ")");
+  }
+  std::vector<std::string> got;
+  for (int k = 0; k < p.n_inputs; ++k) {
+    if (p.slots[k].kind == kTensor) got.push_back(p.slots[k].name + "=" + dtype_name(c.t[k]->scalar_type()));
+  }
+  return "no specialization admits the input dtypes " + join(got, ", ") + " (they take " +
+         (takes.empty() ? std::string("nothing") : join(takes, "; ")) + ")";
 }
 
 void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
@@ -155,15 +190,41 @@ void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
     // Warned from Python so that it points at the caller's line, not at flyship's or torch's frames.
     py::module_::import("flyship.loader.core").attr("warn_fallback")(msg);
   }
-  std::vector<at::Tensor> out = call_reference(c);
+  std::vector<at::Tensor> out = call_reference(c);  // on the flattened tensors: the kernel's shapes
   if (is_out) {
-    for (size_t j = 0; j < out.size(); ++j) const_cast<at::Tensor*>(c.t[p.n_inputs + j])->copy_(out[j]);
+    for (size_t j = 0; j < out.size(); ++j) {
+      // The caller's out tensor (with its leading dims, whatever its layout): copy_ writes any strides.
+      const at::Tensor& o = c.user_tensor(p.n_inputs + static_cast<int>(j));
+      const_cast<at::Tensor&>(o).copy_(o.sizes() == out[j].sizes() ? out[j] : out[j].reshape(o.sizes()));
+    }
   } else {
     c.fresh.clear();
     c.fresh.reserve(out.size());
-    for (auto& t : out) c.fresh.push_back(std::move(t));
+    for (size_t j = 0; j < out.size(); ++j) {
+      const c10::SmallVector<int64_t, 6> want = user_shape(c, j);
+      if (out[j].sizes() == c10::IntArrayRef(want)) {
+        c.fresh.push_back(std::move(out[j]));
+      } else {
+        // Leading dims back on a tensor of its own (not a view of the reference's), as a launch returns it.
+        c.fresh.push_back(at::empty(want, out[j].options()));
+        c.fresh.back().view(c.out_shapes[j]).copy_(out[j]);
+      }
+    }
     for (size_t j = 0; j < out.size(); ++j) c.t[p.n_inputs + j] = &c.fresh[j];
   }
+}
+
+[[noreturn]] void raise_as_flyship(const c10::Error& e) {
+  // Only the core's own refusals (FLYSHIP_CHECK / _TYPE: c10::Error, c10::TypeError); torch's specific errors
+  // (out of memory, accelerator errors, ...) keep their own Python types.
+  const char* cls = typeid(e) == typeid(c10::Error)       ? "CallError"
+                    : typeid(e) == typeid(c10::TypeError) ? "CallTypeError"
+                                                          : nullptr;
+  if (cls == nullptr || !Py_IsInitialized()) throw;  // rethrows the exception being handled
+  py::gil_scoped_acquire gil;
+  py::object type = py::module_::import("flyship.errors").attr(cls);
+  PyErr_SetObject(type.ptr(), py::str(e.what_without_backtrace()).ptr());
+  throw py::error_already_set();
 }
 
 py::dict OpState::stats() const {

@@ -39,6 +39,11 @@ def describe(manifest: _m.Manifest) -> str:
         lines.append(f"{manifest.namespace}::{functional}")
         lines.append(f"{manifest.namespace}::{out}")
         lines.append(f"  {op.doc}  [{op.frontend}; reference: {op.reference or 'none'}]")
+        batched = [f"{a.name} (rank {a.rank})" for a in op.args if a.batch]
+        if batched:
+            back = [o.name for o in op.outputs if o.batch]
+            lines.append(f"  leading batch dims: {', '.join(batched)} flatten into their first dim"
+                         + (f"; {', '.join(back)} get them back" if back else ""))
         for s in op.specializations:
             guard = [f"{k}={v}" for k, v in s.guard.dtypes.items()] + list(s.guard.constraints)
             guard += [f"{k} aligned to {v}" for k, v in s.guard.alignment.items()]

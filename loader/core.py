@@ -262,6 +262,13 @@ class OpHandle:
         """
         import torch
 
+        if not isinstance(target, str):
+            raise ConfigError(f"{self.qualname}.dispatch: expected target= a device target ID string ('gfx942', "
+                              f"'sm_90'), got {type(target).__name__}; ops.device_target(0) gives a GPU's")
+        try:
+            _targets.parse_target(target)
+        except BundleError as e:
+            raise ConfigError(f"{self.qualname}.dispatch: target=: {e}; ops.device_target(0) gives a GPU's") from None
         if isinstance(out, torch.Tensor):  # one out tensor, as .out(..., out=t) takes it
             out = (out,)
         values = [*self._bind(args, kwargs), *(out or ())]

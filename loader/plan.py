@@ -190,6 +190,7 @@ def lower_op(op: _m.Op, namespace: str) -> dict[str, Any]:
         BundleError: a field or expression that does not fit the op's arguments.
     """
     slots = _m.slots(op)
+    batched = {a.name for a in op.args if a.batch} | {o.name for o in op.outputs if o.batch}
     n_in = len(op.args)
     inputs_only = {k: s for k, s in slots.items() if s.index < n_in}
     outputs = []
@@ -223,7 +224,7 @@ def lower_op(op: _m.Op, namespace: str) -> dict[str, Any]:
     return {
         "name": op.name,
         "qualname": f"{namespace}::{op.name}",
-        "slots": [{"name": n, "kind": s.kind, "rank": s.rank} for n, s in slots.items()],
+        "slots": [{"name": n, "kind": s.kind, "rank": s.rank, "batch": n in batched} for n, s in slots.items()],
         "n_inputs": n_in,
         "outputs": outputs,
         "specs": specs,
