@@ -225,6 +225,7 @@ OpPlan parse_op(const py::dict& d) {
 std::vector<SpecPlan> parse_specs(const py::list& specs_list, const OpPlan& op, bool* guard_uses_outputs) {
   const std::string where = "op " + op.name;
   const std::vector<SlotShape> shapes = slot_shapes(op, false);
+  const std::vector<SlotShape> input_shapes = slot_shapes(op, true);  // workspace sizes read the inputs only
   *guard_uses_outputs = false;
   FLYSHIP_PLAN_CHECK(specs_list.size() == op.spec_variants.size(), where, "the op's head announces ",
                      op.spec_variants.size(), " specializations, its specs hold ", specs_list.size());
