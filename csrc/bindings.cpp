@@ -165,13 +165,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property(
           "fallback", [](const Bundle& b) { return b.core->fallback(); },
           [](Bundle& b, bool on) { b.core->set_fallback(on); })
-      .def("stats", [](Bundle& b, int op) { return b.core->op(op).stats(); })
+      .def("stats",
+           [](Bundle& b, int op) {
+             OpState& o = b.core->op(op);
+             o.ensure_specs();  // the counters are named by specialization
+             return o.stats();
+           })
       .def("reset_stats", [](Bundle& b, int op) { b.core->op(op).reset_stats(); })
       .def(
           "decide",
           [](Bundle& b, int op, const std::string& target, const py::sequence& args, bool is_out,
              int64_t cu_count) -> py::tuple {
             OpState& o = b.core->op(op);
+            o.ensure_specs();
             const Selection& sel = b.core->selection(target);
             auto iv = to_ivalues(args);
             Call c;
@@ -201,7 +207,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(
           "load_kernel",
           [](Bundle& b, int op, int spec, int variant, int device) {
-            const auto& specs = b.core->op(op).plan().specs;
+            OpState& o = b.core->op(op);
+            o.ensure_specs();
+            const auto& specs = o.plan().specs;
             FLYSHIP_CHECK(spec >= 0 && spec < static_cast<int>(specs.size()) && variant >= 0 &&
                             variant < static_cast<int>(specs[spec].variants.size()),
                         "flyship: specialization or variant index out of range");

@@ -16,6 +16,7 @@ namespace flyship {
 int device_index(const c10::Device& d) { return d.has_index() ? d.index() : 0; }
 
 void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
+  ensure_specs();
   const OpPlan& p = plan_;
   const size_t n_args = p.n_inputs + (is_out ? p.outputs.size() : 0);
   FLYSHIP_CHECK(stack->size() >= n_args, label(), ": internal error: stack holds ", stack->size(), " values");

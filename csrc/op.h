@@ -33,11 +33,16 @@ class OpState {
  public:
   OpState(BundleCore* bundle, int index, OpPlan plan, py::object reference)
       : bundle_(bundle), index_(index), plan_(std::move(plan)), reference_(std::move(reference)),
-        launches_(new std::atomic<uint64_t>[plan_.specs.size() ? plan_.specs.size() : 1]) {
-    for (size_t s = 0; s < plan_.specs.size(); ++s) launches_[s].store(0);
+        launches_(new std::atomic<uint64_t>[plan_.spec_variants.size() ? plan_.spec_variants.size() : 1]) {
+    for (size_t s = 0; s < plan_.spec_variants.size(); ++s) launches_[s].store(0);
   }
 
+  // The op's plan; its specs (and guard_uses_outputs) only after ensure_specs().
   const OpPlan& plan() const { return plan_; }
+  // Read the op's specializations on first use: asks Python (the bundle's `specs` callable, which reads,
+  // checks and lowers them, or takes them from the plan cache) without holding a lock, then publishes them
+  // once. Every entry point that reads specs calls it first; afterwards it is one acquire load.
+  void ensure_specs();
   int index() const { return index_; }
 
   // The boxed kernel: the last arguments on `stack` are the op's inputs (and out tensors for .out).
@@ -120,6 +125,8 @@ class OpState {
   BundleCore* bundle_;
   int index_;
   OpPlan plan_;
+  std::atomic<bool> specs_ready_{false};
+  std::mutex specs_mu_;
   PyRef reference_;
   std::unique_ptr<std::atomic<uint64_t>[]> launches_;
   std::atomic<uint64_t> empty_{0};

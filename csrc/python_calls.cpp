@@ -35,15 +35,16 @@ const Selection& BundleCore::selection(const std::string& target) {
                 " ops, expected ", n_ops());
     for (int k = 0; k < n_ops(); ++k) {
       auto per_spec = per_op[k].cast<py::list>();
-      const auto& specs = ops_[k]->plan().specs;
-      FLYSHIP_CHECK(per_spec.size() == specs.size(), "flyship: target selection for op ", ops_[k]->plan().name,
+      // The head's variant counts: the specs themselves may not be read yet (ensure_specs checks they agree).
+      const auto& counts = ops_[k]->plan().spec_variants;
+      FLYSHIP_CHECK(per_spec.size() == counts.size(), "flyship: target selection for op ", ops_[k]->plan().name,
                   " has the wrong number of specializations");
       std::vector<int> v;
       std::vector<std::string> why;
-      for (size_t s = 0; s < specs.size(); ++s) {
+      for (size_t s = 0; s < counts.size(); ++s) {
         auto pr = per_spec[s].cast<py::sequence>();
         const int idx = pr[0].cast<int>();
-        FLYSHIP_CHECK(idx >= -1 && idx < static_cast<int>(specs[s].variants.size()),
+        FLYSHIP_CHECK(idx >= -1 && idx < counts[s],
                     "flyship: target selection index out of range");
         v.push_back(idx);
         why.push_back(pr[1].cast<std::string>());
@@ -77,6 +78,40 @@ std::shared_ptr<const std::string> BundleCore::image(const VariantPlan& v) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!images_[v.id]) images_[v.id] = std::move(img);
   return images_[v.id];
+}
+
+py::list BundleCore::specs_of(int k) const {
+  // A refusal (the rule book's BundleError, for a manifest read lazily) reaches the caller as itself.
+  py::object r = specs_.get()(k);
+  FLYSHIP_CHECK(py::isinstance<py::list>(r), "flyship: the specializations of op ", ops_[k]->plan().name,
+                " came back as ", std::string(py::str(py::type::handle_of(r).attr("__name__"))), ", expected a list");
+  return r.cast<py::list>();
+}
+
+void OpState::ensure_specs() {
+  if (specs_ready_.load(std::memory_order_acquire)) return;
+  // Ask Python and parse without holding specs_mu_ (never wait for the GIL while holding a lock of ours); two
+  // threads may both read them, the first result is kept.
+  std::vector<SpecPlan> specs;
+  bool uses_outputs = false;
+  {
+    py::gil_scoped_acquire gil;
+    specs = parse_specs(bundle_->specs_of(index_), plan_, &uses_outputs);
+  }
+  // Variant ids follow flyship.bundle.rules.iter_variants: each variant, then its following launches.
+  int id = plan_.first_variant;
+  for (auto& s : specs)
+    for (auto& v : s.variants) {
+      v.id = id++;
+      for (auto& t : v.then) t.id = id++;
+    }
+  FLYSHIP_PLAN_CHECK(id - plan_.first_variant == plan_.n_code_objects, "op " + plan_.name, "its specializations hold ",
+                     id - plan_.first_variant, " code objects, its head announces ", plan_.n_code_objects);
+  std::lock_guard<std::mutex> lock(specs_mu_);
+  if (specs_ready_.load(std::memory_order_relaxed)) return;
+  plan_.specs = std::move(specs);
+  plan_.guard_uses_outputs = uses_outputs;
+  specs_ready_.store(true, std::memory_order_release);
 }
 
 std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
@@ -253,7 +288,7 @@ py::dict OpState::stats() const {
 }
 
 void OpState::reset_stats() {
-  for (size_t s = 0; s < plan_.specs.size(); ++s) launches_[s].store(0);
+  for (size_t s = 0; s < plan_.spec_variants.size(); ++s) launches_[s].store(0);
   empty_.store(0);
   std::lock_guard<std::mutex> lock(stats_mu_);
   fallbacks_.clear();

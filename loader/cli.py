@@ -81,12 +81,14 @@ def list_cmd(bundle: Path) -> None:
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--namespace", default=None, help="register under this torch namespace instead of the manifest's")
 def verify_cmd(bundle: Path, namespace: str | None) -> None:
-    """Run every specialization of BUNDLE against its reference on generated inputs (needs a GPU)."""
+    """Check BUNDLE entirely (every rule, every code object), then run every specialization against its reference
+    on generated inputs (needs a GPU)."""
     from flyship.loader import core
     from flyship.loader.verify import VerificationError
 
     try:
         ops = core.load(bundle, namespace=namespace)
+        ops.check()  # every rule and code object now, whatever the load took from the plan cache
         report = ops.verify()
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None
