@@ -547,12 +547,13 @@ def _beside(path: str | Path) -> Path:
 
 
 def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list[Optional[Callable[..., Any]]],
-              cpu_in_core: bool = False) -> tuple[Any, list[_cpu.CpuKernel]]:
+              cpu_in_core: bool = False,
+              full_op: Optional[Callable[[int], _m.Op]] = None) -> tuple[Any, list[_cpu.CpuKernel]]:
     import torch
 
     lib = torch.library.Library(namespace, "FRAGMENT")
     cpu_kernels = []
-    for op, reference in zip(manifest.ops, references):
+    for k, (op, reference) in enumerate(zip(manifest.ops, references)):
         functional, out = _schema.schemas(op)
         try:
             lib.define(functional)
@@ -563,7 +564,9 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
         qual = f"{namespace}::{op.name}"
         torch.library.register_fake(qual, _schema.make_fake(op, False, qual), lib=lib)
         torch.library.register_fake(qual + ".out", _schema.make_fake(op, True, qual), lib=lib)
-        cpu_kernel = _cpu.CpuKernel(op, qual, reference, lambda: core.fallback)
+        # ``op`` may be the head alone (no specializations): the CPU kernel reads those only for an error message.
+        cpu_kernel = _cpu.CpuKernel(op, qual, reference, lambda: core.fallback,
+                                    full_op=(lambda k=k: full_op(k)) if full_op else None)
         if not cpu_in_core:  # the recording driver's C++ kernel owns the CPU key (it launches on CPU tensors)
             _cpu.register(lib, op, cpu_kernel)
         cpu_kernels.append(cpu_kernel)
@@ -642,7 +645,8 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
                      for k, op in enumerate(plan.head.ops)]
             lowered = _plan.lower_bundle(heads, ns, refs, plan.specs, code_objects)
             core = ext.Bundle(lowered, make_selector(plan), env.fallback_enabled() if fallback is None else fallback)
-            library, cpu_kernels = _register(plan.head, ns, core, refs, cpu_in_core=ext.flavor() == "record")
+            library, cpu_kernels = _register(plan.head, ns, core, refs, cpu_in_core=ext.flavor() == "record",
+                                             full_op=plan.op)
             ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
             _loaded[ns] = ops
             warn_not_built(plan.head, root)

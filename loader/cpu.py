@@ -34,8 +34,9 @@ class CpuKernel:
     """
 
     def __init__(self, op: _m.Op, qualname: str, reference: Callable[..., Any] | None,
-                 fallback_on: Callable[[], bool]) -> None:
+                 fallback_on: Callable[[], bool], full_op: Callable[[], _m.Op] | None = None) -> None:
         self._op = op
+        self._full_op = full_op or (lambda: op)  # with the specializations (a plan-cache head has none)
         self._qualname = qualname
         self._reference = reference
         self._fallback_on = fallback_on
@@ -113,7 +114,7 @@ class CpuKernel:
         got = {t: str(values[t].dtype).removeprefix("torch.") for t in self._arg_names
                if self._op.args[self._arg_names.index(t)].kind == "tensor"}
         takes = []
-        for s in self._op.specializations:
+        for s in self._full_op().specializations:
             if all(got.get(t) == d for t, d in s.guard.dtypes.items()):
                 return ""
             takes.append(f"{', '.join(f'{t}={d}' for t, d in s.guard.dtypes.items())} ({s.name})")
