@@ -1,24 +1,24 @@
 """flyc-build's cost per kernel against FlyDSL's own compile of the same kernels (docs/perf.md).
 
-Run in the build Python (FlyDSL + LLVM tools), on a quiet machine::
+Run in the build Python (FlyDSL + LLVM tools)::
 
-    .venv-flydsl/bin/python bench/build_overhead.py [--rounds 5] [--arch gfx942] [--json out.json]
+    nice -n 0 .venv-flydsl/bin/python bench/build_overhead.py [--rounds 5] [--arch gfx942] [--json out.json]
 
-Per round and per target, two fresh processes compile every (op, specialization) of the FlyDSL examples,
-in the same order, with the same environment (``COMPILE_ONLY=1``, FlyDSL's disk cache off):
+Each round is one fresh process per target that compiles every (op, specialization) of the FlyDSL examples
+both ways, kernel by kernel, in the same environment (FlyDSL's disk cache off, its IR dump off):
 
-* ``flydsl``: FlyDSL's own compile, a first call of the ``@flyc.jit`` launcher on CPU placeholder
-  tensors (what a user's JIT does), IR dump off;
-* ``flydsl_dump``: the same call with FlyDSL's IR dump on (``FLYDSL_DUMP_IR=1``), as flyship runs it: the
-  part of flyship's cost that is FlyDSL's own dump mode;
-* ``flyship``: what one flyc-build worker task does for that kernel: the compile with the IR dump on, then
-  assembly with llvm-mc + ld.lld, the proof against FlyDSL's binary, metadata, kernarg layout.
+* ``flydsl``: FlyDSL's own compile, as the version adapter calls it without a GPU (0.5.0: ``flyc.compile``
+  on CPU placeholder tensors; before 0.4.0: a direct call under ``COMPILE_ONLY=1``), what a user's JIT does;
+* ``flyship``: what one flyc-build worker task does for that kernel (``frontends.compile_variant``): the same
+  compile with flyship watching it (``capture.py``), assembly with llvm-mc + ld.lld, the proof against
+  FlyDSL's code object, metadata, kernarg layout, resource checks.
 
-The two modes alternate within each round (which goes first alternates too), so drift on a shared machine
-hits both. Per kernel it prints the median over rounds of the per-round ratio flyship/flydsl and its spread
-(min..max). Then whole ``flyc-build`` runs (process start, spec import, pools, bundle writing; --no-cache):
-wall seconds per kernel with -j 1 against the sum of FlyDSL's per-kernel compiles, a warm-cache rebuild,
-and a no-op rebuild. ``--ray-workers 1 2`` adds throughput on a local Ray instance (docs/scale.md).
+Both run back to back per kernel, in alternating order (flydsl first on even rounds), so load drift on a
+shared machine hits both; one untimed compile of each kind warms the process first. Per kernel it prints the
+median over rounds of the per-round ratio flyship/flydsl and its spread (min..max). Then whole ``flyc-build``
+runs (process start, spec import, pools, bundle writing; --no-cache): wall seconds per kernel with -j 1
+against the sum of FlyDSL's per-kernel compiles, a warm-cache rebuild, and a no-op rebuild. ``--ray-workers
+1 2`` adds throughput on a local Ray instance (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -40,56 +40,49 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "flydsl" / "ops.py"
 
 
-def child(mode: str, target: str, spec_path: str) -> None:
-    """One process: compile every kernel of the spec for ``target``; print {"op.spec": seconds} as JSON."""
+def child(flydsl_first: bool, target: str, spec_path: str) -> None:
+    """One process: compile every kernel of the spec for ``target`` both ways; print
+    ``{"flydsl": {"op.spec": seconds}, "flyship": {...}}`` as JSON."""
     from flyship.compiler import frontends
     from flyship.compiler import toolchain as _tc
     from flyship.compiler.frontends import BuildContext, WorkerSetup
+    from flyship.compiler.frontends.flydsl import frontend as _fd
+    from flyship.compiler.frontends.flydsl import versions as _versions
     from flyship.compiler.worker import load_spec_file
 
     tc = _tc.find_toolchain()
     with _tc.rocm_root(tc) as rocm, tempfile.TemporaryDirectory(prefix="bench-") as scratch:
         fd = frontends.get("flydsl")
         fd.prepare_worker(WorkerSetup(target=target, scratch_root=Path(scratch), rocm_root=rocm))
-        if mode == "flydsl":
-            os.environ["FLYDSL_DUMP_IR"] = "0"
-        os.environ["FLYDSL_DUMP_DIR"] = str(Path(scratch) / "dump")
         sf = load_spec_file(spec_path)
-        times = {}
-        for op in sf.ops:
-            for spec in op.specs:
-                work = Path(tempfile.mkdtemp(dir=scratch))
+        adapter = _versions.current()
+
+        def flydsl(op, spec) -> None:
+            pos, kw = _fd._call_args(op, spec)
+            _fd._forget_compiled(op.kernel)
+            with contextlib.redirect_stdout(io.StringIO()):
+                adapter.compile(op.kernel, pos, kw)
+
+        def flyship(op, spec) -> None:
+            ctx = BuildContext(workdir=Path(tempfile.mkdtemp(dir=scratch)), toolchain=tc, rocm_root=rocm)
+            frontends.compile_variant(fd, op, spec, target, ctx)
+
+        kernels = [(op, spec) for op in sf.ops for spec in op.specs]
+        flydsl(*kernels[0])  # warm-up: the first MLIR context, pass registration, the first tool start
+        flyship(*kernels[0])
+        times: dict[str, dict[str, float]] = {"flydsl": {}, "flyship": {}}
+        order = (("flydsl", flydsl), ("flyship", flyship))
+        for op, spec in kernels:
+            for mode, fn in order if flydsl_first else order[::-1]:
                 t0 = time.perf_counter()
-                if mode in ("flydsl", "flydsl_dump"):
-                    pos, kw = placeholders(op, spec)
-                    with contextlib.redirect_stdout(io.StringIO()):  # the dump prints a line per stage
-                        op.kernel(*pos, **kw)
-                else:
-                    frontends.compile_variant(fd, op, spec, target,
-                                              BuildContext(workdir=work, toolchain=tc, rocm_root=rocm))
-                times[f"{op.name}.{spec.name}"] = time.perf_counter() - t0
+                fn(op, spec)
+                times[mode][f"{op.name}.{spec.name}"] = time.perf_counter() - t0
     print(json.dumps(times))
 
 
-def placeholders(op, spec) -> tuple[list, dict]:
-    """CPU tensors and scalars in launcher order (FlyDSL 0.5.0 compiles on placeholders), constexpr keywords."""
-    import torch
-    from flyship.compiler.spec import Output, Scalar, Tensor
-
-    shapes, scalars, pos = op.example_shapes(spec), op.example_scalars(spec), []
-    for a in op.args:
-        if isinstance(a, Tensor):
-            pos.append(torch.empty(shapes[a.name], dtype=getattr(torch, spec.dtypes[a.name])))
-        elif isinstance(a, Output):
-            pos.append(torch.empty(shapes[a.name], dtype=getattr(torch, op.output_dtype_for(a, spec))))
-        elif isinstance(a, Scalar):
-            pos.append({"float": float, "int": int, "bool": bool}[a.type](scalars[a.name]))
-    return pos, dict(spec.constexprs)
-
-
-def run_child(mode: str, target: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--child", mode, target], capture_output=True, text=True,
-                         check=True, cwd=str(ROOT))
+def run_child(flydsl_first: bool, target: str) -> dict[str, dict[str, float]]:
+    out = subprocess.run([sys.executable, __file__, "--child", "flydsl" if flydsl_first else "flyship", target],
+                         capture_output=True, text=True, check=True, cwd=str(ROOT))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -127,16 +120,17 @@ def main() -> None:
                                                              "configs on Ray (tests/compiler/tiny_space.py) instead "
                                                              "of the FlyDSL examples")
     ap.add_argument("--json", default=None, help="write every figure here")
+    ap.add_argument("--kernels-only", action="store_true", help="only the per-kernel comparison (no flyc-build runs)")
     a = ap.parse_args()
     if a.child:
-        child(a.child[0], a.child[1], str(SPEC))
+        child(a.child[0] == "flydsl", a.child[1], str(SPEC))
         return
-    report: dict = {"versions": versions(), "rounds": a.rounds, "arch": a.arch, "per_kernel": {}}
+    report: dict = {"versions": versions(), "rounds": a.rounds, "arch": a.arch, "per_kernel": {},
+                    "loadavg_start": os.getloadavg()}
     ratios: dict[str, list[float]] = {}
-    sums = {"flydsl": [], "flydsl_dump": [], "flyship": []}
+    sums: dict[str, list[float]] = {"flydsl": [], "flyship": []}
     for r in range(a.rounds):
-        order = ("flydsl", "flydsl_dump", "flyship") if r % 2 == 0 else ("flyship", "flydsl_dump", "flydsl")
-        got = {m: run_child(m, a.arch) for m in order}
+        got = run_child(r % 2 == 0, a.arch)
         for k in got["flydsl"]:
             ratios.setdefault(k, []).append(got["flyship"][k] / got["flydsl"][k])
             report["per_kernel"].setdefault(k, {m: [] for m in sums})
@@ -144,21 +138,25 @@ def main() -> None:
                 report["per_kernel"][k][m].append(got[m][k])
         for m in got:
             sums[m].append(sum(got[m].values()))
-        print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{m} {sums[m][-1]:.2f} s" for m in sums) + " (all kernels)",
-              file=sys.stderr)
-    print(f"{'kernel':<16} {'flydsl s':>9} {'+dump s':>9} {'flyship s':>9} {'ratio (median)':>15} {'spread':>13}")
+        print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{m} {sums[m][-1]:.2f} s" for m in sums) + " (all kernels), "
+              f"load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
+    report["loadavg_end"] = os.getloadavg()
+    print(f"{'kernel':<18} {'flydsl s':>9} {'flyship s':>9} {'ratio (median)':>15} {'spread':>13}")
     for k, rs in ratios.items():
         pk = report["per_kernel"][k]
-        print(f"{k:<16} {statistics.median(pk['flydsl']):9.3f} {statistics.median(pk['flydsl_dump']):9.3f} "
-              f"{statistics.median(pk['flyship']):9.3f} {statistics.median(rs):15.3f} {min(rs):6.3f}..{max(rs):.3f}")
+        print(f"{k:<18} {statistics.median(pk['flydsl']):9.3f} {statistics.median(pk['flyship']):9.3f} "
+              f"{statistics.median(rs):15.3f} {min(rs):6.3f}..{max(rs):.3f}")
         pk["ratio_median"], pk["ratio_min"], pk["ratio_max"] = statistics.median(rs), min(rs), max(rs)
     all_r = [statistics.median(rs) for rs in ratios.values()]
     per_round = [f / d for f, d in zip(sums["flyship"], sums["flydsl"])]
     report["ratio_all_kernels_median"] = statistics.median(per_round)
-    dump_share = [d / f for d, f in zip(sums["flydsl_dump"], sums["flyship"])]
-    print(f"FlyDSL with its IR dump on / flyship, per round: {', '.join(f'{x:.3f}' for x in dump_share)}")
     print(f"all kernels: flyship/flydsl per round {', '.join(f'{x:.3f}' for x in per_round)}; median "
-          f"{statistics.median(per_round):.3f}; per-kernel medians {min(all_r):.3f}..{max(all_r):.3f}")
+          f"{statistics.median(per_round):.3f}; per-kernel medians {min(all_r):.3f}..{max(all_r):.3f}; load average "
+          f"{report['loadavg_start'][0]:.1f} at start, {report['loadavg_end'][0]:.1f} at end")
+    if a.kernels_only:
+        if a.json:
+            Path(a.json).write_text(json.dumps(report, indent=1))
+        return
     with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
         t = Path(tmp)
         n = len(ratios)

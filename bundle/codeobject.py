@@ -164,6 +164,13 @@ class CodeObjectFile:
 
     # -- symbols and sections --------------------------------------------------------------
     def symbols(self) -> list[Symbol]:
+        """Every named symbol of the symbol tables (read once per object: the proof asks many times)."""
+        cached = self.__dict__.get("_symbols")
+        if cached is None:
+            cached = self.__dict__["_symbols"] = tuple(self._read_symbols())
+        return list(cached)
+
+    def _read_symbols(self) -> list[Symbol]:
         out = []
         for sec in self.elf.iter_sections():
             if sec["sh_type"] not in ("SHT_SYMTAB", "SHT_DYNSYM"):

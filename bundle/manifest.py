@@ -58,6 +58,8 @@ class Arg:
         default: default value of a scalar, or None.
         mutable: the kernel writes this input tensor in place (schema 1.2; ``Tensor(a!)`` in the torch schema,
             no fresh output is made for it). False in 1.0 / 1.1 bundles.
+        batch: the tensor may carry leading batch dimensions (schema 1.2): a call's ``(B, S, H)`` reaches a
+            kernel written for ``(M, H)`` as the view ``(B*S, H)`` (:mod:`flyship.bundle.batch`).
     """
 
     name: str
@@ -66,6 +68,7 @@ class Arg:
     dtypes: tuple[str, ...] = ()
     default: Optional[float | int | bool] = None
     mutable: bool = False
+    batch: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,11 +79,15 @@ class Output:
         name: output name.
         shape: one expression per dimension over the inputs (see :mod:`flyship.bundle.expr`).
         dtype: an input tensor's name (same dtype as that input) or a torch dtype name.
+        batch: the output gets the batched inputs' leading dimensions back (schema 1.2): its first dimension
+            is a batched input's flattened first dimension (``shape[0]`` is ``"<input>.shape[0]"``) and the
+            call returns it viewed as ``(B, S, ...)``.
     """
 
     name: str
     shape: tuple[str, ...]
     dtype: str
+    batch: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -734,6 +741,16 @@ def parse(data: bytes, where: str) -> Manifest:
     Raises:
         BundleError: naming ``where`` and the JSON path of the first bad value.
     """
+    return parse_json(data, where)[0]
+
+
+def parse_json(data: bytes, where: str) -> tuple[Manifest, dict]:
+    """:func:`parse`, also returning the JSON object the manifest was read from (the plan cache keeps each op's
+    part of it as it is, instead of writing the dataclasses back out).
+
+    Raises:
+        BundleError: naming ``where`` and the JSON path of the first bad value.
+    """
     from flyship.bundle import rules as _rules
 
     if len(data) > _limits.MAX_MANIFEST_BYTES:
@@ -753,15 +770,28 @@ def parse(data: bytes, where: str) -> Manifest:
         raise type(e)(f"{where}: {e}") from None
     except RecursionError:
         raise BundleError(f"{where}: the manifest nests too deeply; the bundle is damaged, rebuild it") from None
-    return m
+    return m, obj
 
 
-def read(path: Path | str) -> Manifest:
-    """Read and check a manifest file (or a bundle directory holding ``manifest.json``).
+def part_from_json_obj(cls: Any, data: Any, schema_version: str, where: str) -> Any:
+    """One part of a manifest (an :class:`Op`, a :class:`Specialization`...) from its JSON data, read as
+    :func:`from_json_obj` reads it in a manifest of ``schema_version`` (unknown keys are ignored for a newer minor
+    version). Checks types and limits, not the rule book: for data taken from a manifest that passed it (the plan
+    cache).
 
     Raises:
-        BundleError: the file is missing, too large, not UTF-8 JSON, or not a valid manifest; the message
-            names the path and the JSON path of the bad value.
+        BundleError: a key is missing, unknown or mistyped.
+    """
+    minor = int(schema_version.split(".")[1])
+    return _from(cls, data, where, lenient=minor > SCHEMA_MINOR)
+
+
+def read_bytes(path: Path | str) -> tuple[bytes, str]:
+    """The bytes of a manifest file (or of a bundle directory's ``manifest.json``), at most the size limit, and
+    the path as error messages name it; :func:`parse` checks them.
+
+    Raises:
+        BundleError: the file is missing or cannot be read.
     """
     p = Path(path)
     if p.is_dir():
@@ -771,10 +801,19 @@ def read(path: Path | str) -> Manifest:
                           f"built by flyc-build (it holds {MANIFEST_NAME})")
     try:
         with open(p, "rb") as fh:
-            data = fh.read(_limits.MAX_MANIFEST_BYTES + 1)
+            return fh.read(_limits.MAX_MANIFEST_BYTES + 1), str(p)
     except OSError as e:
         raise BundleError(f"read bundle: cannot read {p}: {e}") from None
-    return parse(data, str(p))
+
+
+def read(path: Path | str) -> Manifest:
+    """Read and check a manifest file (or a bundle directory holding ``manifest.json``).
+
+    Raises:
+        BundleError: the file is missing, too large, not UTF-8 JSON, or not a valid manifest; the message
+            names the path and the JSON path of the bad value.
+    """
+    return parse(*read_bytes(path))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,10 @@ Rules, by subject:
   silently replace it: ROCm/clr does not check ``.reqd_workgroup_size``), the block fits the kernel's
   max flat workgroup size, static LDS fits the target (:func:`check_resources`), no scratch unless
   allowed (:func:`check_scratch`);
+* leading batch dimensions (schema 1.2): a batched argument is a tensor of rank >= 1; a batched output's
+  first dimension is a batched input's first (``x.shape[0]``), so the flattened rows map back to the leading
+  dims; an autograd pair keeps the batch: a backward input fed from a batched tensor and a gradient of a
+  batched input are batched in the backward op (:func:`check_batch`, :func:`check_backward`);
 * files: every path the manifest names stays inside the bundle after resolving links, is at most
   ``MAX_CODE_OBJECT_BYTES`` and has the sha256 the manifest records (:func:`read_bundle_file`);
 * code objects against the manifest: the kernel and its descriptor exist, the file's target, kernarg
@@ -480,6 +484,45 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
             raise BundleError(f"{where}: grads[{x!r}] = {g!r}: expected an output of {b.op} ({', '.join(bwd_outs)})")
     if not b.grads:
         raise BundleError(f"{where}: grads is empty; name the inputs that get gradients")
+    # Leading batch dims flow through training: what the forward saw batched, the backward sees batched.
+    fwd_batch = {a.name for a in op.args if a.batch} | {o.name for o in op.outputs if o.batch}
+    bwd_batch = {a.name for a in bwd.args if a.batch} | {o.name for o in bwd.outputs if o.batch}
+    for k, src in b.inputs.items():
+        tensor = src[len(_m.GRAD_PREFIX):] if src.startswith(_m.GRAD_PREFIX) else src
+        if tensor in fwd_batch and k not in bwd_batch:
+            raise BundleError(f"{where}: input {k} = {src!r} comes from a batched tensor of {op.name} (leading batch "
+                              f"dimensions), but {b.op}'s {k!r} is not batched; declare it batched too")
+    for x, g in b.grads.items():
+        if x in fwd_batch and g not in bwd_batch:
+            raise BundleError(f"{where}: grads[{x!r}] = {g!r}: {x!r} is batched, so its gradient must be a batched "
+                              f"output of {b.op}; declare {g!r} batched too")
+
+
+def check_batch(args: tuple[_m.Arg, ...] | list[_m.Arg], outputs: tuple[_m.Output, ...] | list[_m.Output],
+                where: str) -> None:
+    """Leading batch dimensions (:mod:`flyship.bundle.batch`): a batched argument is a tensor of rank >= 1, and a
+    batched output's first dimension is a batched input's first, so the call can give it the leading dims back.
+
+    Raises:
+        BundleError: naming the argument or output and what to declare instead.
+    """
+    batched = []
+    for i, a in enumerate(args):
+        if a.batch and (a.kind != "tensor" or a.rank < 1):
+            raise _fail(f"{where}.args[{i}].batch", f"expected a tensor of rank >= 1 for leading batch dimensions, "
+                        f"got {a.kind} {a.name!r} of rank {a.rank}; only tensors with a first dimension to flatten "
+                        "into can be batched")
+        if a.batch:
+            batched.append(a.name)
+    for i, o in enumerate(outputs):
+        if not o.batch:
+            continue
+        first = _expr.canonical(o.shape[0]) if o.shape else ""
+        rows = [f"{n}.shape[0]" for n in batched]
+        if first not in rows:
+            raise _fail(f"{where}.outputs[{i}].batch", f"expected output {o.name!r}'s first dimension to be a batched "
+                        f"input's first ({' or '.join(rows) or 'no input is batched'}), got "
+                        f"{first or 'a rank-0 output'!r}; mark the input batched, or the output not batched")
 
 
 def check_effects(op: _m.Op, where: str) -> None:
@@ -531,6 +574,7 @@ def check_op(op: _m.Op, where: str) -> None:
                 raise _fail(f"{where}.outputs[{i}].shape[{j}]", f"expected a shape over the inputs, got {e!r}, "
                             "which reads the device; an output's shape must not depend on which GPU runs the call "
                             "(fake kernels have no device); compute it from the inputs")
+    check_batch(op.args, op.outputs, where)
     _count(op.tuning_key, L.MAX_RANK * L.MAX_ARGS, "tuning key expressions", f"{where}.tuning_key")
     for j, e in enumerate(op.tuning_key):
         _compile(e, inputs, f"{where}.tuning_key[{j}]")

@@ -302,10 +302,11 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
     for a in op.args:
         if isinstance(a, Tensor):
             args.append(M.Arg(name=a.name, kind="tensor", rank=a.rank, dtypes=tuple(sorted(dtypes_seen[a.name])),
-                              mutable=a.mutable))
+                              mutable=a.mutable, batch=bool(a.batch)))
         elif isinstance(a, Scalar):
             args.append(M.Arg(name=a.name, kind=a.type, default=a.default))
-    outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o)) for o in op.outputs)
+    outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o), batch=op.output_batch(o))
+                    for o in op.outputs)
     return M.Op(name=op.name, frontend=op.frontend, doc=op.doc, args=tuple(args), outputs=outputs,
                 reference=op.reference, specializations=tuple(specs), backward=op.backward,
                 tuning_key=op.key), files

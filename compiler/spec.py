@@ -49,6 +49,10 @@ class Tensor:
             add + RMSNorm). The torch schema says ``Tensor(a!) name``, no fresh output is made for it, and the
             op's reference must write it in place too. flyc-build refuses a kernel that stores through a tensor
             declared neither an ``Output`` nor ``mutable``.
+        batch: accept leading batch dimensions: a call's ``(B, S, H)`` reaches the kernel, written for ``rank``
+            dims ``(M, H)``, as the view ``(B*S, H)`` (no copy; a layout that does not flatten to a view falls
+            back to the reference, or raises with the fallback off). Batched inputs of one call must share
+            their leading dims. See docs/spec-api.md, "Leading batch dimensions".
 
     Example::
 
@@ -61,6 +65,7 @@ class Tensor:
     alignment: Optional[int] = None
     pointee: Optional[str] = None
     mutable: bool = False
+    batch: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,12 +77,15 @@ class Output:
         like: allocate with the shape and dtype of this input tensor.
         shape: one expression per dimension (``("a.shape[0]", "b.shape[1]")``), instead of ``like``.
         dtype: an input tensor's name or a torch dtype name (with ``shape``; default: the first input's).
+        batch: return the output with the batched inputs' leading dims back (``(B*S, N)`` -> ``(B, S, N)``); its
+            first dimension must be a batched input's first. Default: batched when ``like`` names a batched input.
     """
 
     name: str
     like: Optional[str] = None
     shape: Optional[tuple[str, ...]] = None
     dtype: Optional[str] = None
+    batch: Optional[bool] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -391,6 +399,12 @@ class OpDecl:
             return tuple(f"{o.like}.shape[{i}]" for i in range(self.tensor(o.like).rank))
         return tuple(_expr.canonical(e) for e in (o.shape or ()))
 
+    def output_batch(self, o: Output) -> bool:
+        """Whether output ``o`` gets the leading batch dims back: as declared, else as its ``like`` input."""
+        if o.batch is not None:
+            return bool(o.batch)
+        return bool(o.like) and self.tensor(o.like).batch
+
     def output_dtype(self, o: Output) -> str:
         if o.like:
             return o.like
@@ -604,6 +618,7 @@ def validate(d: OpDecl) -> None:
             if a.dtype and a.dtype not in tensors and a.dtype not in DTYPES:
                 raise SpecError(f"{w}: output {a.name}: dtype {a.dtype!r} is neither an input tensor nor a dtype")
     _validate_workspaces(d, w)
+    _check_batch(d, w)
     from flyship.compiler import frontends
 
     fe = frontends.get(d.frontend)
@@ -727,6 +742,20 @@ def _validate_launches(d: OpDecl, w: str, fe: Any) -> None:
     if unused:
         raise SpecError(f"{w}: {unused} are passed to no Launch; every declared tensor, output, scalar, Value and "
                         "Workspace must be some kernel's parameter")
+
+
+def _check_batch(d: OpDecl, w: str) -> None:
+    """The rule book's batch rules (:func:`flyship.bundle.rules.check_batch`), as a SpecError before compiling."""
+    from flyship.bundle import manifest as _m
+
+    args = [_m.Arg(name=a.name, kind="tensor" if isinstance(a, Tensor) else a.type, rank=getattr(a, "rank", 0),
+                   batch=bool(getattr(a, "batch", False))) for a in d.inputs]
+    try:
+        outputs = [_m.Output(name=o.name, shape=d.output_shape(o), dtype="float32", batch=d.output_batch(o))
+                   for o in d.outputs]
+        _rules.check_batch(args, outputs, w)
+    except BundleError as e:
+        raise SpecError(str(e)) from None
 
 
 def _check_example_meets_constraints(d: OpDecl, s: Spec, w: str) -> None:

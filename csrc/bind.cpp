@@ -57,8 +57,14 @@ void OpState::check_tensors(Call& c, size_t n, bool check_device) const {
     if (s.kind != kTensor) continue;
     const at::Tensor& x = *c.t[k];
     FLYSHIP_CHECK(x.defined(), label(), ": argument '", s.name, "' is an undefined tensor");
-    FLYSHIP_CHECK(x.dim() == s.rank, label(), ": expected '", s.name, "' of rank ", s.rank, ", got rank ", x.dim(),
-                  " (shape ", shape_str(x.sizes()), ")");
+    if (s.batch) {
+      FLYSHIP_CHECK(x.dim() >= s.rank, label(), ": expected '", s.name, "' of rank ", s.rank, " or more (rank ",
+                    s.rank, " for the kernel, more for leading batch dimensions), got rank ", x.dim(), " (shape ",
+                    shape_str(x.sizes()), "); pass a tensor of rank ", s.rank, " or more");
+    } else {
+      FLYSHIP_CHECK(x.dim() == s.rank, label(), ": expected '", s.name, "' of rank ", s.rank, ", got rank ", x.dim(),
+                    " (shape ", shape_str(x.sizes()), "); pass a tensor of rank ", s.rank);
+    }
     if (first == nullptr) {
       first = &x;
       first_slot = static_cast<int>(k);
@@ -123,9 +129,19 @@ void OpState::allocate_outputs(Call& c) const {
   c.fresh.clear();
   c.fresh.reserve(p.outputs.size());  // pointers into `fresh` are kept in c.t
   for (size_t j = 0; j < p.outputs.size(); ++j) {
-    c.fresh.push_back(at::empty(c.out_shapes[j], at::TensorOptions().dtype(c.out_dtypes[j]).device(c.device)));
+    const auto opts = at::TensorOptions().dtype(c.out_dtypes[j]).device(c.device);
+    c.fresh.push_back(c.lead.empty() ? at::empty(c.out_shapes[j], opts) : at::empty(user_shape(c, j), opts));
   }
-  for (size_t j = 0; j < p.outputs.size(); ++j) c.t[p.n_inputs + j] = &c.fresh[j];
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    const int s = p.n_inputs + static_cast<int>(j);
+    if (!c.lead.empty() && p.slots[s].batch) {
+      // The caller gets (B, S, ...) (fresh[j], not a view); the kernel writes through its (B*S, ...) view.
+      c.flat.push_back(c.fresh[j].view(c.out_shapes[j]));
+      c.t[s] = &c.flat.back();
+    } else {
+      c.t[s] = &c.fresh[j];
+    }
+  }
 }
 
 namespace {
@@ -146,11 +162,11 @@ void OpState::check_no_overlap(const Call& c) const {
   const OpPlan& p = plan_;
   const int n = p.n_inputs + static_cast<int>(p.outputs.size());
   for (int j = p.n_inputs; j < n; ++j) {
-    const auto [o0, o1] = byte_span(*c.t[j]);
+    const auto [o0, o1] = byte_span(c.user_tensor(j));
     if (o0 == o1) continue;
     for (int k = 0; k < j; ++k) {
       if (p.slots[k].kind != kTensor) continue;
-      const auto [a0, a1] = byte_span(*c.t[k]);
+      const auto [a0, a1] = byte_span(c.user_tensor(k));
       FLYSHIP_CHECK(a0 == a1 || o1 <= a0 || a1 <= o0, label(), ": out tensor '", p.slots[j].name,
                   "' shares memory with ", (k < p.n_inputs ? "input '" : "out tensor '"), p.slots[k].name,
                   "'; a kernel may read its inputs after writing its outputs, so out= must not overlap them; "
@@ -187,14 +203,17 @@ void OpState::prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, boo
 void OpState::prepare_bound(Call& c, bool is_out) const {
   const OpPlan& p = plan_;
   if (p.has_mutable && !c.device.is_meta()) check_mutable_not_shared(c);
+  flatten_batch(c, is_out);
   output_rules(c);
   if (is_out) {
     for (size_t j = 0; j < p.outputs.size(); ++j) {
-      const at::Tensor& o = *c.t[p.n_inputs + j];
-      FLYSHIP_CHECK(o.sizes() == c10::IntArrayRef(c.out_shapes[j]) && o.scalar_type() == c.out_dtypes[j], label(),
-                  ": expected out tensor '", p.slots[p.n_inputs + j].name, "' of shape ", shape_str(c.out_shapes[j]),
+      const at::Tensor& o = c.user_tensor(p.n_inputs + static_cast<int>(j));
+      const c10::SmallVector<int64_t, 6> full = c.lead.empty() ? c10::SmallVector<int64_t, 6>() : user_shape(c, j);
+      const c10::SmallVector<int64_t, 6>& want = c.lead.empty() ? c.out_shapes[j] : full;  // no copy unbatched
+      FLYSHIP_CHECK(o.sizes() == c10::IntArrayRef(want) && o.scalar_type() == c.out_dtypes[j], label(),
+                  ": expected out tensor '", p.slots[p.n_inputs + j].name, "' of shape ", shape_str(want),
                   " and dtype ", dtype_name(c.out_dtypes[j]), ", got shape ", shape_str(o.sizes()), " and dtype ",
-                  dtype_name(o.scalar_type()), "; allocate it with torch.empty(", shape_str(c.out_shapes[j]),
+                  dtype_name(o.scalar_type()), "; allocate it with torch.empty(", shape_str(want),
                   ", dtype=torch.", dtype_name(c.out_dtypes[j]), ", device=x.device)");
     }
     check_no_overlap(c);

@@ -50,12 +50,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const c10::TypeError& e) {
-      PyErr_SetString(PyExc_TypeError, e.what_without_backtrace());
     } catch (const c10::ValueError& e) {
       PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
     } catch (const c10::Error& e) {
-      PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
+      // The core's refusals as flyship.errors.CallError / CallTypeError (the one exception tree); others as is.
+      try {
+        raise_as_flyship(e);
+      } catch (py::error_already_set& fly) {
+        fly.restore();
+      } catch (const c10::TypeError& t) {
+        PyErr_SetString(PyExc_TypeError, t.what_without_backtrace());
+      } catch (const c10::Error& other) {
+        PyErr_SetString(PyExc_RuntimeError, other.what_without_backtrace());
+      }
     }
   });
   m.attr("PLAN_VERSION") = kPlanVersion;
@@ -158,16 +165,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property(
           "fallback", [](const Bundle& b) { return b.core->fallback(); },
           [](Bundle& b, bool on) { b.core->set_fallback(on); })
-      .def("stats", [](Bundle& b, int op) { return b.core->op(op).stats(); })
+      .def("stats",
+           [](Bundle& b, int op) {
+             OpState& o = b.core->op(op);
+             o.ensure_specs();  // the counters are named by specialization
+             return o.stats();
+           })
       .def("reset_stats", [](Bundle& b, int op) { b.core->op(op).reset_stats(); })
       .def(
           "decide",
-          [](Bundle& b, int op, const std::string& target, const py::sequence& args, bool is_out, int64_t cu_count) {
+          [](Bundle& b, int op, const std::string& target, const py::sequence& args, bool is_out,
+             int64_t cu_count) -> py::tuple {
             OpState& o = b.core->op(op);
+            o.ensure_specs();
             const Selection& sel = b.core->selection(target);
             auto iv = to_ivalues(args);
             Call c;
             bind_without_device(c, o, iv, is_out);
+            if (!c.batch_reason.empty()) return py::make_tuple(-1, -1, c.batch_reason);
             c.device_properties[DEV_CU_COUNT] = cu_count;
             Decision d = o.decide(c, sel, is_out);
             return py::make_tuple(d.spec, d.variant, d.reason);
@@ -192,7 +207,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(
           "load_kernel",
           [](Bundle& b, int op, int spec, int variant, int device) {
-            const auto& specs = b.core->op(op).plan().specs;
+            OpState& o = b.core->op(op);
+            o.ensure_specs();
+            const auto& specs = o.plan().specs;
             FLYSHIP_CHECK(spec >= 0 && spec < static_cast<int>(specs.size()) && variant >= 0 &&
                             variant < static_cast<int>(specs[spec].variants.size()),
                         "flyship: specialization or variant index out of range");

@@ -17,7 +17,7 @@ DeviceState& BundleCore::device(int index) {
   FLYSHIP_CHECK(s.ok(), "flyship: reading the properties of device ", index, " failed: ", s.message, " (",
               driver::runtime_version(), ")");
   const Selection& sel = selection(info.target);
-  auto fresh = std::make_unique<DeviceState>(index, info, &sel, variants_.size());
+  auto fresh = std::make_unique<DeviceState>(index, info, &sel, n_variants_);
   std::lock_guard<std::mutex> lock(mu_);
   ds = devices_[index].load(std::memory_order_acquire);
   if (ds == nullptr) {

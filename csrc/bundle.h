@@ -33,7 +33,9 @@ namespace flyship {
 class BundleCore {
  public:
   BundleCore(const py::dict& plan, py::object selector, bool fallback)
-      : selector_(std::move(selector)), code_object_(need<py::object>(plan, "code_object", "bundle")) {
+      : selector_(std::move(selector)),
+        code_object_(need<py::object>(plan, "code_object", "bundle")),
+        specs_(need<py::object>(plan, "specs", "bundle")) {
     const int version = need<int>(plan, "version", "bundle");
     FLYSHIP_CHECK(version == kPlanVersion, "flyship: plan version ", version, " from Python, extension reads ",
                 kPlanVersion, "; the loader and its compiled extension are out of step, rebuild it (flyship prebuild)");
@@ -43,25 +45,17 @@ class BundleCore {
     auto ops = need<py::list>(plan, "ops", "bundle");
     auto refs = need<py::list>(plan, "references", "bundle");
     FLYSHIP_CHECK(refs.size() == ops.size(), "flyship plan: one reference entry per op expected");
-    int variant_id = 0;
+    int64_t variant_id = 0;
     for (size_t k = 0; k < ops.size(); ++k) {
       OpPlan p = parse_op(ops[k].cast<py::dict>());
-      // Variant ids follow flyship.bundle.rules.iter_variants: each variant, then its following launches.
-      for (auto& s : p.specs)
-        for (auto& v : s.variants) {
-          v.id = variant_id++;
-          for (auto& t : v.then) t.id = variant_id++;
-        }
+      p.first_variant = static_cast<int>(variant_id);
+      variant_id += p.n_code_objects;
+      FLYSHIP_CHECK(variant_id <= (int64_t{1} << 30), "flyship plan: too many variants");
       ops_.push_back(std::make_unique<OpState>(this, static_cast<int>(k), std::move(p),
                                                py::reinterpret_borrow<py::object>(refs[k])));
     }
-    for (auto& o : ops_)
-      for (auto& s : o->plan().specs)
-        for (auto& v : s.variants) {
-          variants_.push_back(&v);
-          for (auto& t : v.then) variants_.push_back(&t);
-        }
-    images_.resize(variants_.size());
+    n_variants_ = static_cast<size_t>(variant_id);
+    images_.resize(n_variants_);
   }
 
   const std::string& ns() const { return ns_; }
@@ -82,14 +76,17 @@ class BundleCore {
   // Variant `v`'s code object, asked of Python (which reads and checks it by the rule book) before its
   // first load onto any device; never called on the launch path once the kernel is loaded.
   std::shared_ptr<const std::string> image(const VariantPlan& v);
+  // Op `k`'s specializations as the plan lowers them, asked of Python (call with the GIL held).
+  py::list specs_of(int k) const;
 
  private:
   std::string ns_;
   PyRef selector_;
   PyRef code_object_;
+  PyRef specs_;
   std::atomic<bool> fallback_{true};
   std::vector<std::unique_ptr<OpState>> ops_;
-  std::vector<const VariantPlan*> variants_;
+  size_t n_variants_ = 0;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Selection>> selections_;
   std::vector<std::shared_ptr<const std::string>> images_;  // per variant id, checked, filled on first load

@@ -24,6 +24,21 @@ struct Call {
   int64_t device_properties[DEV_COUNT] = {0};  // the call's device, by DeviceProperty (set once it is known)
   c10::SmallVector<at::Tensor, 2> workspaces;  // a multi-launch variant's, allocated before its first launch
 
+  // Leading batch dims (batch.cpp), set only when a batched tensor carries dims beyond the kernel's rank: then
+  // t[s] of a batched slot points into `flat` (its (M, ...) view, or a copy when no view exists) and `user`
+  // keeps the caller's tensor.
+  c10::SmallVector<int64_t, 4> lead;  // the shared leading dims; empty: nothing is flattened in this call
+  c10::SmallVector<at::Tensor, 4> flat;  // reserved before use: t[] points into it
+  c10::SmallVector<std::pair<int, const at::Tensor*>, 4> user;
+  std::string batch_reason;  // a batched tensor that flattens only by copying: the call falls back with this
+
+  // The caller's tensor of slot s (with its leading dims), or the one the kernel sees when they are the same.
+  const at::Tensor& user_tensor(int s) const {
+    for (const auto& [slot, x] : user)
+      if (slot == s) return *x;
+    return *t[s];
+  }
+
   // The expression environment. An output not allocated yet (t == nullptr) reads its rule's shape and
   // contiguous strides, so guards and launch checks run before anything is allocated.
   int64_t shape(int s, int d) const { return t[s] ? t[s]->sizes()[d] : out_shapes[s - op->n_inputs][d]; }

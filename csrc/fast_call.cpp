@@ -177,6 +177,7 @@ bool try_fast(FastOp& f, PyObject* const* args, size_t nargsf, PyObject* kwnames
       if (c.t[j]->is_inference()) return false;
   }
   if (at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value()) return false;  // a profiler
+  op.ensure_specs();  // the op's specializations, read on its first call (one acquire load afterwards)
   {
     py::gil_scoped_release nogil;  // as torch's own ops run: other Python threads go on meanwhile
     op.check_tensors(c, static_cast<size_t>(n), /*check_device=*/true);

@@ -16,6 +16,7 @@ namespace flyship {
 int device_index(const c10::Device& d) { return d.has_index() ? d.index() : 0; }
 
 void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
+  ensure_specs();
   const OpPlan& p = plan_;
   const size_t n_args = p.n_inputs + (is_out ? p.outputs.size() : 0);
   FLYSHIP_CHECK(stack->size() >= n_args, label(), ": internal error: stack holds ", stack->size(), " values");
@@ -36,8 +37,15 @@ bool OpState::try_launch(Call& c, bool is_out, int forced_spec, Decision* d) {
   const OpPlan& p = plan_;
   DeviceState& ds = bundle_->device(device_index(c.device));
   c.device_properties[DEV_CU_COUNT] = ds.info.cu_count;  // read once per device (BundleCore::device)
+  FLYSHIP_CHECK(forced_spec < static_cast<int>(p.specs.size()), label(), ": specialization index out of range");
+  if (!c.batch_reason.empty()) {
+    // A batched tensor that flattens only by copying (batch.cpp): no kernel runs on a copy of the caller's tensor.
+    FLYSHIP_CHECK(forced_spec < 0, label(), ": these inputs do not fit specialization ", p.specs[forced_spec].name,
+                  ": ", c.batch_reason);
+    d->reason = c.batch_reason;
+    return false;
+  }
   if (forced_spec >= 0) {
-    FLYSHIP_CHECK(forced_spec < static_cast<int>(p.specs.size()), label(), ": specialization index out of range");
     std::string why;
     FLYSHIP_CHECK(fits(c, forced_spec, *ds.selection, is_out, &why, &d->launch), label(),
                   ": these inputs do not fit specialization ", p.specs[forced_spec].name, ": ", why);

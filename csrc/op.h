@@ -21,6 +21,11 @@ namespace flyship {
 
 class BundleCore;
 
+// Raise a refusal of the core (a c10::Error from FLYSHIP_CHECK, while it is being handled) as the flyship
+// exception it is in Python (flyship.errors.CallError / CallTypeError; torch's HANDLE_TH_ERRORS and pybind11
+// restore it); any other c10 error is rethrown as it is. Takes the GIL.
+[[noreturn]] void raise_as_flyship(const c10::Error& e);
+
 // The driver's device index of a tensor's device (CPU tensors, for the recording driver: 0).
 int device_index(const c10::Device& d);
 
@@ -28,11 +33,16 @@ class OpState {
  public:
   OpState(BundleCore* bundle, int index, OpPlan plan, py::object reference)
       : bundle_(bundle), index_(index), plan_(std::move(plan)), reference_(std::move(reference)),
-        launches_(new std::atomic<uint64_t>[plan_.specs.size() ? plan_.specs.size() : 1]) {
-    for (size_t s = 0; s < plan_.specs.size(); ++s) launches_[s].store(0);
+        launches_(new std::atomic<uint64_t>[plan_.spec_variants.size() ? plan_.spec_variants.size() : 1]) {
+    for (size_t s = 0; s < plan_.spec_variants.size(); ++s) launches_[s].store(0);
   }
 
+  // The op's plan; its specs (and guard_uses_outputs) only after ensure_specs().
   const OpPlan& plan() const { return plan_; }
+  // Read the op's specializations on first use: asks Python (the bundle's `specs` callable, which reads,
+  // checks and lowers them, or takes them from the plan cache) without holding a lock, then publishes them
+  // once. Every entry point that reads specs calls it first; afterwards it is one acquire load.
+  void ensure_specs();
   int index() const { return index_; }
 
   // The boxed kernel: the last arguments on `stack` are the op's inputs (and out tensors for .out).
@@ -45,6 +55,12 @@ class OpState {
   // when `check_device`, on the device type the driver launches on; any call refuses tensors on two devices,
   // or real tensors mixed with meta ones. Sets c.device. Shared by bind() and the fast entry (fast_call.cpp).
   void check_tensors(Call& c, size_t n, bool check_device) const;
+  // The batch step (batch.cpp): check that the batched inputs share their leading dims and, when they carry dims
+  // beyond the kernel's rank, point c.t at their flattened (M, ...) views (copies, with c.batch_reason, when no
+  // view exists); out tensors of batched outputs too (is_out).
+  void flatten_batch(Call& c, bool is_out) const;
+  // Output j's shape as the caller sees it: the rule's shape, with the leading dims back for a batched output.
+  c10::SmallVector<int64_t, 6> user_shape(const Call& c, size_t j) const;
   // The device type the driver launches on: a GPU's (cuda), or the CPU for the recording driver.
   void check_device_type(const at::Tensor& x, const std::string& name) const;
   // Output shapes and dtypes from the plan's rules.
@@ -79,6 +95,9 @@ class OpState {
   }
 
   std::vector<at::Tensor> call_reference(const Call& c) const;
+  // Why no specialization takes the call's input dtypes ("no specialization admits the input dtypes x=int32, ...
+  // (they take x=float32 (f32); ...)"), or "" when one does; for the messages of a failed reference.
+  std::string unadmitted_dtypes(const Call& c) const;
   // bind + prepare_bound.
   void prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const;
   // After binding: output rules + out-tensor checks (+ early allocation when a guard reads an output).
@@ -108,6 +127,8 @@ class OpState {
   BundleCore* bundle_;
   int index_;
   OpPlan plan_;
+  std::atomic<bool> specs_ready_{false};
+  std::mutex specs_mu_;
   PyRef reference_;
   std::unique_ptr<std::atomic<uint64_t>[]> launches_;
   std::atomic<uint64_t> empty_{0};

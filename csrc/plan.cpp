@@ -21,6 +21,18 @@ int code_of(const char* const (&table)[N], const std::string& name, const char* 
   return -1;
 }
 
+// What programs of `op` may read of each slot; with `inputs_only`, outputs read as nothing (an output's shape
+// is computed before the output exists).
+std::vector<SlotShape> slot_shapes(const OpPlan& op, bool inputs_only) {
+  std::vector<SlotShape> shapes;
+  for (size_t i = 0; i < op.slots.size(); ++i) {
+    const Slot& s = op.slots[i];
+    const bool readable = !inputs_only || static_cast<int>(i) < op.n_inputs;
+    shapes.push_back(readable ? SlotShape{s.kind == kTensor, s.kind == kInt, s.rank} : SlotShape{false, false, 0});
+  }
+  return shapes;
+}
+
 }  // namespace
 
 // {"text": str, "code": [mnemonic, operands..., ...]}: mnemonics become opcodes (expr.h), operands stay ints.
@@ -171,27 +183,29 @@ OpPlan parse_op(const py::dict& d) {
     slot.name = need<std::string>(s, "name", where);
     slot.kind = code_of(kArgKindName, need<std::string>(s, "kind", where), "argument kind", where + " " + slot.name);
     slot.rank = need<int>(s, "rank", where);
-    slot.is_mutable = s.contains("mutable") && s["mutable"].cast<bool>();  // absent in plans of older loaders
+    slot.batch = need<bool>(s, "batch", where);
+    slot.is_mutable = need<bool>(s, "mutable", where);
     FLYSHIP_PLAN_CHECK(!slot.is_mutable || slot.kind == kTensor, where, "argument '", slot.name,
                        "' is mutable but not a tensor");
     op.has_mutable |= slot.is_mutable;
     FLYSHIP_PLAN_CHECK(slot.rank >= 0 && (slot.kind == kTensor || slot.rank == 0), where,
                        "argument '", slot.name, "' has rank ", slot.rank);
+    FLYSHIP_PLAN_CHECK(!slot.batch || (slot.kind == kTensor && slot.rank >= 1), where, "argument '", slot.name,
+                       "' is batched but is not a tensor of rank >= 1");
     op.slots.push_back(std::move(slot));
   }
   op.n_inputs = need<int>(d, "n_inputs", where);
   FLYSHIP_PLAN_CHECK(op.n_inputs >= 0 && op.n_inputs <= static_cast<int>(op.slots.size()), where, "n_inputs ",
                      op.n_inputs, " out of range for ", op.slots.size(), " slots");
+  for (int i = 0; i < static_cast<int>(op.slots.size()); ++i) {
+    if (op.slots[i].batch) (i < op.n_inputs ? op.batch_inputs : op.batch_outputs).push_back(i);
+  }
+  FLYSHIP_PLAN_CHECK(op.batch_outputs.empty() || !op.batch_inputs.empty(), where,
+                     "an output is batched but no input is");
   FLYSHIP_CHECK(static_cast<int>(op.slots.size()) <= kMaxSlots, "flyship: op ", op.name, " has more than ", kMaxSlots,
               " arguments and outputs");
-  std::vector<SlotShape> shapes, input_shapes;
-  for (size_t i = 0; i < op.slots.size(); ++i) {
-    const Slot& s = op.slots[i];
-    SlotShape ss{s.kind == kTensor, s.kind == kInt, s.rank};
-    shapes.push_back(ss);
-    // Output shapes may read only the inputs (the outputs do not exist yet).
-    input_shapes.push_back(static_cast<int>(i) < op.n_inputs ? ss : SlotShape{false, false, 0});
-  }
+  // Output shapes may read only the inputs (the outputs do not exist yet).
+  const std::vector<SlotShape> input_shapes = slot_shapes(op, true);
   bool has_tensor_input = false;
   for (int i = 0; i < op.n_inputs; ++i) has_tensor_input |= op.slots[i].kind == kTensor;
   FLYSHIP_CHECK(has_tensor_input, "flyship: op ", op.name, " takes no tensor; the loader needs one to know the device");
@@ -215,7 +229,25 @@ OpPlan parse_op(const py::dict& d) {
   }
   FLYSHIP_PLAN_CHECK(!op.outputs.empty() || op.has_mutable, where,
                      "the op has neither outputs nor inputs written in place");
-  for (auto sh : need<py::list>(d, "specs", where)) {
+  op.n_code_objects = need<int>(d, "n_code_objects", where);
+  FLYSHIP_PLAN_CHECK(op.n_code_objects >= 0, where, "n_code_objects ", op.n_code_objects, " is negative");
+  for (auto n : need<py::list>(d, "spec_variants", where)) {
+    op.spec_variants.push_back(n.cast<int>());
+    FLYSHIP_PLAN_CHECK(op.spec_variants.back() >= 0, where, "a specialization has ", op.spec_variants.back(),
+                       " variants");
+  }
+  return op;
+}
+
+std::vector<SpecPlan> parse_specs(const py::list& specs_list, const OpPlan& op, bool* guard_uses_outputs) {
+  const std::string where = "op " + op.name;
+  const std::vector<SlotShape> shapes = slot_shapes(op, false);
+  const std::vector<SlotShape> input_shapes = slot_shapes(op, true);  // workspace sizes read the inputs only
+  *guard_uses_outputs = false;
+  FLYSHIP_PLAN_CHECK(specs_list.size() == op.spec_variants.size(), where, "the op's head announces ",
+                     op.spec_variants.size(), " specializations, its specs hold ", specs_list.size());
+  std::vector<SpecPlan> specs;
+  for (auto sh : specs_list) {
     auto s = sh.cast<py::dict>();
     SpecPlan spec;
     spec.name = need<std::string>(s, "name", where);
@@ -250,13 +282,18 @@ OpPlan parse_op(const py::dict& d) {
       for (size_t i = 0; i < c.code.size();) {
         const int64_t o = c.code[i];
         const bool reads_tensor = o == OP_SHAPE || o == OP_STRIDE || o == OP_NUMEL;
-        if (reads_tensor && c.code[i + 1] >= op.n_inputs) op.guard_uses_outputs = true;
+        if (reads_tensor && c.code[i + 1] >= op.n_inputs) *guard_uses_outputs = true;
         i += 1 + detail::operand_count(o);
       }
     }
-    op.specs.push_back(std::move(spec));
+    specs.push_back(std::move(spec));
   }
-  return op;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    FLYSHIP_PLAN_CHECK(static_cast<int>(specs[k].variants.size()) == op.spec_variants[k], where, "specialization ",
+                       specs[k].name, " holds ", specs[k].variants.size(), " variants, the op's head announces ",
+                       op.spec_variants[k]);
+  }
+  return specs;
 }
 
 }  // namespace flyship

@@ -1,5 +1,6 @@
-// The plan: what Python (flyship/loader/plan.py) lowered from the manifest, as the core reads it once
-// per load (parse_op). docs/loader.md documents each field.
+// The plan: what Python (flyship/loader/plan.py) lowered from the manifest, as the core reads it: each op's
+// head at load (parse_op), its specializations on the op's first use (parse_specs). docs/loader.md documents
+// each field.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,7 +19,7 @@ namespace flyship {
 namespace py = pybind11;
 
 // Plan format version: flyship/loader/plan.py PLAN_VERSION.
-constexpr int kPlanVersion = 4;
+constexpr int kPlanVersion = 5;
 constexpr int kMaxDevices = 64;
 constexpr int kMaxSlots = 64;
 // Kernarg buffers up to this size live on the stack; bigger ones on the heap.
@@ -45,7 +46,8 @@ constexpr int kTypeSize[kFieldTypeCount] = {8, 8, 8, 4, 4, 2, 1, 8, 4, 2, 2};
 struct Slot {
   std::string name;
   int kind = kTensor;
-  int rank = 0;
+  int rank = 0;  // the kernel's rank (a batched tensor may have more: leading batch dims, batch.cpp)
+  bool batch = false;
   bool is_mutable = false;  // an input tensor the kernel writes in place (manifest 1.2 args[].mutable)
 };
 
@@ -107,16 +109,27 @@ struct OpPlan {
   std::vector<Slot> slots;  // inputs, then outputs
   int n_inputs = 0;
   std::vector<OutputPlan> outputs;
+  std::vector<int> spec_variants;  // from the head: variants per specialization (the specs themselves load later)
+  int n_code_objects = 0;  // from the head: its variants and their following launches (each has a variant id)
+  int first_variant = 0;  // bundle-wide id of the op's first variant (ids number variants in manifest order)
+  // Filled on the op's first use (OpState::ensure_specs); read only after it.
   std::vector<SpecPlan> specs;
   bool guard_uses_outputs = false;  // a guard reads an output: allocate outputs before choosing
   bool has_mutable = false;  // some input is written in place (Tensor(a!) in the functional schema)
+  std::vector<int> batch_inputs;  // slots of the batched input tensors (leading batch dims), in order
+  std::vector<int> batch_outputs;  // slots of the batched outputs
 };
 
 // Read one program of the plan ({"text", "code"}), mapping mnemonics to opcodes and validating it.
 Program parse_program(const py::handle& h, const std::vector<SlotShape>& shapes, const std::string& where);
 
-// Read one op of the plan, checking every index and code in it (FLYSHIP_PLAN_CHECK).
+// Read one op's head (slots, outputs, variants per specialization), checking every index and code in it
+// (FLYSHIP_PLAN_CHECK).
 OpPlan parse_op(const py::dict& d);
+
+// Read one op's specializations (the list the bundle's `specs` callable returns for it), checking each against
+// the head `op`; *guard_uses_outputs says whether a guard reads an output.
+std::vector<SpecPlan> parse_specs(const py::list& specs, const OpPlan& op, bool* guard_uses_outputs);
 
 // d[key] as T, or a plan error naming `where`.
 template <class T>

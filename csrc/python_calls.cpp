@@ -1,6 +1,9 @@
 // Everything in the core that takes the GIL: the variant choice (asked of Python once per device target),
-// the reference (fallback) call and its warning, and the counters as Python dicts.
+// the reference (fallback) call and its warning, the counters as Python dicts, and the core's refusals as
+// flyship exceptions.
 #include <torch/csrc/autograd/python_variable.h>
+
+#include <typeinfo>
 
 #include "bundle.h"
 #include "check.h"
@@ -32,15 +35,16 @@ const Selection& BundleCore::selection(const std::string& target) {
                 " ops, expected ", n_ops());
     for (int k = 0; k < n_ops(); ++k) {
       auto per_spec = per_op[k].cast<py::list>();
-      const auto& specs = ops_[k]->plan().specs;
-      FLYSHIP_CHECK(per_spec.size() == specs.size(), "flyship: target selection for op ", ops_[k]->plan().name,
+      // The head's variant counts: the specs themselves may not be read yet (ensure_specs checks they agree).
+      const auto& counts = ops_[k]->plan().spec_variants;
+      FLYSHIP_CHECK(per_spec.size() == counts.size(), "flyship: target selection for op ", ops_[k]->plan().name,
                   " has the wrong number of specializations");
       std::vector<int> v;
       std::vector<std::string> why;
-      for (size_t s = 0; s < specs.size(); ++s) {
+      for (size_t s = 0; s < counts.size(); ++s) {
         auto pr = per_spec[s].cast<py::sequence>();
         const int idx = pr[0].cast<int>();
-        FLYSHIP_CHECK(idx >= -1 && idx < static_cast<int>(specs[s].variants.size()),
+        FLYSHIP_CHECK(idx >= -1 && idx < counts[s],
                     "flyship: target selection index out of range");
         v.push_back(idx);
         why.push_back(pr[1].cast<std::string>());
@@ -74,6 +78,40 @@ std::shared_ptr<const std::string> BundleCore::image(const VariantPlan& v) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!images_[v.id]) images_[v.id] = std::move(img);
   return images_[v.id];
+}
+
+py::list BundleCore::specs_of(int k) const {
+  // A refusal (the rule book's BundleError, for a manifest read lazily) reaches the caller as itself.
+  py::object r = specs_.get()(k);
+  FLYSHIP_CHECK(py::isinstance<py::list>(r), "flyship: the specializations of op ", ops_[k]->plan().name,
+                " came back as ", std::string(py::str(py::type::handle_of(r).attr("__name__"))), ", expected a list");
+  return r.cast<py::list>();
+}
+
+void OpState::ensure_specs() {
+  if (specs_ready_.load(std::memory_order_acquire)) return;
+  // Ask Python and parse without holding specs_mu_ (never wait for the GIL while holding a lock of ours); two
+  // threads may both read them, the first result is kept.
+  std::vector<SpecPlan> specs;
+  bool uses_outputs = false;
+  {
+    py::gil_scoped_acquire gil;
+    specs = parse_specs(bundle_->specs_of(index_), plan_, &uses_outputs);
+  }
+  // Variant ids follow flyship.bundle.rules.iter_variants: each variant, then its following launches.
+  int id = plan_.first_variant;
+  for (auto& s : specs)
+    for (auto& v : s.variants) {
+      v.id = id++;
+      for (auto& t : v.then) t.id = id++;
+    }
+  FLYSHIP_PLAN_CHECK(id - plan_.first_variant == plan_.n_code_objects, "op " + plan_.name, "its specializations hold ",
+                     id - plan_.first_variant, " code objects, its head announces ", plan_.n_code_objects);
+  std::lock_guard<std::mutex> lock(specs_mu_);
+  if (specs_ready_.load(std::memory_order_relaxed)) return;
+  plan_.specs = std::move(specs);
+  plan_.guard_uses_outputs = uses_outputs;
+  specs_ready_.store(true, std::memory_order_release);
 }
 
 std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
@@ -121,8 +159,15 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
     in_place = " (the kernel writes " + in_place + " in place, so the reference must write it in place too, e.g. " +
                "x.copy_(new_value), and return only the outputs, never a new tensor in its place)";
   }
-  FLYSHIP_CHECK(error.empty(), label(), ": the reference (fallback) ", error,
-                error.rfind("raised", 0) == 0 ? std::string() : in_place);
+  // A reference that raises, or returns another dtype, for input dtypes no specialization admits: say that first
+  // (an int tensor passed by mistake), not only that the reference failed. loader/cpu.py words it the same way.
+  auto blame = [&](const std::string& failure, const char* fix, bool about_dtypes) {
+    const std::string why = about_dtypes ? unadmitted_dtypes(c) : std::string();
+    return why.empty() ? "the reference (fallback) " + failure + "; " + fix
+                       : why + ", and the reference (fallback) " + failure + "; pass tensors of dtypes the op takes";
+  };
+  const bool raised = error.rfind("raised ", 0) == 0;
+  FLYSHIP_CHECK(error.empty(), label(), ": ", blame(raised ? error : error + in_place, "fix the reference", raised));
   // The functional op promises fresh outputs (its schema has no alias annotation): a reference that returns
   // an input, or a view of one, is given a copy.
   for (auto& o : out) {
@@ -133,17 +178,42 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
       }
     }
   }
-  FLYSHIP_CHECK(out.size() == p.outputs.size(), label(), ": the reference returned ", out.size(), " tensors, the op has ",
-              p.outputs.size(), " outputs", in_place);
+  FLYSHIP_CHECK(out.size() == p.outputs.size(), label(), ": ",
+                blame("returned " + std::to_string(out.size()) + " tensors, the op has " +
+                          std::to_string(p.outputs.size()) + " outputs" + in_place, "fix the reference", false));
   for (size_t j = 0; j < out.size(); ++j) {
-    FLYSHIP_CHECK(out[j].sizes() == c10::IntArrayRef(c.out_shapes[j]) && out[j].scalar_type() == c.out_dtypes[j] &&
-                    out[j].device() == c.device,
-                label(), ": the reference returned output '", p.outputs[j].name, "' of shape ",
-                shape_str(out[j].sizes()), ", dtype ", dtype_name(out[j].scalar_type()), " on ", out[j].device().str(),
-                "; the manifest's rule gives ", shape_str(c.out_shapes[j]), ", ", dtype_name(c.out_dtypes[j]), " on ",
-                c.device.str(), "; fix the reference or the output rule");
+    if (out[j].sizes() == c10::IntArrayRef(c.out_shapes[j]) && out[j].scalar_type() == c.out_dtypes[j] &&
+        out[j].device() == c.device)
+      continue;
+    FLYSHIP_CHECK(false, label(), ": ",
+                  blame("returned output '" + p.outputs[j].name + "' of shape " + shape_str(out[j].sizes()) +
+                            ", dtype " + dtype_name(out[j].scalar_type()) + " on " + out[j].device().str() +
+                            "; the manifest's rule gives " + shape_str(c.out_shapes[j]) + ", " +
+                            dtype_name(c.out_dtypes[j]) + " on " + c.device.str(),
+                        "fix the reference or the output rule", out[j].scalar_type() != c.out_dtypes[j]));
   }
   return out;
+}
+
+std::string OpState::unadmitted_dtypes(const Call& c) const {
+  const OpPlan& p = plan_;
+  std::vector<std::string> takes;
+  for (const SpecPlan& s : p.specs) {
+    bool all = true;
+    std::vector<std::string> parts;
+    for (const auto& [slot, dt] : s.dtypes) {
+      all &= c.t[slot]->scalar_type() == dt;
+      parts.push_back(p.slots[slot].name + "=" + dtype_name(dt));
+    }
+    if (all) return "";
+    takes.push_back(join(parts, ", ") + " (" + s.name + ")");
+  }
+  std::vector<std::string> got;
+  for (int k = 0; k < p.n_inputs; ++k) {
+    if (p.slots[k].kind == kTensor) got.push_back(p.slots[k].name + "=" + dtype_name(c.t[k]->scalar_type()));
+  }
+  return "no specialization admits the input dtypes " + join(got, ", ") + " (they take " +
+         (takes.empty() ? std::string("nothing") : join(takes, "; ")) + ")";
 }
 
 void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
@@ -166,15 +236,41 @@ void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
     // Warned from Python so that it points at the caller's line, not at flyship's or torch's frames.
     py::module_::import("flyship.loader.core").attr("warn_fallback")(msg);
   }
-  std::vector<at::Tensor> out = call_reference(c);
+  std::vector<at::Tensor> out = call_reference(c);  // on the flattened tensors: the kernel's shapes
   if (is_out) {
-    for (size_t j = 0; j < out.size(); ++j) const_cast<at::Tensor*>(c.t[p.n_inputs + j])->copy_(out[j]);
+    for (size_t j = 0; j < out.size(); ++j) {
+      // The caller's out tensor (with its leading dims, whatever its layout): copy_ writes any strides.
+      const at::Tensor& o = c.user_tensor(p.n_inputs + static_cast<int>(j));
+      const_cast<at::Tensor&>(o).copy_(o.sizes() == out[j].sizes() ? out[j] : out[j].reshape(o.sizes()));
+    }
   } else {
     c.fresh.clear();
     c.fresh.reserve(out.size());
-    for (auto& t : out) c.fresh.push_back(std::move(t));
+    for (size_t j = 0; j < out.size(); ++j) {
+      const c10::SmallVector<int64_t, 6> want = user_shape(c, j);
+      if (out[j].sizes() == c10::IntArrayRef(want)) {
+        c.fresh.push_back(std::move(out[j]));
+      } else {
+        // Leading dims back on a tensor of its own (not a view of the reference's), as a launch returns it.
+        c.fresh.push_back(at::empty(want, out[j].options()));
+        c.fresh.back().view(c.out_shapes[j]).copy_(out[j]);
+      }
+    }
     for (size_t j = 0; j < out.size(); ++j) c.t[p.n_inputs + j] = &c.fresh[j];
   }
+}
+
+[[noreturn]] void raise_as_flyship(const c10::Error& e) {
+  // Only the core's own refusals (FLYSHIP_CHECK / _TYPE: c10::Error, c10::TypeError); torch's specific errors
+  // (out of memory, accelerator errors, ...) keep their own Python types.
+  const char* cls = typeid(e) == typeid(c10::Error)       ? "CallError"
+                    : typeid(e) == typeid(c10::TypeError) ? "CallTypeError"
+                                                          : nullptr;
+  if (cls == nullptr || !Py_IsInitialized()) throw;  // rethrows the exception being handled
+  py::gil_scoped_acquire gil;
+  py::object type = py::module_::import("flyship.errors").attr(cls);
+  PyErr_SetObject(type.ptr(), py::str(e.what_without_backtrace()).ptr());
+  throw py::error_already_set();
 }
 
 py::dict OpState::stats() const {
@@ -203,7 +299,7 @@ py::dict OpState::stats() const {
 }
 
 void OpState::reset_stats() {
-  for (size_t s = 0; s < plan_.specs.size(); ++s) launches_[s].store(0);
+  for (size_t s = 0; s < plan_.spec_variants.size(); ++s) launches_[s].store(0);
   empty_.store(0);
   std::lock_guard<std::mutex> lock(stats_mu_);
   fallbacks_.clear();

@@ -23,7 +23,11 @@ class OpKernel final : public c10::OperatorKernel {
   OpKernel(std::shared_ptr<BundleCore> bundle, int op, bool is_out)
       : bundle_(std::move(bundle)), op_(op), is_out_(is_out) {}
   void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
-    bundle_->op(op_).run(stack, is_out_, -1);
+    try {
+      bundle_->op(op_).run(stack, is_out_, -1);
+    } catch (const c10::Error& e) {
+      raise_as_flyship(e);
+    }
   }
 
  private:

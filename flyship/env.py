@@ -32,6 +32,9 @@ Options:
         else ``~/.cache/flyship/build``); ``flyc-build --no-cache`` bypasses it.
     FLYSHIP_BUNDLE_CACHE: where packed bundles opened by ``flyship.load(FILE)`` are extracted, under
         ``<sha256 of the file>`` (default: ``$XDG_CACHE_HOME/flyship/bundles``, else ``~/.cache/flyship/bundles``).
+    FLYSHIP_PLAN_CACHE: where ``flyship.load`` keeps each bundle's checked, lowered plan, keyed by the manifest's
+        sha256 and flyship's code (default: ``$XDG_CACHE_HOME/flyship/plans``, else ``~/.cache/flyship/plans``);
+        ``off`` reads, checks and lowers the manifest at every load instead (docs/loader.md, "The plan cache").
 """
 
 from __future__ import annotations
@@ -117,6 +120,12 @@ def cache_dir() -> Path:
 def bundle_cache_dir() -> Path:
     """Where packed bundles are extracted: ``FLYSHIP_BUNDLE_CACHE``, else ``<per-user cache>/flyship/bundles``."""
     return _user_cache("FLYSHIP_BUNDLE_CACHE", "bundles")
+
+
+def plan_cache_dir() -> Path | None:
+    """Where loads cache checked, lowered plans: ``FLYSHIP_PLAN_CACHE``, else ``<per-user cache>/flyship/plans``;
+    None when it is ``off``."""
+    return None if _get("FLYSHIP_PLAN_CACHE") == "off" else _user_cache("FLYSHIP_PLAN_CACHE", "plans")
 
 
 def extension_path() -> list[str]:

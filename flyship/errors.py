@@ -12,6 +12,8 @@ traceback), while any other exception is a bug and shows one. Branches:
       CompileError                    the compile stage (flyc-build) could not build what was asked
         SpecError (ValueError)        the spec file declares something inconsistent
       LoadError                       the workload side could not load or run a bundle
+        CallError (RuntimeError)      a call of a loaded op was refused or could not run (its message says why)
+          CallTypeError (TypeError)   an op argument of the wrong type
 
 The stage-specific classes (``ToolchainError``, ``FrontendError``, ``ExtensionBuildError``...) live
 beside the code that raises them and derive from one of these branches. Messages follow
@@ -57,7 +59,18 @@ class LoadError(FlyshipError):
     """The workload side could not load or run a bundle (extension, device, verification)."""
 
 
+class CallError(LoadError, RuntimeError):
+    """A call of a loaded op was refused or could not run: an argument does not fit the op (rank, device, leading
+    dims, out tensor), nothing fits and the fallback is off, or the reference failed. The C++ core's refusals reach
+    Python as this class (csrc/python_calls.cpp, ``raise_as_flyship``); it is a RuntimeError, as torch's own are."""
+
+
+class CallTypeError(CallError, TypeError):
+    """An argument of an op call has the wrong type (a tensor where a float goes)."""
+
+
 __all__ = [
     "FlyshipError", "ConfigError", "BundleError", "ManifestVersionError", "CodeObjectError", "ExprError",
     "CompileError", "SpecError", "LoadError",
+    "CallError", "CallTypeError",
 ]

@@ -40,6 +40,11 @@ def describe(manifest: _m.Manifest) -> str:
         if out is not None:
             lines.append(f"{manifest.namespace}::{out}")
         lines.append(f"  {op.doc}  [{op.frontend}; reference: {op.reference or 'none'}]")
+        batched = [f"{a.name} (rank {a.rank})" for a in op.args if a.batch]
+        if batched:
+            back = [o.name for o in op.outputs if o.batch]
+            lines.append(f"  leading batch dims: {', '.join(batched)} flatten into their first dim"
+                         + (f"; {', '.join(back)} get them back" if back else ""))
         for s in op.specializations:
             guard = [f"{k}={v}" for k, v in s.guard.dtypes.items()] + list(s.guard.constraints)
             guard += [f"{k} aligned to {v}" for k, v in s.guard.alignment.items()]
@@ -77,12 +82,14 @@ def list_cmd(bundle: Path) -> None:
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--namespace", default=None, help="register under this torch namespace instead of the manifest's")
 def verify_cmd(bundle: Path, namespace: str | None) -> None:
-    """Run every specialization of BUNDLE against its reference on generated inputs (needs a GPU)."""
+    """Check BUNDLE entirely (every rule, every code object), then run every specialization against its reference
+    on generated inputs (needs a GPU)."""
     from flyship.loader import core
     from flyship.loader.verify import VerificationError
 
     try:
         ops = core.load(bundle, namespace=namespace)
+        ops.check()  # every rule and code object now, whatever the load took from the plan cache
         report = ops.verify()
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None

@@ -33,6 +33,7 @@ from flyship.loader import autograd as _autograd
 from flyship.loader import build as _build
 from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
+from flyship.loader import plancache as _plancache
 from flyship.loader import references as _references
 from flyship.loader import schema as _schema
 
@@ -52,23 +53,27 @@ class Decision:
     reason: str
 
 
-def make_selector(manifest: _m.Manifest) -> Callable[[str], list[list[tuple[int, str]]]]:
+def make_selector(plan: _plancache.BundlePlan | _m.Manifest) -> Callable[[str], list[list[tuple[int, str]]]]:
     """The variant chooser the C++ core calls once per (bundle, device target): per op, per
     specialization, the index of the variant to run (:func:`flyship.bundle.targets.select`) or -1 with
-    the reason."""
+    the reason. It reads only the plan's variant targets (no op is read for it)."""
+    if isinstance(plan, _m.Manifest):
+        plan = _plancache.BundlePlan.of(plan)
+    head, spec_names, spec_targets = plan.head, plan.spec_names, plan.spec_targets
 
     def select(device_target: str) -> list[list[tuple[int, str]]]:
+        chosen: dict[tuple[str, ...], tuple[int, str]] = {}  # specializations mostly share their targets
         out = []
-        for op in manifest.ops:
+        for k, per_op in enumerate(spec_targets):
             per = []
-            for s in op.specializations:
-                cands = [v.target for v in s.variants]
-                i = _targets.select(cands, device_target)
-                if i is None:
-                    why = _not_built(manifest, op.name, s.name, device_target) or _no_code_object(device_target, cands)
-                    per.append((-1, why))
-                else:
-                    per.append((i, ""))
+            for si, cands in enumerate(per_op):
+                if cands not in chosen:
+                    i = _targets.select(list(cands), device_target)
+                    chosen[cands] = (-1, _no_code_object(device_target, list(cands))) if i is None else (i, "")
+                i, why = chosen[cands]
+                if i < 0 and head.failed:  # a --keep-going bundle: the build's own reason when it has one
+                    why = _not_built(head, head.ops[k].name, spec_names[k][si], device_target) or why
+                per.append((i, why))
             out.append(per)
         return out
 
@@ -143,7 +148,7 @@ class OpHandle:
 
         self._ops = ops
         self._index = index
-        self.manifest = op
+        self._head = op  # the op without its specializations: all a call from Python needs
         self.name = op.name
         self.qualname = f"{ops.namespace}::{op.name}"
         self.packet = getattr(getattr(torch.ops, ops.namespace), op.name)
@@ -191,8 +196,13 @@ class OpHandle:
         return f"<flyship op {self.qualname}: {self.schema}>"
 
     @property
+    def manifest(self) -> _m.Op:
+        """The op's manifest entry, specializations included (read on first use)."""
+        return self._ops._plan.op(self._index)
+
+    @property
     def specializations(self) -> tuple[str, ...]:
-        return tuple(s.name for s in self.manifest.specializations)
+        return self._ops._plan.spec_names[self._index]
 
     def _spec_index(self, spec: str | int) -> int:
         names = self.specializations
@@ -213,7 +223,7 @@ class OpHandle:
             ``"not_built": {"<spec> <target>": reason}`` for this op's kernels that did not build.
         """
         d = self._ops._core.stats(self._index)
-        not_built = failures_for(self._ops.manifest, self.name)
+        not_built = failures_for(self._ops._plan.head, self.name)
         if not_built:  # a --keep-going bundle: what is missing, and why
             d["not_built"] = {f"{f.spec} {f.target}": f.reason for f in not_built}
         on_cpu = self._ops._cpu[self._index].calls
@@ -232,7 +242,7 @@ class OpHandle:
         Raises:
             TypeError: too many, unknown, repeated or missing arguments; shows the schema.
         """
-        names = [a.name for a in self.manifest.args]
+        names = [a.name for a in self._head.args]
         if len(args) > len(names):
             raise TypeError(f"{self.qualname}: takes {len(names)} inputs ({self.schema}), got {len(args)}")
         bound: dict[str, Any] = dict(zip(names, args))
@@ -243,7 +253,7 @@ class OpHandle:
                 raise TypeError(f"{self.qualname}: argument {k!r} given twice")
             bound[k] = v
         out = []
-        for a in self.manifest.args:
+        for a in self._head.args:
             if a.name in bound:
                 out.append(bound[a.name])
             elif a.kind != "tensor" and a.default is not None:
@@ -267,14 +277,20 @@ class OpHandle:
         """
         import torch
 
+        if not isinstance(target, str):
+            raise ConfigError(f"{self.qualname}.dispatch: expected target= a device target ID string ('gfx942', "
+                              f"'sm_90'), got {type(target).__name__}; ops.device_target(0) gives a GPU's")
+        try:
+            _targets.parse_target(target)
+        except BundleError as e:
+            raise ConfigError(f"{self.qualname}.dispatch: target=: {e}; ops.device_target(0) gives a GPU's") from None
         if isinstance(out, torch.Tensor):  # one out tensor, as .out(..., out=t) takes it
             out = (out,)
         values = [*self._bind(args, kwargs), *(out or ())]
         spec, variant, reason = self._ops._core.decide(self._index, target, values, out is not None, int(cu_count))
         if spec < 0:
             return Decision(None, None, reason)
-        s = self.manifest.specializations[spec]
-        return Decision(s.name, s.variants[variant].target, "")
+        return Decision(self.specializations[spec], self._ops._plan.spec_targets[self._index][spec][variant], "")
 
     def load_kernel(self, spec: str | int, *, target: str, device: int) -> None:
         """Load one variant's code object onto GPU ``device`` now (normally this happens at the first call).
@@ -288,7 +304,7 @@ class OpHandle:
     def _variant_index(self, si: int, target: str) -> int:
         """The variant a device of ``target`` runs (a variant's own target, or a device target ID such as
         ``sm_90`` that an ``sm_90a`` cubin runs on); the rules are :func:`flyship.bundle.targets.select`."""
-        targets = [v.target for v in self.manifest.specializations[si].variants]
+        targets = list(self._ops._plan.spec_targets[self._index][si])
         vi = targets.index(target) if target in targets else _targets.select(targets, target)
         if vi is None:
             raise ConfigError(f"{self.qualname}: specialization {self.specializations[si]} has no variant for "
@@ -305,30 +321,30 @@ class Ops:
 
     Attributes:
         path: the bundle directory.
-        manifest: the parsed manifest.
+        manifest: the parsed manifest (every op read on first access).
         namespace: the torch namespace (``torch.ops.<namespace>``).
         flavor: the driver shim of the extension (``"hip"`` or ``"cuda"``; ``"hip-nvidia"`` in the test-only run
             of the HIP shim on an NVIDIA GPU).
     """
 
-    def __init__(self, path: Path, manifest: _m.Manifest, namespace: str, core: Any, library: Any, ext: Any,
+    def __init__(self, path: Path, plan: _plancache.BundlePlan, namespace: str, core: Any, library: Any, ext: Any,
                  references: list[Optional[Callable[..., Any]]], digest: str, cpu: list[_cpu.CpuKernel],
                  code_objects: "_CodeObjects") -> None:
         self.path = path
-        self.manifest = manifest
+        self._plan = plan
         self.namespace = namespace
         self.flavor = ext.flavor()
         self._ext = ext
-        self._references = {op.name: fn for op, fn in zip(manifest.ops, references)}
+        self._references = {op.name: fn for op, fn in zip(plan.head.ops, references)}
         self._core = core
         self._library = library  # keeps the torch.library registrations alive
         self._cpu = cpu
         self._digest = digest
         self._code_objects = code_objects
         handle_class, self._out_class = _handle_classes(ext)
-        self._ops = {op.name: handle_class(self, i, op) for i, op in enumerate(manifest.ops)}
+        self._ops = {op.name: handle_class(self, i, op) for i, op in enumerate(plan.head.ops)}
         if handle_class is not OpHandle and env.fast_call_enabled():
-            for i, (op, handle) in enumerate(zip(manifest.ops, self._ops.values())):
+            for i, (op, handle) in enumerate(zip(plan.head.ops, self._ops.values())):
                 if not _fast_entry_fits(op):
                     continue
                 defaults = [None if a.kind == "tensor" else a.default for a in op.args]
@@ -363,12 +379,17 @@ class Ops:
         return f"<flyship bundle {self.namespace} from {self.path}: {', '.join(self._ops)}>"
 
     @property
+    def manifest(self) -> _m.Manifest:
+        """The whole manifest (its ops are read on first access; a load reads only their heads)."""
+        return self._plan.manifest
+
+    @property
     def names(self) -> tuple[str, ...]:
         return tuple(self._ops)
 
     @property
     def targets(self) -> tuple[str, ...]:
-        return self.manifest.targets
+        return self._plan.targets
 
     @property
     def fallback(self) -> bool:
@@ -405,23 +426,28 @@ class Ops:
         target = self.device_target(device)
         n = 0
         for handle in self:
-            for spec in handle.manifest.specializations:
-                i = _targets.select([v.target for v in spec.variants], target)
+            for si, cands in enumerate(self._plan.spec_targets[handle._index]):
+                i = _targets.select(list(cands), target)
                 if i is not None:
-                    handle.load_kernel(spec.name, target=spec.variants[i].target, device=device)
+                    handle.load_kernel(si, target=cands[i], device=device)
                     n += 1
         return n
 
     def check(self) -> int:
-        """Read and check every variant's code object now (sha256, ELF, metadata against the manifest), as a
-        first call or :meth:`preload` does for the variants it loads; ``load`` itself checks none.
+        """Check everything now: the whole manifest by the rule book and its lowering (a load with a warm plan
+        cache reads only the ops' heads; their specializations are read and lowered on first use), and every
+        variant's code object (sha256, ELF, metadata against the manifest), as a first call or :meth:`preload`
+        does for the variants it loads; ``load`` itself reads none.
 
         Returns:
             The number of variants checked.
 
         Raises:
-            BundleError: the first variant the rule book refuses.
+            BundleError: the first rule the manifest or a variant breaks.
         """
+        _rules.check_manifest(self.manifest)
+        for op in self.manifest.ops:
+            _plan.lower_specs(op)
         for i in range(len(self._code_objects)):
             self._code_objects(i)
         return len(self._code_objects)
@@ -472,17 +498,17 @@ class _CodeObjects:
     the same for 20 variants or 2,000. Each file is read once; each variant is checked once (the core keeps
     the bytes it got)."""
 
-    def __init__(self, root: Path, manifest: _m.Manifest) -> None:
+    def __init__(self, root: Path, plan: _plancache.BundlePlan) -> None:
         self._root = root
-        self._variants = list(_rules.iter_variants(manifest))  # in the core's variant-id order
+        self._plan = plan  # variant ids in the core's order; an op is read when one of its variants is asked for
         self._files: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._variants)
+        return self._plan.n_variants
 
     def __call__(self, variant_id: int) -> bytes:
-        where, v = self._variants[variant_id]
+        where, v = self._plan.variant(variant_id)
         with self._lock:
             data = _rules.check_variant_file(self._root, v, where, self._files.get(v.code_object.file))
             self._files[v.code_object.file] = data
@@ -526,12 +552,13 @@ def _beside(path: str | Path) -> Path:
 
 
 def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list[Optional[Callable[..., Any]]],
-              cpu_in_core: bool = False) -> tuple[Any, list[_cpu.CpuKernel]]:
+              cpu_in_core: bool = False,
+              full_op: Optional[Callable[[int], _m.Op]] = None) -> tuple[Any, list[_cpu.CpuKernel]]:
     import torch
 
     lib = torch.library.Library(namespace, "FRAGMENT")
     cpu_kernels = []
-    for op, reference in zip(manifest.ops, references):
+    for k, (op, reference) in enumerate(zip(manifest.ops, references)):
         functional, out = _schema.schemas(op)
         try:
             lib.define(functional)
@@ -544,7 +571,9 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
         torch.library.register_fake(qual, _schema.make_fake(op, False, qual), lib=lib)
         if out is not None:
             torch.library.register_fake(qual + ".out", _schema.make_fake(op, True, qual), lib=lib)
-        cpu_kernel = _cpu.CpuKernel(op, qual, reference, lambda: core.fallback)
+        # ``op`` may be the head alone (no specializations): the CPU kernel reads those only for an error message.
+        cpu_kernel = _cpu.CpuKernel(op, qual, reference, lambda: core.fallback,
+                                    full_op=(lambda k=k: full_op(k)) if full_op else None)
         if not cpu_in_core:  # the recording driver's C++ kernel owns the CPU key (it launches on CPU tensors)
             _cpu.register(lib, op, cpu_kernel)
         cpu_kernels.append(cpu_kernel)
@@ -586,10 +615,13 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         y = ops.add(x, y)
     """
     root = _pack.bundle_dir(path)
-    manifest = _m.read(root)
-    ns = namespace or manifest.namespace
+    raw, where = _m.read_bytes(root)
+    digest = hashlib.sha256(raw).hexdigest()
+    # The checked, lowered plan: from the plan cache when it has this manifest (keyed by its sha256), else read
+    # and checked by the rule book now. Each op's specializations are read when the core first uses the op.
+    plan = _plancache.load_plan(raw, digest, where, Path(where))
+    ns = namespace or plan.head.namespace
     _rules.check_namespace(ns, f"load bundle {root}: namespace")
-    digest = hashlib.sha256((root / _m.MANIFEST_NAME).read_bytes()).hexdigest()
     table = None
     if tuning is not None:
         from flyship.bundle import tuning as _tt
@@ -607,20 +639,24 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
                 existing.fallback = fallback
             ops = existing
         else:
-            refs = _references.resolve(root, manifest, references)
+            refs = _references.resolve(root, plan.head, references)
             ext = _build.extension(near=_beside(path))
             if table is not None:
                 from flyship.loader import tune as _tune
 
                 target = ext.device_info(int(tuning_device))["target"]
-                manifest = _tune.apply(manifest, table, target, _tune.device_cus(int(tuning_device)))
-            code_objects = _CodeObjects(root, manifest)
-            plan = _plan.lower_bundle(manifest, ns, refs, code_objects)
-            core = ext.Bundle(plan, make_selector(manifest), env.fallback_enabled() if fallback is None else fallback)
-            library, cpu_kernels = _register(manifest, ns, core, refs, cpu_in_core=ext.flavor() == "record")
-            ops = Ops(root, manifest, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
+                tuned = _tune.apply(plan.manifest, table, target, _tune.device_cus(int(tuning_device)))
+                plan = _plancache.BundlePlan.of(tuned)
+            code_objects = _CodeObjects(root, plan)
+            heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))
+                     for k, op in enumerate(plan.head.ops)]
+            lowered = _plan.lower_bundle(heads, ns, refs, plan.specs, code_objects)
+            core = ext.Bundle(lowered, make_selector(plan), env.fallback_enabled() if fallback is None else fallback)
+            library, cpu_kernels = _register(plan.head, ns, core, refs, cpu_in_core=ext.flavor() == "record",
+                                             full_op=plan.op)
+            ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
             _loaded[ns] = ops
-            warn_not_built(manifest, root)
+            warn_not_built(plan.head, root)
             if env.verbose():
                 print(f"flyship: loaded {ops!r} ({ext.flavor()} flavor, {ext.runtime_version()})")
     if verify:

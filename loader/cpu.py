@@ -15,8 +15,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from flyship.bundle import batch as _batch
 from flyship.bundle import manifest as _m
-from flyship.errors import LoadError
+from flyship.errors import CallError
 from flyship.loader import schema as _schema
 
 REASON = "cpu"
@@ -33,8 +34,9 @@ class CpuKernel:
     """
 
     def __init__(self, op: _m.Op, qualname: str, reference: Callable[..., Any] | None,
-                 fallback_on: Callable[[], bool]) -> None:
+                 fallback_on: Callable[[], bool], full_op: Callable[[], _m.Op] | None = None) -> None:
         self._op = op
+        self._full_op = full_op or (lambda: op)  # with the specializations (a plan-cache head has none)
         self._qualname = qualname
         self._reference = reference
         self._fallback_on = fallback_on
@@ -57,11 +59,11 @@ class CpuKernel:
         return outs[0] if len(outs) == 1 else outs
 
     def out(self, *args: Any, **kwargs: Any) -> None:
-        outs = self._run(args, kwargs)
+        outs = self._run(args, kwargs, is_out=True)
         for name, got in zip(self._out_names, outs):
             kwargs[name].copy_(got)
 
-    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any], is_out: bool = False) -> tuple[Any, ...]:
         import torch
 
         values = dict(self._defaults)
@@ -72,23 +74,76 @@ class CpuKernel:
         tensors += [(n, kwargs[n]) for n in self._out_names if n in kwargs]
         other = [f"'{n}' on {t.device}" for n, t in tensors if t.device.type != "cpu"]
         if other:
-            raise LoadError(f"flyship {self._qualname}: expected all tensors on one device, got CPU tensors and "
+            raise CallError(f"flyship {self._qualname}: expected all tensors on one device, got CPU tensors and "
                             f"{', '.join(other)}; move them to one device")
+        _schema.check_inputs(self._op, self._qualname, values)
+        # Leading batch dims: the reference sees the kernel's shapes (flattened; a copy where no view exists), as
+        # on the GPU; batched outputs get the leading dims back.
+        batch = _batch.split(self._op, {a.name: values[a.name].shape for a in self._op.args if a.batch},
+                             self._qualname)
+        if batch.active:
+            inputs = [self._flatten(n, v, batch.flat_shape(n, v.shape)) if n in batch.extra else v
+                      for n, v in zip(self._arg_names, inputs)]
+        want = self._expected(inputs)
+        full = [batch.full_shape(list(w.shape)) if o.batch else list(w.shape) for o, w in zip(self._op.outputs, want)]
+        if is_out:  # checked before anything runs, as the C++ core does
+            for name, w, shape in zip(self._out_names, want, full):
+                _schema.check_out(self._qualname, name, kwargs[name], shape, w.dtype)
         if not self._fallback_on():
-            raise LoadError(f"flyship {self._qualname}: expected GPU tensors (the bundle has GPU code objects only), "
+            raise CallError(f"flyship {self._qualname}: expected GPU tensors (the bundle has GPU code objects only), "
                             "got CPU tensors and the fallback is off (FLYSHIP_FALLBACK=0 or load(fallback=False)), so "
                             "the PyTorch reference cannot stand in; move inputs with .cuda() or turn the fallback on")
         if self._reference is None:
-            raise LoadError(f"flyship {self._qualname}: CPU tensors run the op's PyTorch reference and this op has "
+            raise CallError(f"flyship {self._qualname}: CPU tensors run the op's PyTorch reference and this op has "
                             f"none; pass one with load(..., references={{'{self._op.name}': fn}})")
         with self._lock:
             self.calls += 1
-        got = self._reference(*inputs)
+        try:
+            got = self._reference(*inputs)
+        except Exception as e:
+            raise CallError(self._blame(values, f"raised {type(e).__name__}: {e}", "fix the reference", True)) from e
         outs = tuple(got) if isinstance(got, (tuple, list)) else () if got is None else (got,)
-        self._check(inputs, outs)
+        self._check(values, outs, want)
         # The functional op promises fresh outputs: an output sharing memory with an input is copied.
         in_storages = {t.untyped_storage().data_ptr() for _, t in tensors if t.numel()}
-        return tuple(o.clone() if o.numel() and o.untyped_storage().data_ptr() in in_storages else o for o in outs)
+        outs = tuple(o.clone() if o.numel() and o.untyped_storage().data_ptr() in in_storages else o for o in outs)
+        # Leading dims back on a tensor of its own (not a view of the reference's output), as a launch gives it.
+        return tuple(o if list(o.shape) == shape else o.reshape(shape).clone() for o, shape in zip(outs, full))
+
+    def _flatten(self, name: str, t: Any, shape: list[int]) -> Any:
+        """A batched input in the kernel's shape: a view where one exists, else a copy; an input written in place
+        must be a view (the reference's write to a copy would be lost), as the C++ core's batch step says."""
+        if name not in self._op.mutable:
+            return t.reshape(shape)
+        try:
+            return t.view(shape)
+        except RuntimeError:
+            raise CallError(f"flyship {self._qualname}: input '{name}', which the kernel writes in place, has shape "
+                            f"{list(t.shape)} and strides {list(t.stride())}, which do not flatten to {shape} without "
+                            "a copy (the write would be lost); pass a tensor whose leading dims flatten to a view "
+                            "(.contiguous(), then copy the result back)") from None
+
+    def _unadmitted(self, values: dict[str, Any]) -> str:
+        """Why no specialization takes these input dtypes (``x=int32, w=float32; the specializations take ...``),
+        or "" when one does."""
+        got = {t: str(values[t].dtype).removeprefix("torch.") for t in self._arg_names
+               if self._op.args[self._arg_names.index(t)].kind == "tensor"}
+        takes = []
+        for s in self._full_op().specializations:
+            if all(got.get(t) == d for t, d in s.guard.dtypes.items()):
+                return ""
+            takes.append(f"{', '.join(f'{t}={d}' for t, d in s.guard.dtypes.items())} ({s.name})")
+        return (f"no specialization admits the input dtypes {', '.join(f'{t}={d}' for t, d in got.items())} (they "
+                f"take {'; '.join(takes) or 'nothing'})")
+
+    def _blame(self, values: dict[str, Any], failure: str, fix: str, about_dtypes: bool) -> str:
+        """The message for a reference that failed (as the C++ core words it, ``OpState::call_reference``): one
+        that raised or returned another dtype for input dtypes no specialization admits says that first."""
+        why = self._unadmitted(values) if about_dtypes else ""
+        if why:
+            return (f"flyship {self._qualname}: {why}, and the reference (fallback) {failure}; pass tensors of dtypes "
+                    "the op takes")
+        return f"flyship {self._qualname}: the reference (fallback) {failure}; {fix}"
 
     def _expected(self, inputs: list[Any]) -> tuple[Any, ...]:
         """The outputs' meta tensors by the output rules (the fake kernel), cached per input layout."""
@@ -104,19 +159,20 @@ class CpuKernel:
             self._expected_cache[key] = want
         return want
 
-    def _check(self, inputs: list[Any], outs: tuple[Any, ...]) -> None:
+    def _check(self, values: dict[str, Any], outs: tuple[Any, ...], want: tuple[Any, ...]) -> None:
         import torch
 
-        want = self._expected(inputs)
         if len(outs) != len(want) or not all(isinstance(o, torch.Tensor) for o in outs):
-            raise LoadError(f"flyship {self._qualname}: the reference returned {len(outs)} value(s) "
-                            f"({', '.join(type(o).__name__ for o in outs) or 'None'}), expected {len(want)} "
-                            f"tensor(s){mutable_hint(self._op)}; fix the reference")
+            raise CallError(self._blame(values, f"returned {len(outs)} value(s) "
+                                        f"({', '.join(type(o).__name__ for o in outs) or 'None'}), expected "
+                                        f"{len(want)} tensor(s){mutable_hint(self._op)}", "fix the reference", False))
         for name, o, w in zip(self._out_names, outs, want):
             if o.shape != w.shape or o.dtype != w.dtype or o.device.type != "cpu":
-                raise LoadError(f"flyship {self._qualname}: the reference returned output '{name}' of shape "
-                                f"{list(o.shape)}, dtype {o.dtype} on {o.device}; the manifest's rule gives "
-                                f"{list(w.shape)}, {w.dtype} on cpu; fix the reference or the output rule")
+                dt = str(o.dtype).removeprefix("torch.")
+                raise CallError(self._blame(values, f"returned output '{name}' of shape {list(o.shape)}, dtype {dt} "
+                                            f"on {o.device}; the manifest's rule gives {list(w.shape)}, "
+                                            f"{str(w.dtype).removeprefix('torch.')} on cpu",
+                                            "fix the reference or the output rule", o.dtype != w.dtype))
 
 
 def mutable_hint(op: _m.Op) -> str:

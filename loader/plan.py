@@ -1,11 +1,12 @@
-"""Lower a manifest to the plan the C++ core runs (``csrc/flyship.cpp``, ``parse_op``).
+"""Lower a manifest to the plan the C++ core runs (``csrc/plan.cpp``: ``parse_op``, ``parse_specs``).
 
-The lowering happens once per load: slots (argument positions), kernarg fields with their offsets, and
-postfix programs (:func:`flyship.bundle.expr.compile_program`). Kinds, field types and opcodes travel by
-the manifest's names ("tensor", "pointer", "i32", "cdiv"); the core maps each name to its code once, at
-plan parse, so the codes exist only in C++ (``csrc/plan.h``, ``csrc/expr.h``; exported as
-``PLAN_TABLES``). The plan travels as plain dicts and lists; its shape is versioned by ``PLAN_VERSION``
-(``kPlanVersion`` in C++) and documented in ``docs/loader.md``.
+Each op's head (slots, outputs) is lowered at load; its specializations when the core first uses the op (or once,
+into the plan cache: :mod:`flyship.loader.plancache`): slots (argument positions), kernarg fields with their
+offsets, and postfix programs (:func:`flyship.bundle.expr.compile_program`). Kinds, field types and opcodes travel
+by the manifest's names ("tensor", "pointer", "i32", "cdiv"); the core maps each name to its code once, at plan
+parse, so the codes exist only in C++ (``csrc/plan.h``, ``csrc/expr.h``; exported as ``PLAN_TABLES``). The plan
+travels as plain dicts and lists; its shape is versioned by ``PLAN_VERSION`` (``kPlanVersion`` in C++) and
+documented in ``docs/loader.md``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle.errors import BundleError
 
-PLAN_VERSION = 4
+PLAN_VERSION = 5
 FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
 _PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d",
          "f32": "<f", "f16": "<e"}
@@ -179,17 +180,23 @@ def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, slots: dict
     }
 
 
-def lower_op(op: _m.Op, namespace: str) -> dict[str, Any]:
-    """One op as the core reads it (``parse_op``).
+def lower_op(op: _m.Op, namespace: str, spec_variants: Optional[list[int]] = None,
+             n_code_objects: Optional[int] = None) -> dict[str, Any]:
+    """One op's head as the core reads it at load (``parse_op``): slots, outputs and the number of variants of
+    each specialization; the specializations themselves are :func:`lower_specs`'s, read on the op's first use.
 
     Args:
-        op: the manifest op.
+        op: the manifest op (its ``specializations`` may be empty when ``spec_variants`` is given).
         namespace: the torch namespace it registers under.
+        spec_variants: the number of variants of each specialization (default: counted in ``op``).
+        n_code_objects: the number of the op's variants and their following launches, each of which has a
+            variant id (default: counted in ``op``).
 
     Raises:
-        BundleError: a field or expression that does not fit the op's arguments.
+        BundleError: an output rule that does not fit the op's arguments.
     """
     slots = _m.slots(op)
+    batched = {a.name for a in op.args if a.batch} | {o.name for o in op.outputs if o.batch}
     n_in = len(op.args)
     inputs_only = {k: s for k, s in slots.items() if s.index < n_in}
     outputs = []
@@ -202,6 +209,27 @@ def lower_op(op: _m.Op, namespace: str) -> dict[str, Any]:
             "dtype": "" if dtype_slot >= 0 else o.dtype,
             "shape": [lower_program(e, inputs_only) for e in o.shape],
         })
+    return {
+        "name": op.name,
+        "qualname": f"{namespace}::{op.name}",
+        "slots": [{"name": n, "kind": s.kind, "rank": s.rank, "batch": n in batched,
+                   "mutable": n in op.mutable} for n, s in slots.items()],
+        "n_inputs": n_in,
+        "outputs": outputs,
+        "spec_variants": [len(s.variants) for s in op.specializations] if spec_variants is None else spec_variants,
+        "n_code_objects": (sum(1 + len(v.then) for s in op.specializations for v in s.variants)
+                           if n_code_objects is None else n_code_objects),
+    }
+
+
+def lower_specs(op: _m.Op) -> list[dict[str, Any]]:
+    """One op's specializations as the core reads them (``parse_specs``): guards (with the implied layout
+    checks) and variants. Depends on the op alone (not on the namespace), so a plan cache may keep it.
+
+    Raises:
+        BundleError: a field or expression that does not fit the op's arguments.
+    """
+    slots = _m.slots(op)
     specs = []
     out_names = {o.name for o in op.outputs}
     for s in op.specializations:
@@ -220,26 +248,22 @@ def lower_op(op: _m.Op, namespace: str) -> dict[str, Any]:
         for t in s.guard.alignment:
             if t not in slots or slots[t].kind != "tensor":
                 raise BundleError(f"op {op.name} specialization {s.name}: alignment guard names no tensor: {t!r}")
-    return {
-        "name": op.name,
-        "qualname": f"{namespace}::{op.name}",
-        "slots": [{"name": n, "kind": s.kind, "rank": s.rank, "mutable": n in op.mutable} for n, s in slots.items()],
-        "n_inputs": n_in,
-        "outputs": outputs,
-        "specs": specs,
-    }
+    return specs
 
 
-def lower_bundle(manifest: _m.Manifest, namespace: str, references: list[Optional[Callable[..., Any]]],
-                 code_object: Callable[[int], bytes]) -> dict[str, Any]:
-    """The whole plan handed to ``_C.Bundle``: version, namespace, ops, their references (or None), and
-    ``code_object(variant_id) -> bytes``, which the core calls once per variant, before its first load onto a
-    device (variant ids number the variants in manifest order: ops, specializations, variants); it must return
-    bytes checked by the rule book (:func:`flyship.bundle.rules.check_variant_file`)."""
+def lower_bundle(heads: list[dict[str, Any]], namespace: str, references: list[Optional[Callable[..., Any]]],
+                 specs: Callable[[int], list[dict[str, Any]]], code_object: Callable[[int], bytes]) -> dict[str, Any]:
+    """The whole plan handed to ``_C.Bundle``: version, namespace, the ops' heads (:func:`lower_op`), their
+    references (or None), ``specs(op_index) -> list`` (:func:`lower_specs` of that op, checked by the rule book),
+    which the core calls once per op, on its first use, and ``code_object(variant_id) -> bytes``, which it calls
+    once per variant, before its first load onto a device (variant ids number the variants in manifest order:
+    ops, specializations, variants); it must return bytes checked by the rule book
+    (:func:`flyship.bundle.rules.check_variant_file`)."""
     return {
         "version": PLAN_VERSION,
         "namespace": namespace,
-        "ops": [lower_op(op, namespace) for op in manifest.ops],
+        "ops": heads,
         "references": list(references),
+        "specs": specs,
         "code_object": code_object,
     }

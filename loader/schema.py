@@ -18,9 +18,11 @@ from __future__ import annotations
 import string
 from typing import Any, Callable, Optional
 
+from flyship.bundle import batch as _batch
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle.errors import BundleError
+from flyship.errors import CallError
 
 _TYPES = {"tensor": "Tensor", "int": "int", "float": "float", "bool": "bool"}
 
@@ -83,6 +85,44 @@ def schemas(op: _m.Op) -> tuple[str, Optional[str]]:
     return functional, out
 
 
+def check_inputs(op: _m.Op, qualname: str, values: dict[str, Any]) -> Any:
+    """The checks of the C++ core's bind step that need no data: each input tensor's rank (a batched one: the
+    kernel's or more) and one device for all (all real or all meta). Returns the first input tensor.
+
+    Raises:
+        CallError: naming the argument, what was expected and what to pass.
+    """
+    first = None
+    for a in op.args:
+        if a.kind != "tensor":
+            continue
+        v = values[a.name]
+        if not a.batch and v.dim() != a.rank:
+            raise CallError(f"flyship {qualname}: expected '{a.name}' of rank {a.rank}, got rank {v.dim()} "
+                            f"(shape {list(v.shape)}); pass a tensor of rank {a.rank}")
+        if first is not None and v.device != first.device:
+            # As the C++ core refuses it: a real tensor mixed with a meta one (the dispatcher picks this
+            # fake kernel for such a call) or tensors on two devices.
+            raise CallError(f"flyship {qualname}: expected all tensors on one device (all real or all "
+                            f"meta), got {first.device} and {v.device} for '{a.name}'; move them to one "
+                            "device")
+        first = first if first is not None else v
+    return first
+
+
+def check_out(qualname: str, name: str, t: Any, shape: list[Any], dtype: Any) -> None:
+    """An out tensor must have exactly the shape and dtype the output rules give (as the C++ core checks).
+
+    Raises:
+        CallError: naming both, and how to allocate the right one.
+    """
+    if list(t.shape) != list(shape) or t.dtype != dtype:
+        dt = str(dtype).removeprefix("torch.")
+        raise CallError(f"flyship {qualname}: expected out tensor '{name}' of shape {list(shape)} and dtype {dt}, "
+                        f"got shape {list(t.shape)} and dtype {str(t.dtype).removeprefix('torch.')}; allocate it "
+                        f"with torch.empty({list(shape)}, dtype=torch.{dt}, device=x.device)")
+
+
 def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
     """The fake kernel of the functional op (fresh outputs) or of its ``.out`` variant (checks the out tensors,
     returns nothing).
@@ -105,29 +145,23 @@ def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
         values = dict(defaults)
         values.update(zip(arg_names, args))
         values.update({k: v for k, v in kwargs.items() if k in arg_names})
-        by_slot = [values[n] for n in arg_names]
-        first = None
-        for a, v in zip(op.args, by_slot):
-            if a.kind == "tensor":
-                if v.dim() != a.rank:
-                    raise RuntimeError(f"flyship {qualname}: expected '{a.name}' of rank {a.rank}, got rank {v.dim()} "
-                                       f"(shape {list(v.shape)})")
-                if first is not None and v.device != first.device:
-                    # As the C++ core refuses it: a real tensor mixed with a meta one (the dispatcher picks this
-                    # fake kernel for such a call) or tensors on two devices.
-                    raise RuntimeError(f"flyship {qualname}: expected all tensors on one device (all real or all "
-                                       f"meta), got {first.device} and {v.device} for '{a.name}'; move them to one "
-                                       "device")
-                first = first if first is not None else v
+        first = check_inputs(op, qualname, values)
+        batch = _batch.split(op, {a.name: values[a.name].shape for a in op.args if a.batch}, qualname)
 
         def env(name: str, what: str, idx: int | None) -> Any:
             v = values[name]
-            return {"shape": lambda: v.shape[idx], "stride": lambda: v.stride(idx), "numel": v.numel,
-                    "scalar": lambda: v}[what]()
+            k = batch.extra.get(name, 0)  # a batched input is read as its flattened (M, ...) view
+            if what == "shape":
+                return batch.flat_shape(name, v.shape)[idx]
+            if what == "stride":  # dims counted on the kernel's rank (idx may be negative: from the end)
+                return v.stride(idx + k if idx >= 0 else idx)
+            return {"numel": v.numel, "scalar": lambda: v}[what]()
 
         results = []
         for o in op.outputs:
             shape = [_expr.evaluate(e, env, symbolic=symbolic) for e in o.shape]
+            if o.batch:
+                shape = batch.full_shape(shape)
             is_tensor = o.dtype in inputs_only and inputs_only[o.dtype].kind == "tensor"
             dtype = values[o.dtype].dtype if is_tensor else getattr(torch, o.dtype)
             results.append((shape, dtype))
@@ -135,12 +169,10 @@ def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
             got = [kwargs[n] for n in outs]
             for name, t, (shape, dtype) in zip(outs, got, results):
                 if t.device != first.device:
-                    raise RuntimeError(f"flyship {qualname}: expected all tensors on one device (all real or all "
-                                       f"meta), got {first.device} and {t.device} for '{name}'; move them to one "
-                                       "device")
-                if list(t.shape) != list(shape) or t.dtype != dtype:
-                    raise RuntimeError(f"flyship {qualname}: expected out tensor '{name}' of shape {list(shape)} and "
-                                       f"dtype {dtype}, got shape {list(t.shape)} and dtype {t.dtype}")
+                    raise CallError(f"flyship {qualname}: expected all tensors on one device (all real or all "
+                                    f"meta), got {first.device} and {t.device} for '{name}'; move them to one "
+                                    "device")
+                check_out(qualname, name, t, shape, dtype)
             return None
         # In-place inputs are written by the real kernel only: a fake tensor has no data, and the schema's
         # Tensor(a!) tells functionalization to copy the new value back (auto_functionalized).

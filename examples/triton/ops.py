@@ -46,9 +46,11 @@ op("add", kernel=add_kernel, reference="add_ref", doc="out = x + y (same shape, 
 ROW_BLOCKS = ((1024, 4), (4096, 8), (16384, 16))  # (BLOCK_N, num_warps)
 
 # softmax trains: its backward is softmax_bwd(dy=grad of out, y=out), saving the forward's output.
+# Row kernels take model-shaped tensors: batch=True lets (B, S, N) in as the view (B*S, N); outputs like x get
+# (B, S, N) back, and the backward op is batched too (the rule book requires it of an autograd pair).
 op("softmax", kernel=softmax_kernel, reference="softmax_ref", doc="softmax over the last dim of a 2-D tensor",
    backward=Backward("softmax_bwd", inputs={"dy": "grad:out", "y": "out"}, grads={"x": "dx"}),
-   args=[Tensor("x", rank=2), Output("out", like="x"), Value("x_row_stride", "x.stride[0]"),
+   args=[Tensor("x", rank=2, batch=True), Output("out", like="x"), Value("x_row_stride", "x.stride[0]"),
          Value("out_row_stride", "out.stride[0]"), Value("n_cols", "x.shape[1]"), Constexpr("BLOCK_N")],
    grid=("x.shape[0]",),
    specs=[Spec(f"{name}_n{bn}", dtypes={"x": dt}, shapes={"x": (64, bn - 24)}, constexprs={"BLOCK_N": bn},
@@ -58,7 +60,8 @@ op("softmax", kernel=softmax_kernel, reference="softmax_ref", doc="softmax over 
 
 op("softmax_bwd", kernel=softmax_bwd_kernel, reference="softmax_bwd_ref",
    doc="gradient of softmax's input: y * (dy - sum(dy * y, -1))",
-   args=[Tensor("dy", rank=2), Tensor("y", rank=2), Output("dx", like="y"), Value("dy_row_stride", "dy.stride[0]"),
+   args=[Tensor("dy", rank=2, batch=True), Tensor("y", rank=2, batch=True), Output("dx", like="y"),
+         Value("dy_row_stride", "dy.stride[0]"),
          Value("y_row_stride", "y.stride[0]"), Value("dx_row_stride", "dx.stride[0]"), Value("n_cols", "y.shape[1]"),
          Constexpr("BLOCK_N")],
    grid=("y.shape[0]",),
@@ -69,7 +72,8 @@ op("softmax_bwd", kernel=softmax_bwd_kernel, reference="softmax_bwd_ref",
           for bn, nw in ROW_BLOCKS for name, dt in FLOATS.items()])
 
 op("rmsnorm", kernel=rmsnorm_kernel, reference="rmsnorm_ref", doc="x * rsqrt(mean(x**2, -1) + eps) * w",
-   args=[Tensor("x", rank=2), Tensor("w", rank=1), Output("out", like="x"), Value("x_row_stride", "x.stride[0]"),
+   args=[Tensor("x", rank=2, batch=True), Tensor("w", rank=1), Output("out", like="x"),
+         Value("x_row_stride", "x.stride[0]"),
          Value("out_row_stride", "out.stride[0]"), Value("n_cols", "x.shape[1]"), Scalar("eps", "float", 1e-6),
          Constexpr("BLOCK_N")],
    grid=("x.shape[0]",),

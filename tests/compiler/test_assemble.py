@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle.codeobject import KERNEL_DESCRIPTOR_FIELDS, CodeObjectFile
-from flyship.compiler.frontends.flydsl.assemble import AssembleError, assemble, read_isa_header, set_code_object_version
+from flyship.compiler.frontends.flydsl.assemble import (AssembleError, Assembler, assemble, read_isa_header,
+                                                        set_code_object_version)
 from flyship.compiler.frontends.flydsl.proof import ProofError, extract_flydsl_binary, extract_flydsl_objects, prove
 from flyship.compiler.toolchain import ToolchainError, check_targets, find_toolchain
 
@@ -321,3 +322,49 @@ def test_the_code_objects_target_keeps_features_whose_setting_is_a_dash():
     assert co.target == "gfx942:sramecc-:xnack-"
     co._meta = {"amdhsa.target": "amdgcn-amd-amdhsa--gfx9-4-generic:xnack+"}
     assert co.target == "gfx9-4-generic:xnack+"
+
+
+# -- the assembler started before the ISA exists ------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_tools_started_before_the_isa_give_the_same_code_object_as_assemble(toolchain, tmp_path, arch):
+    tc = _usable(toolchain, arch)
+    with Assembler(tc, arch, read_isa_header(isa(arch)).triple, tmp_path / "early") as early:
+        ours = early.assemble(isa(arch))
+    assert ours == assemble(isa(arch), arch, tc, tmp_path / "late")
+    prove(ours, flydsl_code_object(arch), KERNEL)
+
+
+def test_the_early_assembler_sets_the_code_object_version_as_assemble_does(toolchain, tmp_path):
+    tc = _usable(toolchain, "gfx942")
+    with Assembler(tc, "gfx942", read_isa_header(isa("gfx942")).triple, tmp_path / "early") as early:
+        ours = early.assemble(isa("gfx942"), code_object_version=5)
+    assert CodeObjectFile(ours).code_object_version == 5
+    assert ours == assemble(isa("gfx942"), "gfx942", tc, tmp_path / "late", code_object_version=5)
+
+
+def test_an_isa_with_another_triple_than_guessed_is_assembled_the_usual_way(toolchain, tmp_path):
+    tc = _usable(toolchain, "gfx942")
+    with Assembler(tc, "gfx942", "amdgcn-amd-amdhsa", tmp_path / "early") as early:  # the ISA says -unknown
+        ours = early.assemble(isa("gfx942"))
+    assert (tmp_path / "early" / "sequential" / "gfx942.hsaco").read_bytes() == ours
+    prove(ours, flydsl_code_object("gfx942"), KERNEL)
+
+
+def test_leaving_the_early_assembler_without_an_isa_ends_both_tools(toolchain, tmp_path):
+    tc = _usable(toolchain, "gfx942")
+    with pytest.raises(RuntimeError, match="the DSL failed"):
+        with Assembler(tc, "gfx942", "amdgcn-amd-amdhsa-unknown", tmp_path) as early:
+            started = [p for p in (early._mc, early._lld) if p is not None]
+            raise RuntimeError("the DSL failed")
+    assert started and all(p.returncode is not None for p in started)
+
+
+def test_a_bad_isa_through_the_early_assembler_fails_with_the_assembler_message(toolchain, tmp_path):
+    tc = _usable(toolchain, "gfx942")
+    bad = isa("gfx942").replace("s_endpgm", "s_no_such_instruction", 1)
+    with Assembler(tc, "gfx942", "amdgcn-amd-amdhsa-unknown", tmp_path) as early:
+        with pytest.raises(AssembleError, match=r"(?s)assemble .*gfx942.s for gfx942: expected llvm-mc .* to succeed"
+                                                r".*s_no_such_instruction"):
+            early.assemble(bad)

@@ -99,6 +99,19 @@ def test_row_strided_inputs_and_out_views_still_run_the_kernel(ops):
     assert ops.gemm.dispatch(a, torch.randn(60, 72).to(torch.bfloat16), target=NV).spec == "bf16"
 
 
+@pytest.mark.parametrize("target", [NV, "gfx942"])
+def test_model_shaped_gpu_test_inputs_dispatch_as_their_flattened_rows(ops, target):
+    from .test_triton_ops import BATCH_SHAPES
+
+    for shape, block in BATCH_SHAPES.items():
+        x = torch.randn(*shape)
+        w = torch.randn(shape[-1])
+        assert ops.rmsnorm.dispatch(x, w, 1e-5, target=target).spec == f"f32_n{block}", shape
+        assert ops.softmax.dispatch(x, target=target).spec == f"f32_n{block}", shape
+    x = torch.randn(5, 3, 1000).transpose(0, 1)
+    assert ops.rmsnorm.dispatch(x, torch.randn(1000), 1e-6, target=target).reason.startswith("batch: 'x'")
+
+
 @pytest.fixture
 def recorded(monkeypatch, triton_bundle):
     """``recorded(target)``: the Triton bundle on the recording driver (``FLYSHIP_FLAVOR=record``) as a device

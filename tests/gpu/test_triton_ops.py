@@ -129,6 +129,75 @@ def test_rmsnorm_matches_its_reference_for_several_eps(ops, refs, dt):
         assert c.launches == {f"{dt}_n{block}": 1} and not c.fallbacks, (shape, c.launches, c.fallbacks)
 
 
+# Model-shaped tensors: rmsnorm / softmax take (B, S, N) as the view (B*S, N) (Tensor(..., batch=True)).
+BATCH_SHAPES = {(2, 3, 1000): 1024, (4, 1, 4096): 4096, (1, 7, 5000): 16384, (3, 2, 5, 300): 1024}
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_rmsnorm_on_model_shaped_tensors_runs_the_kernel_on_the_flattened_rows(ops, refs, dt):
+    torch.manual_seed(7)
+    for shape, block in BATCH_SHAPES.items():
+        x = cuda_randn(*shape, dtype=DTYPES[dt])
+        w = cuda_randn(shape[-1], dtype=DTYPES[dt])
+        with counting(ops.rmsnorm) as c:
+            out = ops.rmsnorm(x, w, 1e-5)
+        torch.cuda.synchronize()
+        assert out.shape == x.shape and out._base is None
+        close(out, refs.rmsnorm_ref(x, w, 1e-5), refs)
+        assert c.launches == {f"{dt}_n{block}": 1} and not c.fallbacks, (shape, c.launches, c.fallbacks)
+
+
+def test_model_shaped_views_and_out_tensors_run_the_kernel_without_a_copy(ops, refs):
+    torch.manual_seed(8)
+    w = cuda_randn(1000, dtype=torch.float32)
+    x = cuda_randn(2, 3, 1200, dtype=torch.float32)[:, :, :1000]  # rows of 1000 with a pitch of 1200
+    out = torch.empty(2, 3, 1000, device="cuda")
+    with counting(ops.rmsnorm) as c:
+        ops.rmsnorm.out(x, w, 1e-6, out=out)
+        y = ops.softmax(x)
+    torch.cuda.synchronize()
+    close(out, refs.rmsnorm_ref(x, w, 1e-6), refs)
+    close(y, refs.softmax_ref(x), refs)
+    assert c.launches == {"f32_n1024": 1} and not c.fallbacks
+
+
+def test_a_model_shaped_layout_that_only_a_copy_flattens_falls_back_with_the_reason(ops, refs):
+    x = cuda_randn(5, 3, 1000, dtype=torch.float32).transpose(0, 1)  # (3, 5, 1000): no (15, 1000) view
+    w = cuda_randn(1000, dtype=torch.float32)
+    with counting(ops.rmsnorm) as c:
+        out = ops.rmsnorm(x, w, 1e-6)
+    torch.cuda.synchronize()
+    close(out, refs.rmsnorm_ref(x, w, 1e-6), refs)
+    assert c.launched == 0 and c.fell_back == 1 and any(r.startswith("batch: 'x'") for r in c.fallbacks)
+    with fallback_off(ops), pytest.raises(RuntimeError, match="batch: 'x' of shape \\[3, 5, 1000\\]"):
+        ops.rmsnorm(x, w, 1e-6)
+
+
+def test_softmax_trains_on_model_shaped_tensors_through_its_backward_kernel(ops):
+    torch.manual_seed(9)
+    x = cuda_randn(2, 3, 700, dtype=torch.float32).requires_grad_()
+    g = cuda_randn(2, 3, 700, dtype=torch.float32)
+    with counting(ops.softmax) as c, counting(ops.softmax_bwd) as cb:
+        y = ops.softmax(x)
+        (y * g).sum().backward()
+    torch.cuda.synchronize()
+    want = x.detach().clone().requires_grad_()
+    (torch.softmax(want, -1) * g).sum().backward()
+    assert y.shape == x.shape and x.grad.shape == x.shape
+    torch.testing.assert_close(y, torch.softmax(x.detach(), -1), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(x.grad, want.grad, atol=1e-5, rtol=1e-4)
+    assert c.launches == {"f32_n1024": 1} and cb.launches == {"f32_n1024": 1} and not c.fallbacks and not cb.fallbacks
+
+
+def test_torch_compile_traces_model_shaped_calls_with_dynamic_shapes(ops, refs):
+    torch._dynamo.reset()
+    w = cuda_randn(512, dtype=torch.float32)
+    f = torch.compile(lambda x: ops.softmax(ops.rmsnorm(x, w, 1e-5)), fullgraph=True, dynamic=True)
+    for b, s in [(2, 3), (4, 5)]:
+        x = cuda_randn(b, s, 512, dtype=torch.float32)
+        close(f(x), refs.softmax_ref(refs.rmsnorm_ref(x, w, 1e-5)), refs)
+
+
 GEMM_SHAPES = [  # (M, N, K), aligned specialization expected?
     ((512, 256, 384), True), ((1024, 1024, 512), True), ((128, 48, 64), True), ((100, 60, 72), False),
     ((129, 257, 65), False), ((1, 1, 1), False), ((3, 1000, 130), False), ((250, 16, 2048), True),

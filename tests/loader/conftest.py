@@ -24,6 +24,21 @@ DATA = Path(__file__).parent / "data"
 TINY = DATA / "tiny"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_plan_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Loads in these tests (and the CLI subprocesses they start) cache plans in a folder of the session's, not in
+    the user's cache (``FLYSHIP_PLAN_CACHE``; loader/plancache.py)."""
+    import os
+
+    old = os.environ.get("FLYSHIP_PLAN_CACHE")
+    os.environ["FLYSHIP_PLAN_CACHE"] = str(tmp_path_factory.mktemp("plans"))
+    yield
+    if old is None:
+        os.environ.pop("FLYSHIP_PLAN_CACHE", None)
+    else:
+        os.environ["FLYSHIP_PLAN_CACHE"] = old
+
+
 @pytest.fixture(scope="session")
 def tiny_bundle() -> Path:
     if not (TINY / "manifest.json").is_file():

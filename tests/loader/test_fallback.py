@@ -65,8 +65,8 @@ def test_an_op_without_reference_raises_instead_of_falling_back(bundle_copy, rec
 
 def test_a_reference_that_breaks_the_output_rule_is_reported(recorded_tiny):
     ops = recorded_tiny(references={"add": lambda x, y: (x + y)[:-1]})
-    with pytest.raises(RuntimeError, match=r"the reference returned output 'out' of shape \[7\], dtype float64 on cpu; "
-                                           r"the manifest's rule gives \[8\], float64 on cpu"):
+    with pytest.raises(RuntimeError, match=r"the reference \(fallback\) returned output 'out' of shape \[7\], dtype "
+                                           r"float64 on cpu; the manifest's rule gives \[8\], float64 on cpu"):
         ops.add(torch.randn(8).double(), torch.randn(8).double())
 
 

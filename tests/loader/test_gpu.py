@@ -208,3 +208,20 @@ def test_backward_of_an_autograd_pair_runs_the_backward_kernel_and_matches_the_r
 def test_opcheck_passes_for_an_autograd_pair_on_the_gpu(gpu_ops):
     x, y = cuda(3000).requires_grad_(), cuda(3000).requires_grad_()
     torch.library.opcheck(getattr(torch.ops, gpu_ops.namespace).addsub.default, (x, y))
+
+
+def test_ops_loaded_from_a_warm_plan_cache_match_their_references_from_the_first_call(tiny_bundle, ext, tmp_path,
+                                                                                     monkeypatch):
+    # The first load writes the plan cache; the second reads only the ops' heads, and each op's specializations
+    # come from the cache when it is first called (loader/plancache.py).
+    monkeypatch.setenv("FLYSHIP_PLAN_CACHE", str(tmp_path / "plans"))
+    cold = flyship.load(tiny_bundle, namespace=f"flyship_g{uuid.uuid4().hex[:8]}")
+    warm = flyship.load(tiny_bundle, namespace=f"flyship_g{uuid.uuid4().hex[:8]}")
+    if not any(_targets.is_compatible(t, warm.device_target(0)) for t in warm.targets):
+        pytest.skip(f"the tiny bundle has no code object for this GPU; it has {', '.join(warm.targets)}")
+    assert warm._plan._specs == {}  # nothing but the heads was read at load
+    x, y = cuda(4096), cuda(4096)
+    for ops in (warm, cold):
+        torch.testing.assert_close(ops.add(x, y), x + y)
+        assert ops.add.stats()["launches"]["f32"] == 1 and ops.add.stats()["fallbacks"] == {}
+    assert warm.preload(0) == cold.preload(0) > 0

@@ -108,30 +108,49 @@ def test_a_real_tensor_mixed_with_a_meta_tensor_is_refused(recorded_tiny, launch
 
 
 def lowered(tiny_bundle):
+    """The tiny bundle's plan as load hands it to the core: op heads now, each op's specializations (``specs``,
+    which a test may edit) when the core first uses the op."""
     manifest = _m.read(tiny_bundle)
     images = _rules.check_bundle_files(tiny_bundle, manifest)
     variants = [v for _, v in _rules.iter_variants(manifest)]
-    return manifest, _plan.lower_bundle(manifest, "flyship_plan_test", [None] * len(manifest.ops),
-                                        lambda i: images[variants[i].code_object.file])
+    specs = [_plan.lower_specs(op) for op in manifest.ops]
+    heads = [_plan.lower_op(op, "flyship_plan_test") for op in manifest.ops]
+    plan = _plan.lower_bundle(heads, "flyship_plan_test", [None] * len(manifest.ops), lambda k: specs[k],
+                              lambda i: images[variants[i].code_object.file])
+    return manifest, plan, specs
 
 
 def test_the_core_refuses_a_dtype_rule_that_reads_a_scalars_slot(tiny_bundle, record_ext):
-    manifest, plan = lowered(tiny_bundle)
+    manifest, plan, _ = lowered(tiny_bundle)
     op = next(o for o in plan["ops"] if o["name"] == "scale_rows")
     op["outputs"][0]["dtype_slot"] = 1  # alpha: a float scalar; reading it as a tensor would crash
     with pytest.raises(RuntimeError, match=r"output 'out' takes its dtype from slot 1, expected an input tensor's slot"):
         record_ext.Bundle(plan, make_selector(manifest), True)
 
 
-def test_the_core_refuses_a_field_of_the_wrong_slot_kind_and_unknown_names(tiny_bundle, record_ext):
-    manifest, plan = lowered(tiny_bundle)
-    fields = next(o for o in plan["ops"] if o["name"] == "scale_rows")["specs"][0]["variants"][0]["fields"]
-    pointer = next(f for f in fields if f["kind"] == "pointer")
+def test_the_core_refuses_a_field_of_the_wrong_slot_kind_and_unknown_names_when_it_first_reads_the_op(
+        tiny_bundle, record_ext):
+    manifest, plan, specs = lowered(tiny_bundle)
+    k = next(i for i, o in enumerate(plan["ops"]) if o["name"] == "scale_rows")
+    pointer = next(f for f in specs[k][0]["variants"][0]["fields"] if f["kind"] == "pointer")
     pointer["slot"] = 1  # a pointer field over the float scalar alpha
     with pytest.raises(RuntimeError, match="slot kind does not fit"):
-        record_ext.Bundle(plan, make_selector(manifest), True)
+        record_ext.Bundle(plan, make_selector(manifest), True).stats(k)  # stats reads the op's specializations
     pointer["slot"], pointer["kind"] = 0, "pointr"
     with pytest.raises(RuntimeError, match=r"expected a field kind \(pointer, shape, .*\), got 'pointr'"):
-        record_ext.Bundle(plan, make_selector(manifest), True)
+        record_ext.Bundle(plan, make_selector(manifest), True).stats(k)
     pointer["kind"] = "pointer"
-    record_ext.Bundle(plan, make_selector(manifest), True)  # the plan as lowered is accepted
+    core = record_ext.Bundle(plan, make_selector(manifest), True)
+    assert core.stats(k)["launches"] == {s["name"]: 0 for s in specs[k]}  # the plan as lowered is accepted
+
+
+def test_the_core_refuses_specializations_that_disagree_with_the_ops_head(tiny_bundle, record_ext):
+    manifest, plan, specs = lowered(tiny_bundle)
+    k = next(i for i, o in enumerate(plan["ops"]) if o["name"] == "scale_rows")
+    specs[k][0]["variants"].pop()
+    core = record_ext.Bundle(plan, make_selector(manifest), True)
+    with pytest.raises(RuntimeError, match=r"specialization \w+ holds \d+ variants, the op's head announces \d+"):
+        core.stats(k)
+    specs[k].pop()
+    with pytest.raises(RuntimeError, match=r"the op's head announces \d+ specializations, its specs hold \d+"):
+        core.stats(k)

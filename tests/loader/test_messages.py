@@ -77,3 +77,104 @@ def test_flyship_list_on_a_damaged_bundle_prints_one_line_not_a_traceback(tmp_pa
                        text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("Error: "), r.stderr
+
+
+def test_the_cpu_out_variant_refuses_an_out_tensor_of_the_wrong_dtype(fresh_ops):
+    from flyship.errors import CallError
+
+    ops = fresh_ops()
+    x = torch.randn(8)
+    with pytest.raises(CallError, match=r"expected out tensor 'out' of shape \[8\] and dtype float32, got shape \[8\] "
+                                        r"and dtype float64; allocate it with torch.empty\(\[8\], dtype=torch.float32"):
+        ops.add.out(x, x, out=torch.empty(8, dtype=torch.float64))
+
+
+def test_the_cpu_out_variant_refuses_an_out_tensor_of_the_wrong_shape_before_running_the_reference(fresh_ops):
+    from flyship.errors import CallError
+
+    ops = fresh_ops()
+    x = torch.randn(8)
+    with pytest.raises(CallError, match=r"expected out tensor 'out' of shape \[8\] and dtype float32, got shape \[4\]"):
+        ops.add.out(x, x, out=torch.empty(4))
+    assert ops.add.stats()["calls"] == 0
+
+
+def test_a_mixed_dtype_cpu_call_says_no_specialization_admits_the_dtypes(fresh_ops):
+    from flyship.errors import CallError
+
+    ops = fresh_ops()
+    with pytest.raises(CallError, match=r"no specialization admits the input dtypes x=int32, y=float32 \(they take "
+                                        r"x=float32, y=float32 \(f32\); x=float16, y=float16 \(f16\)\), and the "
+                                        r"reference \(fallback\) returned output 'out' of shape \[4\], dtype float32 "
+                                        r"on cpu; the manifest's rule gives \[4\], int32 on cpu; pass tensors of "
+                                        r"dtypes the op takes"):
+        ops.add(torch.ones(4, dtype=torch.int32), torch.ones(4))
+
+
+def test_a_mixed_dtype_call_on_the_cpp_path_says_the_same(recorded_tiny):
+    from flyship.errors import CallError
+
+    ops = recorded_tiny()
+    with pytest.raises(CallError, match=r"no specialization admits the input dtypes x=int32, y=float32 \(they take "
+                                        r"x=float32, y=float32 \(f32\); x=float16, y=float16 \(f16\)\), and the "
+                                        r"reference \(fallback\) returned output 'out' of shape \[4\], dtype float32 "
+                                        r"on cpu; the manifest's rule gives \[4\], int32 on cpu; pass tensors of "
+                                        r"dtypes the op takes"):
+        ops.add(torch.ones(4, dtype=torch.int32), torch.ones(4))
+
+
+def test_a_reference_that_raises_on_cpu_is_a_flyship_error_naming_the_reference(fresh_ops):
+    from flyship.errors import CallError
+
+    def broken(x, y):
+        raise ValueError("reference is broken")
+
+    ops = fresh_ops(references={"add": broken})
+    with pytest.raises(CallError, match=r"the reference \(fallback\) raised ValueError: reference is broken"):
+        ops.add(torch.ones(4), torch.ones(4))
+
+
+@pytest.mark.parametrize("where", ["cpu", "meta"])
+def test_a_rank_error_is_a_flyship_error_on_every_path(fresh_ops, where):
+    from flyship.errors import CallError, FlyshipError
+
+    ops = fresh_ops()
+    with pytest.raises(CallError, match=r"expected 'x' of rank 2, got rank 1 \(shape \[7\]\); pass a tensor of rank "
+                                        r"2") as e:
+        ops.scale_rows(torch.ones(7, device=where))
+    assert isinstance(e.value, FlyshipError) and isinstance(e.value, RuntimeError)
+
+
+def test_a_rank_error_of_the_cpp_path_is_a_flyship_error(recorded_tiny):
+    from flyship.errors import CallError
+
+    ops = recorded_tiny()
+    with pytest.raises(CallError, match=r"expected 'x' of rank 2, got rank 1 \(shape \[7\]\); pass a tensor of rank"):
+        ops.scale_rows(torch.ones(7))
+    with pytest.raises(CallError, match=r"expected 'x' of rank 2, got rank 1"):
+        ops.scale_rows.dispatch(torch.ones(7), target="gfx942")
+
+
+def test_a_wrong_argument_type_through_dispatch_is_a_flyship_type_error(recorded_tiny):
+    from flyship.errors import CallTypeError
+
+    ops = recorded_tiny()
+    with pytest.raises(CallTypeError, match="expected a float for argument 'alpha', got Tensor"):
+        ops.scale_rows.dispatch(torch.ones(2, 2), torch.ones(1), target="gfx942")
+
+
+@pytest.mark.parametrize("target, message", [
+    ("h100", r"target=: target ID 'h100': expected an AMD target like 'gfx942'"),
+    (942, r"expected target= a device target ID string \('gfx942', 'sm_90'\), got int"),
+])
+def test_dispatch_with_a_bad_target_is_a_config_error_saying_what_to_pass(fresh_ops, target, message):
+    from flyship.errors import ConfigError
+
+    ops = fresh_ops()
+    with pytest.raises(ConfigError, match=message + ".*ops.device_target\\(0\\) gives a GPU's"):
+        ops.add.dispatch(torch.ones(4), torch.ones(4), target=target)
+
+
+def test_the_readme_quickstart_says_triton_args_follow_the_kernel_parameters_in_order():
+    readme = (ROOT / "README.md").read_text()
+    assert "for a `@triton.jit` kernel, the same names, in the same order as its" in readme

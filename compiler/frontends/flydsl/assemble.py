@@ -25,7 +25,9 @@ failed").
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import subprocess
 from pathlib import Path
 
 from flyship.bundle.codeobject import CodeObjectFile
@@ -219,6 +221,30 @@ def assemble(
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     src, obj, out = work / f"{stem}.s", work / f"{stem}.o", work / f"{stem}.hsaco"
+    isa_text, header, want_version = _prepare(isa_text, target, code_object_version, src)
+    operation = f"assemble {src} for {target}"
+    try:
+        r = run_tool(toolchain.assembler, assembler_args(toolchain, header.triple, header.target, src, obj),
+                     operation=operation)
+    except ToolchainError as e:
+        raise AssembleError(str(e)) from None
+    _check_assembler_stderr(r.stderr, toolchain, header, operation)
+    try:
+        run_tool(toolchain.linker, ["-shared", str(obj), "-o", str(out)], operation=f"link {obj} for {target}")
+    except ToolchainError as e:
+        raise AssembleError(str(e)) from None
+    data = out.read_bytes()
+    check_linked(data, str(out), want_version)
+    return data
+
+
+def _prepare(isa_text: str, target: str, code_object_version: int | None, src: Path) -> tuple[str, IsaHeader,
+                                                                                                int | None]:
+    """Check the ISA is for ``target``, set its code object version, write it to ``src`` (kept for inspection).
+
+    Returns:
+        The text to assemble, its header and the code object version the result must have.
+    """
     header = read_isa_header(isa_text, str(src))
     if not _same_target(header.target, target):
         raise AssembleError(f"assemble {src}: expected an ISA for target {target}, got .amdgcn_target "
@@ -228,22 +254,107 @@ def assemble(
         isa_text = set_code_object_version(isa_text, code_object_version, str(src))
     want_version = code_object_version if code_object_version is not None else header.code_object_version
     src.write_text(isa_text)
-    operation = f"assemble {src} for {target}"
-    try:
-        r = run_tool(toolchain.assembler, assembler_args(toolchain, header.triple, header.target, src, obj),
-                     operation=operation)
-    except ToolchainError as e:
-        raise AssembleError(str(e)) from None
-    if _UNKNOWN_PROCESSOR in r.stderr:  # llvm-mc only warns and exits 0 on an unknown processor
+    return isa_text, header, want_version
+
+
+def _check_assembler_stderr(stderr: str, toolchain: Toolchain, header: IsaHeader, operation: str) -> None:
+    if _UNKNOWN_PROCESSOR in stderr:  # llvm-mc only warns and exits 0 on an unknown processor
         raise AssembleError(f"{operation}: expected {toolchain.assembler.name} {toolchain.assembler.describe()} "
-                            f"to know {header.processor}, got: {r.stderr.strip()}; run check_targets first")
-    try:
-        run_tool(toolchain.linker, ["-shared", str(obj), "-o", str(out)], operation=f"link {obj} for {target}")
-    except ToolchainError as e:
-        raise AssembleError(str(e)) from None
-    data = out.read_bytes()
-    check_linked(data, str(out), want_version)
-    return data
+                            f"to know {header.processor}, got: {stderr.strip()}; run check_targets first")
+
+
+class Assembler:
+    """llvm-mc and ld.lld started BEFORE the ISA exists, so their start-up (loading libLLVM, ~30-70 ms of wall
+    time each on a loaded machine, most of their cost) overlaps the DSL's compile; :meth:`assemble` then hands
+    them the ISA.
+
+    llvm-mc reads the ISA on stdin and writes the object into a FIFO; ld.lld, started on that FIFO, reads it
+    as a stream (LLVM reads a non-regular file to EOF) and writes the code object. The result is the same
+    bytes as :func:`assemble` (``tests/compiler/test_assemble.py`` compares both). Where the tools cannot be
+    started early (a clang driver renames its output into place, replacing a FIFO; no ``os.mkfifo``), or the
+    ISA turns out to need another triple or target than the one guessed, :meth:`assemble` runs
+    :func:`assemble`. Use as a context manager: leaving it ends both processes if they still run.
+
+    Example:
+        >>> with Assembler(toolchain, "gfx942", "amdgcn-amd-amdhsa-unknown", "/tmp/w") as a:  # doctest: +SKIP
+        ...     hsaco = a.assemble(isa_text)
+    """
+
+    def __init__(self, toolchain: Toolchain, target: str, triple: str, workdir: str | Path, *,
+                 name: str | None = None):
+        self.toolchain, self.target, self.triple = toolchain, target, triple
+        self.work = Path(workdir)
+        self.stem = name or target.replace(":", "_")
+        self._mc: subprocess.Popen | None = None
+        self._lld: subprocess.Popen | None = None
+        self._argv: tuple[list[str], list[str]] = ([], [])
+
+    def __enter__(self) -> Assembler:
+        if self.toolchain.assembler_is_clang or not hasattr(os, "mkfifo"):
+            return self
+        self.work.mkdir(parents=True, exist_ok=True)
+        fifo, out = self.work / f"{self.stem}.o", self.work / f"{self.stem}.hsaco"
+        os.mkfifo(fifo)
+        mc = [*self.toolchain.assembler.argv, *assembler_args(self.toolchain, self.triple, self.target, Path("-"),
+                                                              fifo)]
+        lld = [*self.toolchain.linker.argv, "-shared", str(fifo), "-o", str(out)]
+        self._argv = (mc, lld)
+        try:
+            self._lld = subprocess.Popen(lld, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+            self._mc = subprocess.Popen(mc, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+        except OSError:
+            self._end()  # assemble() runs them the usual way and reports the error
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        for p in (self._mc, self._lld):
+            if p is not None and p.poll() is None:
+                p.kill()
+            if p is not None:
+                p.communicate()
+        self._mc = self._lld = None
+
+    def assemble(self, isa_text: str, code_object_version: int | None = None) -> bytes:
+        """Assemble and link ``isa_text``, as :func:`assemble` does.
+
+        Raises:
+            AssembleError: as :func:`assemble`.
+        """
+        header = read_isa_header(isa_text, f"{self.stem}.s")
+        if self._mc is None or header.triple != self.triple or not _same_target(header.target, self.target):
+            self._end()
+            fallback = self.work / "sequential"
+            return assemble(isa_text, self.target, self.toolchain, fallback, code_object_version, name=self.stem)
+        src, out = self.work / f"{self.stem}.s", self.work / f"{self.stem}.hsaco"
+        isa_text, header, want_version = _prepare(isa_text, self.target, code_object_version, src)
+        operation = f"assemble {src} for {self.target}"
+        mc, lld = self._mc, self._lld
+        try:
+            _, mc_err = mc.communicate(isa_text, timeout=600)
+            if mc.returncode != 0:
+                self._end()
+                raise AssembleError(f"{operation}: expected {self.toolchain.assembler.name} "
+                                    f"{self.toolchain.assembler.describe()} to succeed, got exit {mc.returncode}:\n"
+                                    f"{mc_err.strip()}\ncommand: {' '.join(self._argv[0])} < {src}")
+            _check_assembler_stderr(mc_err, self.toolchain, header, operation)
+            lld_out, lld_err = lld.communicate(timeout=600)
+            if lld.returncode != 0:
+                raise AssembleError(f"link {src.with_suffix('.o')} for {self.target}: expected "
+                                    f"{self.toolchain.linker.name} {self.toolchain.linker.describe()} to succeed, got "
+                                    f"exit {lld.returncode}:\n{(lld_err or lld_out).strip()}\ncommand: "
+                                    f"{' '.join(self._argv[1])}")
+        except subprocess.TimeoutExpired:
+            raise AssembleError(f"{operation}: expected the assembler and linker to finish within 600 s") from None
+        finally:
+            self._end()
+        data = out.read_bytes()
+        check_linked(data, str(out), want_version)
+        return data
 
 
 def check_linked(data: bytes, where: str, code_object_version: int | None = None) -> None:
@@ -279,6 +390,5 @@ def check_linked(data: bytes, where: str, code_object_version: int | None = None
                             f"{METADATA_VERSION[version]} for code object v{version}, got {meta_version}")
 
 
-__all__ = ["AssembleError", "IsaHeader", "read_isa_header", "set_code_object_version", "set_target_features",
-           "assemble", "check_linked",
-           "SUPPORTED_CODE_OBJECT_VERSIONS"]
+__all__ = ["AssembleError", "Assembler", "IsaHeader", "read_isa_header", "set_code_object_version",
+           "set_target_features", "assemble", "check_linked", "SUPPORTED_CODE_OBJECT_VERSIONS"]

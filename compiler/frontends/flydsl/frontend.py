@@ -1,12 +1,11 @@
 """The FlyDSL frontend: trace a ``@flyc.jit`` launcher on the CPU, assemble its ISA, prove, bind kernargs.
 
 The only module that imports ``flydsl`` (lazily, inside the worker process of one target). What differs
-between FlyDSL releases (how to compile without launching, dump names, target triple, tensor ABI, MLIR
-context) is asked of the version adapter (:mod:`flyship.compiler.frontends.flydsl.versions`). The target
-comes from ``FLYDSL_GPU_ARCH`` (a bare ``ARCH`` overrides it, so both are set); ``FLYDSL_DUMP_IR=1`` +
-``FLYDSL_DUMP_DIR`` write ``<dir>/<kernel>_0/NN_<stage>.mlir``, ``NN_final_isa.s`` and
-``NN_gpu_module_to_binary.mlir`` (FlyDSL's own code object). A missing ISA file is the only sign of a
-failed dump. The disk cache is turned off so every build really compiles.
+between FlyDSL releases (how to compile without launching, target triple, tensor ABI) is asked of the version
+adapter (:mod:`flyship.compiler.frontends.flydsl.versions`). The target comes from ``FLYDSL_GPU_ARCH`` (a
+bare ``ARCH`` overrides it, so both are set). FlyDSL compiles once, as for any user, with its IR dump off;
+:mod:`flyship.compiler.frontends.flydsl.capture` takes the final ISA, FlyDSL's own code object and the host
+function from that one compile. The disk cache is turned off so every build really compiles.
 """
 
 from __future__ import annotations
@@ -20,7 +19,9 @@ from typing import Any
 
 from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch
 from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
+from flyship.compiler.frontends.flydsl import capture as _capture
 from flyship.compiler.frontends.flydsl import host_ir
+from flyship.compiler.frontends.flydsl.capture import Capture, Compile
 from flyship.compiler.frontends.flydsl import versions as _versions
 from flyship.compiler.spec import Constexpr, Entry, OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 
@@ -140,26 +141,24 @@ def _is_stream(annotation: Any) -> bool:
     return name.split(".")[-1] == "Stream" or getattr(annotation, "_is_stream_param", False)
 
 
-def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> tuple[Path, OpDecl, str]:
+def _trace(op: OpDecl, spec: Spec, target: str) -> tuple[Capture, OpDecl, str]:
     """Compile the launcher without launching (as the version adapter says), or call the entry point as the
-    user does, with the IR dump on.
+    user does, capturing what flyship needs from that one compile (:mod:`.capture`).
 
     Returns:
-        The kernel's dump folder, the declaration in the traced launcher's parameter order (an entry's
-        launch mapped back to the op's arguments) and the launcher's name (its host function's symbol).
+        The capture, the declaration in the traced launcher's parameter order (an entry's launch mapped back
+        to the op's arguments) and the launcher's name (its host function's symbol).
     """
-    dump_dir.mkdir(parents=True, exist_ok=True)
-    os.environ["FLYDSL_DUMP_DIR"] = str(dump_dir)
     pos, kw = _call_args(op, spec)
     launcher = op.kernel.fn if isinstance(op.kernel, Entry) else op.kernel
-    log = io.StringIO()  # FlyDSL prints a line per dumped stage; keep it for error reports only
+    log = io.StringIO()  # what FlyDSL prints; kept for error reports only
     hints = getattr(launcher, "compile_hints", None)
     _forget_compiled(launcher)
     launches: list[tuple[Any, tuple, dict]] = []
     try:
         if spec.options:
             launcher.compile_hints = {**(hints or {}), **spec.options}
-        with contextlib.redirect_stdout(log):
+        with contextlib.redirect_stdout(log), _capture.capturing() as captured:
             if isinstance(op.kernel, Entry):
                 # The user's own call path: the launcher is called directly, which compiles without
                 # launching only under COMPILE_ONLY=1 (read at call time).
@@ -180,18 +179,18 @@ def _trace(op: OpDecl, spec: Spec, target: str, dump_dir: Path) -> tuple[Path, O
     finally:
         if spec.options:
             launcher.compile_hints = hints
-    dirs = [p for p in dump_dir.iterdir() if p.is_dir()]
-    if len(dirs) != 1:
-        raise FrontendError(f"op {op.name} spec {spec.name} target {target}: expected one kernel dump folder in "
-                            f"{dump_dir}, found {[p.name for p in dirs]}")
-    if not isinstance(op.kernel, Entry):
-        return dirs[0], op, launcher_name(op.kernel)
     where = f"op {op.name} spec {spec.name} target {target}"
-    if len(launches) != 1:
+    if isinstance(op.kernel, Entry) and len(launches) != 1:
         raise FrontendError(f"{where}: expected entry {op.kernel.__name__!r} to call one @flyc.jit launcher, got "
                             f"{len(launches)} calls; flyship binds entries that launch once")
+    if captured.pipelines != 1:
+        raise FrontendError(f"{where}: expected FlyDSL to run one compile pipeline, got {captured.pipelines}; "
+                            + ("a cached compile runs none (is FLYDSL_RUNTIME_ENABLE_CACHE=0 set?)"
+                               if not captured.pipelines else "flyship builds launchers that compile one module"))
+    if not isinstance(op.kernel, Entry):
+        return captured, op, launcher_name(op.kernel)
     jit, args, kwargs = launches[0]
-    return dirs[0], _entry_binding(op, spec, jit, args, kwargs, pos, where), launcher_name(jit)
+    return captured, _entry_binding(op, spec, jit, args, kwargs, pos, where), launcher_name(jit)
 
 
 @contextlib.contextmanager
@@ -279,7 +278,7 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
 def _forget_compiled(kernel: Any) -> None:
     """Drop what the launcher compiled earlier in this worker: two specializations with the same FlyDSL cache
     key (same dtypes and constexprs, other constraints) would otherwise hit FlyDSL's in-memory cache and
-    write no IR dump for the second (FlyDSL 0.5.0: ``JitFunction._mem_cache``, ``cache_manager``)."""
+    run no pipeline for the second (FlyDSL 0.5.0: ``JitFunction._mem_cache``, ``cache_manager``)."""
     cache = getattr(kernel, "_mem_cache", None)
     if isinstance(cache, dict):
         cache.clear()
@@ -483,27 +482,44 @@ def _user_frame(e: BaseException) -> str:
     return f" (at {f.filename}:{f.lineno} in {f.name}: {(f.line or '').strip()})"
 
 
-def _one(kernel_dir: Path, pattern: str, what: str) -> Path:
-    found = sorted(kernel_dir.glob(pattern))
-    if not found:
-        raise FrontendError(f"FlyDSL dump {kernel_dir}: no {pattern} ({what}); FlyDSL writes it only when the "
-                            "compile reaches the binary step (is ROCM_PATH a toolkit with ld.lld and the AMDGPU "
-                            "bitcode?)")
-    return found[-1]
+def _artefacts(captured: Compile, name: str, where: str) -> tuple[str, list[bytes], list[str], Any]:
+    """From one compile's capture: the ISA to assemble, FlyDSL's own code object(s), the host function's
+    argument types before lowering and the lowered host function.
+
+    Raises:
+        FrontendError: an artefact is missing, naming what FlyDSL did instead.
+    """
+    if not captured.objects:
+        raise FrontendError(f"{where}: FlyDSL's pipeline made no gpu.binary; FlyDSL writes it only when the compile "
+                            "reaches the binary step (is ROCM_PATH a toolkit with ld.lld and the AMDGPU bitcode?)")
+    if not captured.isa:
+        raise FrontendError(f"{where}: FlyDSL's ROCDL serializer printed no ISA under the LLVM debug type "
+                            f"{_capture.ISA_DEBUG_TYPE!r}; external codegen (FLYDSL_COMPILE_LLVM_DIR) does not "
+                            "serialize in-process: unset it for flyc-build")
+    origin = captured.origin_types.get(name)
+    lowered = captured.lowered.get(name)
+    if origin is None or lowered is None:
+        found = sorted(captured.origin_types)
+        raise FrontendError(f"{where}: expected host function {name!r} with gpu.launch_func and lowered arguments in "
+                            f"FlyDSL's pipeline, got {'host functions ' + str(found) if found else 'no host function'}"
+                            f"{'' if origin is None else ' (never lowered)'}; this FlyDSL lowers differently than "
+                            "flyship knows")
+    return captured.isa[0], [data for _, data in captured.objects], origin, lowered
 
 
-def _written(kernel_dir: Path, symbol: str) -> frozenset[int] | None:
-    """The kernel parameters whose pointers reach a store or an atomic in FlyDSL's LLVM IR dump
-    (:func:`flyship.compiler.frontends.writes.llvm_written_params`); None when the release wrote no LLVM IR."""
+def _written(captured: Compile, symbol: str, where: str) -> frozenset[int] | None:
+    """The kernel parameters whose pointers reach a store or an atomic in the LLVM IR the capture kept
+    (:func:`flyship.compiler.frontends.writes.llvm_written_params`); None when this FlyDSL printed none."""
     from flyship.compiler.frontends import writes
 
-    found = sorted(kernel_dir.glob("*_llvm_ir.ll"))
-    if not found:
+    modules = [text for text in captured.llvm_ir if f"@{symbol}(" in text or f'@"{symbol}"(' in text]
+    if not modules:
         return None
     try:
-        return frozenset(writes.llvm_written_params(found[-1].read_text(), symbol))
+        return frozenset(writes.llvm_written_params(modules[-1], symbol))
     except ValueError as e:
-        raise FrontendError(f"FlyDSL dump {found[-1]}: cannot read which parameters the kernel writes: {e}") from None
+        raise FrontendError(f"{where}: cannot read which parameters kernel {symbol} writes from its LLVM IR: {e}"
+                            ) from None
 
 
 def _layout(analysis: host_ir.HostAnalysis, meta, where: str) -> KernargLayout:
@@ -563,8 +579,8 @@ class FlydslFrontend(Frontend):
         """Compile one specialization of a FlyDSL op for one AMD target and prove the code object.
 
         Returns:
-            A :class:`KernelBuild` whose code object flyship assembled from FlyDSL's ``final_isa.s`` and
-            proved equal to FlyDSL's own binary; ``facts`` is the host-IR analysis.
+            A :class:`KernelBuild` whose code object flyship assembled from the ISA FlyDSL's own code object
+            was assembled from, and proved equal to that code object; ``facts`` is the host-IR analysis.
 
         Raises:
             FrontendError: trace/compile failure (with FlyDSL's message), or IR flyship cannot bind.
@@ -576,21 +592,21 @@ class FlydslFrontend(Frontend):
         from flyship.compiler.frontends.flydsl import proof as _proof
 
         check_signature(op)
-        kernel_dir, traced, name = _trace(op, spec, target, ctx.workdir / "dump")
+        where = f"op {op.name} spec {spec.name} target {target}"
         adapter = _versions.current()
-        isa = _one(kernel_dir, "*_final_isa.s", "final ISA").read_text()
-        adapter.check_isa_target(isa, f"op {op.name} spec {spec.name} target {target}")
-        # FlyDSL compiles for the bare processor (features "any"; its pipeline takes no target features, and
-        # LLVM refuses xnack/sramecc as subtarget features): a target ID with features is declared on that
-        # ISA, and the proof allows, and records, exactly what that changes.
-        isa = _assemble.set_target_features(isa, target, f"op {op.name} spec {spec.name} target {target}")
-        theirs_all = _proof.extract_flydsl_binary(_one(kernel_dir, "*_gpu_module_to_binary.mlir", "FlyDSL binary")
-                                                  .read_text())
-        ours = _assemble.assemble(isa, target, ctx.toolchain, ctx.workdir / "asm",
-                                  code_object_version=ctx.code_object_version)
+        # The assembler and linker start now and load while FlyDSL compiles; they get the ISA at the end.
+        with _assemble.Assembler(ctx.toolchain, target, adapter.triple.rstrip("-"), ctx.workdir / "asm") as asm:
+            captured, traced, name = _trace(op, spec, target)
+            isa, theirs_all, origin_types, lowered = _artefacts(captured.compiles[0], name, where)
+            adapter.check_isa_target(isa, where)
+            # FlyDSL compiles for the bare processor (features "any"; its pipeline takes no target features, and
+            # LLVM refuses xnack/sramecc as subtarget features): a target ID with features is declared on that
+            # ISA, and the proof allows, and records, exactly what that changes.
+            isa = _assemble.set_target_features(isa, target, where)
+            ours = asm.assemble(isa, code_object_version=ctx.code_object_version)
         # One analysis per gpu.launch_func, in launch order: a multi-phase launcher launches several kernels,
         # all in the one code object FlyDSL built for it.
-        analyses = host_ir.analyze_launches(kernel_dir, traced, spec, name, adapter.mlir_context(), ir)
+        analyses = host_ir.analyze_functions(origin_types, lowered, traced, spec, ir)
         alignment = {a.name: a.alignment or DTYPES[spec.dtypes[a.name]] for a in op.args if isinstance(a, Tensor)}
         builds = []
         for analysis in analyses:
@@ -605,7 +621,7 @@ class FlydslFrontend(Frontend):
                 example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
                 tensor_abi=analysis.tensor_abi,
                 isa=isa if ctx.keep_ir and not builds else None, facts=analysis,
-                written=_written(kernel_dir, symbol)))
+                written=_written(captured.compiles[0], symbol, where)))
         return dataclasses.replace(builds[0], then=tuple(builds[1:]))
 
     def kernarg_layout(self, build: KernelBuild, meta: KernelMetadata, where: str) -> KernargLayout:

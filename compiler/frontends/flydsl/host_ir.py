@@ -190,9 +190,8 @@ def analyze(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, contex
 
 def analyze_launches(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: str, context: Any,
                      ir: Any) -> list[HostAnalysis]:
-    """Analyse the dumped stages of one launcher: one :class:`HostAnalysis` per ``gpu.launch_func`` it makes,
-    in program order (a multi-phase launcher launches several kernels; a :class:`Workspace` parameter binds
-    like a tensor, and the common tail turns its fields into workspace fields).
+    """Analyse the dumped stages of one launcher (``FLYDSL_DUMP_IR=1``; flyc-build itself reads the host
+    function in memory, :func:`analyze_functions`).
 
     Args:
         kernel_dir: the dump folder of the kernel (holds ``NN_<stage>.mlir``).
@@ -205,8 +204,6 @@ def analyze_launches(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: st
         FrontendError: the IR has a shape flyship does not bind (naming the op it met).
     """
     origin_path, lowered_path = find_stages(kernel_dir)
-    where = f"op {op.name} spec {spec.name}"
-    params = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value, Workspace))]
     with context:
         # Keep the modules referenced: an op outlives its parsed module only as a dangling pointer.
         origin_mod = ir.Module.parse(origin_path.read_text())
@@ -214,6 +211,28 @@ def analyze_launches(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: st
         origin = _host_func(origin_mod, launcher_name)
         lowered = _host_func(lowered_mod, launcher_name)
         o_types = [str(a.type) for a in origin.regions[0].blocks[0].arguments if "async.token" not in str(a.type)]
+        return analyze_functions(o_types, lowered, op, spec, ir, lowered_path.name)
+
+
+def analyze_functions(o_types: list[str], lowered: Any, op: OpDecl, spec: Spec, ir: Any,
+                      stage: str = "the lowered host function") -> list[HostAnalysis]:
+    """Analyse one launcher's host function: one :class:`HostAnalysis` per ``gpu.launch_func`` it makes, in
+    program order (a multi-phase launcher launches several kernels; a :class:`Workspace` parameter binds like a
+    tensor, and the common tail turns its fields into workspace fields).
+
+    Args:
+        o_types: the host function's runtime argument types before lowering (``!fly.memref<...>``).
+        lowered: the host function (``func.func``) after the first stage that lowered every argument.
+        op, spec: the declaration, for argument names and example shapes.
+        ir: the ``flydsl._mlir.ir`` module.
+        stage: where ``lowered`` comes from, for messages.
+
+    Raises:
+        FrontendError: the IR has a shape flyship does not bind (naming the op it met).
+    """
+    where = f"op {op.name} spec {spec.name}"
+    params = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value, Workspace))]
+    with lowered.context:  # the evaluator may build attributes in the function's own context
         if len(o_types) != len(params):
             raise FrontendError(f"{where}: the launcher's host function takes {len(o_types)} runtime arguments "
                                 f"({o_types}) but the spec declares {len(params)} (Tensor/Output/Scalar: "
@@ -246,7 +265,7 @@ def analyze_launches(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: st
         n_real = len([a for a in l_args if "async.token" not in str(a.type)])
         if i != n_real:
             raise FrontendError(f"{where}: expected {i} lowered host arguments from the tensor layouts, got {n_real} "
-                                f"in {lowered_path.name}")
+                                f"in {stage}")
 
         launches = [o for o in lowered.regions[0].blocks[0].operations if o.operation.name == "gpu.launch_func"]
         if not launches:

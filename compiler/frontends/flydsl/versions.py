@@ -110,18 +110,23 @@ class FlydslAdapter:
 
     # -- compiling without a GPU -----------------------------------------------------------------
     def environment(self) -> dict[str, str | None]:
-        """Environment for a compile-only process, set before ``flydsl`` is imported (None: unset it)."""
-        return {"COMPILE_ONLY": "1", "FLYDSL_DUMP_IR": "1", "FLYDSL_RUNTIME_ENABLE_CACHE": "0"}
+        """Environment for a compile-only process, set before ``flydsl`` is imported (None: unset it).
+
+        The IR dump stays off: flyship takes the ISA, FlyDSL's code object and the host function from the
+        normal compile (``capture.py``); a dump would run each pipeline stage in its own pass manager.
+        """
+        return {"COMPILE_ONLY": "1", "FLYDSL_DUMP_IR": None, "FLYDSL_DEBUG_DUMP_ASM": None,
+                "FLYDSL_RUNTIME_ENABLE_CACHE": "0"}
 
     def compile(self, launcher: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
         """Trace and compile ``launcher`` for the placeholder CPU tensors without launching anything.
 
-        Every release compiles on a direct call under ``COMPILE_ONLY=1``; the result is the IR dump.
+        Every release compiles on a direct call under ``COMPILE_ONLY=1``.
         """
         launcher(*args, **kwargs)
 
     def mlir_context(self) -> Any:
-        """An MLIR context with FlyDSL's dialects loaded, to parse the dumped stages."""
+        """An MLIR context with FlyDSL's dialects loaded, to parse dumped stages (``host_ir.analyze``)."""
         from flydsl.compiler.jit_function import _create_mlir_context
 
         return _create_mlir_context()
@@ -162,7 +167,7 @@ class Flydsl031(FlydslAdapter):
 
 class Flydsl04(FlydslAdapter):
     """0.4.0 ... 0.5.x: ``flyc.compile`` compiles for CPU placeholder tensors and returns a
-    ``CompiledFunction`` (without ``COMPILE_ONLY``; with it, the same dump and None)."""
+    ``CompiledFunction`` (without ``COMPILE_ONLY``; with it, the same compile and None)."""
 
     first, until = (0, 4, 0), (0, 6, 0)
     compile_returns_function = True
