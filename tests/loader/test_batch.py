@@ -300,3 +300,42 @@ def test_flyship_list_says_which_tensors_take_leading_batch_dims(batched_bundle)
 
     text = describe(_m.read(batched_bundle))
     assert "leading batch dims: x (rank 2) flatten into their first dim; out get them back" in text
+
+
+def _batch_everything_x_written_in_place(data: dict) -> None:
+    _batch_everything(data)
+    (op,) = [o for o in data["ops"] if o["name"] == "scale_rows"]
+    op["args"][0]["mutable"] = True
+
+
+def test_a_batched_input_written_in_place_reaches_the_kernel_as_a_view_or_is_refused(recorded, bundle_copy, launches):
+    ops = recorded(bundle_copy(_batch_everything_x_written_in_place))
+    x = torch.randn(2, 3, 64)
+    ops.scale_rows(x, 2.0, 1)
+    (launch,) = launches()
+    assert struct.unpack_from("<Q", launch["kernargs"], 0)[0] == x.data_ptr()  # the caller's memory, no copy
+    # No view: a copy would take the kernel's write, so the call is refused (not a fallback to the reference).
+    with pytest.raises(CallError, match=r"input 'x', which the kernel writes in place, has shape \[3, 5, 64\] and "
+                                        r"strides \[64, 192, 1\], which do not flatten to \[15, 64\] without a copy"):
+        ops.scale_rows(torch.randn(5, 3, 64).transpose(0, 1), 2.0, 1)
+    assert launches() == []
+
+
+def test_the_cpu_reference_writes_a_batched_input_in_place_through_a_view_or_is_refused(bundle_copy, ext):
+    import uuid
+
+    import flyship
+
+    def scale_rows(x, alpha=1.0, bias=0):
+        x.mul_(alpha)
+        return x + bias
+
+    ops = flyship.load(bundle_copy(_batch_everything_x_written_in_place),
+                       namespace=f"flyship_b{uuid.uuid4().hex[:8]}", references={"scale_rows": scale_rows})
+    x = torch.ones(2, 3, 8)
+    y = ops.scale_rows(x, 2.0, 1)
+    torch.testing.assert_close(x, torch.full((2, 3, 8), 2.0))
+    torch.testing.assert_close(y, torch.full((2, 3, 8), 3.0))
+    with pytest.raises(CallError, match=r"input 'x', which the kernel writes in place, has shape \[3, 5, 8\] .* "
+                                        r"do not flatten to \[15, 8\] without a copy"):
+        ops.scale_rows(torch.ones(5, 3, 8).transpose(0, 1), 2.0)
