@@ -7,8 +7,8 @@ also stores through another input would mutate the caller's tensor behind torch'
 Both readers follow pointers from the kernel's parameters through the ops that compute addresses, and report
 the parameters whose pointers reach a store or an atomic:
 
-* :func:`llvm_written_params` reads LLVM IR (FlyDSL's ``NN_llvm_ir.ll``): ``store``, ``atomicrmw``,
-  ``cmpxchg``, ``llvm.mem{cpy,move,set}`` destinations and AMDGPU store/atomic intrinsics (buffer resources
+* :func:`llvm_written_params` reads LLVM IR (the module FlyDSL's ROCDL serializer compiles, kept by
+  :mod:`.flydsl.capture`): ``store``, ``atomicrmw``, ``cmpxchg``, ``llvm.mem{cpy,move,set}`` destinations and AMDGPU store/atomic intrinsics (buffer resources
   made from a parameter's pointer included).
 * :func:`ttir_written_params` reads Triton's TTIR: ``tt.store``, ``tt.atomic_rmw``, ``tt.atomic_cas`` and
   ``tt.descriptor_store`` / ``tt.descriptor_reduce`` / ``tt.descriptor_scatter``.
