@@ -8,8 +8,8 @@ Both readers follow pointers from the kernel's parameters through the ops that c
 the parameters whose pointers reach a store or an atomic:
 
 * :func:`llvm_written_params` reads LLVM IR (the module FlyDSL's ROCDL serializer compiles, kept by
-  :mod:`.flydsl.capture`): ``store``, ``atomicrmw``, ``cmpxchg``, ``llvm.mem{cpy,move,set}`` destinations and AMDGPU store/atomic intrinsics (buffer resources
-  made from a parameter's pointer included).
+  :mod:`.flydsl.capture`): ``store``, ``atomicrmw``, ``cmpxchg``, ``llvm.mem{cpy,move,set}`` destinations and
+  AMDGPU store/atomic intrinsics (buffer resources made from a parameter's pointer included).
 * :func:`ttir_written_params` reads Triton's TTIR: ``tt.store``, ``tt.atomic_rmw``, ``tt.atomic_cas`` and
   ``tt.descriptor_store`` / ``tt.descriptor_reduce`` / ``tt.descriptor_scatter``.
 
