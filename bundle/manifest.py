@@ -23,6 +23,13 @@ from flyship.bundle.errors import BundleError, ManifestVersionError
 
 SCHEMA_MAJOR, SCHEMA_MINOR = 1, 2
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
+# A bundle that uses a key a 1.x loader would ignore but must not (later launches of a call, workspaces, inputs
+# written in place) is written as 2.0 (docs/bundle-format.md, "Must-understand keys"): a 1.x loader refuses major 2
+# with its version message instead of running such a bundle wrongly. Every other bundle stays 1.2.
+MUST_UNDERSTAND_VERSION = "2.0"
+# major -> the newest minor this flyship knows; a newer minor of a known major is read leniently (unknown keys
+# ignored), an unknown major is refused.
+NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 0}
 FORMAT_NAME = "flyship-bundle"
 MANIFEST_NAME = "manifest.json"
 
@@ -691,11 +698,35 @@ def _from(cls: Any, data: Any, where: str, lenient: bool) -> Any:
     return _reader(cls)(data, where, lenient)
 
 
+def _readable() -> str:
+    return " and ".join(f"{major}.x (up to {major}.{minor})" for major, minor in NEWEST_MINOR.items())
+
+
+def must_understand(m: "Manifest") -> tuple[str, ...]:
+    """What ``m`` uses that a 1.x loader would ignore but must not: ``then`` (it would run only a call's first
+    launch), ``workspaces``, ``mutable`` (it would register an in-place op as a functional one)."""
+    found = []
+    variants = [v for op in m.ops for s in op.specializations for v in s.variants]
+    if any(v.then for v in variants):
+        found.append("then")
+    if any(v.workspaces for v in variants):
+        found.append("workspaces")
+    if any(a.mutable for op in m.ops for a in op.args):
+        found.append("mutable")
+    return tuple(found)
+
+
+def version_for(m: "Manifest") -> str:
+    """The schema version a writer gives ``m``: :data:`MUST_UNDERSTAND_VERSION` when it uses a must-understand
+    key (:func:`must_understand`), else :data:`SCHEMA_VERSION`, which 1.x loaders read."""
+    return MUST_UNDERSTAND_VERSION if must_understand(m) else SCHEMA_VERSION
+
+
 def from_json_obj(data: Any) -> Manifest:
     """Build a :class:`Manifest` from parsed JSON, checking the format and schema version.
 
     Raises:
-        ManifestVersionError: the major version differs from ``SCHEMA_MAJOR``.
+        ManifestVersionError: a major version not in :data:`NEWEST_MINOR`.
         BundleError: a key is missing, unknown (for the same or an older minor version), or mistyped.
     """
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
@@ -709,14 +740,14 @@ def from_json_obj(data: Any) -> Manifest:
     if match is None:
         raise BundleError(f"manifest: expected schema_version 'MAJOR.MINOR', got {str(version)[:60]!r}")
     major, minor = int(match[1]), int(match[2])
-    if major != SCHEMA_MAJOR:
+    if major not in NEWEST_MINOR:
         raise ManifestVersionError(
             f"manifest: bundle schema version {version} is not readable by this flyship, which reads "
-            f"{SCHEMA_MAJOR}.x (up to {SCHEMA_VERSION}); rebuild the bundle with a matching flyc-build, "
+            f"{_readable()}; rebuild the bundle with a matching flyc-build, "
             "or install the flyship version that wrote it"
         )
     body = {k: v for k, v in data.items() if k != "format"}
-    return _from(Manifest, body, "", lenient=minor > SCHEMA_MINOR)
+    return _from(Manifest, body, "", lenient=minor > NEWEST_MINOR[major])
 
 
 def to_json_data(manifest: Manifest) -> dict:
@@ -782,8 +813,8 @@ def part_from_json_obj(cls: Any, data: Any, schema_version: str, where: str) -> 
     Raises:
         BundleError: a key is missing, unknown or mistyped.
     """
-    minor = int(schema_version.split(".")[1])
-    return _from(cls, data, where, lenient=minor > SCHEMA_MINOR)
+    major, minor = (int(x) for x in schema_version.split("."))
+    return _from(cls, data, where, lenient=minor > NEWEST_MINOR[major])
 
 
 def read_bytes(path: Path | str) -> tuple[bytes, str]:

@@ -405,6 +405,21 @@ def check_manifest(m: _m.Manifest) -> None:
         if op.backward is not None:
             check_backward(m, op, op.backward)
     check_failures(m)
+    check_must_understand(m)
+
+
+def check_must_understand(m: _m.Manifest) -> None:
+    """A manifest that uses a must-understand key says a version 1.x loaders refuse (``docs/bundle-format.md``).
+
+    Raises:
+        BundleError: a 1.x version on a manifest with ``then``, ``workspaces`` or ``mutable``.
+    """
+    keys = _m.must_understand(m)
+    if keys and m.schema_version.startswith("1."):
+        raise _fail("manifest schema_version",
+                    f"expected {_m.MUST_UNDERSTAND_VERSION} for a bundle that uses {', '.join(keys)}, got "
+                    f"{m.schema_version!r}: a 1.x loader would ignore those keys and run the ops wrongly; rebuild "
+                    "the bundle with this flyc-build")
 
 
 def check_failures(m: _m.Manifest) -> None:

@@ -77,7 +77,8 @@ def generate() -> dict[str, Any]:
     root = dict(defs.pop("Manifest"))
     root["properties"] = dict(root["properties"])
     root["properties"]["format"] = {"const": M.FORMAT_NAME}
-    root["properties"]["schema_version"] = {"type": "string", "pattern": rf"^{M.SCHEMA_MAJOR}\.[0-9]+$"}
+    root["properties"]["schema_version"] = {"type": "string",
+                                           "pattern": rf"^({'|'.join(map(str, M.NEWEST_MINOR))})\.[0-9]+$"}
     root["required"] = sorted(root["properties"])
     del top
     return {

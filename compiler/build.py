@@ -426,6 +426,7 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
                    offload_bundles_sha256={f: hashlib.sha256(d).hexdigest()
                                            for f, d in sorted((offload_files or {}).items())},
                    failed=tuple(failures))
+    m = dataclasses.replace(m, schema_version=M.version_for(m))
     _rules.check_manifest(m)
     return m, files
 
