@@ -5,6 +5,8 @@ refused before anything compiles."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from flyship.bundle import manifest as M
@@ -54,14 +56,14 @@ def test_a_zeroed_workspace_and_a_constexpr_in_a_grid_that_only_the_first_kernel
         assert v.then[0].launch.grid[0] == "cdiv(x.shape[0], 256)"
 
 
-def declare(**kwargs) -> None:
-    """Declare one op in a throwaway spec file."""
+def declare(**kwargs) -> Any:
+    """Declare one op in a throwaway spec file; returns its declaration."""
 
     def run() -> None:
         namespace("t")
         op("two", **kwargs)
 
-    run_spec_file("<test>", run)
+    return run_spec_file("<test>", run).ops[0]
 
 
 def _phase_kernels():
@@ -89,7 +91,8 @@ def launches(first_args=("x", "partial", "n_cols", "x_row_stride", "chunk", "SPL
 
 
 def test_a_well_formed_two_launch_declaration_is_accepted():
-    declare(kernel=launches(), args=ARGS, specs=SPECS)
+    decl = declare(kernel=launches(), args=ARGS, specs=SPECS)
+    assert decl.name == "two" and len(decl.kernel) == 2
 
 
 @pytest.mark.parametrize("change, message", [
