@@ -1,4 +1,5 @@
 // The per-call path, part 1: bind the call's arguments, apply the output rules, check out tensors.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 
 #include "bundle.h"
@@ -56,7 +57,8 @@ void OpState::check_tensors(Call& c, size_t n, bool check_device) const {
     const Slot& s = p.slots[k];
     if (s.kind != kTensor) continue;
     const at::Tensor& x = *c.t[k];
-    FLYSHIP_CHECK(x.defined(), label(), ": argument '", s.name, "' is an undefined tensor");
+    // None for a Tensor argument reaches a kernel as an undefined tensor (the dispatcher's conversion).
+    FLYSHIP_CHECK_TYPE(x.defined(), label(), ": expected a tensor for argument '", s.name, "', got None");
     if (s.batch) {
       FLYSHIP_CHECK(x.dim() >= s.rank, label(), ": expected '", s.name, "' of rank ", s.rank, " or more (rank ",
                     s.rank, " for the kernel, more for leading batch dimensions), got rank ", x.dim(), " (shape ",
@@ -155,6 +157,16 @@ std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& t) {
 }
 }  // namespace
 
+// A tensor the kernel writes (an out= tensor, an input written in place) must not have elements that share
+// memory (an expand()ed or as_strided view): the kernel's writes to them would race, and torch refuses such
+// writes too. what/name: "out tensor '" + name, or "input '" + name.
+void OpState::check_no_self_overlap(const at::Tensor& t, const char* what, const std::string& name) const {
+  FLYSHIP_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, label(), ": ", what, name, "', which the kernel "
+                "writes, has elements that share memory (strides ", shape_str(t.strides()), " for shape ",
+                shape_str(t.sizes()), ", e.g. from expand()); its writes would race, so pass a tensor of its own "
+                "(.clone() or .contiguous())");
+}
+
 // The out variant's tensors must not share memory with an input or with each other. A kernel may read an
 // input after writing an output (a GEMM reads A and B across the whole K loop), so even an exact alias can
 // give wrong results silently; flyship cannot know which kernels tolerate it, so it refuses all overlap.
@@ -162,6 +174,7 @@ void OpState::check_no_overlap(const Call& c) const {
   const OpPlan& p = plan_;
   const int n = p.n_inputs + static_cast<int>(p.outputs.size());
   for (int j = p.n_inputs; j < n; ++j) {
+    check_no_self_overlap(c.user_tensor(j), "out tensor '", p.slots[j].name);
     const auto [o0, o1] = byte_span(c.user_tensor(j));
     if (o0 == o1) continue;
     for (int k = 0; k < j; ++k) {
@@ -182,6 +195,7 @@ void OpState::check_mutable_not_shared(const Call& c) const {
   const OpPlan& p = plan_;
   for (int j = 0; j < p.n_inputs; ++j) {
     if (!p.slots[j].is_mutable) continue;
+    check_no_self_overlap(*c.t[j], "input '", p.slots[j].name);
     const auto [m0, m1] = byte_span(*c.t[j]);
     if (m0 == m1) continue;
     for (int k = 0; k < p.n_inputs; ++k) {

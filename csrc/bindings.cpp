@@ -17,7 +17,9 @@ namespace flyship {
 std::vector<c10::IValue> to_ivalues(const py::sequence& seq) {
   std::vector<c10::IValue> out;
   for (auto item : seq) {
-    if (THPVariable_Check(item.ptr())) {
+    if (item.is_none()) {
+      out.emplace_back();  // bind names the argument that wanted a value ("expected a tensor ..., got None")
+    } else if (THPVariable_Check(item.ptr())) {
       out.emplace_back(item.cast<at::Tensor>());
     } else if (py::isinstance<py::bool_>(item)) {
       out.emplace_back(item.cast<bool>());
@@ -190,6 +192,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("op"), py::arg("target"), py::arg("args"), py::arg("is_out"), py::arg("cu_count") = 0,
           "Which specialization and variant a call would run for a device target (of `cu_count` compute units), "
           "or why none fits.")
+      .def(
+          "check_call",
+          [](Bundle& b, int op, const py::sequence& args, bool is_out) {
+            OpState& o = b.core->op(op);
+            o.ensure_specs();
+            auto iv = to_ivalues(args);
+            Call c;
+            bind_without_device(c, o, iv, is_out);
+          },
+          py::arg("op"), py::arg("args"), py::arg("is_out"),
+          "Check a call as the launch path does before it launches (argument types, one device, shapes the output "
+          "rules accept, out= tensors, memory overlap), on tensors of any one device: the CPU kernel's checks.")
       .def(
           "run",
           [](Bundle& b, int op, const py::sequence& args, bool is_out, int forced_spec) {

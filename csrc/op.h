@@ -107,6 +107,8 @@ class OpState {
   // counted, and the caller falls back (run) or hands the call to the dispatcher (the fast entry).
   bool try_launch(Call& c, bool is_out, int forced_spec, Decision* d);
   void check_no_overlap(const Call& c) const;
+  // A tensor the kernel writes has no two elements at one address (else raises, naming it).
+  void check_no_self_overlap(const at::Tensor& t, const char* what, const std::string& name) const;
   // Inputs written in place share no memory with other inputs (else raises, naming both).
   void check_mutable_not_shared(const Call& c) const;
   // No specialization fits: run the reference (or raise when the fallback is off), counting the reason.

@@ -573,6 +573,7 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
             torch.library.register_fake(qual + ".out", _schema.make_fake(op, True, qual), lib=lib)
         # ``op`` may be the head alone (no specializations): the CPU kernel reads those only for an error message.
         cpu_kernel = _cpu.CpuKernel(op, qual, reference, lambda: core.fallback,
+                                    lambda args, is_out, k=k: core.check_call(k, args, is_out),
                                     full_op=(lambda k=k: full_op(k)) if full_op else None)
         if not cpu_in_core:  # the recording driver's C++ kernel owns the CPU key (it launches on CPU tensors)
             _cpu.register(lib, op, cpu_kernel)
@@ -620,7 +621,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
     # The checked, lowered plan: from the plan cache when it has this manifest (keyed by its sha256), else read
     # and checked by the rule book now. Each op's specializations are read when the core first uses the op.
     plan = _plancache.load_plan(raw, digest, where, Path(where))
-    ns = namespace or plan.head.namespace
+    ns = plan.head.namespace if namespace is None else namespace
     _rules.check_namespace(ns, f"load bundle {root}: namespace")
     table = None
     if tuning is not None:

@@ -5,8 +5,11 @@ unit tests and CPU-only CI of a model that uses the ops get real numbers. Such c
 ``stats()`` under the fallback reason :data:`REASON`; with the fallback off (``FLYSHIP_FALLBACK=0`` or
 ``load(fallback=False)``) they raise, as every other fallback does.
 
-The reference's outputs are checked against the manifest's output rules (the fake kernel's shapes and
-dtypes), and an output that aliases an input is copied, as the C++ fallback does for GPU tensors.
+A call is checked by the C++ core's own bind step before the reference runs (``check_call``: argument types,
+ranks, one device, output rules, out= shapes and dtypes, memory overlap), so a call the GPU path refuses is
+refused on the CPU with the same message. The reference's outputs are checked against the manifest's output
+rules (the fake kernel's shapes and dtypes), and an output that aliases an input is copied, as the C++ fallback
+does for GPU tensors.
 """
 
 from __future__ import annotations
@@ -31,11 +34,15 @@ class CpuKernel:
         qualname: ``<namespace>::<name>``, for messages.
         reference: the op's PyTorch reference, or None.
         fallback_on: returns whether the bundle's fallback is on now (read per call: it can be switched).
+        check_call: the C++ core's checks of a call (``Bundle.check_call`` for this op): takes the arguments in
+            schema order (inputs, then out tensors for the out variant) and ``is_out``; raises CallError.
     """
 
     def __init__(self, op: _m.Op, qualname: str, reference: Callable[..., Any] | None,
-                 fallback_on: Callable[[], bool], full_op: Callable[[], _m.Op] | None = None) -> None:
+                 fallback_on: Callable[[], bool], check_call: Callable[[list[Any], bool], None],
+                 full_op: Callable[[], _m.Op] | None = None) -> None:
         self._op = op
+        self._check_call = check_call
         self._full_op = full_op or (lambda: op)  # with the specializations (a plan-cache head has none)
         self._qualname = qualname
         self._reference = reference
@@ -70,13 +77,10 @@ class CpuKernel:
         values.update(zip(self._arg_names, args))
         values.update({k: v for k, v in kwargs.items() if k in self._arg_names})
         inputs = [values[n] for n in self._arg_names]
+        # The launch path's own checks (one owner: csrc/bind.cpp), on these CPU tensors.
+        self._check_call(inputs + ([kwargs.get(n) for n in self._out_names] if is_out else []), is_out)
         tensors = [(n, t) for n, t in zip(self._arg_names, inputs) if isinstance(t, torch.Tensor)]
         tensors += [(n, kwargs[n]) for n in self._out_names if n in kwargs]
-        other = [f"'{n}' on {t.device}" for n, t in tensors if t.device.type != "cpu"]
-        if other:
-            raise CallError(f"flyship {self._qualname}: expected all tensors on one device, got CPU tensors and "
-                            f"{', '.join(other)}; move them to one device")
-        _schema.check_inputs(self._op, self._qualname, values)
         # Leading batch dims: the reference sees the kernel's shapes (flattened; a copy where no view exists), as
         # on the GPU; batched outputs get the leading dims back.
         batch = _batch.split(self._op, {a.name: values[a.name].shape for a in self._op.args if a.batch},
@@ -86,9 +90,6 @@ class CpuKernel:
                       for n, v in zip(self._arg_names, inputs)]
         want = self._expected(inputs)
         full = [batch.full_shape(list(w.shape)) if o.batch else list(w.shape) for o, w in zip(self._op.outputs, want)]
-        if is_out:  # checked before anything runs, as the C++ core does
-            for name, w, shape in zip(self._out_names, want, full):
-                _schema.check_out(self._qualname, name, kwargs[name], shape, w.dtype)
         if not self._fallback_on():
             raise CallError(f"flyship {self._qualname}: expected GPU tensors (the bundle has GPU code objects only), "
                             "got CPU tensors and the fallback is off (FLYSHIP_FALLBACK=0 or load(fallback=False)), so "
