@@ -351,3 +351,18 @@ def test_an_entry_that_allocates_its_workspace_builds_with_the_buffer_bound_as_t
         [("pointer", "x"), ("workspace", "tmp")]
     assert [(f.kind, f.arg) for f in v.then[0].kernargs.fields if f.kind in ("pointer", "workspace")] == \
         [("workspace", "tmp"), ("pointer", "out")]
+
+
+def test_a_constexpr_key_the_launcher_does_not_take_is_refused_and_a_defaulted_one_needs_no_declaration(tmp_path):
+    body = """
+        from softmax import softmax
+        op("sm", kernel=softmax, args=[Tensor("x", rank=2), Output("out", like="x")], reference="softmax_ref",
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, constexprs={"MAX_N": 1024},
+                       targets=("gfx942", "gfx950"), per_target={"gfx950": dict(constexprs={KEYS})})])
+    """
+    err = _refused(tmp_path, _spec(tmp_path, body.replace("KEYS", '"MAX_N": 2048, "VECC": 4')))
+    assert ("op sm spec f32 (per_target gfx950): constexprs= gives ['VECC'], which launcher 'softmax' does not take "
+            "as a compile-time parameter (it takes ['MAX_N', 'VEC']); fix the name or remove the key") in err
+    ok = _spec(tmp_path, body.replace("KEYS", '"MAX_N": 2048, "VEC": 4'))  # defaulted: overridden, not declared
+    r = run_build(ok, tmp_path / "ok", ["gfx942"], check=False)
+    assert r.returncode == 0, r.stderr

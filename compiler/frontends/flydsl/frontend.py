@@ -333,17 +333,40 @@ def runtime_parameters(kernel: Any) -> list[tuple[str, Any]] | None:
             and not (p.annotation is not inspect.Parameter.empty and _is_compile_time(p.annotation))]
 
 
-def _required_compile_time(kernel: Any) -> list[str]:
-    """Names of the launcher's compile-time parameters (constexprs, constexpr structs) without a default."""
+def _compile_time(kernel: Any, required: bool = True) -> list[str] | None:
+    """Names of the launcher's compile-time parameters (constexprs, constexpr structs): those without a default
+    (``required``), or all of them; None when the signature is unreadable or takes ``**kwargs``."""
     import inspect
 
     fn = getattr(kernel, "func", None) or kernel
     try:
-        params = inspect.signature(fn).parameters.values()
+        params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
-        return []
-    return [p.name for p in params if p.default is inspect.Parameter.empty
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if (p.default is inspect.Parameter.empty or not required)
             and p.annotation is not inspect.Parameter.empty and _is_compile_time(p.annotation)]
+
+
+def _check_constexpr_keys(op: OpDecl, declared: set[str]) -> None:
+    """Every key of a spec's ``constexprs=`` (and of its per-target forms) is a compile-time parameter of the
+    launcher: a declared ``Constexpr``, or one the launcher gives a default (which the spec may override
+    without declaring it). A typo would otherwise reach FlyDSL as an unexpected keyword, per spec and target."""
+    known = _compile_time(op.kernel, required=False)
+    if known is None:
+        return
+    known = set(known) | declared
+    for s in op.specs:
+        forms = [("", s.constexprs)] + [(f" (per_target {t})", dict(e).get("constexprs", {}))
+                                        for t, e in s.per_target.items()]
+        for where, values in forms:
+            unknown = sorted(set(values) - known)
+            if unknown:
+                raise FrontendError(
+                    f"op {op.name} spec {s.name}{where}: constexprs= gives {unknown}, which launcher "
+                    f"{launcher_name(op.kernel)!r} does not take as a compile-time parameter (it takes "
+                    f"{sorted(known) or 'none'}); fix the name or remove the key")
 
 
 # FlyDSL's numeric annotation names -> the spec's Scalar type they take.
@@ -378,7 +401,8 @@ def check_signature(op: OpDecl) -> None:
     # by the trace): never ask to declare it again.
     constexprs = {a.name for a in op.args if isinstance(a, Constexpr)}
     params = [(n, ann) for n, ann in params if n not in constexprs]
-    undeclared = [n for n in _required_compile_time(op.kernel) if n not in constexprs]
+    _check_constexpr_keys(op, constexprs)
+    undeclared = [n for n in _compile_time(op.kernel) or [] if n not in constexprs]
     if undeclared:
         raise FrontendError(
             f"op {op.name}: launcher {launcher_name(op.kernel)!r} takes compile-time parameters "
