@@ -388,6 +388,17 @@ class OpDecl:
         return dataclasses.replace(self, kernel=launch.kernel, args=tuple(by_name[n] for n in launch.args),
                                    grid=launch.grid)
 
+    def call_view(self, args: Sequence[Param]) -> "OpDecl":
+        """The declaration one launcher call of an entry compiles as: ``args`` (some of the op's parameters) in
+        the launcher's order, each output's shape and dtype rule written out (the input it follows may be
+        passed to another of the entry's launchers, not this one)."""
+        def resolved(a: Param) -> Param:
+            if not isinstance(a, Output):
+                return a
+            return Output(a.name, shape=self.output_shape(a), dtype=self.output_dtype(a), batch=self.output_batch(a))
+
+        return dataclasses.replace(self, args=tuple(resolved(a) for a in args))
+
     def tensor(self, name: str) -> Tensor:
         for a in self.args:
             if isinstance(a, Tensor) and a.name == name:
