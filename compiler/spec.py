@@ -177,8 +177,9 @@ def entry(fn: Callable[..., Any], frontend: str = "flydsl") -> Entry:
     FlyDSL builders often return such a wrapper: it sets compile hints (fast-math, LLVM options), substitutes
     placeholder arguments and marks layouts dynamic, then calls the inner launcher. flyc-build calls the
     entry as the user would (``args`` are the *entry's* parameters, in order; parameters left out must have
-    defaults), records the launch FlyDSL makes, and proves the code object against FlyDSL's own from that
-    same call. Naming the inner launcher instead would lose the wrapper's hints and build other code.
+    defaults), records each launcher call it makes (several launchers in sequence: one code object per
+    call), and proves each code object against FlyDSL's own from that same call. Naming the inner launcher
+    instead would lose the wrapper's hints and build other code.
     """
     if not callable(fn):
         raise SpecError(f"entry: expected a callable, got {type(fn).__name__}")

@@ -3,9 +3,10 @@
 The only module that imports ``flydsl`` (lazily, inside the worker process of one target). What differs
 between FlyDSL releases (how to compile without launching, target triple, tensor ABI) is asked of the version
 adapter (:mod:`flyship.compiler.frontends.flydsl.versions`). The target comes from ``FLYDSL_GPU_ARCH`` (a
-bare ``ARCH`` overrides it, so both are set). FlyDSL compiles once, as for any user, with its IR dump off;
-:mod:`flyship.compiler.frontends.flydsl.capture` takes the final ISA, FlyDSL's own code object and the host
-function from that one compile. The disk cache is turned off so every build really compiles.
+bare ``ARCH`` overrides it, so both are set). FlyDSL compiles once per launcher call (an entry point may call
+several launchers), as for any user, with its IR dump off; :mod:`flyship.compiler.frontends.flydsl.capture`
+takes the final ISA, FlyDSL's own code object and the host function from each compile. The disk cache is
+turned off so every build really compiles.
 """
 
 from __future__ import annotations
