@@ -323,15 +323,18 @@ def _group_names(spec: str, groups: list[list[str]]) -> list[str]:
 
 def _variant_entry(op_name: str, spec_name: str, v: Any, files: dict[str, bytes]) -> M.Variant:
     """A compiled variant as the manifest's Variant, its files added to ``files``. The launches after the first
-    (a multi-launch op) get files ``<op>.<spec>.<target>.<n>.<format>`` (n = 2, 3, ...), or share the first
-    one's file when their code objects are the same bytes (FlyDSL puts every kernel of a launcher in one)."""
-    steps = []
-    for k, t in enumerate((v, *v.then)):
+    (a multi-launch op) get files ``<op>.<spec>.<target>.<n>.<format>`` (n = 2, 3, ...), or share an earlier
+    launch's file when their code objects are the same bytes (FlyDSL puts every kernel of a launcher in one; an
+    entry that calls several launchers gives one code object per call)."""
+    steps: list[M.Variant] = []
+    launches = (v, *v.then)
+    for k, t in enumerate(launches):
         # Record the target the code object was really built for (Triton builds sm_90 as sm_90a).
         stem = f"{op_name}.{spec_name}.{_fs_target(t.target)}" + (f".{k + 1}" if k else "")
         fname = f"{stem}.{t.format}"
-        if k and t.code_object == v.code_object:
-            fname = steps[0].code_object.file
+        same = next((s for s, e in zip(steps, launches) if e.code_object == t.code_object), None)
+        if same is not None:
+            fname = same.code_object.file
         files[fname] = t.code_object
         if t.isa is not None:
             files[f"{stem}.s"] = t.isa.encode()

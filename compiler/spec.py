@@ -177,8 +177,9 @@ def entry(fn: Callable[..., Any], frontend: str = "flydsl") -> Entry:
     FlyDSL builders often return such a wrapper: it sets compile hints (fast-math, LLVM options), substitutes
     placeholder arguments and marks layouts dynamic, then calls the inner launcher. flyc-build calls the
     entry as the user would (``args`` are the *entry's* parameters, in order; parameters left out must have
-    defaults), records the launch FlyDSL makes, and proves the code object against FlyDSL's own from that
-    same call. Naming the inner launcher instead would lose the wrapper's hints and build other code.
+    defaults), records each launcher call it makes (several launchers in sequence: one code object per
+    call), and proves each code object against FlyDSL's own from that same call. Naming the inner launcher
+    instead would lose the wrapper's hints and build other code.
     """
     if not callable(fn):
         raise SpecError(f"entry: expected a callable, got {type(fn).__name__}")
@@ -387,6 +388,17 @@ class OpDecl:
         by_name = {a.name: a for a in self.args}
         return dataclasses.replace(self, kernel=launch.kernel, args=tuple(by_name[n] for n in launch.args),
                                    grid=launch.grid)
+
+    def call_view(self, args: Sequence[Param]) -> "OpDecl":
+        """The declaration one launcher call of an entry compiles as: ``args`` (some of the op's parameters) in
+        the launcher's order, each output's shape and dtype rule written out (the input it follows may be
+        passed to another of the entry's launchers, not this one)."""
+        def resolved(a: Param) -> Param:
+            if not isinstance(a, Output):
+                return a
+            return Output(a.name, shape=self.output_shape(a), dtype=self.output_dtype(a), batch=self.output_batch(a))
+
+        return dataclasses.replace(self, args=tuple(resolved(a) for a in args))
 
     def tensor(self, name: str) -> Tensor:
         for a in self.args:

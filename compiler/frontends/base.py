@@ -318,11 +318,12 @@ def expand_workspaces(text: str, workspaces: tuple[Workspace, ...]) -> str:
 
 def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str,
                 workspaces: tuple[Workspace, ...]) -> CompiledVariant:
-    if workspaces:
+    if workspaces:  # grids, LDS and guard constraints read the inputs only (a launcher may size from a workspace)
         launch = build.launch
         build = dataclasses.replace(build, launch=Launch(
             grid=tuple(expand_workspaces(g, workspaces) for g in launch.grid), block=launch.block,
-            dynamic_lds=expand_workspaces(launch.dynamic_lds, workspaces)))
+            dynamic_lds=expand_workspaces(launch.dynamic_lds, workspaces)),
+            constraints=tuple(dict.fromkeys(expand_workspaces(c, workspaces) for c in build.constraints)))
     meta, co_version = fe.read_metadata(build, where)
     layout = bind_workspaces(fe.kernarg_layout(build, meta, where), workspaces)
     try:

@@ -20,6 +20,10 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
 * ``scale_add_one`` (twophase.py): one launcher launches two kernels in sequence through a buffer ``tmp``
   the call allocates, declared ``Workspace("tmp", ...)``: the manifest holds both launches in order, each
   proved against FlyDSL's own code object and its kernargs checked against its metadata (6).
+* ``scale_add_one_split`` / ``scale_and_add_one`` (twolaunchers.py): an entry point that calls two
+  ``@flyc.jit`` launchers in sequence, each its own FlyDSL compile and code object: the buffer the entry
+  allocates between them is a declared ``Workspace`` bound in both, and a declared output of phase 1 may be
+  phase 2's input (6).
 * ``fused_add_rmsnorm`` (fused_add_rmsnorm.py): a kernel that writes an input in place: ``residual += x`` is
   stored back into ``residual`` (declared ``Tensor("residual", rank=2, mutable=True)``: ``Tensor(a!)`` in the
   schema, no fresh output for it) and the normed ``out`` is a fresh output (7).
@@ -30,6 +34,7 @@ from fused_add_rmsnorm import fused_add_rmsnorm
 from pointers import add_one_ptr
 from rows import ROWS_MAX, add_one_rows
 from scale import ScaleConfig, scale, scale_cfg
+from twolaunchers import scale_add_one_split, scale_and_add_one
 from twophase import scale_add_one
 
 from flyship.compiler.spec import (Constexpr, Output, Scalar, Spec, Tensor, Value, Workspace, entry, namespace, op,
@@ -108,6 +113,21 @@ op("scale_add_one", kernel=scale_add_one, reference="scale_add_one_ref",
    args=[Tensor("x", rank=2), Workspace("tmp", shape=("x.shape[0]", "x.shape[1]"), dtype="float32"),
          Output("out", like="x"), Scalar("alpha", "float", default=2.0), Constexpr("TILE_N")],
    specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)}, constexprs={"TILE_N": 256})])
+
+# Two launchers per call, called by an entry: tmp = alpha * x (launcher 1), then out = tmp + 1 (launcher 2).
+# The entry allocates tmp itself; flyship binds it to the declared workspace in both launches.
+op("scale_add_one_split", kernel=entry(scale_add_one_split), reference="scale_add_one_ref",
+   doc="out = alpha * x + 1 (float32) through an entry that calls two launchers sharing a workspace",
+   args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha", "float", default=2.0),
+         Workspace("tmp", shape=("x.shape[0]", "x.shape[1]"), dtype="float32")],
+   specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)})])
+
+# The same two launchers, phase 2 reading a declared output of phase 1.
+op("scale_and_add_one", kernel=entry(scale_and_add_one), reference="scale_and_add_one_ref",
+   doc="scaled = alpha * x; out = scaled + 1 (float32), two launchers, phase 2 reads phase 1's output",
+   args=[Tensor("x", rank=2), Output("scaled", like="x"), Output("out", like="x"),
+         Scalar("alpha", "float", default=2.0)],
+   specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)})])
 
 # An input the kernel writes in place (7): residual += x is stored into residual; out is fresh.
 op(

@@ -67,6 +67,12 @@ def scale_add_one_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
     return (x * alpha) + 1
 
 
+def scale_and_add_one_ref(x: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """scale_and_add_one (patterns.py, two launchers): scaled = alpha * x, and out = scaled + 1."""
+    scaled = x * alpha
+    return scaled, scaled + 1
+
+
 def fused_add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """residual += x IN PLACE (as the kernel does); returns rmsnorm(residual) * w."""
     residual.add_(x)

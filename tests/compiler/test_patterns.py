@@ -366,3 +366,115 @@ def test_a_constexpr_key_the_launcher_does_not_take_is_refused_and_a_defaulted_o
     ok = _spec(tmp_path, body.replace("KEYS", '"MAX_N": 2048, "VEC": 4'))  # defaulted: overridden, not declared
     r = run_build(ok, tmp_path / "ok", ["gfx942"], check=False)
     assert r.returncode == 0, r.stderr
+
+
+def _pointers(t: M.Variant) -> list[tuple[str, str]]:
+    return [(f.kind, f.arg) for f in t.kernargs.fields if f.kind in ("pointer", "workspace")]
+
+
+def test_an_entry_that_calls_two_launchers_builds_one_code_object_per_call_with_the_workspace_in_both(
+        patterns_bundle):
+    m = M.read(patterns_bundle)
+    spec = m.op("scale_add_one_split").specializations[0]
+    assert sorted(v.target for v in spec.variants) == ["gfx942", "gfx950"]
+    for v in spec.variants:
+        assert [t.code_object.symbol.rsplit("_", 1)[0] for t in v.launches] == ["scale_phase", "add_one_phase"]
+        # Two FlyDSL compiles: two code objects, each proved against FlyDSL's own from its own call.
+        first, second = (patterns_bundle / t.code_object.file for t in v.launches)
+        assert first != second and first.read_bytes() != second.read_bytes()
+        for t in v.launches:
+            assert t.proof.method == "flydsl-binary" and t.proof.kernel_descriptor == "identical"
+            assert CodeObjectFile((patterns_bundle / t.code_object.file).read_bytes()).kernel_metadata(
+                t.code_object.symbol) == t.metadata
+            rules.check_layout(t.kernargs, t.metadata, f"scale_add_one_split.{t.target}.{t.code_object.symbol}")
+        assert v.workspaces == (M.Workspace("tmp", ("x.shape[0]", "x.shape[1]"), "float32"),)
+        assert _pointers(v) == [("pointer", "x"), ("workspace", "tmp")]
+        assert _pointers(v.then[0]) == [("workspace", "tmp"), ("pointer", "out")]
+        assert [f.arg for f in v.kernargs.fields if f.kind == "scalar"] == ["alpha"]
+        # Launcher 2 sizes its grid from the workspace: written over the inputs, in the grid and in the guard.
+        assert v.launch.grid == v.then[0].launch.grid == ("x.shape[0] * ((x.shape[1] + 255) // 256)", "1", "1")
+    assert not any("tmp" in c for c in spec.guard.constraints)
+    assert "x.shape[1] + 255 <= 2147483647" in spec.guard.constraints
+    assert spec.example.grid == (400, 1, 1)
+
+
+def test_a_declared_output_of_the_first_launcher_is_the_second_launchers_input(patterns_bundle):
+    op = M.read(patterns_bundle).op("scale_and_add_one")
+    assert [o.name for o in op.outputs] == ["scaled", "out"]
+    for v in op.specializations[0].variants:
+        assert v.workspaces == ()
+        assert _pointers(v) == [("pointer", "x"), ("pointer", "scaled")]
+        assert _pointers(v.then[0]) == [("pointer", "scaled"), ("pointer", "out")]
+        assert v.code_object.file != v.then[0].code_object.file
+
+
+THREE_CALLS = """
+    import torch
+    from twolaunchers import add_one_launcher, scale_launcher
+    from flyship.compiler.spec import Workspace, entry
+
+    def scale_add_two(x, out, alpha):
+        t1, t2 = torch.empty_like(x), torch.empty_like(x)  # two buffers of one shape: told apart by identity
+        scale_launcher(x, t1, alpha)
+        add_one_launcher(t1, t2)
+        add_one_launcher(t2, out)  # the same launcher again, same types: compiled for this call too
+
+    op("s", kernel=entry(scale_add_two),
+       args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha"),
+             Workspace("t1", shape=("x.shape[0]", "x.shape[1]")), Workspace("t2", shape=("x.shape[0]", "x.shape[1]"))],
+       specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
+"""
+
+
+def test_a_buffer_the_entry_passes_to_several_launchers_is_the_same_workspace_in_each(tmp_path):
+    run_build(_spec(tmp_path, THREE_CALLS), tmp_path / "o", ["gfx942"])
+    (v,) = M.read(tmp_path / "o").op("s").specializations[0].variants
+    assert [_pointers(t) for t in v.launches] == [[("pointer", "x"), ("workspace", "t1")],
+                                                  [("workspace", "t1"), ("workspace", "t2")],
+                                                  [("workspace", "t2"), ("pointer", "out")]]
+    # The second and third calls compile to the same bytes: one file for both.
+    assert v.then[0].code_object.file == v.then[1].code_object.file != v.code_object.file
+    assert sorted(p.name for p in (tmp_path / "o").glob("*.hsaco")) == ["s.f32.gfx942.2.hsaco", "s.f32.gfx942.hsaco"]
+
+
+@pytest.mark.parametrize("body, message", [
+    # an argument the entry computes itself cannot be bound to the op's
+    ("add_one_launcher(tmp * 2, out)", "launcher 2 (add_one_launcher): entry 'f' passes launcher parameter 'src' a "
+                                       "tensor that is none of the op's arguments"),
+    ("add_one_launcher(torch.empty_like(x), out)", "launcher 2 (add_one_launcher): entry 'f' passes launcher "
+                                                   "parameter 'src' a tensor that is none of the op's arguments"),
+    ("scale_launcher(x, tmp, alpha * 2.0)", "launcher 2 (scale_launcher): entry 'f' passes launcher parameter "
+                                            "'alpha' the value 6.0, which is none of the op's scalar arguments"),
+    ("add_one_launcher(tmp, out)", "entry 'f' passes its launchers no tensor for ['t2']; declare only the "
+                                   "workspaces the entry allocates"),
+])
+def test_what_an_entry_with_two_launchers_cannot_bind_is_refused_naming_the_launcher_call(tmp_path, body, message):
+    spec = _spec(tmp_path, f"""
+        import torch
+        from twolaunchers import add_one_launcher, scale_launcher
+        from flyship.compiler.spec import Workspace, entry
+
+        def f(x, out, alpha):
+            tmp = torch.empty_like(x)
+            scale_launcher(x, tmp, alpha)
+            {body}
+
+        op("s", kernel=entry(f),
+           args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha"),
+                 Workspace("t1", shape=("x.shape[0]", "x.shape[1]")), Workspace("t2", shape=("x.shape[0]",))],
+           specs=[Spec("f32", dtypes={{"x": "float32"}}, shapes={{"x": (8, 300)}}, scalars={{"alpha": 3.0}})])
+    """)
+    assert message in _refused(tmp_path, spec)
+
+
+def test_an_entry_that_calls_no_launcher_is_refused(tmp_path):
+    spec = _spec(tmp_path, """
+        from flyship.compiler.spec import entry
+
+        def f(x, out, alpha):
+            return None
+
+        op("s", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
+    """)
+    assert "expected entry 'f' to call a @flyc.jit launcher, got no call" in _refused(tmp_path, spec)

@@ -3,9 +3,10 @@
 The only module that imports ``flydsl`` (lazily, inside the worker process of one target). What differs
 between FlyDSL releases (how to compile without launching, target triple, tensor ABI) is asked of the version
 adapter (:mod:`flyship.compiler.frontends.flydsl.versions`). The target comes from ``FLYDSL_GPU_ARCH`` (a
-bare ``ARCH`` overrides it, so both are set). FlyDSL compiles once, as for any user, with its IR dump off;
-:mod:`flyship.compiler.frontends.flydsl.capture` takes the final ISA, FlyDSL's own code object and the host
-function from that one compile. The disk cache is turned off so every build really compiles.
+bare ``ARCH`` overrides it, so both are set). FlyDSL compiles once per launcher call (an entry point may call
+several launchers), as for any user, with its IR dump off; :mod:`flyship.compiler.frontends.flydsl.capture`
+takes the final ISA, FlyDSL's own code object and the host function from each compile. The disk cache is
+turned off so every build really compiles.
 """
 
 from __future__ import annotations
@@ -141,20 +142,41 @@ def _is_stream(annotation: Any) -> bool:
     return name.split(".")[-1] == "Stream" or getattr(annotation, "_is_stream_param", False)
 
 
-def _trace(op: OpDecl, spec: Spec, target: str) -> tuple[Capture, OpDecl, str]:
+@dataclasses.dataclass
+class LauncherCall:
+    """One ``@flyc.jit`` launcher call of a trace and the one FlyDSL compile it made.
+
+    Attributes:
+        compile: what FlyDSL's pipeline for this call showed flyship (:class:`.capture.Compile`).
+        op: the declaration in this launcher's parameter order (an entry's arguments mapped back to the op's).
+        name: the launcher's name (its host function's symbol).
+        where: how messages name this call (``op .. spec .. target ..``, plus ``launcher k (name)`` when an
+            entry calls several).
+    """
+
+    compile: Compile
+    op: OpDecl
+    name: str
+    where: str
+
+
+def _trace(op: OpDecl, spec: Spec, target: str) -> list[LauncherCall]:
     """Compile the launcher without launching (as the version adapter says), or call the entry point as the
-    user does, capturing what flyship needs from that one compile (:mod:`.capture`).
+    user does, capturing what flyship needs from each compile (:mod:`.capture`).
+
+    An entry may call several ``@flyc.jit`` launchers in sequence (phase 1, then phase 2 reading a buffer the
+    entry allocated): each call is its own FlyDSL compile (its own pipeline, ISA, code object and host
+    function), recorded in call order.
 
     Returns:
-        The capture, the declaration in the traced launcher's parameter order (an entry's launch mapped back
-        to the op's arguments) and the launcher's name (its host function's symbol).
+        One :class:`LauncherCall` per launcher call, in order (one for a launcher named directly).
     """
     pos, kw = _call_args(op, spec)
     launcher = op.kernel.fn if isinstance(op.kernel, Entry) else op.kernel
     log = io.StringIO()  # what FlyDSL prints; kept for error reports only
     hints = getattr(launcher, "compile_hints", None)
     _forget_compiled(launcher)
-    launches: list[tuple[Any, tuple, dict]] = []
+    launches: list[tuple[Any, tuple, dict, list[Compile]]] = []
     try:
         if spec.options:
             launcher.compile_hints = {**(hints or {}), **spec.options}
@@ -162,7 +184,7 @@ def _trace(op: OpDecl, spec: Spec, target: str) -> tuple[Capture, OpDecl, str]:
             if isinstance(op.kernel, Entry):
                 # The user's own call path: the launcher is called directly, which compiles without
                 # launching only under COMPILE_ONLY=1 (read at call time).
-                with _recording(launches), _compile_only():
+                with _recording(launches, captured), _compile_only():
                     launcher(*pos, **kw)
             elif pointer_parameters(op.kernel):
                 # A raw pointer is no compile placeholder to FlyDSL 0.5.0 (a CPU tensor is): without
@@ -180,17 +202,31 @@ def _trace(op: OpDecl, spec: Spec, target: str) -> tuple[Capture, OpDecl, str]:
         if spec.options:
             launcher.compile_hints = hints
     where = f"op {op.name} spec {spec.name} target {target}"
-    if isinstance(op.kernel, Entry) and len(launches) != 1:
-        raise FrontendError(f"{where}: expected entry {op.kernel.__name__!r} to call one @flyc.jit launcher, got "
-                            f"{len(launches)} calls; flyship binds entries that launch once")
-    if captured.pipelines != 1:
-        raise FrontendError(f"{where}: expected FlyDSL to run one compile pipeline, got {captured.pipelines}; "
-                            + ("a cached compile runs none (is FLYDSL_RUNTIME_ENABLE_CACHE=0 set?)"
-                               if not captured.pipelines else "flyship builds launchers that compile one module"))
     if not isinstance(op.kernel, Entry):
-        return captured, op, launcher_name(op.kernel)
-    jit, args, kwargs = launches[0]
-    return captured, _entry_binding(op, spec, jit, args, kwargs, pos, where), launcher_name(jit)
+        _check_pipelines(len(captured.compiles), where, "")
+        return [LauncherCall(captured.compiles[0], op, launcher_name(op.kernel), where)]
+    if not launches:
+        raise FrontendError(f"{where}: expected entry {op.kernel.__name__!r} to call a @flyc.jit launcher, got no "
+                            "call; flyship builds the launches an entry makes")
+    calls = []
+    for k, (jit, _, _, compiles) in enumerate(launches):
+        at = where if len(launches) == 1 else f"{where} launcher {k + 1} ({launcher_name(jit)})"
+        _check_pipelines(len(compiles), at, f" for launcher {launcher_name(jit)!r}")
+        calls.append((jit, compiles[0], at))
+    if captured.pipelines != len(launches):
+        raise FrontendError(f"{where}: expected FlyDSL to run one compile pipeline per @flyc.jit call of entry "
+                            f"{op.kernel.__name__!r} ({len(launches)}), got {captured.pipelines}; flyship builds "
+                            "what the entry's launcher calls compile, nothing compiled outside them")
+    bound = _entry_bindings(op, spec, [(jit, args, kwargs) for jit, args, kwargs, _ in launches], pos, where)
+    return [LauncherCall(c, traced, launcher_name(jit), at) for (jit, c, at), traced in zip(calls, bound)]
+
+
+def _check_pipelines(n: int, where: str, which: str) -> None:
+    """Each launcher call must run exactly one FlyDSL compile pipeline."""
+    if n != 1:
+        raise FrontendError(f"{where}: expected FlyDSL to run one compile pipeline{which}, got {n}; "
+                            + ("a cached compile runs none (is FLYDSL_RUNTIME_ENABLE_CACHE=0 set?)"
+                               if not n else "flyship builds launchers that compile one module"))
 
 
 @contextlib.contextmanager
@@ -207,9 +243,11 @@ def _compile_only():
 
 
 @contextlib.contextmanager
-def _recording(launches: list):
-    """Record each outermost ``@flyc.jit`` call (launcher, args, kwargs) made while the block runs (FlyDSL
-    0.5.0: ``JitFunction._compile_or_execute``; a call inside a trace has a current MLIR context)."""
+def _recording(launches: list, captured: Capture):
+    """Record each outermost ``@flyc.jit`` call made while the block runs as (launcher, args, kwargs, the
+    compile pipelines it ran) (FlyDSL 0.5.0: ``JitFunction._compile_or_execute``; a call inside a trace has a
+    current MLIR context). Each call compiles afresh: a second call of one launcher with the same types would
+    otherwise hit FlyDSL's in-memory cache and run no pipeline to take its artefacts from."""
     from flydsl._mlir import ir
     from flydsl.compiler.jit_function import JitFunction
 
@@ -219,9 +257,13 @@ def _recording(launches: list):
                             "flyship to record the launch with (FlyDSL 0.5.0 has); name the @flyc.jit launcher")
 
     def record(self, args, kwargs, *, execute, return_compiled=False):
-        if ir.Context.current is None:
-            launches.append((self, tuple(args), dict(kwargs)))
-        return orig(self, args, kwargs, execute=execute, return_compiled=return_compiled)
+        if ir.Context.current is not None:
+            return orig(self, args, kwargs, execute=execute, return_compiled=return_compiled)
+        _forget_compiled(self)
+        first = captured.pipelines
+        result = orig(self, args, kwargs, execute=execute, return_compiled=return_compiled)
+        launches.append((self, tuple(args), dict(kwargs), captured.compiles[first:]))
+        return result
 
     JitFunction._compile_or_execute = record
     try:
@@ -230,10 +272,31 @@ def _recording(launches: list):
         JitFunction._compile_or_execute = orig
 
 
-def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, pos: list, where: str) -> OpDecl:
-    """The op's declaration in the inner launcher's parameter order: each runtime argument the entry passed
+def _entry_bindings(op: OpDecl, spec: Spec, calls: list[tuple[Any, tuple, dict]], pos: list,
+                    where: str) -> list[OpDecl]:
+    """The op's declaration in each launcher call's parameter order (:func:`_entry_binding`), in call order. A
+    buffer the entry allocated is one declared Workspace in every call that receives it (by identity: the
+    recorded arguments keep each buffer alive, so no two share an ``id``); every declared workspace must be
+    passed to some launcher."""
+    allocated: dict[int, Workspace] = {}
+    bound = [_entry_binding(op, spec, jit, args, kwargs, pos, allocated,
+                            where if len(calls) == 1 else f"{where} launcher {k + 1} ({launcher_name(jit)})")
+             for k, (jit, args, kwargs) in enumerate(calls)]
+    spare = [w.name for w in op.workspaces if w not in allocated.values()]
+    if spare:
+        launchers = "its launchers" if len(calls) > 1 else "the launcher"
+        raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes {launchers} no tensor for {spare}; declare "
+                            "only the workspaces the entry allocates")
+    return bound
+
+
+def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, pos: list,
+                   allocated: dict[int, Workspace], where: str) -> OpDecl:
+    """The op's declaration in one inner launcher's parameter order: each runtime argument the entry passed
     is one of the op's own (a tensor passed through, by identity; a scalar equal to exactly one declared
-    scalar's example). An argument the entry computed itself cannot be bound, and is refused."""
+    scalar's example), or a buffer the entry allocated: the Workspace ``allocated`` maps it to (an earlier
+    launcher received it), else the next unused declared Workspace of its shape and dtype (recorded in
+    ``allocated``). An argument the entry computed itself cannot be bound, and is refused."""
     import inspect
 
     import torch
@@ -241,7 +304,6 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
     sig = inspect.signature(jit.func)
     bound = sig.bind(*args, **kwargs)
     declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
-    spare = list(op.workspaces)  # tensors the entry allocates itself, in the order it passes them
     mapped: list = []
     for name, value in bound.arguments.items():
         ann = sig.parameters[name].annotation
@@ -249,16 +311,22 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
             continue
         if isinstance(value, torch.Tensor):
             hit = [a for a, v in zip(declared, pos) if v is value]
-            if not hit:  # a buffer the entry allocated: the next declared Workspace of its shape and dtype
-                hit = [w for w in spare if tuple(value.shape) == workspace_example_shape(op, w, spec)
+            if not hit and id(value) in allocated:
+                hit = [allocated[id(value)]]
+            if not hit:  # a buffer the entry allocated: the next unused Workspace of its shape and dtype
+                used = list(allocated.values())
+                hit = [w for w in op.workspaces if w not in used
+                       and tuple(value.shape) == workspace_example_shape(op, w, spec)
                        and value.dtype == _torch_dtype(w.dtype) and value.is_contiguous()][:1]
-                spare = [w for w in spare if w not in hit]
+                if hit:
+                    allocated[id(value)] = hit[0]
             if not hit:
                 raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
                                     f"tensor that is none of the op's arguments (shape {tuple(value.shape)}, "
-                                    f"{value.dtype}: a view or a fresh tensor); flyship binds tensors the entry "
-                                    "passes through unchanged, and buffers it allocates as declared Workspace(...)s "
-                                    "of the same shape rule and dtype (contiguous)")
+                                    f"{value.dtype}: a view, a fresh tensor, or one buffer more than the declared "
+                                    "workspaces); flyship binds tensors the entry passes through unchanged, and "
+                                    "buffers it allocates as declared Workspace(...)s of the same shape rule and "
+                                    "dtype (contiguous), one per buffer")
         else:
             hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
                    and v == value]
@@ -268,11 +336,8 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                                     "scalar arguments; flyship binds scalars the entry passes through (give the "
                                     "example scalars distinct values)")
         mapped.append(hit[0])
-    if spare:
-        raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes the launcher no tensor for "
-                            f"{[w.name for w in spare]}; declare only the workspaces the entry allocates")
     consts = tuple(a for a in op.args if not isinstance(a, (Tensor, Output, Scalar, Value, Workspace)))
-    return dataclasses.replace(op, args=tuple(mapped) + consts)
+    return op.call_view(tuple(mapped) + consts)
 
 
 def _forget_compiled(kernel: Any) -> None:
@@ -565,6 +630,32 @@ def _layout(analysis: host_ir.HostAnalysis, meta, where: str) -> KernargLayout:
     return KernargLayout(size=extent, alignment=max(8, meta.kernarg_segment_align), fields=tuple(fields))
 
 
+def _launch_builds(call: LauncherCall, isa: str, ours: bytes, theirs_all: list[bytes], origin_types: list[str],
+                   lowered: Any, op: OpDecl, spec: Spec, target: str, ctx: BuildContext, flydsl_version: str,
+                   ir: Any) -> list[KernelBuild]:
+    """One build per ``gpu.launch_func`` of one launcher call, in launch order: a multi-phase launcher
+    launches several kernels, all in the one code object FlyDSL built for that call."""
+    from flyship.compiler.frontends.flydsl import proof as _proof
+
+    analyses = host_ir.analyze_functions(origin_types, lowered, call.op, spec, ir)
+    alignment = {a.name: a.alignment or DTYPES[spec.dtypes[a.name]] for a in op.args if isinstance(a, Tensor)}
+    builds = []
+    for analysis in analyses:
+        symbol = analysis.kernel_name
+        # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
+        # target flags): ours must equal each of them, for every kernel it launches.
+        proofs = [_proof.prove(ours, theirs, symbol, target) for theirs in theirs_all]
+        builds.append(KernelBuild(
+            target=target, code_object=ours, format="hsaco", symbol=symbol,
+            launch=Launch(grid=analysis.grid, block=analysis.block, dynamic_lds=analysis.dynamic_lds),
+            proof=proofs[0], toolchain={**ctx.toolchain.describe(), "flydsl": flydsl_version},
+            example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
+            tensor_abi=analysis.tensor_abi,
+            isa=isa if ctx.keep_ir and not builds else None, facts=analysis,
+            written=_written(call.compile, symbol, call.where)))
+    return builds
+
+
 class FlydslFrontend(Frontend):
     """FlyDSL ``@flyc.jit`` launchers, for AMD targets: trace on the CPU, assemble FlyDSL's ISA with flyship's
     LLVM toolchain, prove the code object equal to FlyDSL's own, read grid and bindings from the host IR."""
@@ -600,11 +691,16 @@ class FlydslFrontend(Frontend):
         return version()
 
     def compile(self, op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> KernelBuild:
-        """Compile one specialization of a FlyDSL op for one AMD target and prove the code object.
+        """Compile one specialization of a FlyDSL op for one AMD target and prove the code object(s).
+
+        An entry that calls several ``@flyc.jit`` launchers gives one code object per launcher call, each
+        assembled from that call's ISA and proved against that call's own FlyDSL code object; the launches of
+        all calls, in order, are the variant's launches.
 
         Returns:
             A :class:`KernelBuild` whose code object flyship assembled from the ISA FlyDSL's own code object
-            was assembled from, and proved equal to that code object; ``facts`` is the host-IR analysis.
+            was assembled from, and proved equal to that code object; ``facts`` is the host-IR analysis;
+            ``then`` the launches after the first.
 
         Raises:
             FrontendError: trace/compile failure (with FlyDSL's message), or IR flyship cannot bind.
@@ -613,39 +709,33 @@ class FlydslFrontend(Frontend):
         from flydsl._mlir import ir
 
         from flyship.compiler.frontends.flydsl import assemble as _assemble
-        from flyship.compiler.frontends.flydsl import proof as _proof
 
         check_signature(op)
-        where = f"op {op.name} spec {spec.name} target {target}"
         adapter = _versions.current()
-        # The assembler and linker start now and load while FlyDSL compiles; they get the ISA at the end.
-        with _assemble.Assembler(ctx.toolchain, target, adapter.triple.rstrip("-"), ctx.workdir / "asm") as asm:
-            captured, traced, name = _trace(op, spec, target)
-            isa, theirs_all, origin_types, lowered = _artefacts(captured.compiles[0], name, where)
-            adapter.check_isa_target(isa, where)
-            # FlyDSL compiles for the bare processor (features "any"; its pipeline takes no target features, and
-            # LLVM refuses xnack/sramecc as subtarget features): a target ID with features is declared on that
-            # ISA, and the proof allows, and records, exactly what that changes.
-            isa = _assemble.set_target_features(isa, target, where)
+        triple = adapter.triple.rstrip("-")
+
+        def assemble_call(call: LauncherCall, asm: Any) -> tuple[str, bytes, list[bytes], list[str], Any]:
+            """The call's ISA (features declared) and our code object, then FlyDSL's code object(s), the host
+            function's argument types and the lowered host function (:func:`_artefacts`)."""
+            isa, theirs_all, origin_types, lowered = _artefacts(call.compile, call.name, call.where)
+            adapter.check_isa_target(isa, call.where)
+            # FlyDSL compiles for the bare processor (features "any"; its pipeline takes no target features,
+            # and LLVM refuses xnack/sramecc as subtarget features): a target ID with features is declared on
+            # that ISA, and the proof allows, and records, exactly what that changes.
+            isa = _assemble.set_target_features(isa, target, call.where)
             ours = asm.assemble(isa, code_object_version=ctx.code_object_version)
-        # One analysis per gpu.launch_func, in launch order: a multi-phase launcher launches several kernels,
-        # all in the one code object FlyDSL built for it.
-        analyses = host_ir.analyze_functions(origin_types, lowered, traced, spec, ir)
-        alignment = {a.name: a.alignment or DTYPES[spec.dtypes[a.name]] for a in op.args if isinstance(a, Tensor)}
-        builds = []
-        for analysis in analyses:
-            symbol = analysis.kernel_name
-            # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
-            # target flags): ours must equal each of them, for every kernel it launches.
-            proofs = [_proof.prove(ours, theirs, symbol, target) for theirs in theirs_all]
-            builds.append(KernelBuild(
-                target=target, code_object=ours, format="hsaco", symbol=symbol,
-                launch=Launch(grid=analysis.grid, block=analysis.block, dynamic_lds=analysis.dynamic_lds),
-                proof=proofs[0], toolchain={**ctx.toolchain.describe(), "flydsl": adapter.version},
-                example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
-                tensor_abi=analysis.tensor_abi,
-                isa=isa if ctx.keep_ir and not builds else None, facts=analysis,
-                written=_written(captured.compiles[0], symbol, where)))
+            return isa, ours, theirs_all, origin_types, lowered
+
+        # The assembler and linker start now and load while FlyDSL compiles; they get the ISA at the end.
+        with _assemble.Assembler(ctx.toolchain, target, triple, ctx.workdir / "asm") as asm:
+            calls = _trace(op, spec, target)
+            assembled = [assemble_call(calls[0], asm)]
+        for k, call in enumerate(calls[1:], 2):  # each further launcher call: its own code object
+            with _assemble.Assembler(ctx.toolchain, target, triple, ctx.workdir / f"asm{k}") as asm:
+                assembled.append(assemble_call(call, asm))
+        builds: list[KernelBuild] = []
+        for call, artefacts in zip(calls, assembled):
+            builds.extend(_launch_builds(call, *artefacts, op, spec, target, ctx, adapter.version, ir))
         return dataclasses.replace(builds[0], then=tuple(builds[1:]))
 
     def kernarg_layout(self, build: KernelBuild, meta: KernelMetadata, where: str) -> KernargLayout:
