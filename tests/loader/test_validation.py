@@ -51,7 +51,7 @@ def test_a_changed_code_object_is_refused_by_its_sha256(bundle_copy):
 def test_a_missing_code_object_is_refused(bundle_copy):
     root = bundle_copy()
     (root / "addsub.f32.sm_90a.cubin").unlink()
-    with pytest.raises(BundleError, match=r"expected the code object at .*addsub\.f32\.sm_90a\.cubin, found no file"):
+    with pytest.raises(BundleError, match=r"expected the code object at .*addsub\.f32\.sm_90a\.cubin, found nothing"):
         load(root)
 
 
