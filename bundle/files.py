@@ -31,11 +31,28 @@ def found_at(path: Path | str) -> str:
     return next((what for test, what in _KINDS if test(mode)), "an unknown kind of file")
 
 
+def umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``/proc/self/status``, 4.7+); elsewhere
+    set and restored at once (``os.umask`` has no read-only form)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path | str, data: bytes) -> Path:
     """Write ``data`` to a temporary file beside ``path`` and rename it into place: readers see all or nothing.
 
-    The parent folder is created. On any error (also KeyboardInterrupt) the temporary file is removed and the
-    error re-raised; ``path`` is then untouched.
+    The file gets the mode any file the user writes gets, ``0o666 & ~umask`` (a temporary file is private, 0600,
+    but a packed bundle, a manifest or a code object in a shared build cache is read by other users). The parent
+    folder is created. On any error (also KeyboardInterrupt) the temporary file is removed and the error
+    re-raised; ``path`` is then untouched.
 
     Returns:
         ``path`` as a Path.
@@ -45,6 +62,7 @@ def atomic_write(path: Path | str, data: bytes) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~umask())
             f.write(data)
         os.replace(tmp, path)
     except BaseException:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 
 from flyship import __version__
 from flyship.bundle import expr as _expr
+from flyship.bundle import files as _files
 from flyship.bundle import manifest as M
 from flyship.bundle import occupancy as _occupancy
 from flyship.bundle import rules as _rules
@@ -437,12 +438,10 @@ def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, 
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{_hygiene.staging_prefix(out_dir)}{os.getpid()}-", dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
     try:
         # mkdtemp makes the folder private (0700); a bundle is shipped and read by other users (a container's
         # runtime user), so give it the permissions an ordinary folder gets under this umask.
-        os.chmod(tmp, 0o777 & ~umask)
+        os.chmod(tmp, 0o777 & ~_files.umask())
         for name, data in sorted(files.items()):
             (tmp / name).write_bytes(data)
         if isinstance(m, bytes):  # from the build cache: checked when first written, sha256-checked when read
