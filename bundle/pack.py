@@ -80,9 +80,7 @@ def pack_bytes(root: Path | str) -> bytes:
     manifest = _m.read(root)
     # Pack only what the manifest vouches for: every code object and offload bundle against its sha256 and its
     # variant, the references module against references_sha256 (the pack's own index then records good bytes).
-    _rules.check_bundle_files(root, manifest)
-    if manifest.references:
-        _rules.references_source(root, manifest)
+    _rules.check_bundle(root, manifest)
     names = members(root, manifest)
     data = {n: (root / n).read_bytes() for n in names}
     index = {"format": PACK_FORMAT, "version": PACK_VERSION,

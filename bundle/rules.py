@@ -928,6 +928,23 @@ def check_bundle_files(root: Path, m: _m.Manifest) -> dict[str, bytes]:
     return images
 
 
+def check_bundle(root: Path, m: _m.Manifest) -> dict[str, bytes]:
+    """Every file a manifest names, as a load would find it: :func:`check_bundle_files` and the references module
+    (:func:`references_source`). What ``flyship list``, ``flyship pack`` and ``flyc-build`` run before they
+    vouch for a bundle.
+
+    Returns:
+        code-object file (as in the manifest) -> bytes.
+
+    Raises:
+        BundleError: see :func:`check_bundle_files` and :func:`references_source`.
+    """
+    images = check_bundle_files(root, m)
+    if m.references:
+        references_source(root, m)
+    return images
+
+
 def references_source(root: Path, m: _m.Manifest) -> bytes:
     """The bytes of the references module, contained, bounded and checked against ``references_sha256``.
 

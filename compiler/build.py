@@ -450,9 +450,7 @@ def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, 
             M.write(m, tmp / M.MANIFEST_NAME)
             written = M.read(tmp)  # what we wrote must read back and pass every rule the loader applies
             try:
-                _rules.check_bundle_files(tmp, written)
-                if written.references:
-                    _rules.references_source(tmp, written)
+                _rules.check_bundle(tmp, written)
             except M.BundleError as e:
                 raise BuildError(f"flyc-build: the bundle would be refused at load: {e}") from e
         if out_dir.exists() and not force:

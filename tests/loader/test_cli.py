@@ -87,6 +87,20 @@ def test_list_of_a_damaged_bundle_prints_the_message_and_lists_nothing(bundle_co
     assert re.search(expect, r.stderr), r.stderr
 
 
+def test_list_refuses_a_changed_references_module_as_load_does(bundle_copy, ext):
+    import flyship
+    from flyship.errors import BundleError
+
+    root = bundle_copy()
+    with open(root / "references.py", "a") as f:
+        f.write("\nimport os  # changed after the build\n")
+    with pytest.raises(BundleError, match="sha256 mismatch") as e:
+        flyship.load(root, namespace="flyship_refs_changed")
+    r = flyship_cli("list", str(root))
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == f"Error: {e.value}\n"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present; this proves the no-GPU message")
 def test_verify_without_a_gpu_fails_saying_it_needs_one(tiny_bundle, ext):
     r = flyship_cli("verify", str(tiny_bundle))

@@ -188,6 +188,17 @@ def test_a_changed_references_module_is_refused_at_load(bundle_copy):
         load(root)
 
 
+def test_a_changed_references_module_is_refused_even_when_every_reference_is_overridden(bundle_copy, ext):
+    """What ``flyship list``, pack and flyc-build refuse, load refuses too, whatever ``references=`` replaces."""
+    root = bundle_copy()
+    with open(root / "references.py", "a") as f:
+        f.write("\nprint('tampered')\n")
+    names = [o["name"] for o in json.loads((root / "manifest.json").read_text())["ops"]]
+    overrides = {name: (lambda *a, **k: None) for name in names}
+    with pytest.raises(BundleError, match=r"references\.py'.*sha256 mismatch"):
+        flyship.load(root, namespace=f"flyship_t{uuid.uuid4().hex[:8]}", references=overrides)
+
+
 def test_a_truncated_code_object_with_a_matching_sha256_is_refused_at_load(bundle_copy):
     import hashlib
 
