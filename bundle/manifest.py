@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from flyship.bundle import expr as _expr
+from flyship.bundle import files as _files
 from flyship.bundle import limits as _limits
 from flyship.bundle.errors import BundleError, ManifestVersionError
 
@@ -825,11 +826,11 @@ def read_bytes(path: Path | str) -> tuple[bytes, str]:
         BundleError: the file is missing or cannot be read.
     """
     p = Path(path)
-    if p.is_dir():
-        p = p / MANIFEST_NAME
+    if p.is_dir() and (p.name != MANIFEST_NAME or (p / MANIFEST_NAME).exists() or (p / MANIFEST_NAME).is_symlink()):
+        p = p / MANIFEST_NAME  # (a folder named manifest.json with none inside was meant as the manifest: say so)
     if not p.is_file():
-        raise BundleError(f"read bundle: expected a manifest at {p}, found no file; pass a bundle directory "
-                          f"built by flyc-build (it holds {MANIFEST_NAME})")
+        raise BundleError(f"read bundle: expected a manifest at {p}, found {_files.found_at(p)}; pass a bundle "
+                          f"directory built by flyc-build (it holds {MANIFEST_NAME})")
     try:
         with open(p, "rb") as fh:
             return fh.read(_limits.MAX_MANIFEST_BYTES + 1), str(p)

@@ -28,6 +28,7 @@ import zipfile
 from pathlib import Path
 
 from flyship.bundle import manifest as _m
+from flyship.bundle import files as _files
 from flyship.bundle.files import atomic_write
 from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
@@ -79,9 +80,7 @@ def pack_bytes(root: Path | str) -> bytes:
     manifest = _m.read(root)
     # Pack only what the manifest vouches for: every code object and offload bundle against its sha256 and its
     # variant, the references module against references_sha256 (the pack's own index then records good bytes).
-    _rules.check_bundle_files(root, manifest)
-    if manifest.references:
-        _rules.references_source(root, manifest)
+    _rules.check_bundle(root, manifest)
     names = members(root, manifest)
     data = {n: (root / n).read_bytes() for n in names}
     index = {"format": PACK_FORMAT, "version": PACK_VERSION,
@@ -210,9 +209,13 @@ def bundle_dir(path: str | Path) -> Path:
     member's sha256 checked); absolute, so a later chdir cannot make the same bundle look like another.
 
     Raises:
-        BundleError: the path is another file, or does not exist; says what to pass.
+        BundleError: the path is another file, a device, a symlink loop, or does not exist; says what it found
+            and what to pass.
     """
-    p = Path(path).resolve()
+    try:
+        p = Path(path).resolve()
+    except (OSError, RuntimeError):  # a symlink loop: RuntimeError before Python 3.13, OSError (ELOOP) since
+        p = Path(os.path.abspath(path))
     if p.is_file() and p.name == _m.MANIFEST_NAME:
         return p.parent
     if is_pack(p):
@@ -221,4 +224,8 @@ def bundle_dir(path: str | Path) -> Path:
         raise BundleError(f"load bundle: expected a bundle directory (holding {_m.MANIFEST_NAME}) or its "
                           f"{_m.MANIFEST_NAME}, got the file {p}; pass the folder flyc-build wrote or a file "
                           "`flyship pack` wrote")
+    if not p.is_dir():
+        raise BundleError(f"load bundle: expected a bundle directory (holding {_m.MANIFEST_NAME}), its "
+                          f"{_m.MANIFEST_NAME} or a packed bundle at {p}, found {_files.found_at(p)}; pass the "
+                          "folder flyc-build wrote or a file `flyship pack` wrote")
     return p

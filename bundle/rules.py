@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from flyship.bundle import expr as _expr
+from flyship.bundle import files as _files
 from flyship.bundle import limits as L
 from flyship.bundle import manifest as _m
 from flyship.bundle import targets as _targets
@@ -721,7 +722,11 @@ def contained_path(root: Path, rel: str, where: str) -> Path:
     """``root / rel`` resolved (links followed), refused unless it stays inside the resolved ``root``."""
     check_relative_path(rel, where)
     base = Path(root).resolve()
-    path = (base / rel).resolve()
+    try:
+        path = (base / rel).resolve()
+    except (OSError, RuntimeError):  # a symlink loop: RuntimeError before Python 3.13, OSError (ELOOP) since
+        raise _fail(where, f"expected a file inside the bundle at {base / rel}, found "
+                           f"{_files.found_at(base / rel)}; re-copy the bundle without links") from None
     if path != base and base not in path.parents:
         raise _fail(where, f"expected a file inside the bundle {base}, but {rel!r} resolves to {path} (a link "
                            "leads out); re-copy the bundle without links")
@@ -739,8 +744,8 @@ def read_bundle_file(root: Path, rel: str, sha256: Optional[str], limit: int, wh
     """
     path = contained_path(root, rel, where)
     if not path.is_file():
-        raise _fail(where, f"expected the {what} at {path}, found no file; the bundle is incomplete, rebuild or "
-                           "re-copy it")
+        raise _fail(where, f"expected the {what} at {path}, found {_files.found_at(path)}; the bundle is incomplete, "
+                           "rebuild or re-copy it")
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -920,6 +925,23 @@ def check_bundle_files(root: Path, m: _m.Manifest) -> dict[str, bytes]:
     for key, f in m.offload_bundles.items():
         read_bundle_file(root, f, m.offload_bundles_sha256.get(f), L.MAX_CODE_OBJECT_BYTES,
                          f"offload bundle {key} ({f})", "offload bundle")
+    return images
+
+
+def check_bundle(root: Path, m: _m.Manifest) -> dict[str, bytes]:
+    """Every file a manifest names, as a load would find it: :func:`check_bundle_files` and the references module
+    (:func:`references_source`). What ``flyship list``, ``flyship pack`` and ``flyc-build`` run before they
+    vouch for a bundle.
+
+    Returns:
+        code-object file (as in the manifest) -> bytes.
+
+    Raises:
+        BundleError: see :func:`check_bundle_files` and :func:`references_source`.
+    """
+    images = check_bundle_files(root, m)
+    if m.references:
+        references_source(root, m)
     return images
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional
 
 from flyship import __version__
 from flyship.bundle import expr as _expr
+from flyship.bundle import files as _files
 from flyship.bundle import manifest as M
 from flyship.bundle import occupancy as _occupancy
 from flyship.bundle import rules as _rules
@@ -93,7 +94,13 @@ class PartialBuildError(BuildError):
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One line of the build's summary table."""
+    """One line of the build's summary table: one launch of a compiled variant.
+
+    Attributes:
+        seconds: the compile time of the whole variant (all its launches compile in one task).
+        symbol: the kernel's symbol.
+        launch: which launch of one call this is, from 1 up to ``launches`` (1 of 1 for most ops).
+    """
 
     op: str
     spec: str
@@ -105,6 +112,9 @@ class Row:
     seconds: float
     cached: bool = False
     occupancy: str = "n/a"
+    symbol: str = ""
+    launch: int = 1
+    launches: int = 1
 
 
 def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
@@ -262,6 +272,35 @@ def _fs_target(t: str) -> str:
     return t.replace(":", "_")
 
 
+def _example(op: OpDecl, form: Any, v: Any) -> M.Example:
+    """The manifest example of a spec's form (``Spec.for_target``) compiled as ``v``: the call it was traced with."""
+    shapes = op.example_shapes(form)
+    return M.Example(shapes={k: tuple(x) for k, x in sorted(shapes.items())},
+                     scalars=dict(sorted(op.example_scalars(form).items())),
+                     grid=tuple(v.example_grid),  # the common tail checked it against the grid
+                     strides={k: tuple(x) for k, x in sorted(form.strides.items())})
+
+
+def summary_rows(sf: SpecFile, variants: dict, hits: set) -> list[Row]:
+    """The summary table's rows: one per launch of each compiled variant (a multi-launch op's ``then`` launches
+    follow its first), each with its symbol, registers, LDS, kernarg bytes and the occupancy it can reach for
+    the specialization's example call."""
+    decls = {o.name: o for o in sf.ops}
+    rows = []
+    for (o, s, t), v in sorted(variants.items()):
+        op = decls[o]
+        form = next(x for x in op.specs if x.name == s).for_target(t)
+        example = _example(op, form, v)
+        launches = (v, *v.then)
+        for k, step in enumerate(launches, 1):
+            occ = _occupancy.for_variant(step, example)
+            md = step.metadata
+            rows.append(Row(o, s, step.target, md.vgpr_count, md.sgpr_count, md.group_segment_fixed_size,
+                            step.kernargs.size, v.seconds, cached=(o, s, t) in hits, occupancy=str(occ or "n/a"),
+                            symbol=step.symbol, launch=k, launches=len(launches)))
+    return rows
+
+
 def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str, bytes]]:
     files: dict[str, bytes] = {}
     specs = []
@@ -276,11 +315,7 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
             form = s.for_target(t)
             derived = tuple(sorted(set(_expr.canonical(c) for c in v.constraints)))
             constraints = tuple(dict.fromkeys([_expr.canonical(c) for c in op.constraints(form)] + list(derived)))
-            shapes = op.example_shapes(form)
-            example = M.Example(shapes={k: tuple(x) for k, x in sorted(shapes.items())},
-                                scalars=dict(sorted(op.example_scalars(form).items())),
-                                grid=tuple(v.example_grid),  # the common tail checked it against the grid
-                                strides={k: tuple(x) for k, x in sorted(form.strides.items())})
+            example = _example(op, form, v)
             key = repr((sorted(form.dtypes.items()), constraints, example.shapes, example.scalars, example.strides))
             g = groups.setdefault(key, {"form": form, "constraints": constraints, "example": example,
                                         "alignment": {}, "variants": [], "targets": []})
@@ -440,12 +475,10 @@ def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, 
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{_hygiene.staging_prefix(out_dir)}{os.getpid()}-", dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
     try:
         # mkdtemp makes the folder private (0700); a bundle is shipped and read by other users (a container's
         # runtime user), so give it the permissions an ordinary folder gets under this umask.
-        os.chmod(tmp, 0o777 & ~umask)
+        os.chmod(tmp, 0o777 & ~_files.umask())
         for name, data in sorted(files.items()):
             (tmp / name).write_bytes(data)
         if isinstance(m, bytes):  # from the build cache: checked when first written, sha256-checked when read
@@ -454,9 +487,7 @@ def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, 
             M.write(m, tmp / M.MANIFEST_NAME)
             written = M.read(tmp)  # what we wrote must read back and pass every rule the loader applies
             try:
-                _rules.check_bundle_files(tmp, written)
-                if written.references:
-                    _rules.references_source(tmp, written)
+                _rules.check_bundle(tmp, written)
             except M.BundleError as e:
                 raise BuildError(f"flyc-build: the bundle would be refused at load: {e}") from e
         if out_dir.exists() and not force:
@@ -526,12 +557,7 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             m, files = assemble_manifest(sf, variants, tools, frontend_versions(frontends_used, variants), offload,
                                          offload_files, failures)
             write_bundle(m, {**files, **offload_files}, out_dir, opts.force)
-        occupancy = {(op.name, sp.name, v.target): _occupancy.for_variant(v, sp.example)
-                     for op in m.ops for sp in op.specializations for v in sp.variants}
-        rows = [Row(o, s, v.target, v.metadata.vgpr_count, v.metadata.sgpr_count,
-                    v.metadata.group_segment_fixed_size, v.kernargs.size, v.seconds, cached=(o, s, t) in hits,
-                    occupancy=str(occupancy.get((o, s, v.target)) or "n/a"))
-                for (o, s, t), v in sorted(variants.items())]
+        rows = summary_rows(sf, variants, hits)
         if failures:  # a partial bundle is never the cached answer to an unchanged build: it would hide them
             raise PartialBuildError(
                 f"flyc-build: {len(failures)} of {len(failures) + len(rows)} kernels failed; --keep-going wrote "

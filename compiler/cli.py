@@ -12,12 +12,18 @@ from flyship.errors import FlyshipError
 
 
 def format_table(rows: list[Row]) -> str:
-    """The summary table: op, spec, arch, VGPRs, SGPRs, LDS bytes, kernarg bytes, occupancy, compile seconds."""
-    head = ("op", "spec", "arch", "VGPRs", "SGPRs", "LDS bytes", "kernarg bytes", "occupancy", "compile s")
-    body = [(r.op, r.spec, r.target, str(r.vgprs), str(r.sgprs), str(r.lds), str(r.kernarg_bytes), r.occupancy,
-             "cached" if r.cached else f"{r.seconds:.1f}") for r in rows]
+    """The summary table, one row per kernel launch: op, spec, arch, launch (``K/N``, only when some op launches
+    several kernels per call), kernel symbol, VGPRs, SGPRs, LDS bytes, kernarg bytes, occupancy, compile seconds
+    (of the whole variant, on its first launch's row; ``-`` on the others) or ``cached``."""
+    multi = any(r.launches > 1 for r in rows)
+    head = ("op", "spec", "arch", *(("launch",) if multi else ()), "kernel", "VGPRs", "SGPRs", "LDS bytes",
+            "kernarg bytes", "occupancy", "compile s")
+    body = [(r.op, r.spec, r.target, *((f"{r.launch}/{r.launches}",) if multi else ()), r.symbol, str(r.vgprs),
+             str(r.sgprs), str(r.lds), str(r.kernarg_bytes), r.occupancy,
+             "cached" if r.cached else f"{r.seconds:.1f}" if r.launch == 1 else "-") for r in rows]
+    left = head.index("kernel") + 1  # text columns left-aligned, numbers right-aligned
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
-    line = lambda cells: "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     return "\n".join([line(head), line(tuple("-" * w for w in widths)), *(line(b) for b in body)])
 
 

@@ -13,7 +13,7 @@ Guarantees (docs/compile-stage.md, "What a build leaves behind"):
   kernel or file system cannot exchange, two renames with a window between them, after which a later
   build restores the old bundle if a crash fell in that window.
 * Concurrent builds into one path: the first holds a file lock next to the output; the others fail at
-  once, saying so.
+  once, saying so. The lock file is removed when the build ends (:func:`output_lock` says why that is safe).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import os
 import re
 import shutil
@@ -31,8 +32,6 @@ import tempfile
 import threading
 from pathlib import Path
 from typing import Iterator, Optional
-
-import filelock
 
 from flyship.errors import CompileError
 
@@ -219,21 +218,52 @@ def replace_dir(new: Path, out_dir: Path, exchange: bool = True) -> str:
 
 # --- one writer per output ---------------------------------------------------------------------------------------
 
+def lock_path(out_dir: Path) -> Path:
+    """The lock file a build into ``out_dir`` holds, beside it: ``.<name>.flyc-build.lock``."""
+    return out_dir.with_name(f".{out_dir.name}.flyc-build.lock")
+
+
 @contextlib.contextmanager
 def output_lock(out_dir: Path) -> Iterator[None]:
-    """Hold ``.<name>.flyc-build.lock`` beside ``out_dir`` for a whole build; a second build fails at once.
+    """Hold ``.<name>.flyc-build.lock`` beside ``out_dir`` for a whole build (``flock``); a second build fails at
+    once. The lock file is removed when the build ends, so a build leaves only the bundle.
+
+    Removing a lock file is safe only with the check made here: the holder unlinks the file *while it still holds
+    the lock*, and a build that locks a file checks, once it holds it, that the path still names that file; if it
+    does not (the file was unlinked after this build opened it), it lets go and locks the path's new file. So two
+    builds never hold locks on two different files of one path.
 
     Raises:
         OutputBusyError: another build holds the lock.
+        CompileError: the lock file cannot be created (e.g. the output's folder is not writable).
     """
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(out_dir.with_name(f".{out_dir.name}.flyc-build.lock")), timeout=0)
-    try:
-        lock.acquire()
-    except filelock.Timeout:
-        raise OutputBusyError(f"flyc-build: expected to be the only build writing {out_dir}, but another flyc-build "
-                              "is writing it now; wait for it to finish, or choose another -o") from None
+    path = lock_path(out_dir)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as e:
+            raise CompileError(f"flyc-build: cannot create the lock file {path}: {e.strerror}; choose an -o in a "
+                               "folder you can write") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputBusyError(f"flyc-build: expected to be the only build writing {out_dir}, but another "
+                                  "flyc-build is writing it now; wait for it to finish, or choose another -o") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except OSError:  # unlinked by the build that held it, and nothing new there yet
+            same = False
+        if same:
+            break
+        os.close(fd)  # our file was removed by the build before us after we opened it: lock the path's own file
     try:
         yield
     finally:
-        lock.release()
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # while still holding the lock: see above
+        os.close(fd)

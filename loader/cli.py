@@ -6,7 +6,8 @@
     flyship hook install|status|remove   patch every process of this environment (docs/integrate.md)
     flyship bench FACTORY --patches FILE  baseline / patched / compiled / patched+compiled timings
     flyship pack BUNDLE -o F   write the bundle as one reproducible file that flyship.load(F) opens
-    flyship inspect BUNDLE     per kernel: symbol, kernargs, registers, LDS, scratch, spills, occupancy [--json]
+    flyship inspect BUNDLE     per kernel: symbol, kernargs, registers, LDS, scratch, spills, occupancy [--json];
+                               every code object checked, exit 1 when one is bad
     flyship tune BUNDLE --shapes FILE      race each tuned op's configs on this GPU, write a tuning table
 
 Each command parses its options and calls one plain function; errors print one clear line and exit 1
@@ -72,7 +73,7 @@ def list_cmd(bundle: Path) -> None:
     try:
         bundle = _pack.bundle_dir(bundle)
         manifest = _m.read(bundle)
-        rules.check_bundle_files(bundle, manifest)
+        rules.check_bundle(bundle, manifest)
         click.echo(describe(manifest))
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None
@@ -206,7 +207,9 @@ def bench_cmd(factory: str, patches: Path, repeats: int, iters: int, warmup: int
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 def inspect_cmd(bundle: Path, as_json: bool) -> None:
-    """Show each kernel of BUNDLE: symbol, kernarg layout, registers, LDS, scratch, spills and occupancy."""
+    """Show each kernel of BUNDLE (every launch of a multi-launch op): symbol, kernarg layout, registers, LDS,
+    scratch, spills and occupancy. Each code object is checked as a load checks it (sha256, a readable ELF that
+    says what the manifest says); bad ones are marked and the command exits 1."""
     import json
 
     from flyship.loader.inspect import format_inspect, inspect_bundle
@@ -216,6 +219,12 @@ def inspect_cmd(bundle: Path, as_json: bool) -> None:
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None
     click.echo(json.dumps(data, indent=1, sort_keys=True) if as_json else format_inspect(data))
+    bad = [k for k in data["kernels"] if k["problem"] is not None]
+    if bad:
+        marked = "their \"problem\" fields" if as_json else "their BAD CODE OBJECT lines"
+        raise click.ClickException(
+            f"inspect: expected every code object to match the manifest, got {len(bad)} of {len(data['kernels'])} "
+            f"that do not ({marked} above say why); rebuild or re-copy the bundle")
 
 
 @main.command("pack")

@@ -1,7 +1,10 @@
 """``flyship inspect``: what each kernel of a bundle is, on the workload side (no DSL, no GPU, no torch).
 
-Per op, specialization and target: the symbol, the kernarg layout, VGPR / AGPR / SGPR counts, LDS (static and
-dynamic), scratch, spills and the occupancy the kernel can reach (:mod:`flyship.bundle.occupancy`).
+Per op, specialization, target and launch (a multi-launch variant's ``then`` launches each get their own entry):
+the symbol, the kernarg layout, VGPR / AGPR / SGPR counts, LDS (static and dynamic), scratch, spills and the
+occupancy the kernel can reach (:mod:`flyship.bundle.occupancy`). Every code object shown is checked as a load
+checks it (:func:`flyship.bundle.rules.check_variant_file`: inside the bundle, its sha256, a readable ELF whose
+facts are the manifest's); a bad one is marked with the reason and makes the command exit 1.
 """
 
 from __future__ import annotations
@@ -11,62 +14,74 @@ from typing import Any
 
 from flyship.bundle import manifest as _m
 from flyship.bundle import occupancy as _occupancy
+from flyship.bundle import rules as _rules
+from flyship.errors import BundleError
 
 
-def _spills(root: Path, v: _m.Variant) -> dict[str, Any]:
-    """Spill figures read from the code object itself: AMD ``.vgpr_spill_count`` / ``.sgpr_spill_count`` (AMDGPU
+def _spills(v: _m.Variant, data: bytes, where: str) -> dict[str, Any]:
+    """Spill figures read from a checked code object: AMD ``.vgpr_spill_count`` / ``.sgpr_spill_count`` (AMDGPU
     code object metadata); NVIDIA: the per-thread stack frame (``EIATTR_FRAME_SIZE``, spills included)."""
-    path = root / v.code_object.file
-    if not path.is_file():
-        return {}
-    data = path.read_bytes()
+    if v.code_object.format == "hsaco":
+        from flyship.bundle.codeobject import CodeObjectFile
+
+        k = CodeObjectFile(data, where).kernel(v.code_object.symbol)
+        return {"vgpr_spills": int(k.get(".vgpr_spill_count", 0)), "sgpr_spills": int(k.get(".sgpr_spill_count", 0))}
+    from flyship.bundle.cubin import CubinFile
+
+    return {"stack_frame_bytes": CubinFile(data, where).frame_size(v.code_object.symbol)}
+
+
+def _kernel(root: Path, op: _m.Op, s: _m.Specialization, v: _m.Variant, k: int, n: int,
+            checked: dict[str, bytes]) -> dict[str, Any]:
+    """One launch's entry; ``checked``: code-object file -> bytes that passed their sha256 check already."""
+    where = (f"op {op.name} specialization {s.name} target {v.target}" + (f" launch {k}" if n > 1 else "")
+             + f" ({v.code_object.file})")
+    problem, spills = None, {}
     try:
-        if v.code_object.format == "hsaco":
-            from flyship.bundle.codeobject import CodeObjectFile
-
-            k = CodeObjectFile(data, str(path)).kernel(v.code_object.symbol)
-            return {"vgpr_spills": int(k.get(".vgpr_spill_count", 0)),
-                    "sgpr_spills": int(k.get(".sgpr_spill_count", 0))}
-        from flyship.bundle.cubin import CubinFile
-
-        return {"stack_frame_bytes": CubinFile(data, str(path)).frame_size(v.code_object.symbol)}
-    except Exception as e:  # noqa: BLE001 - a damaged file: report it in the row rather than stop the listing
-        return {"error": f"{type(e).__name__}: {e}"}
+        data = _rules.check_variant_file(root, v, where, checked.get(v.code_object.file))
+        checked[v.code_object.file] = data
+        spills = _spills(v, data, where)
+    except BundleError as e:  # a missing, changed or damaged code object: mark it, go on listing the others
+        problem = str(e)
+    occ = _occupancy.for_variant(v, s.example)
+    md = v.metadata
+    return {
+        "op": op.name, "spec": s.name, "target": v.target, "launch": k, "launches": n,
+        "symbol": v.code_object.symbol, "file": v.code_object.file, "problem": problem,
+        "kernargs": {"size": v.kernargs.size, "alignment": v.kernargs.alignment,
+                     "fields": [{key: val for key, val in _m.to_json_obj(f).items() if val is not None}
+                                for f in v.kernargs.fields]},
+        "vgprs": md.vgpr_count, "agprs": md.agpr_count, "sgprs": md.sgpr_count,
+        "lds_static": md.group_segment_fixed_size, "lds_dynamic": v.launch.dynamic_lds,
+        "lds_dynamic_example": _occupancy.example_dynamic_lds(v, s.example),
+        "scratch_per_item": md.private_segment_fixed_size, "spills": spills,
+        "block": list(v.launch.block),
+        "occupancy": None if occ is None else {"value": occ.value, "unit": occ.unit,
+                                               "limited_by": occ.limited_by, "limits": occ.limits},
+    }
 
 
 def inspect_bundle(root: Path | str) -> dict[str, Any]:
-    """The facts ``flyship inspect`` shows, as JSON-ready data.
+    """The facts ``flyship inspect`` shows, as JSON-ready data, every code object checked.
 
     Returns:
-        ``{"namespace", "schema_version", "kernels": [{op, spec, target, symbol, file, kernargs, vgprs, agprs, sgprs,
-        lds_static, lds_dynamic, lds_dynamic_example, scratch_per_item, spills, block, occupancy}]}``.
+        ``{"namespace", "schema_version", "ok", "kernels": [{op, spec, target, launch, launches, symbol, file,
+        problem, kernargs, vgprs, agprs, sgprs, lds_static, lds_dynamic, lds_dynamic_example, scratch_per_item,
+        spills, block, occupancy}]}``: one entry per launch (``launch`` counts from 1 up to ``launches``, the
+        number of kernels one call of the variant launches); ``problem`` is None, or why the code object failed
+        its check (missing, sha256 mismatch, damaged, not what the manifest says); ``ok`` is whether none did.
 
     Raises:
         BundleError: the manifest is missing or invalid.
     """
     root = Path(root)
     m = _m.read(root)
-    kernels = []
-    for op in m.ops:
-        for s in op.specializations:
-            for v in s.variants:
-                occ = _occupancy.for_variant(v, s.example)
-                md = v.metadata
-                kernels.append({
-                    "op": op.name, "spec": s.name, "target": v.target, "symbol": v.code_object.symbol,
-                    "file": v.code_object.file,
-                    "kernargs": {"size": v.kernargs.size, "alignment": v.kernargs.alignment,
-                                 "fields": [{k: val for k, val in _m.to_json_obj(f).items() if val is not None}
-                                            for f in v.kernargs.fields]},
-                    "vgprs": md.vgpr_count, "agprs": md.agpr_count, "sgprs": md.sgpr_count,
-                    "lds_static": md.group_segment_fixed_size, "lds_dynamic": v.launch.dynamic_lds,
-                    "lds_dynamic_example": _occupancy.example_dynamic_lds(v, s.example),
-                    "scratch_per_item": md.private_segment_fixed_size, "spills": _spills(root, v),
-                    "block": list(v.launch.block),
-                    "occupancy": None if occ is None else {"value": occ.value, "unit": occ.unit,
-                                                           "limited_by": occ.limited_by, "limits": occ.limits},
-                })
-    return {"namespace": m.namespace, "schema_version": m.schema_version, "kernels": kernels}
+    checked: dict[str, bytes] = {}
+    kernels = [_kernel(root, op, s, t, k, len(v.launches), checked)
+               for op in m.ops for s in op.specializations for v in s.variants
+               for k, t in enumerate(v.launches, 1)]
+    return {"namespace": m.namespace, "schema_version": m.schema_version,
+            "ok": all(k["problem"] is None for k in kernels), "kernels": kernels}
 
 
 def _field(f: dict[str, Any]) -> str:
@@ -83,12 +98,14 @@ def format_inspect(data: dict[str, Any]) -> str:
         spills = k["spills"]
         spill_text = (f"{spills['vgpr_spills']} VGPR / {spills['sgpr_spills']} SGPR spills" if "vgpr_spills" in spills
                       else f"stack frame {spills['stack_frame_bytes']} B" if "stack_frame_bytes" in spills
-                      else spills.get("error", "spills n/a"))
+                      else "spills n/a")
         dyn = (k["lds_dynamic"] if k["lds_dynamic"] == "0"
                else f"{k['lds_dynamic']} (= {k['lds_dynamic_example']} for the example)")
+        launch = f" launch {k['launch']} of {k['launches']}" if k["launches"] > 1 else ""
+        lines += ["", f"{k['op']} / {k['spec']} / {k['target']}{launch}: {k['symbol']} ({k['file']})"]
+        if k["problem"] is not None:
+            lines.append(f"  BAD CODE OBJECT: {k['problem']}")
         lines += [
-            "",
-            f"{k['op']} / {k['spec']} / {k['target']}: {k['symbol']} ({k['file']})",
             (f"  registers: {k['vgprs']} per thread; block {tuple(k['block'])}" if k["target"].startswith("sm_") else
              f"  registers: {k['vgprs']} VGPRs, {k['agprs']} AGPRs, {k['sgprs']} SGPRs; block {tuple(k['block'])}"),
             f"  memory: LDS {k['lds_static']} B static + {dyn} dynamic; scratch {k['scratch_per_item']} B per "

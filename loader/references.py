@@ -52,7 +52,9 @@ def resolve(root: Path, manifest: _m.Manifest,
     if unknown:
         raise BundleError(f"load bundle {root}: references={{...}} names ops {unknown} the bundle does not have; "
                           f"its ops are {', '.join(names)}")
-    module = None
+    # A named module is always checked and imported, even when overrides leave no op using it: a bundle whose
+    # references.py was changed is refused by every path alike (load, ``flyship list``, pack, flyc-build).
+    module = import_references(root, manifest)
     out: list[Optional[Callable[..., Any]]] = []
     for op in manifest.ops:
         if op.name in overrides:
@@ -65,8 +67,6 @@ def resolve(root: Path, manifest: _m.Manifest,
         if op.reference is None:
             out.append(None)
             continue
-        if module is None:
-            module = import_references(root, manifest)
         if module is None:
             raise BundleError(f"load bundle {root}: op {op.name} names reference {op.reference!r} but the manifest "
                               "names no references file")

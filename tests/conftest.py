@@ -88,12 +88,18 @@ def patterns_bundle(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def multilaunch_bundle(tmp_path_factory) -> Path:
+def multilaunch_build(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     """The two-phase Triton ops (examples/triton/multilaunch.py: two launches and a workspace per call) for
-    gfx942, gfx950 and sm_90."""
+    gfx942, gfx950 and sm_90: (the bundle, flyc-build's result, its summary table on stdout)."""
     out = tmp_path_factory.mktemp("bundles") / "multilaunch"
-    run_build(ROOT / "examples/triton/multilaunch.py", out, ["gfx942", "gfx950", "sm_90"], "-j", "2")
-    return out
+    r = run_build(ROOT / "examples/triton/multilaunch.py", out, ["gfx942", "gfx950", "sm_90"], "-j", "2")
+    return out, r
+
+
+@pytest.fixture(scope="session")
+def multilaunch_bundle(multilaunch_build) -> Path:
+    """The bundle of :func:`multilaunch_build`."""
+    return multilaunch_build[0]
 
 
 @pytest.fixture(scope="session")

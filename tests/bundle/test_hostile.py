@@ -258,6 +258,15 @@ def test_a_code_object_link_that_leads_out_of_the_bundle_is_refused(copy_bundle,
         rules.check_bundle_files(root, M.read(root))
 
 
+def test_a_code_object_that_is_a_symlink_loop_is_refused_saying_so(copy_bundle):
+    root = copy_bundle()
+    (root / "add.f32.gfx942.hsaco").unlink()
+    os.symlink("loop.b", root / "add.f32.gfx942.hsaco")
+    os.symlink("add.f32.gfx942.hsaco", root / "loop.b")
+    with pytest.raises(BundleError, match=r"add\.f32\.gfx942\.hsaco, found a symlink loop; re-copy the bundle"):
+        rules.check_bundle_files(root, M.read(root))
+
+
 def test_a_references_link_that_leads_out_of_the_bundle_is_refused(copy_bundle, tmp_path):
     root = copy_bundle()
     outside = tmp_path / "refs.py"

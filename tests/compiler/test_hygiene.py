@@ -108,7 +108,7 @@ def test_a_failed_build_leaves_the_existing_bundle_and_nothing_else(tmp_path):
     r = run_build(bad, out, ["sm_90"], "--force", check=False, env={"TMPDIR": str(tmp_path)})
     assert r.returncode == 1 and "nothing was written" in r.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".out.flyc-build.lock", "bad_spec.py", "out"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["bad_spec.py", "out"])
 
 
 def make_bundle_dir(path: Path, text: str) -> Path:
@@ -170,6 +170,60 @@ def test_a_crash_between_the_two_fallback_renames_is_undone_by_the_next_build(tm
     hygiene.recover_output(out)
     assert (out / M.MANIFEST_NAME).read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+@pytest.mark.cpu
+def test_the_output_lock_excludes_a_second_build_and_removes_its_file_when_the_build_ends(tmp_path):
+    out = tmp_path / "out"
+    with hygiene.output_lock(out):
+        assert [p.name for p in tmp_path.iterdir()] == [".out.flyc-build.lock"]
+        with pytest.raises(hygiene.OutputBusyError, match="another flyc-build is writing it now"):
+            with hygiene.output_lock(out):
+                pass
+        assert hygiene.lock_path(out).exists()  # the refused build leaves the holder's lock alone
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / ".out.flyc-build.lock").write_text("")  # left by a build killed with kill -9
+    with hygiene.output_lock(out):
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.cpu
+def test_a_lock_file_removed_by_the_previous_holder_after_we_opened_it_is_not_the_lock_we_keep(tmp_path,
+                                                                                              monkeypatch):
+    """The race that deleting lock files opens: build A unlinks the file and lets go just after build B opened it,
+    and build C creates a new file at the path. B must not keep its lock on the unlinked file (C would hold
+    the other one and both would write the bundle): it locks the path's current file instead."""
+    import fcntl
+
+    out = tmp_path / "out"
+    path = hygiene.lock_path(out)
+    real_flock = fcntl.flock
+    calls = []
+
+    def flock(fd, op):
+        if not calls:  # between B's open and B's flock: A unlinks, C creates the path anew
+            path.unlink()
+            path.write_text("")
+        calls.append(op)
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(hygiene.fcntl, "flock", flock)
+    with hygiene.output_lock(out):
+        monkeypatch.setattr(hygiene.fcntl, "flock", real_flock)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):  # the file at the path is the one locked
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    assert len(calls) == 2 and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.compile
+def test_a_build_leaves_only_the_bundle_and_its_pack_in_the_output_folder(tmp_path):
+    run_build(SLOW_SPEC, tmp_path / "out", ["sm_90"], "--pack", env={"TMPDIR": str(tmp_path)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.flyship"]
 
 
 @pytest.mark.cpu

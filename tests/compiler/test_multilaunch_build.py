@@ -56,6 +56,25 @@ def test_a_zeroed_workspace_and_a_constexpr_in_a_grid_that_only_the_first_kernel
         assert v.then[0].launch.grid[0] == "cdiv(x.shape[0], 256)"
 
 
+def test_the_build_summary_shows_every_launch_with_its_own_symbol_registers_lds_and_occupancy(multilaunch_build):
+    bundle, r = multilaunch_build
+    lines = r.stdout.splitlines()
+    head = lines[0].split()
+    assert head[:5] == ["op", "spec", "arch", "launch", "kernel"]
+    table = [ln.split(None, 8) for ln in lines[2:lines.index("")]]  # the last cell: kernarg, occupancy, compile s
+    m = M.read(bundle)
+    expected = sorted((o.name, s.name, v.target, f"{k}/{len(v.launches)}", t.code_object.symbol,
+                       str(t.metadata.vgpr_count), str(t.metadata.sgpr_count), str(t.metadata.group_segment_fixed_size),
+                       str(t.kernargs.size))
+                      for o in m.ops for s in o.specializations for v in s.variants
+                      for k, t in enumerate(v.launches, 1))
+    assert len(expected) == 2 * sum(len(s.variants) for o in m.ops for s in o.specializations)
+    assert sorted(tuple(c[:8]) + (c[8].split()[0],) for c in table) == expected
+    for c in table:
+        *_, compile_s = c[8].split()
+        assert ("waves/SIMD" in c[8] or "blocks/SM" in c[8]) and (compile_s == "-") == (c[3] == "2/2")
+
+
 def declare(**kwargs) -> Any:
     """Declare one op in a throwaway spec file; returns its declaration."""
 

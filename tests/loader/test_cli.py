@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -37,8 +38,32 @@ def test_list_shows_ops_schemas_specializations_and_targets(tiny_bundle):
 def test_list_of_a_folder_without_a_bundle_fails_with_one_clear_line(tmp_path):
     r = flyship_cli("list", str(tmp_path))
     assert r.returncode == 1
-    assert r.stderr.strip() == (f"Error: read bundle: expected a manifest at {tmp_path / 'manifest.json'}, found no "
-                                "file; pass a bundle directory built by flyc-build (it holds manifest.json)")
+    assert r.stderr.strip() == (f"Error: read bundle: expected a manifest at {tmp_path / 'manifest.json'}, found "
+                                "nothing; pass a bundle directory built by flyc-build (it holds manifest.json)")
+
+
+@pytest.mark.parametrize("command", ["list", "inspect"])
+@pytest.mark.parametrize("kind", ["symlink loop", "character device", "folder named manifest.json", "folder's "
+                                  "manifest.json is a folder", "nothing"])
+def test_a_bundle_path_that_is_no_bundle_says_what_it_found_in_one_line(tmp_path, command, kind):
+    if kind == "symlink loop":
+        os.symlink(tmp_path / "b", tmp_path / "a")
+        os.symlink(tmp_path / "a", tmp_path / "b")
+        given, shown, found = tmp_path / "a", tmp_path / "a", "a symlink loop"
+    elif kind == "character device":
+        given, shown, found = Path(os.devnull), Path(os.devnull), "a character device"
+    elif kind == "folder named manifest.json":
+        (tmp_path / "manifest.json").mkdir()
+        given, shown, found = tmp_path / "manifest.json", tmp_path / "manifest.json", "a directory"
+    elif kind == "nothing":
+        given, shown, found = tmp_path / "absent", tmp_path / "absent", "nothing"
+    else:
+        (tmp_path / "b" / "manifest.json").mkdir(parents=True)
+        given, shown, found = tmp_path / "b", tmp_path / "b" / "manifest.json", "a directory"
+    r = flyship_cli(command, str(given))
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert f" at {shown}, found {found}; pass " in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("damage", ["huge rank", "not utf-8", "truncated code object"])
@@ -60,6 +85,20 @@ def test_list_of_a_damaged_bundle_prints_the_message_and_lists_nothing(bundle_co
     assert "Traceback" not in r.stderr
     assert r.stderr.startswith("Error: ") and r.stderr.count("\n") == 1
     assert re.search(expect, r.stderr), r.stderr
+
+
+def test_list_refuses_a_changed_references_module_as_load_does(bundle_copy, ext):
+    import flyship
+    from flyship.errors import BundleError
+
+    root = bundle_copy()
+    with open(root / "references.py", "a") as f:
+        f.write("\nimport os  # changed after the build\n")
+    with pytest.raises(BundleError, match="sha256 mismatch") as e:
+        flyship.load(root, namespace="flyship_refs_changed")
+    r = flyship_cli("list", str(root))
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == f"Error: {e.value}\n"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present; this proves the no-GPU message")

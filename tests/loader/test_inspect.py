@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
 
 import pytest
 
+from flyship.bundle import manifest as M
 from flyship.loader.inspect import inspect_bundle
 
 pytestmark = pytest.mark.cpu
@@ -43,3 +45,71 @@ def test_inspect_of_a_damaged_bundle_prints_one_line_not_a_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "inspect", str(tmp_path)], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr and "not valid JSON" in r.stderr
+
+
+def run_inspect(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flyship.loader.cli", "inspect", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("damage", ["changed", "missing", "not an ELF"])
+def test_inspect_checks_every_code_object_marks_the_bad_one_and_exits_1(bundle_copy, damage):
+    root = bundle_copy()
+    bad = root / "add.f32.gfx942.hsaco"
+    if damage == "changed":  # one byte in the middle: the ELF still reads, the sha256 does not match
+        data = bytearray(bad.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        bad.write_bytes(bytes(data))
+        why = "sha256 mismatch"
+    elif damage == "missing":
+        bad.unlink()
+        why = "found nothing"
+    else:  # the manifest's sha256 made to match, so only the ELF check can catch it
+        bad.write_bytes(b"not an ELF file")
+        manifest = json.loads((root / "manifest.json").read_text())
+        for op in manifest["ops"]:
+            for spec in op["specializations"]:
+                for v in spec["variants"]:
+                    if v["code_object"]["file"] == bad.name:
+                        v["code_object"]["sha256"] = hashlib.sha256(b"not an ELF file").hexdigest()
+        (root / "manifest.json").write_text(json.dumps(manifest))
+        why = "damaged"
+    data = inspect_bundle(root)
+    assert not data["ok"]
+    problems = {(k["op"], k["spec"], k["target"]): k["problem"] for k in data["kernels"]}
+    assert why in problems.pop(("add", "f32", "gfx942"))
+    assert set(problems.values()) == {None}  # the other code objects are fine and still shown
+    r = run_inspect(str(root))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "add / f32 / gfx942: add_kernel (add.f32.gfx942.hsaco)\n  BAD CODE OBJECT: " in r.stdout
+    assert r.stdout.count("BAD CODE OBJECT") == 1 and why in r.stdout
+    assert r.stderr.strip() == (f"Error: inspect: expected every code object to match the manifest, got 1 of "
+                                f"{len(data['kernels'])} that do not (their BAD CODE OBJECT lines above say why); "
+                                "rebuild or re-copy the bundle")
+    r = run_inspect("--json", str(root))
+    assert r.returncode == 1 and json.loads(r.stdout) == data
+
+
+def test_inspect_of_a_good_bundle_says_ok_for_every_code_object(tiny_bundle):
+    data = inspect_bundle(tiny_bundle)
+    assert data["ok"] and all(k["problem"] is None for k in data["kernels"])
+
+
+def test_inspect_shows_every_launch_of_a_multi_launch_variant_in_text_and_json(multilaunch_bundle):
+    m = M.read(multilaunch_bundle)
+    data = inspect_bundle(multilaunch_bundle)
+    assert data["ok"]
+    launches = [(o.name, s.name, v.target, k, len(v.launches), t.code_object.symbol, t.metadata.vgpr_count,
+                 t.metadata.group_segment_fixed_size)
+                for o in m.ops for s in o.specializations for v in s.variants for k, t in enumerate(v.launches, 1)]
+    assert [(k["op"], k["spec"], k["target"], k["launch"], k["launches"], k["symbol"], k["vgprs"], k["lds_static"])
+            for k in data["kernels"]] == launches
+    assert {n for (_, _, _, _, n, _, _, _) in launches} == {2}  # every variant of these ops launches two kernels
+    assert all(k["occupancy"] is not None for k in data["kernels"])
+    r = run_inspect(str(multilaunch_bundle))
+    assert r.returncode == 0, r.stderr
+    assert ("rowsum_split / f32 / gfx942 launch 1 of 2: rowsum_partial_kernel" in r.stdout
+            and "rowsum_split / f32 / gfx942 launch 2 of 2: rowsum_combine_kernel" in r.stdout)
+    assert r.stdout.count("  occupancy: ") == len(launches)
+    r = run_inspect("--json", str(multilaunch_bundle))
+    assert r.returncode == 0 and json.loads(r.stdout) == data

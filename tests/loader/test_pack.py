@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import stat
 import subprocess
 import sys
 import zipfile
@@ -122,6 +123,16 @@ def test_the_pack_command_writes_the_file_and_list_reads_it(tiny_bundle, tmp_pat
     r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "list", str(out)], capture_output=True, text=True,
                        timeout=120, env={**__import__("os").environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "c")})
     assert r.returncode == 0 and "flyship_tiny::addsub" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o007])
+def test_the_packed_file_gets_the_mode_of_any_file_the_user_writes(tiny_bundle, tmp_path, umask):
+    """Not mkstemp's private 0600: a file for shipping is readable as the user's umask allows."""
+    out = tmp_path / "t.flyship"
+    r = subprocess.run(["sh", "-c", f'umask {umask:03o} && exec "$0" -m flyship.loader.cli pack "$1" -o "$2"',
+                        sys.executable, str(tiny_bundle), str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask
 
 
 def test_packing_refuses_a_code_object_that_differs_from_its_sha256(tiny_bundle, bundle_copy, tmp_path):

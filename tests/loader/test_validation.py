@@ -51,7 +51,7 @@ def test_a_changed_code_object_is_refused_by_its_sha256(bundle_copy):
 def test_a_missing_code_object_is_refused(bundle_copy):
     root = bundle_copy()
     (root / "addsub.f32.sm_90a.cubin").unlink()
-    with pytest.raises(BundleError, match=r"expected the code object at .*addsub\.f32\.sm_90a\.cubin, found no file"):
+    with pytest.raises(BundleError, match=r"expected the code object at .*addsub\.f32\.sm_90a\.cubin, found nothing"):
         load(root)
 
 
@@ -186,6 +186,17 @@ def test_a_changed_references_module_is_refused_at_load(bundle_copy):
         f.write("\nprint('tampered')\n")
     with pytest.raises(BundleError, match=r"references\.py'.*sha256 mismatch: the manifest says [0-9a-f]{64}"):
         load(root)
+
+
+def test_a_changed_references_module_is_refused_even_when_every_reference_is_overridden(bundle_copy, ext):
+    """What ``flyship list``, pack and flyc-build refuse, load refuses too, whatever ``references=`` replaces."""
+    root = bundle_copy()
+    with open(root / "references.py", "a") as f:
+        f.write("\nprint('tampered')\n")
+    names = [o["name"] for o in json.loads((root / "manifest.json").read_text())["ops"]]
+    overrides = {name: (lambda *a, **k: None) for name in names}
+    with pytest.raises(BundleError, match=r"references\.py'.*sha256 mismatch"):
+        flyship.load(root, namespace=f"flyship_t{uuid.uuid4().hex[:8]}", references=overrides)
 
 
 def test_a_truncated_code_object_with_a_matching_sha256_is_refused_at_load(bundle_copy):
