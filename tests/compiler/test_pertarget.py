@@ -1,7 +1,7 @@
 """Issue 9, pattern 8: specs per target. examples/flydsl/pertarget.py builds for gfx942 and gfx950 with a dtype
-(fp8: float8_e4m3fnuz / float8_e4m3fn; float16 / bfloat16) and a constexpr that differ per target under one spec name, every variant proven against FlyDSL's own code
-object and packed per its metadata; a spec over gfx942's LDS ships for gfx950 with --keep-going, and the
-failure is reported by (op, spec, target) with a next step and recorded in the manifest."""
+(fp8: float8_e4m3fnuz / float8_e4m3fn; float16 / bfloat16) and a constexpr that differ per target under one
+spec name, every variant proven against FlyDSL's own code object and packed per its metadata; a spec over
+gfx942's LDS ships for gfx950 with --keep-going, and the failure is reported by (op, spec, target) with a next step and recorded in the manifest."""
 
 from __future__ import annotations
 
@@ -78,7 +78,8 @@ def test_an_fp8_format_its_target_does_not_decode_fails_the_build_naming_the_one
         "from flyship.compiler.spec import Output, Scalar, Spec, Tensor, namespace, op\n"
         "namespace('flyship_swapped')\n"
         "op('dequant_fp8', kernel=dequant_fp8, args=[Tensor('x', rank=2),\n"
-        "   Output('out', shape=('x.shape[0]', 'x.shape[1]'), dtype='float32'), Scalar('scale', 'float', default=1.0)],\n"
+        "   Output('out', shape=('x.shape[0]', 'x.shape[1]'), dtype='float32'),\n"
+        "   Scalar('scale', 'float', default=1.0)],\n"
         "   specs=[Spec('fp8', dtypes={'x': 'float8_e4m3fn'}, shapes={'x': (100, 1000)},\n"
         "               per_target={'gfx950': dict(dtypes={'x': 'float8_e4m3fnuz'})})])\n")
     out = tmp_path / "o"
