@@ -1,7 +1,8 @@
 """Issue 9, pattern 8: specs per target. examples/flydsl/pertarget.py builds for gfx942 and gfx950 with a dtype
 (fp8: float8_e4m3fnuz / float8_e4m3fn; float16 / bfloat16) and a constexpr that differ per target under one
 spec name, every variant proven against FlyDSL's own code object and packed per its metadata; a spec over
-gfx942's LDS ships for gfx950 with --keep-going, and the failure is reported by (op, spec, target) with a next step and recorded in the manifest."""
+gfx942's LDS ships for gfx950 with --keep-going, and the failure is reported by (op, spec, target) with a
+next step and recorded in the manifest."""
 
 from __future__ import annotations
 
