@@ -54,6 +54,11 @@ def scale_ref(x: torch.Tensor, alpha: float) -> torch.Tensor:
     return (x.float() * alpha).to(x.dtype)
 
 
+def dequant_fp8_ref(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """dequant_fp8 (pertarget.py): x in either fp8 E4M3 format, decoded as its dtype says, times scale in float32."""
+    return x.float() * scale
+
+
 def add_one_rows_ref(x: torch.Tensor) -> torch.Tensor:
     return x + 1
 

@@ -9,8 +9,8 @@ Launcher::
 The LDS buffer is ``ROWS * TILE_N`` elements of x's dtype, so ``ROWS`` is what a target's LDS budget decides:
 for float32, 64 rows (64 KiB) fit gfx942's 64 KiB per workgroup and gfx950's 160 KiB; 80 rows (80 KiB) fit
 gfx950 only. The
-element type is x's (16- or 32-bit floats; FlyDSL 0.5.0 cannot copy an fp8 tensor this way: its
-``fx.copy`` of an ``f8E4M3FNUZ`` memref fails in LLVM translation).
+element type is x's (16- or 32-bit floats: FlyDSL 0.5.0 copies fp8 tensors but does not lower ``.to(fx.Float32)``
+of fp8 values; dequant_fp8.py converts fp8 with the target's own instruction instead).
 """
 
 import flydsl.compiler as flyc
