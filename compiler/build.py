@@ -166,6 +166,13 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID],
                          f"{key} ({', '.join(t.text for t in targets)}): that form is not built")
             for t in mine:
                 tasks.append((op.name, s.name, t.text))
+        if not any(o == op.name for o, _s, _t in tasks):
+            limits = "; ".join(f"{op.name}.{s.name}: {', '.join(s.targets)}" for s in op.specs)
+            raise BuildError(f"flyc-build: op {op.name}: expected a specialization for some --arch "
+                             f"({', '.join(t.text for t in targets)}), got none: its specs are limited to other "
+                             f"targets ({limits}); "
+                             "add one of those --arch, or widen a spec's targets=(...) (a bundle op without code "
+                             "objects would only ever run its reference)")
     return tasks
 
 

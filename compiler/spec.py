@@ -250,7 +250,7 @@ class Spec:
                             f"{self.targets!r}; write targets=({self.targets!r},) (note the comma)")
         for t in self.targets:
             try:
-                _targets.parse_target(t)
+                _targets.check_known(t)
             except Exception as e:
                 raise SpecError(f"Spec {self.name!r}: targets: {e}") from None
         if self.cu_count is not None:
@@ -269,7 +269,7 @@ class Spec:
         for key, over in self.per_target.items():
             where = f"Spec {self.name!r}: per_target[{key!r}]"
             try:
-                tid = _targets.parse_target(key)
+                tid = _targets.check_known(key)
             except Exception as e:
                 raise SpecError(f"{where}: {e}") from None
             if not isinstance(over, dict):

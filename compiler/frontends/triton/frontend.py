@@ -226,11 +226,11 @@ def resolve_options(spec: Spec, target: _targets.TargetID, where: str) -> tuple[
     base = {k: v for k, v in spec.options.items() if not isinstance(v, dict)}
     for key in (k for k, v in spec.options.items() if isinstance(v, dict) and k not in VENDOR_KEYS.values()):
         try:
-            _targets.parse_target(key)
-        except BundleError:
+            _targets.check_known(key)
+        except BundleError as e:
             raise FrontendError(f"{where}: options[{key!r}] is a per-target override, but {key!r} is neither "
-                                f"{' nor '.join(repr(v) for v in VENDOR_KEYS.values())} nor a target ID "
-                                "such as 'sm_90' or 'gfx942'") from None
+                                f"{' nor '.join(repr(v) for v in VENDOR_KEYS.values())} nor a known target ID "
+                                f"such as 'sm_90' or 'gfx942' ({e})") from None
     per_target: dict[str, Any] = {}
     for key in (VENDOR_KEYS[target.vendor], target.processor, target.text):
         over = spec.options.get(key)
