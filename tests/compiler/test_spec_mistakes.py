@@ -72,3 +72,82 @@ def test_an_op_with_no_specialization_for_any_requested_arch_is_an_error_naming_
     assert "op add: expected a specialization for some --arch (gfx942), got none" in r.stderr
     assert "(add.f32: gfx950)" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+# -- 2. expressions and op names, reported when the spec file is read ---------------------------------------------
+
+def _triton_file(tmp_path: Path, grid: str, constraint: str = "x.numel >= 1") -> Path:
+    p = tmp_path / "tspec.py"
+    p.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / 'examples' / 'triton')!r})
+        from flyship.compiler.spec import Constexpr, Output, Spec, Tensor, Value, namespace, op
+        from tl_elementwise import add_kernel
+        namespace("t")
+        op("add", kernel=add_kernel, grid=({grid!r},),
+           args=[Tensor("x", rank=2), Tensor("y", rank=2), Output("out", like="x"), Value("n_elements", "x.numel"),
+                 Constexpr("BLOCK")],
+           specs=[Spec("f32", dtypes={{"x": "float32", "y": "float32"}}, shapes={{"x": (64, 70), "y": (64, 70)}},
+                       constexprs={{"BLOCK": 1024}}, constraints=({constraint!r},))])
+    """))
+    return p
+
+
+def _decl(grid=("cdiv(x.numel, BLOCK)",), values=("x.numel",), constraints=(), kernel=None, constexprs=None):
+    from flyship.compiler.spec import Constexpr, OpDecl, Output, Tensor, Value
+
+    return OpDecl(name="k", kernel=kernel, args=(Tensor("x", rank=2), Output("out", like="x"),
+                                                 *(Value(f"v{i}", e) for i, e in enumerate(values)),
+                                                 Constexpr("BLOCK")),
+                  specs=(Spec("f", dtypes={"x": "float32"}, shapes={"x": (8, 8)},
+                              constexprs=constexprs or {"BLOCK": 64}, constraints=constraints),),
+                  reference=None, doc="", grid=grid, frontend="triton")
+
+
+def test_a_grid_expression_naming_an_unknown_name_fails_the_build_before_any_compile(tmp_path):
+    r = run_build(_triton_file(tmp_path, "cdiv(x.numel, BLOK)"), tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1
+    assert ("op add: grid expression 'cdiv(x.numel, BLOK)' (spec f32): expression 'cdiv(x.numel, BLOK)': unknown "
+            "name 'BLOK'") in r.stderr and "int constexprs (BLOCK)" in r.stderr
+    assert "kernels (" not in r.stderr  # planning never started
+
+
+@pytest.mark.parametrize("decl, message", [
+    (dict(grid=("cdiv(x.numel, BLOCK",)), r"op k: grid expression 'cdiv\(x.numel, BLOCK' \(spec f\): .*not valid "
+                                         r"syntax"),
+    (dict(grid=("x.shape[2]",)), r"op k: grid expression 'x.shape\[2\]'.*out of range"),
+    (dict(values=("x.numel", "x.nmel")), r"op k: Value v1 expression 'x.nmel' \(spec f\)"),
+    # BLOCK is written in only when it is an int: a str constexpr leaves a name the loader cannot read
+    (dict(constexprs={"BLOCK": "64"}), r"op k: grid expression 'cdiv\(x.numel, BLOCK\)' \(spec f\): .*unknown name "
+                                       r"'BLOCK'"),
+    (dict(constraints=("x.shape[0] <= v0",)), r"op k spec f: constraint 'x.shape\[0\] <= v0': .*unknown name 'v0'.*"
+                                              r"a guard cannot read a Value, write its expression \(v0 is 'x.numel'\)"),
+])
+def test_a_bad_grid_value_or_guard_expression_is_refused_naming_the_op_and_the_expression(decl, message):
+    from flyship.compiler.spec import validate
+
+    validate(_decl())
+    with pytest.raises(SpecError, match=message):
+        validate(_decl(**decl))
+
+
+def test_a_multi_launch_grid_is_checked_per_launch():
+    import dataclasses
+
+    from flyship.compiler.spec import Launch, validate
+
+    base = _decl(grid=None)
+    ok = dataclasses.replace(base, kernel=[Launch(None, ("x", "out", "v0"), ("cdiv(x.numel, BLOCK)",)),
+                                           Launch(None, ("out",), ("out.shape[0]",))])
+    bad = dataclasses.replace(ok, kernel=[ok.kernel[0], Launch(None, ("out",), ("out.shape[0] + y.numel",))])
+    validate(ok)
+    with pytest.raises(SpecError, match=r"op k: Launch 2 grid expression 'out.shape\[0\] \+ y.numel'.*unknown "
+                                        r"name 'y'"):
+        validate(bad)
+
+
+def test_two_ops_of_one_name_are_refused_when_the_spec_file_is_read(tmp_path):
+    r = run_build(_spec_file(tmp_path, _add("") + _add("")), tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1
+    assert "op add: declared twice in spec file" in r.stderr and "torch.ops.t.add" in r.stderr
+    assert "kernels (" not in r.stderr and not (tmp_path / "o").exists()

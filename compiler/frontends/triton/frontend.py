@@ -168,17 +168,6 @@ def triton_target(target: _targets.TargetID) -> Any:
     return GPUTarget("hip", target.processor, warp)
 
 
-def _slots(op: OpDecl) -> dict[str, _expr.Slot]:
-    """Argument name -> expression slot, numbered like ``flyship.bundle.manifest.slots`` (inputs, outputs)."""
-    out: dict[str, _expr.Slot] = {}
-    inputs = op.inputs
-    for i, a in enumerate(inputs):
-        out[a.name] = _expr.Slot(i, "tensor", a.rank) if isinstance(a, Tensor) else _expr.Slot(i, a.type)
-    for j, o in enumerate(op.outputs):
-        out[o.name] = _expr.Slot(len(inputs) + j, "tensor", len(op.output_shape(o)))
-    return out
-
-
 def _nonnegative(text: str) -> bool:
     """Whether an expression is non-negative for every input: sizes, strides and numel combined with
     ``+ * // %``, ``cdiv``, ``min``, ``max`` and non-negative literals (torch strides are never negative)."""
@@ -269,8 +258,9 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
 
     Raises:
         FrontendError: parameters that do not match the kernel, an unknown dtype or Value type, a
-            ``divisible_by_16`` name that is not a tensor, output, int scalar or Value, a grid expression
-            naming unknown arguments, or a block (``num_warps`` x warp size) over the target's limit.
+            ``divisible_by_16`` name that is not a tensor, output, int scalar or Value, or a block
+            (``num_warps`` x warp size) over the target's limit. (Grid and Value expressions are checked when the
+            spec is read: :func:`flyship.compiler.spec.validate`.)
     """
     where = _where(op, spec, target)
     tid = _targets.parse_target(target)
@@ -287,7 +277,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
                             f"({options['num_warps']} x warp size {limits['wavefront_size']}), over the target's "
                             f"limit of {limits['max_workgroup_size']}; use num_warps <= "
                             f"{limits['max_workgroup_size'] // limits['wavefront_size']}")
-    slots = _slots(scope or op)
+    slots = (scope or op).expression_slots()
     known = set(slots) | {a.name for a in op.args if isinstance(a, (Value, Workspace))}
     own = {a.name for a in op.args if isinstance(a, Constexpr)}
     constexprs = {k: v for k, v in spec.constexprs.items() if k in own} if scope else dict(spec.constexprs)
@@ -339,8 +329,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
         elif isinstance(a, Value):
             if a.type not in VALUE_TYPES:
                 raise FrontendError(f"{where}: Value {a.name} has type {a.type!r}; expected one of {VALUE_TYPES}")
-            text = _expr.substitute(a.expr, int_constexprs)
-            _compile_expr(text, slots, where, f"Value {a.name}")
+            text = _expr.substitute(a.expr, int_constexprs)  # compiles: spec.validate checked it
             signature[a.name] = a.type
             params.append(_value_param(a.name, a.type, text, slots))
             constraints += _range_constraints(text, a.type)
@@ -352,9 +341,8 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
     grid_in = list(op.grid or ())
     if not 1 <= len(grid_in) <= 3:
         raise FrontendError(f"{where}: grid must have 1 to 3 expressions, got {grid_in}")
+    # Each expression compiles against the op's inputs and outputs: spec.validate checked it when the spec was read.
     grid3 = [_expr.substitute(g, int_constexprs) for g in grid_in] + ["1"] * (3 - len(grid_in))
-    for g in grid3:
-        _compile_expr(g, slots, where, "grid expression")
     return TritonPlan(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs, params=tuple(params),
                       options=options, grid=(grid3[0], grid3[1], grid3[2]),
                       constraints=tuple(dict.fromkeys(constraints)), alignment=alignment)
@@ -369,13 +357,6 @@ def _value_param(name: str, type_: str, text: str, slots: dict[str, _expr.Slot])
         rank = slots[tensor].rank
         return RuntimeParam(name, type_, what, type_, arg=tensor, dim=idx % rank)
     return RuntimeParam(name, type_, "expr", type_, expr=text)
-
-
-def _compile_expr(text: str, slots: dict[str, _expr.Slot], where: str, what: str) -> None:
-    try:
-        _expr.compile_program(text, slots)
-    except BundleError as e:
-        raise FrontendError(f"{where}: {what}: {e}") from None
 
 
 @contextlib.contextmanager
