@@ -626,6 +626,8 @@ def validate(d: OpDecl) -> None:
             raise SpecError(f"{w}: tensor {a.name}: pointee {a.pointee!r} is not a dtype; known: {', '.join(DTYPES)}")
         if isinstance(a, Scalar) and a.type not in SCALAR_TYPES:
             raise SpecError(f"{w}: scalar {a.name} type {a.type!r}; expected one of {SCALAR_TYPES}")
+        if isinstance(a, Scalar) and a.default is not None:
+            _check_scalar_value(a, a.default, f"{w}: Scalar({a.name!r}, {a.type!r}, default={a.default!r})")
         if isinstance(a, Output):
             if bool(a.like) == bool(a.shape):
                 raise SpecError(f"{w}: output {a.name}: give exactly one of like= or shape=")
@@ -693,6 +695,12 @@ def _validate_spec(d: OpDecl, s: Spec, w: str, slots: dict, tensors: set[str]) -
             rank = d.tensor(t).rank if t in tensors else "N"
             raise SpecError(f"{w} spec {s.name}: strides of {t!r}: expected {rank} non-negative element strides "
                             f"of an input tensor ({sorted(tensors)}), got {st!r}")
+    scalars = {a.name: a for a in d.args if isinstance(a, Scalar)}
+    for k, v in s.scalars.items():
+        if k not in scalars:
+            raise SpecError(f"{w} spec {s.name}: scalars key {k!r} names no Scalar of the op; its scalars are "
+                            f"{', '.join(scalars) or 'none'}")
+        _check_scalar_value(scalars[k], v, f"{w} spec {s.name}: scalars[{k!r}]")
     for c in d.args:
         if isinstance(c, Constexpr) and c.name not in s.constexprs:
             raise SpecError(f"{w} spec {s.name}: constexpr {c.name} has no value in constexprs=")
@@ -707,6 +715,17 @@ def _validate_spec(d: OpDecl, s: Spec, w: str, slots: dict, tensors: set[str]) -
                 if consts else "") + (f"; a guard cannot read a Value, write its expression ({'; '.join(values)})"
                                       if values else "")) from None
     _check_example_meets_constraints(d, s, w)
+
+
+def _check_scalar_value(a: Scalar, value: Any, where: str) -> None:
+    """A scalar's default or example value fits its type (the rule book's rule, checked when the spec is read:
+    a str default would otherwise reach the reference, or the kernel, at the first call)."""
+    try:
+        _rules.check_scalar_value(a.type, value, where)
+    except BundleError as e:
+        fits = {"int": "an int (a float is never truncated to one)", "float": "a number", "bool": "True or False"}[a.type]
+        raise SpecError(f"{e} ({type(value).__name__}); give {fits}, or declare the scalar's type to match "
+                        f"(Scalar({a.name!r}, 'int' | 'float' | 'bool'))") from None
 
 
 def _constraints_or_refuse(d: OpDecl, s: Spec, w: str) -> tuple[str, ...]:

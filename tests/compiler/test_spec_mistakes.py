@@ -151,3 +151,49 @@ def test_two_ops_of_one_name_are_refused_when_the_spec_file_is_read(tmp_path):
     assert r.returncode == 1
     assert "op add: declared twice in spec file" in r.stderr and "torch.ops.t.add" in r.stderr
     assert "kernels (" not in r.stderr and not (tmp_path / "o").exists()
+
+
+# -- 3. scalar defaults and example values -----------------------------------------------------------------------
+
+def _scalar_decl(scalar, **spec):
+    from flyship.compiler.spec import OpDecl, Output, Tensor
+
+    return OpDecl(name="k", kernel=None, args=(Tensor("x", rank=2), Output("out", like="x"), scalar),
+                  specs=(Spec("f", dtypes={"x": "float32"}, shapes={"x": (8, 8)}, **spec),), reference=None, doc="",
+                  grid=("x.numel",), frontend="triton")
+
+
+@pytest.mark.parametrize("scalar, spec, message", [
+    (("n", "int", "4"), {}, r"op k: Scalar\('n', 'int', default='4'\): expected a value of scalar type int, got '4' "
+                            r"\(str\); give an int"),
+    (("n", "int", 1.5), {}, r"Scalar\('n', 'int', default=1.5\): .*got 1.5 \(float\); give an int"),
+    (("eps", "float", "1e-6"), {}, r"Scalar\('eps', 'float', default='1e-6'\): .*\(str\); give a number"),
+    (("flag", "bool", 1), {}, r"Scalar\('flag', 'bool', default=1\): .*give True or False"),
+    (("n", "int", None), {"scalars": {"n": 2.0}}, r"op k spec f: scalars\['n'\]: expected a value of scalar type int"),
+    (("n", "int", None), {"scalars": {"m": 2}}, r"op k spec f: scalars key 'm' names no Scalar of the op; its "
+                                                r"scalars are n"),
+])
+def test_a_scalar_value_of_the_wrong_type_is_refused_when_declared(scalar, spec, message):
+    from flyship.compiler.spec import Scalar, validate
+
+    validate(_scalar_decl(Scalar("n", "int", 4)))
+    validate(_scalar_decl(Scalar("eps", "float", 1)))  # an int is a number
+    with pytest.raises(SpecError, match=message):
+        validate(_scalar_decl(Scalar(*scalar), **spec))
+
+
+def test_a_str_default_is_blamed_on_the_scalar_not_the_reference(tmp_path):
+    refs = ROOT / "examples" / "flydsl" / "references.py"
+    spec = _spec_file(tmp_path, f"""
+        from flyship.compiler.spec import references
+        from rmsnorm import rmsnorm
+        references({str(refs)!r})
+        op("rmsnorm", kernel=rmsnorm, reference="rmsnorm_ref",
+           args=[Tensor("x", rank=2), Tensor("w", rank=1), Output("out", like="x"), Scalar("eps", "float", default="1e-6")],
+           specs=[Spec("f32", dtypes={{"x": "float32", "w": "float32"}}, shapes={{"x": (256, 4096), "w": (4096,)}},
+                       constexprs={{"MAX_N": 8192}})])
+    """)
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1
+    assert "op rmsnorm: Scalar('eps', 'float', default='1e-6'): expected a value of scalar type float" in r.stderr
+    assert "rmsnorm_ref" not in r.stderr
