@@ -155,6 +155,11 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID],
             raise BuildError(f"flyc-build: op {op.name} ({op.frontend}) has no target among "
                              f"{[t.text for t in targets]}; {op.frontend} builds for "
                              f"{' and '.join(sorted(fe.vendors))} targets ({_VENDOR_EXAMPLES[min(fe.vendors)]}, ...)")
+        for t in usable:
+            try:
+                fe.check_target(t)
+            except CompileError as e:
+                raise BuildError(f"flyc-build: op {op.name} ({fe.title}): {e}") from None
         for s in op.specs:
             mine = [t for t in usable if _spec_admits(s.targets, t)]
             if not mine:

@@ -197,3 +197,14 @@ def test_a_str_default_is_blamed_on_the_scalar_not_the_reference(tmp_path):
     assert r.returncode == 1
     assert "op rmsnorm: Scalar('eps', 'float', default='1e-6'): expected a value of scalar type float" in r.stderr
     assert "rmsnorm_ref" not in r.stderr
+
+
+# -- 4. Triton and target features -----------------------------------------------------------------------------
+
+def test_triton_with_a_feature_target_id_is_refused_before_compiling_saying_what_works(tmp_path):
+    r = run_build(_triton_file(tmp_path, "cdiv(x.numel, BLOCK)"), tmp_path / "o", ["gfx942:sramecc+:xnack-"],
+                  check=False)
+    assert r.returncode == 1
+    assert ("op add (Triton kernel): --arch gfx942:sramecc+:xnack-: Triton compiles for a processor, not for target "
+            "features (sramecc+, xnack-)") in r.stderr
+    assert "use --arch gfx942" in r.stderr and "kernels (" not in r.stderr and not (tmp_path / "o").exists()

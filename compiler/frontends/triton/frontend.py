@@ -502,6 +502,16 @@ class TritonFrontend(Frontend):
     def accepts(self, kernel: Any) -> bool:
         return (type(kernel).__module__ or "").startswith("triton")
 
+    def check_target(self, target: _targets.TargetID) -> None:
+        # Triton's AMD target is a bare processor name (GPUTarget("hip", "gfx942", 64); its passes compare it with
+        # "gfx942" and LLVM takes it as the CPU name), so it cannot be told sramecc/xnack. Its hsaco leaves both
+        # unspecified, which runs on every device of the processor whatever their setting.
+        if target.features:
+            raise FrontendError(f"--arch {target.text}: Triton compiles for a processor, not for target features "
+                                f"({', '.join(k + v for k, v in target.features)}); its hsaco for {target.processor} "
+                                f"leaves sramecc and xnack unspecified and runs on every {target.processor} device "
+                                f"whatever their setting: use --arch {target.processor}")
+
     def prepare_worker(self, setup: WorkerSetup) -> None:
         import os
         import tempfile
