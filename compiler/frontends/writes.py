@@ -134,14 +134,8 @@ def _strip_locations(line: str) -> str:
     return re.sub(r"\bloc\((?:[^()]|\([^()]*\))*\)", "", line)
 
 
-def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
-    """The kernel's runtime parameters (TTIR argument names, constexprs left out, in order) and the indices of
-    those whose pointers reach a store or an atomic.
-
-    Raises:
-        ValueError: ``ttir`` holds no public ``tt.func``.
-    """
-    lines = [_strip_locations(x) for x in ttir.splitlines()]
+def _ttir_head(lines: list[str]) -> tuple[int, list[tuple[str, str]]]:
+    """The line of the public ``tt.func`` and its arguments as (SSA name, type), in order."""
     head = next((i for i, x in enumerate(lines) if re.match(r"\s*tt\.func\s+public\b", x)), None)
     if head is None:
         raise ValueError("no public tt.func in the TTIR")
@@ -152,7 +146,32 @@ def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
         if depth == 0:
             end = j
             break
-    params = re.findall(r"%([\w$.-]+)\s*:", lines[head][start:end])
+    args = _split_top_level(lines[head][start + 1:end])
+    return head, [(m.group(1), m.group(2)) for a in args
+                  if (m := re.match(r"\s*%([\w$.-]+)\s*:\s*(!tt\.ptr<[^>]*>|[\w!.<>]+)", a))]
+
+
+def ttir_params(ttir: str) -> list[tuple[str, str]]:
+    """The kernel's runtime parameters as the TTIR declares them, in order (constexprs left out): (SSA name,
+    type). The SSA names are only the printer's: Triton tags an argument with the name of the local a kernel
+    last binds it to (``src = x`` names ``x``'s argument ``%src``), so a binding goes by position, never by name.
+
+    Raises:
+        ValueError: ``ttir`` holds no public ``tt.func``.
+    """
+    return _ttir_head([_strip_locations(x) for x in ttir.splitlines()])[1]
+
+
+def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
+    """The kernel's runtime parameters (TTIR argument SSA names, constexprs left out, in order: see
+    :func:`ttir_params`) and the indices of those whose pointers reach a store or an atomic.
+
+    Raises:
+        ValueError: ``ttir`` holds no public ``tt.func``.
+    """
+    lines = [_strip_locations(x) for x in ttir.splitlines()]
+    head, args = _ttir_head(lines)
+    params = [name for name, _type in args]
     taint: dict[str, frozenset[int]] = {p: frozenset({i}) for i, p in enumerate(params)}
     defs: list[tuple[str, frozenset[int] | None, list[str]]] = []
     stores: list[str] = []

@@ -208,3 +208,41 @@ def test_triton_with_a_feature_target_id_is_refused_before_compiling_saying_what
     assert ("op add (Triton kernel): --arch gfx942:sramecc+:xnack-: Triton compiles for a processor, not for target "
             "features (sramecc+, xnack-)") in r.stderr
     assert "use --arch gfx942" in r.stderr and "kernels (" not in r.stderr and not (tmp_path / "o").exists()
+
+
+# -- 5. a Triton kernel that rebinds a local to a parameter -----------------------------------------------------
+
+REBIND = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def pick_kernel(x, out, n_elements, flag, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    src = out
+    if flag > 0:
+        src = x  # Triton prints x's and out's TTIR arguments as %src and %src_0
+    tl.store(out + offs, tl.load(src + offs, mask=mask) + 1, mask=mask)
+'''
+
+
+def test_a_triton_kernel_rebinding_a_local_to_a_parameter_in_an_if_builds_with_the_right_binding(tmp_path):
+    from flyship.bundle import manifest as M
+
+    (tmp_path / "tl_rebind.py").write_text(REBIND)
+    spec = tmp_path / "spec.py"
+    spec.write_text(textwrap.dedent("""
+        from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, namespace, op
+        from tl_rebind import pick_kernel
+        namespace("t")
+        op("pick", kernel=pick_kernel, grid=("cdiv(x.numel, BLOCK)",),
+           args=[Tensor("x", rank=1), Output("out", like="x"), Value("n_elements", "x.numel"),
+                 Scalar("flag", "int", default=1), Constexpr("BLOCK")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (4096,)}, constexprs={"BLOCK": 1024})])
+    """))
+    run_build(spec, tmp_path / "o", ["gfx942"])
+    v = M.read(tmp_path / "o").op("pick").specializations[0].variants[0]
+    assert [(f.kernel_arg, f.kind, f.arg or f.expr) for f in v.kernargs.fields[:4]] == [
+        ("x", "pointer", "x"), ("out", "pointer", "out"), ("n_elements", "expr", "x.numel"), ("flag", "scalar", "flag")]

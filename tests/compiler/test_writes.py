@@ -93,3 +93,12 @@ def test_ttir_stores_and_atomics_name_their_parameters_through_loops():
 def test_ttir_without_a_public_function_is_an_error():
     with pytest.raises(ValueError, match="no public tt.func"):
         ttir_written_params("module {}")
+
+
+def test_ttir_parameters_are_read_by_position_with_their_types_whatever_the_printer_named_them():
+    from flyship.compiler.frontends.writes import ttir_params
+
+    head = ('tt.func public @k(%src: !tt.ptr<f32> {tt.divisibility = 16 : i32} loc("src"(#loc15)), '
+            '%src_0: !tt.ptr<f32> loc("src"(#loc16)), %n: i32 loc("n"(#loc))) attributes {noinline = false} {')
+    assert ttir_params(f"module {{\n  {head}\n    tt.return\n  }}\n}}") == [
+        ("src", "!tt.ptr<f32>"), ("src_0", "!tt.ptr<f32>"), ("n", "i32")]

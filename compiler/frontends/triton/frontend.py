@@ -610,17 +610,26 @@ def written_params(kernel: Any, p: TritonPlan, where: str) -> frozenset[int]:
     stores or atomically updates through (:func:`flyship.compiler.frontends.writes.ttir_written_params`).
 
     Raises:
-        FrontendError: the TTIR's parameters are not the plan's (the binding would be wrong).
+        FrontendError: the TTIR's parameters are not the plan's, position by position (count, pointer or not):
+            the binding would be wrong.
     """
     from flyship.compiler.frontends import writes
 
     try:
-        names, written = writes.ttir_written_params(str(kernel.asm["ttir"]))
+        ttir = str(kernel.asm["ttir"])
+        declared = writes.ttir_params(ttir)
+        _names, written = writes.ttir_written_params(ttir)
     except (KeyError, ValueError) as e:
         raise FrontendError(f"{where}: cannot read which parameters the kernel writes from its TTIR: {e}") from None
-    want = [q.name for q in p.params]
-    if names != want:
-        raise FrontendError(f"{where}: the TTIR's parameters {names} are not the kernel's runtime parameters {want}")
+    # By position: the TTIR's argument names are the printer's, taken from the last local a kernel binds each
+    # argument to (``src = out; if flag: src = x`` prints both as %src, %src_0), not the parameter names.
+    got = [("pointer" if t.startswith("!tt.ptr") else "value") for _n, t in declared]
+    want = [("pointer" if q.kind == "pointer" else "value") for q in p.params]
+    if got != want:
+        raise FrontendError(f"{where}: expected the TTIR to declare the kernel's runtime parameters "
+                            f"{[q.name for q in p.params]} ({', '.join(want)}), got {len(got)}: "
+                            f"{', '.join(f'{n}: {t}' for n, t in declared)}; report this with the kernel (Triton "
+                            f"{version()})")
     return frozenset(written)
 
 
