@@ -246,3 +246,45 @@ def test_a_triton_kernel_rebinding_a_local_to_a_parameter_in_an_if_builds_with_t
     v = M.read(tmp_path / "o").op("pick").specializations[0].variants[0]
     assert [(f.kernel_arg, f.kind, f.arg or f.expr) for f in v.kernargs.fields[:4]] == [
         ("x", "pointer", "x"), ("out", "pointer", "out"), ("n_elements", "expr", "x.numel"), ("flag", "scalar", "flag")]
+
+
+# -- 6. the write check follows pointers chosen by scf.if ----------------------------------------------------------
+
+CHOOSE = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def choose_kernel(x, out, n_elements, flag, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    v = tl.load(x + offs, mask=mask)
+    if flag > 0:  # enough work in each branch that Triton keeps an scf.if yielding the pointer
+        dst = x + offs
+        v = v * 2
+    else:
+        dst = out + offs
+        v = v + 1
+    tl.store(dst, v, mask=mask)
+'''
+
+
+def test_a_triton_store_through_either_x_or_out_names_x_when_x_is_not_mutable(tmp_path):
+    (tmp_path / "tl_choose.py").write_text(CHOOSE)
+    spec = tmp_path / "spec.py"
+    decl = textwrap.dedent("""
+        from flyship.compiler.spec import Constexpr, Output, Scalar, Spec, Tensor, Value, namespace, op
+        from tl_choose import choose_kernel
+        namespace("t")
+        op("choose", kernel=choose_kernel, grid=("cdiv(x.numel, BLOCK)",),
+           args=[Tensor("x", rank=1MUT), Output("out", like="x"), Value("n_elements", "x.numel"),
+                 Scalar("flag", "int", default=1), Constexpr("BLOCK")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (4096,)}, constexprs={"BLOCK": 1024})])
+    """)
+    spec.write_text(decl.replace("MUT", ""))
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1
+    assert "the kernel stores through parameter 0 (x, offset 0), bound to input tensor 'x'" in r.stderr
+    spec.write_text(decl.replace("MUT", ", mutable=True"))  # declared: the same kernel builds
+    run_build(spec, tmp_path / "o2", ["gfx942"])
