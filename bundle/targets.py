@@ -12,6 +12,7 @@ runs only on exactly that device.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 
 from flyship.bundle.errors import BundleError
@@ -146,25 +147,39 @@ def compatibility_rank(code_object: TargetID, device: TargetID) -> int:
     return len(code_object.features)
 
 
+def known_processors(vendor: str) -> list[str]:
+    """The processors flyship knows the limits of (``"amd"``: ``gfx942``...; ``"nvidia"``: ``sm_90``...)."""
+    if vendor == "amd":
+        return sorted(AMD_PROCESSORS)
+    return [f"sm_{k}" for k in sorted(NVIDIA_LIMITS)]
+
+
+def check_known(target: TargetID | str) -> TargetID:
+    """Parse ``target`` and check that its processor is one flyship knows (the tables above): a typo such as
+    ``gfx0942`` parses as a target ID but names no GPU, and would build nothing.
+
+    Raises:
+        BundleError: not a target ID, or an unknown processor; names the nearest known one and lists them all.
+    """
+    t = parse_target(target) if isinstance(target, str) else target
+    known = known_processors(t.vendor)
+    if t.processor in known:
+        return t
+    near = difflib.get_close_matches(t.processor, known, n=1, cutoff=0.5)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    raise BundleError(f"target {t.text}: expected a known {'AMD' if t.vendor == 'amd' else 'NVIDIA'} processor, got "
+                      f"{t.processor!r}; {hint}known: {', '.join(known)}")
+
+
 def limits(target: TargetID | str) -> dict[str, int]:
     """Per-workgroup LDS bytes, wavefront size and max workgroup size of a target.
 
     Raises:
-        BundleError: the processor is not one flyship knows limits for; lists the known ones.
+        BundleError: the processor is not one flyship knows limits for (:func:`check_known`'s message).
     """
-    t = parse_target(target) if isinstance(target, str) else target
+    t = check_known(target)
     if t.vendor == "amd":
-        if t.processor not in AMD_PROCESSORS:
-            raise BundleError(
-                f"target {t.text}: no known limits for processor {t.processor!r}; "
-                f"known AMD processors: {', '.join(sorted(AMD_PROCESSORS))}"
-            )
         return dict(AMD_PROCESSORS[t.processor])
-    if t.sm not in NVIDIA_LIMITS:
-        raise BundleError(
-            f"target {t.text}: no known limits; known NVIDIA targets: "
-            f"{', '.join(f'sm_{k}' for k in sorted(NVIDIA_LIMITS))}"
-        )
     return dict(NVIDIA_LIMITS[t.sm])
 
 

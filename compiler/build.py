@@ -165,6 +165,11 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID],
             raise BuildError(f"flyc-build: op {op.name} ({op.frontend}) has no target among "
                              f"{[t.text for t in targets]}; {op.frontend} builds for "
                              f"{' and '.join(sorted(fe.vendors))} targets ({_VENDOR_EXAMPLES[min(fe.vendors)]}, ...)")
+        for t in usable:
+            try:
+                fe.check_target(t)
+            except CompileError as e:
+                raise BuildError(f"flyc-build: op {op.name} ({fe.title}): {e}") from None
         for s in op.specs:
             mine = [t for t in usable if _spec_admits(s.targets, t)]
             if not mine:
@@ -176,6 +181,13 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID],
                          f"{key} ({', '.join(t.text for t in targets)}): that form is not built")
             for t in mine:
                 tasks.append((op.name, s.name, t.text))
+        if not any(o == op.name for o, _s, _t in tasks):
+            limits = "; ".join(f"{op.name}.{s.name}: {', '.join(s.targets)}" for s in op.specs)
+            raise BuildError(f"flyc-build: op {op.name}: expected a specialization for some --arch "
+                             f"({', '.join(t.text for t in targets)}), got none: its specs are limited to other "
+                             f"targets ({limits}); "
+                             "add one of those --arch, or widen a spec's targets=(...) (a bundle op without code "
+                             "objects would only ever run its reference)")
     return tasks
 
 

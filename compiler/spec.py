@@ -251,7 +251,7 @@ class Spec:
                             f"{self.targets!r}; write targets=({self.targets!r},) (note the comma)")
         for t in self.targets:
             try:
-                _targets.parse_target(t)
+                _targets.check_known(t)
             except Exception as e:
                 raise SpecError(f"Spec {self.name!r}: targets: {e}") from None
         if self.cu_count is not None:
@@ -270,7 +270,7 @@ class Spec:
         for key, over in self.per_target.items():
             where = f"Spec {self.name!r}: per_target[{key!r}]"
             try:
-                tid = _targets.parse_target(key)
+                tid = _targets.check_known(key)
             except Exception as e:
                 raise SpecError(f"{where}: {e}") from None
             if not isinstance(over, dict):
@@ -399,6 +399,17 @@ class OpDecl:
             return Output(a.name, shape=self.output_shape(a), dtype=self.output_dtype(a), batch=self.output_batch(a))
 
         return dataclasses.replace(self, args=tuple(resolved(a) for a in args))
+
+    def expression_slots(self) -> dict[str, _expr.Slot]:
+        """What grid and :class:`Value` expressions may name: argument name -> expression slot, the inputs then
+        the outputs, numbered like ``flyship.bundle.manifest.slots`` (int constexprs are written in first)."""
+        out: dict[str, _expr.Slot] = {}
+        inputs = self.inputs
+        for i, a in enumerate(inputs):
+            out[a.name] = _expr.Slot(i, "tensor", a.rank) if isinstance(a, Tensor) else _expr.Slot(i, a.type)
+        for j, o in enumerate(self.outputs):
+            out[o.name] = _expr.Slot(len(inputs) + j, "tensor", len(self.output_shape(o)))
+        return out
 
     def tensor(self, name: str) -> Tensor:
         for a in self.args:
@@ -585,7 +596,12 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
                   grid=tuple(grid) if grid else None, frontend=frontend, backward=_backward(name, backward),
                   tuning=space)
     validate(decl)
-    _current().ops.append(decl)
+    sf = _current()
+    if any(o.name == name for o in sf.ops):
+        raise SpecError(f"op {name}: declared twice in spec file {sf.path}; expected one op(...) per name (each is "
+                        f"torch.ops.{sf.namespace or '<namespace>'}.{name}); rename one, or give the one op several "
+                        "specs=[...]")
+    sf.ops.append(decl)
     return decl
 
 
@@ -622,6 +638,8 @@ def validate(d: OpDecl) -> None:
             raise SpecError(f"{w}: tensor {a.name}: pointee {a.pointee!r} is not a dtype; known: {', '.join(DTYPES)}")
         if isinstance(a, Scalar) and a.type not in SCALAR_TYPES:
             raise SpecError(f"{w}: scalar {a.name} type {a.type!r}; expected one of {SCALAR_TYPES}")
+        if isinstance(a, Scalar) and a.default is not None:
+            _check_scalar_value(a, a.default, f"{w}: Scalar({a.name!r}, {a.type!r}, default={a.default!r})")
         if isinstance(a, Output):
             if bool(a.like) == bool(a.shape):
                 raise SpecError(f"{w}: output {a.name}: give exactly one of like= or shape=")
@@ -642,17 +660,9 @@ def validate(d: OpDecl) -> None:
         raise SpecError(f"{w}: a {fe.title} computes its own grid; remove grid=")
     if not d.specs:
         raise SpecError(f"{w}: no specializations (specs=[Spec(...)])")
-    # Names constraints may use: every tensor (inputs and outputs, with their ranks) and the int scalars.
-    slots: dict[str, _expr.Slot] = {}
-    for i, a in enumerate(d.args):
-        if isinstance(a, Tensor):
-            slots[a.name] = _expr.Slot(i, "tensor", a.rank)
-        elif isinstance(a, Output):
-            slots[a.name] = _expr.Slot(i, "tensor", len(a.shape) if a.shape else d.tensor(a.like).rank)
-        elif isinstance(a, (Scalar, Value)):
-            slots[a.name] = _expr.Slot(i, "int" if getattr(a, "type", "int") in ("int", "i32", "i64") else "float")
-        elif isinstance(a, Constexpr):
-            slots[a.name] = _expr.Slot(i, "int")
+    # Names constraints may use: every tensor (inputs and outputs, with their ranks) and the scalars; int
+    # constexprs are written in first (the guard is checked where constexprs no longer exist).
+    slots = d.expression_slots()
     seen = set()
     for spec in d.specs:
         if spec.name in seen or not spec.name.replace("_", "a").isalnum():
@@ -667,6 +677,7 @@ def validate(d: OpDecl) -> None:
                                     f"complete them, or write targets={tuple(spec.per_target)!r} to build it only "
                                     "there]") from None
                 raise
+    _validate_launch_expressions(d, w)
     inputs_only = {k: v for k, v in slots.items() if k in {a.name for a in d.inputs}}
     for k in d.key:
         try:
@@ -696,15 +707,71 @@ def _validate_spec(d: OpDecl, s: Spec, w: str, slots: dict, tensors: set[str]) -
             rank = d.tensor(t).rank if t in tensors else "N"
             raise SpecError(f"{w} spec {s.name}: strides of {t!r}: expected {rank} non-negative element strides "
                             f"of an input tensor ({sorted(tensors)}), got {st!r}")
+    scalars = {a.name: a for a in d.args if isinstance(a, Scalar)}
+    for k, v in s.scalars.items():
+        if k not in scalars:
+            raise SpecError(f"{w} spec {s.name}: scalars key {k!r} names no Scalar of the op; its scalars are "
+                            f"{', '.join(scalars) or 'none'}")
+        _check_scalar_value(scalars[k], v, f"{w} spec {s.name}: scalars[{k!r}]")
     for c in d.args:
         if isinstance(c, Constexpr) and c.name not in s.constexprs:
             raise SpecError(f"{w} spec {s.name}: constexpr {c.name} has no value in constexprs=")
-    for c in s.constraints:
+    for c, written in zip(s.constraints, _constraints_or_refuse(d, s, w)):
         try:
-            _expr.compile_program(c, slots)
+            _expr.compile_program(written, slots)
         except _expr.ExprError as e:
-            raise SpecError(f"{w} spec {s.name}: constraint {c!r}: {e}") from None
+            consts = [a.name for a in d.args if isinstance(a, Constexpr)]
+            values = [f"{a.name} is {a.expr!r}" for a in d.args if isinstance(a, Value) and a.name in str(e)]
+            raise SpecError(f"{w} spec {s.name}: constraint {c!r}: {e}" + (
+                f"; besides the op's inputs and outputs it may name the int constexprs ({', '.join(consts)})"
+                if consts else "") + (f"; a guard cannot read a Value, write its expression ({'; '.join(values)})"
+                                      if values else "")) from None
     _check_example_meets_constraints(d, s, w)
+
+
+def _check_scalar_value(a: Scalar, value: Any, where: str) -> None:
+    """A scalar's default or example value fits its type (the rule book's rule, checked when the spec is read:
+    a str default would otherwise reach the reference, or the kernel, at the first call)."""
+    try:
+        _rules.check_scalar_value(a.type, value, where)
+    except BundleError as e:
+        fits = {"int": "an int (a float is never truncated to one)", "float": "a number", "bool": "True or False"}[a.type]
+        raise SpecError(f"{e} ({type(value).__name__}); give {fits}, or declare the scalar's type to match "
+                        f"(Scalar({a.name!r}, 'int' | 'float' | 'bool'))") from None
+
+
+def _constraints_or_refuse(d: OpDecl, s: Spec, w: str) -> tuple[str, ...]:
+    try:
+        return d.constraints(s)
+    except _expr.ExprError as e:
+        raise SpecError(f"{w} spec {s.name}: {e}") from None
+
+
+def _validate_launch_expressions(d: OpDecl, w: str) -> None:
+    """Grid and :class:`Value` expressions read the op's inputs and outputs, with each specialization's int
+    constexprs written in: compiled here for every form of every spec, so a typo is reported when the spec file
+    is read (naming the op and the expression), not when a worker traces the kernel."""
+    io = d.expression_slots()
+    grids = [(f"Launch {k + 1} grid expression", launch.grid) for k, launch in enumerate(d.launches)]
+    grids = grids or [("grid expression", d.grid or ())]
+    values = [(f"Value {a.name} expression", (a.expr,)) for a in d.args if isinstance(a, Value)]
+    checked: set[tuple[str, str]] = set()
+    for spec in d.specs:
+        for _key, s in spec.resolved():
+            ints = {k: v for k, v in s.constexprs.items() if isinstance(v, int) and not isinstance(v, bool)}
+            for what, texts in (*grids, *values):
+                for text in texts:
+                    try:
+                        written = _expr.substitute(text, ints) if ints else text
+                        if (what, written) in checked:
+                            continue
+                        _expr.compile_program(written, io)
+                    except _expr.ExprError as e:
+                        consts = sorted(a.name for a in d.args if isinstance(a, Constexpr))
+                        raise SpecError(f"{w}: {what} {text!r} (spec {s.name}): {e}" + (
+                            f"; besides the op's inputs and outputs it may name the int constexprs ({', '.join(consts)})"
+                            if consts else "")) from None
+                    checked.add((what, written))
 
 
 def _validate_workspaces(d: OpDecl, w: str) -> None:

@@ -198,6 +198,14 @@ class Frontend(abc.ABC):
         """Set the worker process's environment before the spec file (and the DSL) is imported; runs once in
         each worker whose target's vendor this frontend builds for. Default: nothing."""
 
+    def check_target(self, target: _targets.TargetID) -> None:
+        """Refuse a requested target this frontend cannot build code objects for (checked for every op of the
+        frontend before any worker starts). Default: accept every target of :attr:`vendors`.
+
+        Raises:
+            FrontendError: naming the target, why, and which target to ask for instead.
+        """
+
     def check_declaration(self, op: OpDecl) -> None:
         """Refuse a declaration that cannot compile, before any worker starts. Default: accept.
 

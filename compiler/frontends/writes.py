@@ -15,7 +15,10 @@ the parameters whose pointers reach a store or an atomic:
 
 The dataflow is conservative in one direction only: a value computed from a parameter's pointer carries that
 parameter, except what is *loaded* from memory (an index read from a tensor is data, not an address of the
-tensor). Loop-carried values (``phi``, ``iter_args``) are followed to a fixed point.
+tensor). Loop-carried values (``phi``, ``iter_args``) are followed to a fixed point. A pointer chosen between
+parameters carries each of them: ``select`` / ``arith.select`` its two values (not the condition), ``phi`` its
+incoming values, a TTIR ``scf.if`` result what its branches ``scf.yield`` at that position, and an ``scf.for`` /
+``scf.while`` result and loop-carried argument what the loop yields or passes on (``scf.condition``).
 """
 
 from __future__ import annotations
@@ -114,7 +117,10 @@ def llvm_written_params(ir: str, symbol: str) -> set[int]:
         m = _LLVM_DEF.match(line)
         if m:
             rhs = m.group(2).strip()
-            defs.append((m.group(1), frozenset() if _LLVM_LOADS.match(rhs) else None, _LLVM_REF.findall(rhs)))
+            refs = _LLVM_REF.findall(rhs)
+            if re.match(r"select\b", rhs):  # select i1 %c, <ty> %a, <ty> %b: the condition is not a value of it
+                refs = refs[1:]
+            defs.append((m.group(1), frozenset() if _LLVM_LOADS.match(rhs) else None, refs))
     _fixed_point(taint, ((name, fixed, refs) for name, fixed, refs in defs))
     written: set[int] = set()
     for line in body:
@@ -123,25 +129,33 @@ def llvm_written_params(ir: str, symbol: str) -> set[int]:
     return written
 
 
-_TT_REF = re.compile(r"%([\w$.-]+)(?:#\d+)?")
+_TT_REF = re.compile(r"%([\w$.-]+(?:#\d+)?)")  # a use: %v, or %r#1 for result 1 of a multi-result op
+_TT_RESULTS = re.compile(r"^\s*(%[\w$.-]+(?::\d+)?(?:\s*,\s*%[\w$.-]+)*)\s*=\s*")
 _TT_DEF = re.compile(r"^\s*%([\w$.-]+)(?::\d+)?(?:\s*,\s*%[\w$.-]+)*\s*=\s*([\w.]+)(.*)$")
 _TT_STORES = ("tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.descriptor_store", "tt.descriptor_reduce",
               "tt.descriptor_scatter")
 _TT_LOADS = ("tt.load", "tt.descriptor_load", "tt.descriptor_gather", "tt.atomic_rmw", "tt.atomic_cas")
 
 
+def _tt_results(line: str) -> list[str]:
+    """The result names an op line defines, as its uses spell them: ``%v`` -> [v]; ``%r:2`` -> [r#0, r#1];
+    ``%a, %b`` -> [a, b]; none for an op without results."""
+    m = _TT_RESULTS.match(line)
+    if not m:
+        return []
+    out = []
+    for part in m.group(1).split(","):
+        name, _, count = part.strip()[1:].partition(":")
+        out += [f"{name}#{i}" for i in range(int(count))] if count else [name]
+    return out
+
+
 def _strip_locations(line: str) -> str:
     return re.sub(r"\bloc\((?:[^()]|\([^()]*\))*\)", "", line)
 
 
-def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
-    """The kernel's runtime parameters (TTIR argument names, constexprs left out, in order) and the indices of
-    those whose pointers reach a store or an atomic.
-
-    Raises:
-        ValueError: ``ttir`` holds no public ``tt.func``.
-    """
-    lines = [_strip_locations(x) for x in ttir.splitlines()]
+def _ttir_head(lines: list[str]) -> tuple[int, list[tuple[str, str]]]:
+    """The line of the public ``tt.func`` and its arguments as (SSA name, type), in order."""
     head = next((i for i, x in enumerate(lines) if re.match(r"\s*tt\.func\s+public\b", x)), None)
     if head is None:
         raise ValueError("no public tt.func in the TTIR")
@@ -152,23 +166,81 @@ def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
         if depth == 0:
             end = j
             break
-    params = re.findall(r"%([\w$.-]+)\s*:", lines[head][start:end])
+    args = _split_top_level(lines[head][start + 1:end])
+    return head, [(m.group(1), m.group(2)) for a in args
+                  if (m := re.match(r"\s*%([\w$.-]+)\s*:\s*(!tt\.ptr<[^>]*>|[\w!.<>]+)", a))]
+
+
+def ttir_params(ttir: str) -> list[tuple[str, str]]:
+    """The kernel's runtime parameters as the TTIR declares them, in order (constexprs left out): (SSA name,
+    type). The SSA names are only the printer's: Triton tags an argument with the name of the local a kernel
+    last binds it to (``src = x`` names ``x``'s argument ``%src``), so a binding goes by position, never by name.
+
+    Raises:
+        ValueError: ``ttir`` holds no public ``tt.func``.
+    """
+    return _ttir_head([_strip_locations(x) for x in ttir.splitlines()])[1]
+
+
+def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
+    """The kernel's runtime parameters (TTIR argument SSA names, constexprs left out, in order: see
+    :func:`ttir_params`) and the indices of those whose pointers reach a store or an atomic.
+
+    Raises:
+        ValueError: ``ttir`` holds no public ``tt.func``.
+    """
+    lines = [_strip_locations(x) for x in ttir.splitlines()]
+    head, args = _ttir_head(lines)
+    params = [name for name, _type in args]
     taint: dict[str, frozenset[int]] = {p: frozenset({i}) for i, p in enumerate(params)}
     defs: list[tuple[str, frozenset[int] | None, list[str]]] = []
     stores: list[str] = []
+    # The region ops (scf.if, scf.for, scf.while, ...) open around the current line: (op, its results, the values
+    # its regions' yields flow into besides them: scf.for's iter_args, scf.while's "before" arguments).
+    regions: list[tuple[str, list[str], list[str]]] = []
     for line in lines[head + 1:]:
-        for dst, src in re.findall(r"%([\w$.-]+)\s*=\s*%([\w$.-]+)(?:#\d+)?", line.split("iter_args(", 1)[1]
-                                   if "iter_args(" in line else ""):
-            defs.append((dst, None, [src]))  # a loop-carried value starts as its initial value
+        text = line.strip()
+        if text.startswith("}"):
+            if not text.endswith("{") and regions:  # "} else {" / "} do {" stay in the op
+                regions.pop()
+            continue
+        carried = []
+        if "iter_args(" in line or re.search(r"=\s*scf\.while\s*\(", line):
+            tail = line.split("iter_args(", 1)[1] if "iter_args(" in line else line.split("scf.while", 1)[1]
+            for dst, src in re.findall(r"%([\w$.-]+)\s*=\s*%([\w$.-]+(?:#\d+)?)", tail.split(")", 1)[0]):
+                defs.append((dst, None, [src]))  # a loop-carried value starts as its initial value
+                carried.append(dst)
         m = _TT_DEF.match(line)
-        op = m.group(2) if m else line.strip().split(" ", 1)[0]
+        op = m.group(2) if m else text.split(" ", 1)[0].split("(", 1)[0]
         if op in _TT_STORES:
             operands = line.split(op, 1)[1]
             first = _TT_REF.search(operands)
             if first:
                 stores.append(first.group(1))
+        results = _tt_results(line)
         if m:
-            defs.append((m.group(1), frozenset() if op in _TT_LOADS else None, _TT_REF.findall(m.group(3))))
+            refs = [] if op == "scf.if" else _TT_REF.findall(m.group(3))  # an if's results are what it yields
+            if op == "arith.select":  # the condition chooses between the two values; it is not one of them
+                refs = refs[1:]
+            for r in results:  # each result carries its operands' parameters (a region op's also its yields')
+                defs.append((r, frozenset() if op in _TT_LOADS else None, refs))
+        if op in ("scf.yield", "scf.condition") and regions:
+            region_op, into_results, into_carried = regions[-1]
+            values = _TT_REF.findall(line.split(":", 1)[0] if " : " in line else line)
+            if op == "scf.condition":  # scf.condition(%c) %a, %b: the while's results are %a, %b
+                values, into_carried = values[1:], []
+            elif region_op == "scf.while":  # the "do" region's yield feeds the "before" arguments only
+                into_results = []
+            for i, v in enumerate(values):
+                for target in (into_results, into_carried):
+                    if i < len(target):
+                        defs.append((target[i], None, [v]))
+        block = re.match(r"\^bb\d+\((.*)\):", text)
+        if block and regions and regions[-1][0] == "scf.while":  # the "do" region's arguments: the results
+            for name, res in zip(re.findall(r"%([\w$.-]+)\s*:", block.group(1)), regions[-1][1]):
+                defs.append((name, None, [res]))
+        if text.endswith("{"):
+            regions.append((op, results, carried))
     _fixed_point(taint, defs)
     written: set[int] = set()
     for p in stores:

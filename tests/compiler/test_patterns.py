@@ -216,7 +216,9 @@ def _refused(tmp_path: Path, spec: Path) -> str:
 
 
 def test_an_int_scalar_against_a_float32_launcher_parameter_is_refused_before_compiling(tmp_path):
-    err = _refused(tmp_path, _scale(tmp_path, type_='"int"'))
+    spec = _scale(tmp_path, type_='"int"')
+    spec.write_text(spec.read_text().replace("default=2.0", "default=2"))  # an int default: only the type disagrees
+    err = _refused(tmp_path, spec)
     assert "Scalar('alpha', 'int') declares an int but launcher 'scale' annotates alpha as Float32 (float)" in err
     assert "kernels" not in err.split("error:")[0]  # refused while reading the declarations
 

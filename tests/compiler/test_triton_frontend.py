@@ -270,7 +270,8 @@ def test_options_the_bundle_cannot_launch_are_refused(ops):
     for opt, msg in [({"num_ctas": 2}, "num_ctas=2 is not supported"), ({"launch_pdl": True}, "launch_pdl"),
                      ({"num_warps": 3}, "power of two"), ({"bogus": 1}, r"options \['bogus'\] are not Triton"),
                      ({"cuda": {"divisible_by_16": ["x"]}}, "must be the same for every target"),
-                     ({"nvidia": {"num_warps": 8}}, "neither 'cuda' nor 'hip' nor a target ID")]:
+                     ({"nvidia": {"num_warps": 8}}, "neither 'cuda' nor 'hip' nor a known target ID"),
+                     ({"gfx0942": {"num_warps": 8}}, "did you mean 'gfx942'")]:
         spec = dataclasses.replace(spec_of(op, "f32"), options=opt)
         with pytest.raises(FrontendError, match=msg):
             tf.run_triton(tf.plan(op, spec, "sm_90"), tf._targets.parse_target("sm_90"),

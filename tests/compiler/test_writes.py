@@ -93,3 +93,69 @@ def test_ttir_stores_and_atomics_name_their_parameters_through_loops():
 def test_ttir_without_a_public_function_is_an_error():
     with pytest.raises(ValueError, match="no public tt.func"):
         ttir_written_params("module {}")
+
+
+def test_ttir_parameters_are_read_by_position_with_their_types_whatever_the_printer_named_them():
+    from flyship.compiler.frontends.writes import ttir_params
+
+    head = ('tt.func public @k(%src: !tt.ptr<f32> {tt.divisibility = 16 : i32} loc("src"(#loc15)), '
+            '%src_0: !tt.ptr<f32> loc("src"(#loc16)), %n: i32 loc("n"(#loc))) attributes {noinline = false} {')
+    assert ttir_params(f"module {{\n  {head}\n    tt.return\n  }}\n}}") == [
+        ("src", "!tt.ptr<f32>"), ("src_0", "!tt.ptr<f32>"), ("n", "i32")]
+
+
+def _ttir(body: str) -> str:
+    return ('module {\n  tt.func public @k(%x: !tt.ptr<f32> loc("x"(#loc)), %out: !tt.ptr<f32> loc("out"(#loc)), '
+            '%n: i32 loc("n"(#loc)), %flag: i32 loc("flag"(#loc))) attributes {noinline = false} {\n'
+            '    %c0 = arith.constant 0 : i32 loc(#loc1)\n    %cond = arith.cmpi sgt, %flag, %c0 : i32 loc(#loc2)\n'
+            + body + '    tt.return loc(#loc9)\n  } loc(#loc)\n} loc(#loc)\n')
+
+
+# What Triton 3.6 emits for "if flag > 0: dst, v = x + offs, v * 2 else: dst, v = out + offs, v + 1; store(dst, v)".
+SCF_IF = """\
+    %xp = tt.splat %x : !tt.ptr<f32> -> tensor<8x!tt.ptr<f32>> loc(#loc3)
+    %v = tt.load %xp : tensor<8x!tt.ptr<f32>> loc(#loc3)
+    %1:2 = scf.if %cond -> (tensor<8xf32>, tensor<8x!tt.ptr<f32>>) {
+      %v_8 = arith.mulf %v, %v : tensor<8xf32> loc(#loc4)
+      scf.yield %v_8, %xp : tensor<8xf32>, tensor<8x!tt.ptr<f32>> loc(#loc4)
+    } else {
+      %dst = tt.splat %out : !tt.ptr<f32> -> tensor<8x!tt.ptr<f32>> loc(#loc5)
+      scf.yield %v, %dst : tensor<8xf32>, tensor<8x!tt.ptr<f32>> loc(#loc5)
+    } loc(#loc6)
+    tt.store %1#1, %1#0 : tensor<8x!tt.ptr<f32>> loc(#loc7)
+"""
+
+
+@pytest.mark.parametrize("body, written", [
+    (SCF_IF, {"x", "out"}),
+    # result 0 of the if is x's pointer in both branches, result 1 out's: only result 1 is stored through
+    (SCF_IF.replace("tensor<8xf32>, tensor<8x!tt.ptr<f32>>) {", "tensor<8x!tt.ptr<f32>>, tensor<8x!tt.ptr<f32>>) {")
+           .replace("scf.yield %v_8, %xp", "scf.yield %xp, %dst_x").replace("scf.yield %v, %dst", "scf.yield %xp, %dst")
+           .replace("      %v_8 =", "      %dst_x = tt.splat %out : !tt.ptr<f32> -> tensor<8x!tt.ptr<f32>> loc(#loc4)\n"
+                    "      %v_8 =")
+           .replace("tt.store %1#1, %1#0", "tt.store %1#1, %v"), {"out"}),
+    (SCF_IF.replace("scf.yield %v_8, %xp", "scf.yield %v_8, %dst_x").replace(
+        "      %v_8 =", "      %dst_x = tt.splat %out : !tt.ptr<f32> -> tensor<8x!tt.ptr<f32>> loc(#loc4)\n      %v_8 ="),
+     {"out"}),
+    ("    %p = arith.select %cond, %x, %out : !tt.ptr<f32> loc(#loc3)\n"
+     "    tt.store %p, %c0 : !tt.ptr<f32> loc(#loc3)\n", {"x", "out"}),
+    # a loop that starts at out and moves to x: the loop-carried pointer and the loop's result are both
+    ("    %r = scf.for %i = %c0 to %n step %n iter_args(%p = %out) -> (!tt.ptr<f32>)  : i32 {\n"
+     "      tt.store %p, %c0 : !tt.ptr<f32> loc(#loc4)\n"
+     "      scf.yield %x : !tt.ptr<f32> loc(#loc4)\n    } loc(#loc4)\n", {"x", "out"}),
+    ("    %w = scf.while (%a = %out) : (!tt.ptr<f32>) -> !tt.ptr<f32> {\n"
+     "      scf.condition(%cond) %a : !tt.ptr<f32> loc(#loc4)\n    } do {\n"
+     "    ^bb0(%b: !tt.ptr<f32> loc(#loc4)):\n"
+     "      tt.store %b, %c0 : !tt.ptr<f32> loc(#loc4)\n"
+     "      scf.yield %x : !tt.ptr<f32> loc(#loc4)\n    } loc(#loc4)\n", {"x", "out"}),
+])
+def test_ttir_pointers_chosen_by_scf_if_select_or_a_loop_name_every_parameter_they_can_be(body, written):
+    params, got = ttir_written_params(_ttir(body))
+    assert params == ["x", "out", "n", "flag"] and {params[i] for i in got} == written
+
+
+def test_llvm_a_pointer_selected_between_two_parameters_names_both():
+    ir = ("define amdgpu_kernel void @k(ptr addrspace(1) %0, ptr addrspace(1) %1, i1 %2) {\n"
+          "  %4 = select i1 %2, ptr addrspace(1) %0, ptr addrspace(1) %1\n"
+          "  store float 0.0, ptr addrspace(1) %4, align 4\n  ret void\n}\n")
+    assert llvm_written_params(ir, "k") == {0, 1}

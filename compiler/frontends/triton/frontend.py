@@ -168,17 +168,6 @@ def triton_target(target: _targets.TargetID) -> Any:
     return GPUTarget("hip", target.processor, warp)
 
 
-def _slots(op: OpDecl) -> dict[str, _expr.Slot]:
-    """Argument name -> expression slot, numbered like ``flyship.bundle.manifest.slots`` (inputs, outputs)."""
-    out: dict[str, _expr.Slot] = {}
-    inputs = op.inputs
-    for i, a in enumerate(inputs):
-        out[a.name] = _expr.Slot(i, "tensor", a.rank) if isinstance(a, Tensor) else _expr.Slot(i, a.type)
-    for j, o in enumerate(op.outputs):
-        out[o.name] = _expr.Slot(len(inputs) + j, "tensor", len(op.output_shape(o)))
-    return out
-
-
 def _nonnegative(text: str) -> bool:
     """Whether an expression is non-negative for every input: sizes, strides and numel combined with
     ``+ * // %``, ``cdiv``, ``min``, ``max`` and non-negative literals (torch strides are never negative)."""
@@ -226,11 +215,11 @@ def resolve_options(spec: Spec, target: _targets.TargetID, where: str) -> tuple[
     base = {k: v for k, v in spec.options.items() if not isinstance(v, dict)}
     for key in (k for k, v in spec.options.items() if isinstance(v, dict) and k not in VENDOR_KEYS.values()):
         try:
-            _targets.parse_target(key)
-        except BundleError:
+            _targets.check_known(key)
+        except BundleError as e:
             raise FrontendError(f"{where}: options[{key!r}] is a per-target override, but {key!r} is neither "
-                                f"{' nor '.join(repr(v) for v in VENDOR_KEYS.values())} nor a target ID "
-                                "such as 'sm_90' or 'gfx942'") from None
+                                f"{' nor '.join(repr(v) for v in VENDOR_KEYS.values())} nor a known target ID "
+                                f"such as 'sm_90' or 'gfx942' ({e})") from None
     per_target: dict[str, Any] = {}
     for key in (VENDOR_KEYS[target.vendor], target.processor, target.text):
         over = spec.options.get(key)
@@ -269,8 +258,9 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
 
     Raises:
         FrontendError: parameters that do not match the kernel, an unknown dtype or Value type, a
-            ``divisible_by_16`` name that is not a tensor, output, int scalar or Value, a grid expression
-            naming unknown arguments, or a block (``num_warps`` x warp size) over the target's limit.
+            ``divisible_by_16`` name that is not a tensor, output, int scalar or Value, or a block
+            (``num_warps`` x warp size) over the target's limit. (Grid and Value expressions are checked when the
+            spec is read: :func:`flyship.compiler.spec.validate`.)
     """
     where = _where(op, spec, target)
     tid = _targets.parse_target(target)
@@ -287,7 +277,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
                             f"({options['num_warps']} x warp size {limits['wavefront_size']}), over the target's "
                             f"limit of {limits['max_workgroup_size']}; use num_warps <= "
                             f"{limits['max_workgroup_size'] // limits['wavefront_size']}")
-    slots = _slots(scope or op)
+    slots = (scope or op).expression_slots()
     known = set(slots) | {a.name for a in op.args if isinstance(a, (Value, Workspace))}
     own = {a.name for a in op.args if isinstance(a, Constexpr)}
     constexprs = {k: v for k, v in spec.constexprs.items() if k in own} if scope else dict(spec.constexprs)
@@ -339,8 +329,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
         elif isinstance(a, Value):
             if a.type not in VALUE_TYPES:
                 raise FrontendError(f"{where}: Value {a.name} has type {a.type!r}; expected one of {VALUE_TYPES}")
-            text = _expr.substitute(a.expr, int_constexprs)
-            _compile_expr(text, slots, where, f"Value {a.name}")
+            text = _expr.substitute(a.expr, int_constexprs)  # compiles: spec.validate checked it
             signature[a.name] = a.type
             params.append(_value_param(a.name, a.type, text, slots))
             constraints += _range_constraints(text, a.type)
@@ -352,9 +341,8 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
     grid_in = list(op.grid or ())
     if not 1 <= len(grid_in) <= 3:
         raise FrontendError(f"{where}: grid must have 1 to 3 expressions, got {grid_in}")
+    # Each expression compiles against the op's inputs and outputs: spec.validate checked it when the spec was read.
     grid3 = [_expr.substitute(g, int_constexprs) for g in grid_in] + ["1"] * (3 - len(grid_in))
-    for g in grid3:
-        _compile_expr(g, slots, where, "grid expression")
     return TritonPlan(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs, params=tuple(params),
                       options=options, grid=(grid3[0], grid3[1], grid3[2]),
                       constraints=tuple(dict.fromkeys(constraints)), alignment=alignment)
@@ -369,13 +357,6 @@ def _value_param(name: str, type_: str, text: str, slots: dict[str, _expr.Slot])
         rank = slots[tensor].rank
         return RuntimeParam(name, type_, what, type_, arg=tensor, dim=idx % rank)
     return RuntimeParam(name, type_, "expr", type_, expr=text)
-
-
-def _compile_expr(text: str, slots: dict[str, _expr.Slot], where: str, what: str) -> None:
-    try:
-        _expr.compile_program(text, slots)
-    except BundleError as e:
-        raise FrontendError(f"{where}: {what}: {e}") from None
 
 
 @contextlib.contextmanager
@@ -521,6 +502,16 @@ class TritonFrontend(Frontend):
     def accepts(self, kernel: Any) -> bool:
         return (type(kernel).__module__ or "").startswith("triton")
 
+    def check_target(self, target: _targets.TargetID) -> None:
+        # Triton's AMD target is a bare processor name (GPUTarget("hip", "gfx942", 64); its passes compare it with
+        # "gfx942" and LLVM takes it as the CPU name), so it cannot be told sramecc/xnack. Its hsaco leaves both
+        # unspecified, which runs on every device of the processor whatever their setting.
+        if target.features:
+            raise FrontendError(f"--arch {target.text}: Triton compiles for a processor, not for target features "
+                                f"({', '.join(k + v for k, v in target.features)}); its hsaco for {target.processor} "
+                                f"leaves sramecc and xnack unspecified and runs on every {target.processor} device "
+                                f"whatever their setting: use --arch {target.processor}")
+
     def prepare_worker(self, setup: WorkerSetup) -> None:
         import os
         import tempfile
@@ -619,17 +610,26 @@ def written_params(kernel: Any, p: TritonPlan, where: str) -> frozenset[int]:
     stores or atomically updates through (:func:`flyship.compiler.frontends.writes.ttir_written_params`).
 
     Raises:
-        FrontendError: the TTIR's parameters are not the plan's (the binding would be wrong).
+        FrontendError: the TTIR's parameters are not the plan's, position by position (count, pointer or not):
+            the binding would be wrong.
     """
     from flyship.compiler.frontends import writes
 
     try:
-        names, written = writes.ttir_written_params(str(kernel.asm["ttir"]))
+        ttir = str(kernel.asm["ttir"])
+        declared = writes.ttir_params(ttir)
+        _names, written = writes.ttir_written_params(ttir)
     except (KeyError, ValueError) as e:
         raise FrontendError(f"{where}: cannot read which parameters the kernel writes from its TTIR: {e}") from None
-    want = [q.name for q in p.params]
-    if names != want:
-        raise FrontendError(f"{where}: the TTIR's parameters {names} are not the kernel's runtime parameters {want}")
+    # By position: the TTIR's argument names are the printer's, taken from the last local a kernel binds each
+    # argument to (``src = out; if flag: src = x`` prints both as %src, %src_0), not the parameter names.
+    got = [("pointer" if t.startswith("!tt.ptr") else "value") for _n, t in declared]
+    want = [("pointer" if q.kind == "pointer" else "value") for q in p.params]
+    if got != want:
+        raise FrontendError(f"{where}: expected the TTIR to declare the kernel's runtime parameters "
+                            f"{[q.name for q in p.params]} ({', '.join(want)}), got {len(got)}: "
+                            f"{', '.join(f'{n}: {t}' for n, t in declared)}; report this with the kernel (Triton "
+                            f"{version()})")
     return frozenset(written)
 
 
