@@ -25,6 +25,7 @@ import re
 import shutil
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 
 from flyship.bundle import manifest as _m
@@ -38,6 +39,11 @@ PACK_FORMAT = "flyship-pack"
 PACK_VERSION = 1
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time zip can hold
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_+\-][A-Za-z0-9._+\-]*$")
+_ZIP_LOCAL_HEADER = b"PK\x03\x04"  # every pack starts with its index member's local header
+_REDO = "rebuild or re-copy it with `flyc-build ... --pack` or `flyship pack BUNDLE -o FILE`"
+# What reading a damaged member can raise: a bad header or CRC (BadZipFile), data cut short (EOFError), a
+# compressed member from another writer (zlib.error, NotImplementedError for a method zipfile lacks).
+_DAMAGE = (zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError)
 
 
 def members(root: Path, manifest: _m.Manifest) -> list[str]:
@@ -114,7 +120,7 @@ def _read_index(z: zipfile.ZipFile, where: str) -> dict[str, str]:
         raise BundleError(f"open packed bundle {where}: expected {INDEX_NAME} as the first member, got "
                           f"{names[0] if names else 'an empty archive'}; pack the bundle with `flyship pack`")
     try:
-        index = json.loads(z.read(INDEX_NAME))
+        index = json.loads(_read_member(z, INDEX_NAME, where))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BundleError(f"open packed bundle {where}: {INDEX_NAME} is not valid JSON ({e}); the file is "
                           "damaged") from None
@@ -138,6 +144,29 @@ def _read_index(z: zipfile.ZipFile, where: str) -> dict[str, str]:
     return listed
 
 
+def _read_member(z: zipfile.ZipFile, name: str, where: str) -> bytes:
+    """The bytes of member ``name``; a damaged member (bad header, bad CRC, cut short) is a BundleError."""
+    try:
+        return z.read(name)
+    except _DAMAGE as e:
+        raise BundleError(f"open packed bundle {where}: expected member {name} to read back intact, got "
+                          f"{type(e).__name__}: {e}; the file is damaged, {_REDO}") from e
+
+
+def _not_a_zip(blob: bytes, where: str, why: str) -> BundleError:
+    """The error for a file that zipfile cannot open as an archive, saying which kind of damage it looks like."""
+    if not blob:
+        what = "an empty file (0 bytes): the copy or the write never finished"
+    elif blob.startswith(_ZIP_LOCAL_HEADER):
+        what = (f"a zip archive without its directory ({len(blob)} bytes; {why}): the file is truncated or "
+                "damaged")
+    else:
+        what = f"a file that is not a zip archive ({len(blob)} bytes, starting {blob[:8]!r})"
+    return BundleError(f"load bundle {where}: expected a bundle directory (holding {_m.MANIFEST_NAME}), its "
+                       f"{_m.MANIFEST_NAME} or a zip archive `flyship pack` wrote, got {what}; pass the folder "
+                       f"flyc-build wrote, or if this is a packed bundle, {_REDO}")
+
+
 def cache_root() -> Path:
     """Where opened packs are extracted: ``$FLYSHIP_BUNDLE_CACHE`` (default ``~/.cache/flyship/bundles``)."""
     from flyship import env
@@ -159,9 +188,8 @@ def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
     digest = hashlib.sha256(blob).hexdigest()
     try:
         z = zipfile.ZipFile(io.BytesIO(blob))
-    except zipfile.BadZipFile as e:
-        raise BundleError(f"open packed bundle {where}: expected a zip archive written by `flyship pack`, "
-                          f"got {e}") from None
+    except (zipfile.BadZipFile, EOFError, ValueError) as e:  # ValueError: a damaged directory's offsets
+        raise _not_a_zip(blob, where, str(e)) from None
     with z:
         listed = _read_index(z, where)
         root = Path(cache) if cache is not None else cache_root()
@@ -172,11 +200,11 @@ def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.", dir=root))
         try:
             for n, want in listed.items():
-                data = z.read(n)
+                data = _read_member(z, n, where)
                 got = hashlib.sha256(data).hexdigest()
                 if got != want:
                     raise BundleError(f"open packed bundle {where}: member {n} has sha256 {got}, the index says "
-                                      f"{want}; the file is damaged or was altered")
+                                      f"{want}; the file is damaged or was altered, {_REDO}")
                 (tmp / n).write_bytes(data)
             (tmp / INDEX_NAME).write_text(json.dumps(listed, sort_keys=True))
             if final.exists():  # a stale or damaged folder: replace it
@@ -218,12 +246,8 @@ def bundle_dir(path: str | Path) -> Path:
         p = Path(os.path.abspath(path))
     if p.is_file() and p.name == _m.MANIFEST_NAME:
         return p.parent
-    if is_pack(p):
+    if p.is_file():  # any other file is meant as a pack; open_pack says what is wrong with one that is not
         return open_pack(p)
-    if p.is_file():
-        raise BundleError(f"load bundle: expected a bundle directory (holding {_m.MANIFEST_NAME}) or its "
-                          f"{_m.MANIFEST_NAME}, got the file {p}; pass the folder flyc-build wrote or a file "
-                          "`flyship pack` wrote")
     if not p.is_dir():
         raise BundleError(f"load bundle: expected a bundle directory (holding {_m.MANIFEST_NAME}), its "
                           f"{_m.MANIFEST_NAME} or a packed bundle at {p}, found {_files.found_at(p)}; pass the "

@@ -143,3 +143,29 @@ def test_packing_refuses_a_code_object_that_differs_from_its_sha256(tiny_bundle,
     with pytest.raises(BundleError, match="sha256"):
         _pack.pack(root, tmp_path / "damaged.flyship")
     assert not (tmp_path / "damaged.flyship").exists()
+
+
+def _damage_middle(blob: bytes) -> bytes:
+    mid = len(blob) // 2
+    return blob[:mid] + bytes(b ^ 0xFF for b in blob[mid:mid + 64]) + blob[mid + 64:]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_damage_middle, r"expected member \S+ to read back intact, got BadZipFile: .*the file is damaged"),
+    (lambda b: b[:-100], r"got a zip archive without its directory .*the file is truncated or damaged"),
+    (lambda b: b[: len(b) // 2], r"got a zip archive without its directory .*the file is truncated or damaged"),
+    (lambda b: b"", r"got an empty file \(0 bytes\)"),
+    (lambda b: b"#!/bin/sh\necho not a bundle\n", r"got a file that is not a zip archive \(\d+ bytes, starting"),
+], ids=["corrupt-in-the-middle", "truncated-end", "truncated-half", "zero-length", "not-a-zip"])
+def test_a_damaged_packed_file_is_a_bundle_error_naming_the_file_and_how_to_remake_it(tiny_bundle, tmp_path,
+                                                                                       monkeypatch, damage, message):
+    import flyship
+
+    monkeypatch.setenv("FLYSHIP_BUNDLE_CACHE", str(tmp_path / "cache"))
+    f = tmp_path / "bad.flyship"
+    f.write_bytes(damage(_pack.pack(tiny_bundle, tmp_path / "t.flyship").read_bytes()))
+    with pytest.raises(BundleError, match=message) as e:
+        flyship.load(f)
+    assert str(f) in str(e.value) and "rebuild or re-copy it with `flyc-build ... --pack` or `flyship pack" in str(
+        e.value)
+    assert not any((tmp_path / "cache").glob("*/*"))
