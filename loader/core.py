@@ -28,7 +28,7 @@ from flyship.bundle import pack as _pack
 from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
-from flyship.errors import ConfigError
+from flyship.errors import CallTypeError, ConfigError
 from flyship.loader import autograd as _autograd
 from flyship.loader import build as _build
 from flyship.loader import cpu as _cpu
@@ -170,27 +170,54 @@ class OpHandle:
         several outputs). The torch op ``torch.ops.<ns>.<name>.out`` itself returns nothing.
 
         An op with several outputs takes them by name (``ops.addsub.out(x, y, sum=s, diff=d)``) or as a
-        tuple in output order (``out=(s, d)``).
+        tuple in output order (``out=(s, d)``). One of them may itself be called ``out``
+        (``ops.scale_and_add_one.out(x, scaled=s, out=t)``): a tensor passed as ``out=`` is that output, a tuple
+        is all of them in order.
 
         Raises:
-            TypeError: ``out=`` is not one tensor per output, or the op has no outputs (it only writes inputs in
-                place: call it directly).
+            CallTypeError: ``out=`` is not one tensor per output, an output is missing or given twice, or the op
+                has no outputs (it only writes its inputs in place: call it directly).
         """
         if self.out_overload is None:
-            raise TypeError(f"{self.qualname}.out: expected an op with outputs, got one that only writes its inputs "
-                            f"{', '.join(self.manifest.mutable)} in place ({self.schema}); call it directly")
-        if "out" in kwargs and "out" not in self._out_names:
-            given = kwargs.pop("out")
-            n = len(self._out_names)
-            if not isinstance(given, (tuple, list)) or len(given) != n:
-                what = f"{len(given)} tensors" if isinstance(given, (tuple, list)) else f"one {type(given).__name__}"
-                raise TypeError(f"{self.qualname}.out: expected out= to hold {n} tensors, one per output "
-                                f"({', '.join(self._out_names)}), got {what}; pass out=({', '.join(self._out_names)}) "
-                                f"or {', '.join(f'{o}=...' for o in self._out_names)}")
-            kwargs.update(zip(self._out_names, given))
+            raise CallTypeError(f"{self.qualname}.out: expected an op with outputs, got one that only writes its "
+                                f"inputs {', '.join(self.manifest.mutable)} in place ({self.schema}); call it "
+                                "directly")
+        self._out_kwargs(kwargs)
         self.out_overload(*args, **kwargs)
         outs = tuple(kwargs[n] for n in self._out_names)
         return outs[0] if len(outs) == 1 else outs
+
+    def _out_usage(self) -> str:
+        names = self._out_names
+        if len(names) == 1:
+            return "pass out=<tensor>"
+        return f"pass out=({', '.join(names)}) or {', '.join(f'{o}=...' for o in names)}"
+
+    def _out_kwargs(self, kwargs: dict[str, Any]) -> None:
+        """Resolve the out tensors of an ``.out`` call in ``kwargs`` to one keyword per output (the out schema's
+        names, :func:`flyship.loader.schema.out_names`); say how to call it when they are not all there."""
+        names = self._out_names
+        given = kwargs.get("out")
+        # out=(a, b, ...) is every output in order, also when one output is called "out": a tensor is never a
+        # tuple, so the two readings cannot be confused.
+        if len(names) > 1 and isinstance(given, (tuple, list)):
+            twice = [n for n in names if n != "out" and n in kwargs]
+            if twice:
+                raise CallTypeError(f"{self.qualname}.out: expected each output once, got out=(...) and "
+                                    f"{', '.join(f'{n}=' for n in twice)} too; {self._out_usage()}")
+            if len(given) != len(names):
+                raise CallTypeError(f"{self.qualname}.out: expected out= to hold {len(names)} tensors, one per "
+                                    f"output ({', '.join(names)}), got {len(given)} tensors; {self._out_usage()}")
+            del kwargs["out"]
+            kwargs.update(zip(names, given))
+        elif "out" in kwargs and "out" not in names:
+            raise CallTypeError(f"{self.qualname}.out: expected out= to hold {len(names)} tensors, one per output "
+                                f"({', '.join(names)}), got one {type(given).__name__}; {self._out_usage()}")
+        missing = [n for n in names if n not in kwargs]
+        if missing:
+            got = ", ".join(f"{n}=" for n in names if n in kwargs) or "none"
+            raise CallTypeError(f"{self.qualname}.out: expected the out tensors {', '.join(names)}, got {got} "
+                                f"(missing {', '.join(missing)}); {self._out_usage()}")
 
     def __repr__(self) -> str:
         return f"<flyship op {self.qualname}: {self.schema}>"

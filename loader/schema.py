@@ -36,7 +36,9 @@ def _default(a: _m.Arg) -> str:
 
 
 def out_names(op: _m.Op) -> list[str]:
-    """Keyword names of the out tensors: ``out`` for one output (torch's convention), else the outputs' names.
+    """Keyword names of the out tensors: ``out`` for one output (torch's convention), else the outputs' names,
+    one of which may itself be ``out`` (``scale_and_add_one.out(..., *, Tensor(a!) scaled, Tensor(b!) out)``;
+    the Python ``.out`` wrapper then reads ``out=(s, t)`` as every output in order, :meth:`OpHandle._out`).
 
     Raises:
         BundleError: an out name collides with an input name.

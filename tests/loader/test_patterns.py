@@ -85,3 +85,31 @@ def test_a_grid_that_would_wrap_in_the_launchers_i32_arithmetic_is_not_launched(
     wraps = torch.empty((1, I32_MAX - 254), device="meta")
     assert ops.scale.dispatch(fits, 2.0, target="gfx942").spec == "f32"
     assert ops.scale.dispatch(wraps, 2.0, target="gfx942").spec is None
+
+
+def test_an_op_with_an_output_called_out_takes_its_outputs_by_name_or_as_one_tuple(patterns):
+    _, ops = patterns
+    x = torch.randn(4, 256)
+    s, t = torch.empty(4, 256), torch.empty(4, 256)
+    assert ops.scale_and_add_one.out(x, 2.0, scaled=s, out=t) == (s, t)
+    torch.testing.assert_close((s, t), (2 * x, 2 * x + 1))
+    s2, t2 = torch.empty(4, 256), torch.empty(4, 256)
+    got = ops.scale_and_add_one.out(x, 3.0, out=(s2, t2))
+    assert got[0] is s2 and got[1] is t2
+    torch.testing.assert_close((s2, t2), (3 * x, 3 * x + 1))
+
+
+@pytest.mark.parametrize("outs, message", [
+    (lambda s, t: {"out": s}, r"expected the out tensors scaled, out, got out= \(missing scaled\)"),
+    (lambda s, t: {"scaled": s}, r"expected the out tensors scaled, out, got scaled= \(missing out\)"),
+    (lambda s, t: {}, r"got none \(missing scaled, out\)"),
+    (lambda s, t: {"out": (s, t, t)}, r"expected out= to hold 2 tensors, one per output \(scaled, out\), got 3"),
+    (lambda s, t: {"scaled": s, "out": (s, t)}, r"expected each output once, got out=\(...\) and scaled="),
+], ids=["out-alone", "scaled-alone", "none", "three", "twice"])
+def test_a_wrong_out_call_of_an_op_with_an_output_called_out_says_how_to_call_it(patterns, outs, message):
+    from flyship.errors import CallTypeError
+
+    _, ops = patterns
+    x, s, t = torch.randn(4, 256), torch.empty(4, 256), torch.empty(4, 256)
+    with pytest.raises(CallTypeError, match=message + r".*; pass out=\(scaled, out\) or scaled=..., out=..."):
+        ops.scale_and_add_one.out(x, 2.0, **outs(s, t))
