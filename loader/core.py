@@ -425,7 +425,7 @@ class Ops:
 
     @fallback.setter
     def fallback(self, on: bool) -> None:
-        self._core.fallback = bool(on)
+        self._core.fallback = fallback_flag(on, "ops.fallback")
 
     def reference(self, name: str) -> Optional[Callable[..., Any]]:
         """The PyTorch reference of op ``name`` (the fallback), or None."""
@@ -438,18 +438,24 @@ class Ops:
         Raises:
             RuntimeError: the runtime's own error, e.g. when there is no such device.
         """
-        return self._ext.device_info(int(index))["target"]
+        return self._ext.device_info(device_index(index, "ops.device_target"))["target"]
 
-    def preload(self, device: int = 0) -> int:
+    def preload(self, device: int | str | Any = 0) -> int:
         """Load, onto GPU ``device``, the code object each specialization would run there, so that first
         calls do not pay for it.
+
+        Args:
+            device: what ``torch.device`` takes for a GPU: an index (``0``), a string (``"cuda:0"``) or a
+                ``torch.device``; ``"cuda"`` alone means torch's current device.
 
         Returns:
             The number of code objects loaded (or found loaded).
 
         Raises:
+            ConfigError: ``device`` is not a GPU device (a float, a bool, ``"cpu"``, a malformed string).
             RuntimeError: the runtime refused (its own words), e.g. when there is no such device.
         """
+        device = device_index(device, "ops.preload")
         target = self.device_target(device)
         n = 0
         for handle in self:
@@ -491,6 +497,51 @@ class Ops:
 
 
 _handle_class_cache: dict[int, tuple[type, type]] = {}
+
+
+def fallback_flag(value: Any, where: str) -> bool:
+    """``value`` as the fallback switch: a bool only. A string such as ``"off"`` or ``"0"`` is truthy in Python,
+    so taking it would turn the fallback on when the caller meant off; refuse it instead.
+
+    Raises:
+        ConfigError: ``value`` is not a bool.
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected True or False, got {value!r} ({type(value).__name__}); pass True to "
+                          "run the reference when no specialization fits, False to raise instead")
+    return value
+
+
+def device_index(device: Any, where: str) -> int:
+    """The GPU index ``device`` names, read as ``torch.device`` reads it: an int, a string (``"cuda:1"``) or a
+    ``torch.device``; one without an index (``"cuda"``) is torch's current device.
+
+    Raises:
+        ConfigError: another type (a float, a bool), a string torch does not read, or a device that is not a GPU.
+    """
+    import torch
+
+    usage = "pass a GPU index (0), a string ('cuda:0') or a torch.device"
+    if isinstance(device, bool) or not isinstance(device, (int, str, torch.device)):
+        raise ConfigError(f"{where}: expected a GPU device, got {device!r} ({type(device).__name__}); {usage}")
+    if isinstance(device, int):
+        if device < 0:
+            raise ConfigError(f"{where}: expected a GPU index of 0 or more, got {device}; {usage}")
+        return device
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ConfigError(f"{where}: expected a GPU device, got {device!r}, which torch.device refuses ({e}); "
+                          f"{usage}") from None
+    if d.type not in ("cuda", "hip"):  # a ROCm build of torch calls its GPUs "cuda" too
+        raise ConfigError(f"{where}: expected a GPU device, got {device!r} (a {d.type} device); {usage}")
+    if d.index is not None:
+        return d.index
+    try:
+        return torch.cuda.current_device()
+    except (RuntimeError, AssertionError) as e:  # a CPU-only torch asserts
+        raise ConfigError(f"{where}: expected a GPU device, got {device!r} without an index and torch has no "
+                          f"current GPU ({e}); pass an index, e.g. 'cuda:0'") from None
 
 
 def _fast_entry_fits(op: _m.Op) -> bool:
@@ -620,7 +671,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             file (``flyship pack``).
         references: op name -> PyTorch function, replacing or adding to the bundle's ``references.py``.
         fallback: run the reference when no specialization fits (default: ``FLYSHIP_FALLBACK``, on);
-            False raises instead, saying what did not fit.
+            False raises instead, saying what did not fit. A bool only (a string such as ``"off"`` is refused).
         verify: run each specialization once against its reference on a GPU and raise if one disagrees
             (:meth:`Ops.verify`); needs a GPU.
         namespace: torch namespace to register under (default: the manifest's).
@@ -636,12 +687,15 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         BundleError: the manifest or a code object is invalid, a packed file is damaged, or the namespace
             is taken by another bundle.
         ExtensionBuildError: the C++ extension could not be built.
+        ConfigError: ``fallback`` is not a bool, or ``tuning_device`` is not a GPU device.
 
     Example::
 
         ops = flyship.load("artifacts/examples")
         y = ops.add(x, y)
     """
+    if fallback is not None:
+        fallback = fallback_flag(fallback, "flyship.load(fallback=)")
     root = _pack.bundle_dir(path)
     raw, where = _m.read_bytes(root)
     digest = hashlib.sha256(raw).hexdigest()
@@ -672,8 +726,9 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             if table is not None:
                 from flyship.loader import tune as _tune
 
-                target = ext.device_info(int(tuning_device))["target"]
-                tuned = _tune.apply(plan.manifest, table, target, _tune.device_cus(int(tuning_device)))
+                gpu = device_index(tuning_device, "flyship.load(tuning_device=)")
+                target = ext.device_info(gpu)["target"]
+                tuned = _tune.apply(plan.manifest, table, target, _tune.device_cus(gpu))
                 plan = _plancache.BundlePlan.of(tuned)
             code_objects = _CodeObjects(root, plan)
             heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))

@@ -74,3 +74,27 @@ def test_a_report_fails_on_a_mismatch_and_when_nothing_could_run():
     with pytest.raises(VerificationError, match="expected code for this GPU in at least one specialization"):
         Report((skipped,), "cuda:0").raise_on_failure()
     assert "skipped (no code object for gfx950)" in Report((skipped,), "cuda:0").table()
+
+
+def test_preload_takes_a_device_as_torch_device_reads_it(recorded_tiny):
+    ops = recorded_tiny(target="gfx942")
+    n = ops.preload(0)
+    assert n > 0
+    assert ops.preload("cuda:0") == ops.preload(torch.device("cuda", 0)) == n
+    assert ops.device_target("cuda:0") == ops.device_target(0)
+
+
+@pytest.mark.parametrize("device, message", [
+    (3.5, r"expected a GPU device, got 3.5 \(float\)"),
+    (True, r"expected a GPU device, got True \(bool\)"),
+    (None, r"expected a GPU device, got None \(NoneType\)"),
+    (-1, r"expected a GPU index of 0 or more, got -1"),
+    ("cpu", r"expected a GPU device, got 'cpu' \(a cpu device\)"),
+    ("gpu zero", r"expected a GPU device, got 'gpu zero', which torch.device refuses"),
+])
+def test_preload_refuses_what_is_not_a_gpu_device_with_a_config_error(tiny, device, message):
+    from flyship.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"ops.preload: " + message + r".*; pass a GPU index \(0\), a string "
+                                          r"\('cuda:0'\) or a torch.device"):
+        tiny.preload(device)

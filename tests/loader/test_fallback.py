@@ -134,3 +134,24 @@ def test_a_reference_that_returns_its_input_gives_a_fresh_tensor(recorded_tiny):
     x = torch.randn(10, dtype=torch.float64)
     out = ops.add(x, x.clone())
     assert torch.equal(out, x) and not out._is_view() and out.data_ptr() != x.data_ptr()
+
+
+@pytest.mark.parametrize("value", ["off", "0", 0, None])
+def test_the_fallback_switch_takes_a_bool_only_so_off_cannot_turn_it_on(recorded_tiny, value):
+    from flyship.errors import ConfigError
+
+    ops = recorded_tiny(fallback=False)
+    with pytest.raises(ConfigError, match=rf"ops.fallback: expected True or False, got {value!r}"):
+        ops.fallback = value
+    assert ops.fallback is False
+    ops.fallback = True
+    assert ops.fallback is True
+
+
+@pytest.mark.parametrize("value", ["0", "off", 1])
+def test_load_refuses_a_fallback_that_is_not_a_bool(tiny_bundle, value):
+    import flyship
+    from flyship.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"flyship.load\(fallback=\): expected True or False, got .*; pass True"):
+        flyship.load(tiny_bundle, fallback=value, namespace="flyship_never_registered")
