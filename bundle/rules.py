@@ -837,7 +837,9 @@ def check_code_object(v: _m.Variant, data: bytes, where: str) -> None:
     """A code object's own facts against its variant: the kernel and (AMDGPU) its descriptor exist; the
     file's target is the variant's (for a cubin, the same SM: one built arch-specific, ``sm_90a``, may be
     recorded as ``sm_90``); kernarg segment, explicit arguments (AMDGPU: offset, size, kind; cubin: offset,
-    size) and static LDS are the manifest's; the layout tiles the *file's* arguments; the launch fits the
+    size), static LDS, scratch and register counts (AMDGPU ``.vgpr_count`` / ``.agpr_count`` / ``.sgpr_count``;
+    cubin: registers per thread) are the manifest's (``flyship inspect`` and the occupancy figures show the
+    manifest's, so a tampered or mixed manifest must not pass); the layout tiles the *file's* arguments; the launch fits the
     file's required and maximum workgroup size and the target's LDS.
 
     Raises:
@@ -850,7 +852,8 @@ def check_code_object(v: _m.Variant, data: bytes, where: str) -> None:
         if file_target and _targets.parse_target(file_target) != _targets.parse_target(v.target):
             raise CodeObjectError(f"{where}: the code object is built for {file_target}, the manifest says "
                                   f"{v.target}; rebuild the bundle")
-        compared = ("kernarg_segment_size", "group_segment_fixed_size", "private_segment_fixed_size", "wavefront_size")
+        compared = ("kernarg_segment_size", "group_segment_fixed_size", "private_segment_fixed_size", "wavefront_size",
+                    "vgpr_count", "agpr_count", "sgpr_count")
         if _explicit(meta) != _explicit(man):
             raise CodeObjectError(f"{where}: explicit kernel arguments (offset, size, kind) differ: code object "
                                   f"{_explicit(meta)}, manifest {_explicit(man)}; rebuild the bundle")
@@ -858,7 +861,7 @@ def check_code_object(v: _m.Variant, data: bytes, where: str) -> None:
         if _targets.parse_target(file_target).sm != _targets.parse_target(v.target).sm:
             raise CodeObjectError(f"{where}: the cubin is built for {file_target}, the manifest says {v.target}; "
                                   "rebuild the bundle")
-        compared = ("kernarg_segment_size", "group_segment_fixed_size")
+        compared = ("kernarg_segment_size", "group_segment_fixed_size", "private_segment_fixed_size", "vgpr_count")
         file_args = [(a.offset, a.size) for a in meta.args]
         man_args = [(a.offset, a.size) for a in man.args if not a.hidden]
         if file_args != man_args:
@@ -867,7 +870,8 @@ def check_code_object(v: _m.Variant, data: bytes, where: str) -> None:
     for name in compared:
         a, b = getattr(meta, name), getattr(man, name)
         if a != b:
-            raise CodeObjectError(f"{where}: {name} is {a} in the code object, {b} in the manifest; rebuild the bundle")
+            raise CodeObjectError(f"{where}: {name} is {a} in the code object, {b} in the manifest (the manifest was "
+                                  "edited, or mixed with another build's code objects); rebuild the bundle")
     try:
         if fmt == "hsaco":
             check_layout(v.kernargs, meta, where)

@@ -113,3 +113,37 @@ def test_inspect_shows_every_launch_of_a_multi_launch_variant_in_text_and_json(m
     assert r.stdout.count("  occupancy: ") == len(launches)
     r = run_inspect("--json", str(multilaunch_bundle))
     assert r.returncode == 0 and json.loads(r.stdout) == data
+
+
+@pytest.mark.parametrize("target, field", [("gfx942", "vgpr_count"), ("gfx942", "sgpr_count"),
+                                           ("gfx942", "agpr_count"), ("sm_90a", "vgpr_count"),
+                                           ("sm_90a", "private_segment_fixed_size")])
+def test_inspect_refuses_register_counts_the_code_object_does_not_state(bundle_copy, target, field):
+    def edit(manifest):
+        for op in manifest["ops"]:
+            for spec in op["specializations"]:
+                for v in spec["variants"]:
+                    if (op["name"], spec["name"], v["target"]) == ("add", "f32", target):
+                        v["metadata"][field] += 8  # a hand-edited or mixed manifest: the file says otherwise
+
+    root = bundle_copy(edit)
+    data = inspect_bundle(root)
+    assert not data["ok"]
+    problems = {(k["op"], k["spec"], k["target"]): k["problem"] for k in data["kernels"]}
+    problem = problems.pop(("add", "f32", target))
+    assert f"{field} is " in problem and " in the code object, " in problem
+    assert "the manifest was edited, or mixed with another build's code objects); rebuild the bundle" in problem
+    assert set(problems.values()) == {None}
+    r = run_inspect(str(root))
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "BAD CODE OBJECT" in r.stdout
+
+
+def test_a_load_refuses_a_variant_whose_register_counts_differ_from_its_code_object(bundle_copy):
+    from flyship.bundle import rules as R
+    from flyship.errors import CodeObjectError
+
+    root = bundle_copy(lambda m: m["ops"][0]["specializations"][0]["variants"][0]["metadata"].update(vgpr_count=200))
+    m = M.read(root)
+    v = m.ops[0].specializations[0].variants[0]
+    with pytest.raises(CodeObjectError, match=r"vgpr_count is \d+ in the code object, 200 in the manifest"):
+        R.check_variant_file(root, v, "test")
