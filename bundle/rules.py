@@ -839,8 +839,8 @@ def check_code_object(v: _m.Variant, data: bytes, where: str) -> None:
     recorded as ``sm_90``); kernarg segment, explicit arguments (AMDGPU: offset, size, kind; cubin: offset,
     size), static LDS, scratch and register counts (AMDGPU ``.vgpr_count`` / ``.agpr_count`` / ``.sgpr_count``;
     cubin: registers per thread) are the manifest's (``flyship inspect`` and the occupancy figures show the
-    manifest's, so a tampered or mixed manifest must not pass); the layout tiles the *file's* arguments; the launch fits the
-    file's required and maximum workgroup size and the target's LDS.
+    manifest's, so a tampered or mixed manifest must not pass); the layout tiles the *file's* arguments; the
+    launch fits the file's required and maximum workgroup size and the target's LDS.
 
     Raises:
         CodeObjectError: the first disagreement, naming both values.

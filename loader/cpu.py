@@ -146,8 +146,9 @@ class CpuKernel:
 
     def _misfit(self, values: dict[str, Any]) -> tuple[str, str]:
         """The argument to blame and why the input shapes do not fit together (``expected w.shape[0] == x.shape[1],
-        got w.shape[0] = 100, x.shape[1] = 256``), or ("", "") when they do: a guard constraint that relates the sizes of two or more arguments
-        and that every specialization admitting the input dtypes (every one, when none does) breaks. Limits of one
+        got w.shape[0] = 100, x.shape[1] = 256``), or ("", "") when they do: a guard constraint that relates the
+        sizes of two or more arguments and that every specialization admitting the input dtypes (every one, when
+        none does) breaks. Limits of one
         argument (``x.shape[1] <= 8192``) and strides are left out: a kernel's limits, not a misfit, that the
         reference serves on the GPU too. The blamed argument is the last of those the constraint names (the earlier
         one sets the size: ``w`` in ``w.shape[0] == x.shape[1]``)."""
@@ -167,10 +168,11 @@ class CpuKernel:
         if not first:
             return "", ""
         names = _relates(first, shapes)
-        blamed = max(names, key=self._arg_names.index)
+        names = sorted(names, key=self._arg_names.index)
+        blamed = names[-1]
+        given = ", ".join(f"{n} of shape {list(shapes[n])}" for n in names)
         return blamed, (f"input '{blamed}' does not fit the others: expected {first}, got "
-                        f"{_sides(first, shapes, scalars)} ("
-                        f"{', '.join(f'{n} of shape {list(shapes[n])}' for n in sorted(names, key=self._arg_names.index))})")
+                        f"{_sides(first, shapes, scalars)} ({given})")
 
     def _blame(self, values: dict[str, Any], failure: str, fix: str, about_dtypes: bool) -> str:
         """The message for a reference that failed (as the C++ core words it, ``OpState::call_reference``): input
@@ -180,8 +182,8 @@ class CpuKernel:
         why = self._unadmitted(values) if about_dtypes else ""
         if misfit:
             also = f"; also {why}" if why else ""
-            return (f"flyship {self._qualname}: {misfit}{also}, and the reference (fallback) {failure}; pass '{blamed}' "
-                    "of a shape that fits the others as the constraint says")
+            return (f"flyship {self._qualname}: {misfit}{also}, and the reference (fallback) {failure}; pass "
+                    f"'{blamed}' of a shape that fits the others as the constraint says")
         if why:
             return (f"flyship {self._qualname}: {why}, and the reference (fallback) {failure}; pass tensors of dtypes "
                     "the op takes")

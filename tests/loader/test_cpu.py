@@ -114,8 +114,9 @@ def test_example_ops_blame_the_argument_whose_size_does_not_fit(example_bundle, 
                                                                  got):
     import re
 
-    with pytest.raises(FlyshipError, match=rf"input '{blamed}' does not fit the others: expected {re.escape(constraint)}, "
-                                           rf"got {re.escape(got)} .*; pass '{blamed}' of a shape that fits") as e:
+    with pytest.raises(FlyshipError, match=rf"input '{blamed}' does not fit the others: expected "
+                                           rf"{re.escape(constraint)}, got {re.escape(got)} .*; pass '{blamed}' of a "
+                                           "shape that fits") as e:
         getattr(_load(example_bundle), op)(*args())
     assert str(e.value).index("does not fit") < str(e.value).index("the reference (fallback) raised")
 

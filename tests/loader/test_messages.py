@@ -43,7 +43,8 @@ def test_load_of_another_file_says_what_to_pass(tmp_path):
 
     f = tmp_path / "notes.txt"
     f.write_text("hello")
-    with pytest.raises(BundleError, match="notes.txt: expected a bundle directory .* got a file that is not a zip archive .*; pass the folder"):
+    with pytest.raises(BundleError, match="notes.txt: expected a bundle directory .* got a file that is not a zip "
+                                          "archive .*; pass the folder"):
         flyship.load(f)
 
 
