@@ -2,6 +2,8 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
+
 #include "bundle.h"
 #include "check.h"
 #include "driver.h"
@@ -155,15 +157,40 @@ std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& t) {
   for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
   return {start, start + static_cast<uintptr_t>((last + 1) * t.element_size())};
 }
+
+// Whether no two elements of t share memory. torch's has_internal_overlap answers No only for dense tensors
+// (contiguous in some dim order) and Yes only for a zero stride; every other strided view, legal ones such as a
+// column slice x[:, :4] included, is TooHard. For those: sort the dims of more than one element by stride; the
+// elements are apart when each stride is at least the span of the dims inside it ((size-1)*stride summed, plus
+// one element). Layouts this cannot prove apart (strides that interleave) are refused with the rest.
+bool elements_apart(const at::Tensor& t) {
+  const at::MemOverlap o = at::has_internal_overlap(t);
+  if (o != at::MemOverlap::TooHard) return o == at::MemOverlap::No;
+  if (t.numel() <= 1) return true;
+  c10::SmallVector<std::pair<int64_t, int64_t>, 6> dims;  // (stride, size) of the dims of more than one element
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements from the first to one past the last that the inner dims reach
+  for (const auto& [stride, size] : dims) {
+    int64_t reach = 0;
+    if (stride < span || __builtin_mul_overflow(size - 1, stride, &reach) ||
+        __builtin_add_overflow(span, reach, &span))
+      return false;
+  }
+  return true;
+}
 }  // namespace
 
 // A tensor the kernel writes (an out= tensor, an input written in place) must not have elements that share
 // memory (an expand()ed or as_strided view): the kernel's writes to them would race, and torch refuses such
-// writes too. what/name: "out tensor '" + name, or "input '" + name.
+// writes too. Only a layout proven apart passes (elements_apart). what/name: "out tensor '" + name, or
+// "input '" + name.
 void OpState::check_no_self_overlap(const at::Tensor& t, const char* what, const std::string& name) const {
-  FLYSHIP_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, label(), ": ", what, name, "', which the kernel "
-                "writes, has elements that share memory (strides ", shape_str(t.strides()), " for shape ",
-                shape_str(t.sizes()), ", e.g. from expand()); its writes would race, so pass a tensor of its own "
+  FLYSHIP_CHECK(elements_apart(t), label(), ": ", what, name, "', which the kernel writes, has elements that share "
+                "memory (strides ", shape_str(t.strides()), " for shape ", shape_str(t.sizes()), ", e.g. from "
+                "expand()); its writes would race, so pass a tensor whose elements do not overlap "
                 "(.clone() or .contiguous())");
 }
 
