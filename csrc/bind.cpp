@@ -1,6 +1,7 @@
 // The per-call path, part 1: bind the call's arguments, apply the output rules, check out tensors.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 
@@ -128,13 +129,31 @@ void OpState::output_rules(Call& c) const {
   }
 }
 
+at::Tensor OpState::allocate(c10::IntArrayRef shape, at::ScalarType dtype, c10::Device device, bool zero,
+                             const std::string& what) const {
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  try {
+    return zero ? at::zeros(shape, opts) : at::empty(shape, opts);
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // torch.OutOfMemoryError in Python, as torch raises it: code that frees memory and retries catches it
+  } catch (const c10::Error& e) {
+    // The CPU allocator's failure is a plain c10::Error ("DefaultCPUAllocator: can't allocate memory"): say what
+    // flyship was allocating, for which call.
+    FLYSHIP_CHECK(false, label(), ": allocating ", what, " of shape ", shape_str(shape), " and dtype ",
+                  dtype_name(dtype), " (", c10::multiply_integers(shape) * static_cast<int64_t>(c10::elementSize(dtype)),
+                  " bytes) on ", device.str(), " failed: ", e.what_without_backtrace(), "; free memory or pass "
+                  "smaller inputs");
+  }
+}
+
 void OpState::allocate_outputs(Call& c) const {
   const OpPlan& p = plan_;
   c.fresh.clear();
   c.fresh.reserve(p.outputs.size());  // pointers into `fresh` are kept in c.t
   for (size_t j = 0; j < p.outputs.size(); ++j) {
-    const auto opts = at::TensorOptions().dtype(c.out_dtypes[j]).device(c.device);
-    c.fresh.push_back(c.lead.empty() ? at::empty(c.out_shapes[j], opts) : at::empty(user_shape(c, j), opts));
+    const std::string what = "output '" + p.outputs[j].name + "'";
+    c.fresh.push_back(c.lead.empty() ? allocate(c.out_shapes[j], c.out_dtypes[j], c.device, false, what)
+                                     : allocate(user_shape(c, j), c.out_dtypes[j], c.device, false, what));
   }
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const int s = p.n_inputs + static_cast<int>(j);

@@ -147,7 +147,10 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
         error = "returned a " + std::string(py::str(py::type::handle_of(r).attr("__name__"))) + ", expected tensors";
       }
     } catch (py::error_already_set& e) {
-      // The exception's type and message; its Python traceback stays out of the one-line error.
+      // Out of memory is not the reference's fault, and callers catch it (free memory, retry smaller): it
+      // leaves as itself (torch's bindings restore a py::error_already_set), torch.OutOfMemoryError included.
+      if (e.matches(PyExc_MemoryError) || e.matches(py::module_::import("torch").attr("OutOfMemoryError"))) throw;
+      // Otherwise the exception's type and message; its Python traceback stays out of the one-line error.
       error = "raised " + std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()));
     }
   }

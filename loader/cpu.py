@@ -101,6 +101,8 @@ class CpuKernel:
             self.calls += 1
         try:
             got = self._reference(*inputs)
+        except (torch.OutOfMemoryError, MemoryError):
+            raise  # not the reference's fault, and callers catch it (free memory, retry smaller), as the C++ core
         except Exception as e:
             raise CallError(self._blame(values, f"raised {type(e).__name__}: {e}", "fix the reference", True)) from e
         outs = tuple(got) if isinstance(got, (tuple, list)) else () if got is None else (got,)
