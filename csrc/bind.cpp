@@ -130,7 +130,7 @@ void OpState::output_rules(Call& c) const {
 }
 
 at::Tensor OpState::allocate(c10::IntArrayRef shape, at::ScalarType dtype, c10::Device device, bool zero,
-                             const std::string& what) const {
+                             const char* kind, const std::string& name) const {
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
   try {
     return zero ? at::zeros(shape, opts) : at::empty(shape, opts);
@@ -139,7 +139,7 @@ at::Tensor OpState::allocate(c10::IntArrayRef shape, at::ScalarType dtype, c10::
   } catch (const c10::Error& e) {
     // The CPU allocator's failure is a plain c10::Error ("DefaultCPUAllocator: can't allocate memory"): say what
     // flyship was allocating, for which call.
-    FLYSHIP_CHECK(false, label(), ": allocating ", what, " of shape ", shape_str(shape), " and dtype ",
+    FLYSHIP_CHECK(false, label(), ": allocating ", kind, " '", name, "' of shape ", shape_str(shape), " and dtype ",
                   dtype_name(dtype), " (", c10::multiply_integers(shape) * static_cast<int64_t>(c10::elementSize(dtype)),
                   " bytes) on ", device.str(), " failed: ", e.what_without_backtrace(), "; free memory or pass "
                   "smaller inputs");
@@ -151,9 +151,9 @@ void OpState::allocate_outputs(Call& c) const {
   c.fresh.clear();
   c.fresh.reserve(p.outputs.size());  // pointers into `fresh` are kept in c.t
   for (size_t j = 0; j < p.outputs.size(); ++j) {
-    const std::string what = "output '" + p.outputs[j].name + "'";
-    c.fresh.push_back(c.lead.empty() ? allocate(c.out_shapes[j], c.out_dtypes[j], c.device, false, what)
-                                     : allocate(user_shape(c, j), c.out_dtypes[j], c.device, false, what));
+    const std::string& name = p.outputs[j].name;
+    c.fresh.push_back(c.lead.empty() ? allocate(c.out_shapes[j], c.out_dtypes[j], c.device, false, "output", name)
+                                     : allocate(user_shape(c, j), c.out_dtypes[j], c.device, false, "output", name));
   }
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const int s = p.n_inputs + static_cast<int>(j);

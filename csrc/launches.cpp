@@ -89,7 +89,7 @@ void OpState::launch_all(Call& c, DeviceState& ds, const VariantPlan& v, const L
   for (const WorkspacePlan& w : v.workspaces) {
     c10::SmallVector<int64_t, 6> shape;
     for (const Program& p : w.shape) shape.push_back(eval(v, p, c, "workspace shape"));
-    c.workspaces.push_back(allocate(shape, w.dtype, c.device, w.zero, "workspace " + w.name));
+    c.workspaces.push_back(allocate(shape, w.dtype, c.device, w.zero, "workspace", w.name));
   }
   for (size_t k = 0; k < n; ++k) {
     if (!shapes[k].empty) enqueue(c, ds, *steps[k], *kernels[k], shapes[k]);

@@ -114,11 +114,12 @@ class OpState {
   void check_no_self_overlap(const at::Tensor& t, const char* what, const std::string& name) const;
   // Inputs written in place share no memory with other inputs (else raises, naming both).
   void check_mutable_not_shared(const Call& c) const;
-  // Fresh memory of `shape` and `dtype` on `device` from torch's allocator (zero-filled when `zero`), for `what`
-  // ("output 'y'", "workspace acc"). torch's OutOfMemoryError leaves as itself (callers catch it); any other
-  // allocator failure is raised naming `what`, its shape, dtype and bytes.
-  at::Tensor allocate(c10::IntArrayRef shape, at::ScalarType dtype, c10::Device device, bool zero,
-                      const std::string& what) const;
+  // Fresh memory of `shape` and `dtype` on `device` from torch's allocator (zero-filled when `zero`) for `kind`
+  // `name` (output 'y', workspace 'acc', scratch of kernel ...; only a failure builds the words). torch's
+  // OutOfMemoryError leaves as itself (callers catch it); any other allocator failure is raised naming them,
+  // the shape, dtype and bytes.
+  at::Tensor allocate(c10::IntArrayRef shape, at::ScalarType dtype, c10::Device device, bool zero, const char* kind,
+                      const std::string& name) const;
   // No specialization fits: run the reference (or raise when the fallback is off), counting the reason.
   void fallback(Call& c, const std::string& reason, bool is_out);
 

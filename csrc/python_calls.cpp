@@ -253,7 +253,7 @@ void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
       if (own) {
         c.fresh.push_back(std::move(o));
       } else {
-        c.fresh.push_back(allocate(want, o.scalar_type(), c.device, false, "output '" + p.outputs[j].name + "'"));
+        c.fresh.push_back(allocate(want, o.scalar_type(), c.device, false, "output", p.outputs[j].name));
         c.fresh.back().view(o.sizes()).copy_(o);
       }
     }

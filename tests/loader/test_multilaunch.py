@@ -184,7 +184,7 @@ def test_a_workspace_the_allocator_cannot_give_is_refused_naming_it(edited, reco
         v["workspaces"][0]["shape"] = ["x.shape[0] * 1099511627776"]
 
     ops = recorded(edited(huge), fallback=False)
-    with pytest.raises(RuntimeError, match=r"rowsum_split: allocating workspace partial of shape \[4398046511104\] "
+    with pytest.raises(RuntimeError, match=r"rowsum_split: allocating workspace 'partial' of shape \[4398046511104\] "
                                            r"and dtype float32 \(17592186044416 bytes\) on cpu failed: .*; free "
                                            r"memory or pass smaller inputs"):
         ops.rowsum_split(torch.randn(4, 64))
