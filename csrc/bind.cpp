@@ -1,6 +1,9 @@
 // The per-call path, part 1: bind the call's arguments, apply the output rules, check out tensors.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
 
 #include "bundle.h"
 #include "check.h"
@@ -126,13 +129,31 @@ void OpState::output_rules(Call& c) const {
   }
 }
 
+at::Tensor OpState::allocate(c10::IntArrayRef shape, at::ScalarType dtype, c10::Device device, bool zero,
+                             const char* kind, const std::string& name) const {
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  try {
+    return zero ? at::zeros(shape, opts) : at::empty(shape, opts);
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // torch.OutOfMemoryError in Python, as torch raises it: code that frees memory and retries catches it
+  } catch (const c10::Error& e) {
+    // The CPU allocator's failure is a plain c10::Error ("DefaultCPUAllocator: can't allocate memory"): say what
+    // flyship was allocating, for which call.
+    FLYSHIP_CHECK(false, label(), ": allocating ", kind, " '", name, "' of shape ", shape_str(shape), " and dtype ",
+                  dtype_name(dtype), " (", c10::multiply_integers(shape) * static_cast<int64_t>(c10::elementSize(dtype)),
+                  " bytes) on ", device.str(), " failed: ", e.what_without_backtrace(), "; free memory or pass "
+                  "smaller inputs");
+  }
+}
+
 void OpState::allocate_outputs(Call& c) const {
   const OpPlan& p = plan_;
   c.fresh.clear();
   c.fresh.reserve(p.outputs.size());  // pointers into `fresh` are kept in c.t
   for (size_t j = 0; j < p.outputs.size(); ++j) {
-    const auto opts = at::TensorOptions().dtype(c.out_dtypes[j]).device(c.device);
-    c.fresh.push_back(c.lead.empty() ? at::empty(c.out_shapes[j], opts) : at::empty(user_shape(c, j), opts));
+    const std::string& name = p.outputs[j].name;
+    c.fresh.push_back(c.lead.empty() ? allocate(c.out_shapes[j], c.out_dtypes[j], c.device, false, "output", name)
+                                     : allocate(user_shape(c, j), c.out_dtypes[j], c.device, false, "output", name));
   }
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const int s = p.n_inputs + static_cast<int>(j);
@@ -155,15 +176,40 @@ std::pair<uintptr_t, uintptr_t> byte_span(const at::Tensor& t) {
   for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
   return {start, start + static_cast<uintptr_t>((last + 1) * t.element_size())};
 }
+
+// Whether no two elements of t share memory. torch's has_internal_overlap answers No only for dense tensors
+// (contiguous in some dim order) and Yes only for a zero stride; every other strided view, legal ones such as a
+// column slice x[:, :4] included, is TooHard. For those: sort the dims of more than one element by stride; the
+// elements are apart when each stride is at least the span of the dims inside it ((size-1)*stride summed, plus
+// one element). Layouts this cannot prove apart (strides that interleave) are refused with the rest.
+bool elements_apart(const at::Tensor& t) {
+  const at::MemOverlap o = at::has_internal_overlap(t);
+  if (o != at::MemOverlap::TooHard) return o == at::MemOverlap::No;
+  if (t.numel() <= 1) return true;
+  c10::SmallVector<std::pair<int64_t, int64_t>, 6> dims;  // (stride, size) of the dims of more than one element
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 1;  // elements from the first to one past the last that the inner dims reach
+  for (const auto& [stride, size] : dims) {
+    int64_t reach = 0;
+    if (stride < span || __builtin_mul_overflow(size - 1, stride, &reach) ||
+        __builtin_add_overflow(span, reach, &span))
+      return false;
+  }
+  return true;
+}
 }  // namespace
 
 // A tensor the kernel writes (an out= tensor, an input written in place) must not have elements that share
 // memory (an expand()ed or as_strided view): the kernel's writes to them would race, and torch refuses such
-// writes too. what/name: "out tensor '" + name, or "input '" + name.
+// writes too. Only a layout proven apart passes (elements_apart). what/name: "out tensor '" + name, or
+// "input '" + name.
 void OpState::check_no_self_overlap(const at::Tensor& t, const char* what, const std::string& name) const {
-  FLYSHIP_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, label(), ": ", what, name, "', which the kernel "
-                "writes, has elements that share memory (strides ", shape_str(t.strides()), " for shape ",
-                shape_str(t.sizes()), ", e.g. from expand()); its writes would race, so pass a tensor of its own "
+  FLYSHIP_CHECK(elements_apart(t), label(), ": ", what, name, "', which the kernel writes, has elements that share "
+                "memory (strides ", shape_str(t.strides()), " for shape ", shape_str(t.sizes()), ", e.g. from "
+                "expand()); its writes would race, so pass a tensor whose elements do not overlap "
                 "(.clone() or .contiguous())");
 }
 

@@ -1,4 +1,5 @@
 // The Python module: the extension's functions and the Bundle class that flyship/loader/core.py drives.
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -60,10 +61,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         raise_as_flyship(e);
       } catch (py::error_already_set& fly) {
         fly.restore();
-      } catch (const c10::TypeError& t) {
-        PyErr_SetString(PyExc_TypeError, t.what_without_backtrace());
-      } catch (const c10::Error& other) {
-        PyErr_SetString(PyExc_RuntimeError, other.what_without_backtrace());
+      } catch (const c10::Error&) {
+        // torch's own errors as torch raises them: c10::OutOfMemoryError as torch.OutOfMemoryError (callers
+        // catch it), the others as their Python types.
+        torch::translate_exception_to_python(std::current_exception());
       }
     }
   });

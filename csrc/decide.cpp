@@ -46,9 +46,10 @@ bool OpState::fits(const Call& c, int si, const Selection& sel, bool is_out, std
       if (!holds(prog)) return false;
   }
   LaunchShape local;
+  LaunchShape* first = ls ? ls : &local;
   const VariantPlan& v = s.variants[sel.variant[index_][si]];
-  if (!check_launch(v, c, ls ? ls : &local, why)) return false;
-  return (v.then.empty() && v.workspaces.empty()) || check_following(v, c, why);
+  if (!check_launch(v, c, first, why)) return false;
+  return (v.then.empty() && v.workspaces.empty()) || check_following(v, c, *first, why);
 }
 
 Decision OpState::decide(const Call& c, const Selection& sel, bool is_out) const {

@@ -1,5 +1,4 @@
 // The per-call path, part 3: grid, dynamic LDS and kernarg packing. Values to offsets, nothing else.
-#include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -173,7 +172,7 @@ void OpState::pack_kernargs(const VariantPlan& v, const Call& c, int64_t program
         // bytes_per_program x programs of fresh device memory, aligned. The tensor is kept alive until
         // the launch is enqueued; torch's stream-ordered allocator then reuses it only after the kernel.
         const int64_t bytes = f.bytes_per_program * programs;  // check_launch proved it fits
-        at::Tensor t = at::empty({bytes + f.align}, at::TensorOptions().dtype(at::kByte).device(c.device));
+        at::Tensor t = allocate({bytes + f.align}, at::kByte, c.device, false, "scratch for", v.label);
         const uintptr_t base = reinterpret_cast<uintptr_t>(t.data_ptr());
         const uintptr_t aligned = (base + f.align - 1) & ~static_cast<uintptr_t>(f.align - 1);
         put<uint64_t>(buf, f.offset, aligned);

@@ -5,15 +5,14 @@
 // allocated from torch's caching allocator on the call's device (zero-filled on the current stream when the
 // manifest asks), and the launches are enqueued in order on torch's current stream, so stream order (and a
 // CUDA/HIP graph capture of the call) keeps them in sequence.
-#include <ATen/ops/empty.h>
-#include <ATen/ops/zeros.h>
-
 #include "check.h"
 #include "op.h"
+#include "util.h"
 
 namespace flyship {
 
-bool OpState::workspace_bytes(const WorkspacePlan& w, const Call& c, int64_t* bytes, std::string* why) const {
+bool OpState::workspace_bytes(const WorkspacePlan& w, const Call& c, int64_t* bytes, std::string* why,
+                              c10::SmallVector<int64_t, 6>* shape) const {
   int64_t n = static_cast<int64_t>(c10::elementSize(w.dtype));
   for (const Program& p : w.shape) {
     int64_t d = 0;
@@ -30,20 +29,33 @@ bool OpState::workspace_bytes(const WorkspacePlan& w, const Call& c, int64_t* by
       if (why) *why = "workspace " + w.name + " bytes overflow int64 at size '" + p.text + "' = " + std::to_string(d);
       return false;
     }
+    if (shape) shape->push_back(d);
   }
   *bytes = n;
   return true;
 }
 
-bool OpState::check_following(const VariantPlan& v, const Call& c, std::string* why) const {
-  for (const WorkspacePlan& w : v.workspaces) {
-    int64_t bytes = 0;
-    if (!workspace_bytes(w, c, &bytes, why)) return false;
-  }
+bool OpState::check_following(const VariantPlan& v, const Call& c, const LaunchShape& first, std::string* why) const {
+  bool any = !first.empty;
   for (size_t k = 0; k < v.then.size(); ++k) {
     LaunchShape ls;
     if (!check_launch(v.then[k], c, &ls, why)) {
       if (why) *why = "launch " + std::to_string(k + 2) + " (" + v.then[k].symbol + "): " + *why;
+      return false;
+    }
+    any |= !ls.empty;
+  }
+  for (const WorkspacePlan& w : v.workspaces) {
+    int64_t bytes = 0;
+    c10::SmallVector<int64_t, 6> shape;
+    if (!workspace_bytes(w, c, &bytes, why, &shape)) return false;
+    // A workspace of no elements is allocated without memory (a null pointer), and a kernel that runs would
+    // write through it: refused (a fallback reason) unless no launch of the call runs at all.
+    if (bytes == 0 && any) {
+      std::string sizes;
+      for (const Program& p : w.shape) sizes += (sizes.empty() ? "'" : ", '") + p.text + "'";
+      if (why) *why = "workspace " + w.name + " has shape " + shape_str(shape) + " (sizes " + sizes + ") for these " +
+                      "inputs, which holds no elements while its kernels run; expected at least one element";
       return false;
     }
   }
@@ -77,8 +89,7 @@ void OpState::launch_all(Call& c, DeviceState& ds, const VariantPlan& v, const L
   for (const WorkspacePlan& w : v.workspaces) {
     c10::SmallVector<int64_t, 6> shape;
     for (const Program& p : w.shape) shape.push_back(eval(v, p, c, "workspace shape"));
-    const auto opts = at::TensorOptions().dtype(w.dtype).device(c.device);
-    c.workspaces.push_back(w.zero ? at::zeros(shape, opts) : at::empty(shape, opts));
+    c.workspaces.push_back(allocate(shape, w.dtype, c.device, w.zero, "workspace", w.name));
   }
   for (size_t k = 0; k < n; ++k) {
     if (!shapes[k].empty) enqueue(c, ds, *steps[k], *kernels[k], shapes[k]);

@@ -76,10 +76,13 @@ class OpState {
   // all overflow-checked; a zero grid passes only when every output holds no elements. False with *why.
   bool check_launch(const VariantPlan& v, const Call& c, LaunchShape* ls, std::string* why) const;
   // A multi-launch variant (launches.cpp): every workspace's size and every following launch's grid, LDS and
-  // values for call `c`, checked before anything is allocated or launched. False with *why.
-  bool check_following(const VariantPlan& v, const Call& c, std::string* why) const;
-  // The bytes of workspace `w` for call `c` (each size >= 0, the product within int64); false with *why.
-  bool workspace_bytes(const WorkspacePlan& w, const Call& c, int64_t* bytes, std::string* why) const;
+  // values for call `c`, checked before anything is allocated or launched; `first` is the first launch's shape
+  // (a workspace of no elements passes only when no launch runs). False with *why.
+  bool check_following(const VariantPlan& v, const Call& c, const LaunchShape& first, std::string* why) const;
+  // The bytes of workspace `w` for call `c` (each size >= 0, the product within int64), and its shape when
+  // `shape` is not null; false with *why.
+  bool workspace_bytes(const WorkspacePlan& w, const Call& c, int64_t* bytes, std::string* why,
+                       c10::SmallVector<int64_t, 6>* shape = nullptr) const;
   // Pack the kernarg buffer of variant `v` for call `c` into `buf` (v.kernarg_size bytes).
   void pack_kernargs(const VariantPlan& v, const Call& c, int64_t programs, uint8_t* buf,
                      c10::SmallVector<at::Tensor, 2>* scratch) const;
@@ -111,6 +114,12 @@ class OpState {
   void check_no_self_overlap(const at::Tensor& t, const char* what, const std::string& name) const;
   // Inputs written in place share no memory with other inputs (else raises, naming both).
   void check_mutable_not_shared(const Call& c) const;
+  // Fresh memory of `shape` and `dtype` on `device` from torch's allocator (zero-filled when `zero`) for `kind`
+  // `name` (output 'y', workspace 'acc', scratch of kernel ...; only a failure builds the words). torch's
+  // OutOfMemoryError leaves as itself (callers catch it); any other allocator failure is raised naming them,
+  // the shape, dtype and bytes.
+  at::Tensor allocate(c10::IntArrayRef shape, at::ScalarType dtype, c10::Device device, bool zero, const char* kind,
+                      const std::string& name) const;
   // No specialization fits: run the reference (or raise when the fallback is off), counting the reason.
   void fallback(Call& c, const std::string& reason, bool is_out);
 

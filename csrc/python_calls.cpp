@@ -3,6 +3,8 @@
 // flyship exceptions.
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <c10/util/strides.h>
+
 #include <typeinfo>
 
 #include "bundle.h"
@@ -147,7 +149,10 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
         error = "returned a " + std::string(py::str(py::type::handle_of(r).attr("__name__"))) + ", expected tensors";
       }
     } catch (py::error_already_set& e) {
-      // The exception's type and message; its Python traceback stays out of the one-line error.
+      // Out of memory is not the reference's fault, and callers catch it (free memory, retry smaller): it
+      // leaves as itself (torch's bindings restore a py::error_already_set), torch.OutOfMemoryError included.
+      if (e.matches(PyExc_MemoryError) || e.matches(py::module_::import("torch").attr("OutOfMemoryError"))) throw;
+      // Otherwise the exception's type and message; its Python traceback stays out of the one-line error.
       error = "raised " + std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()));
     }
   }
@@ -168,16 +173,6 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
   };
   const bool raised = error.rfind("raised ", 0) == 0;
   FLYSHIP_CHECK(error.empty(), label(), ": ", blame(raised ? error : error + in_place, "fix the reference", raised));
-  // The functional op promises fresh outputs (its schema has no alias annotation): a reference that returns
-  // an input, or a view of one, is given a copy.
-  for (auto& o : out) {
-    for (int k = 0; k < p.n_inputs; ++k) {
-      if (p.slots[k].kind == kTensor && o.is_alias_of(*c.t[k])) {
-        o = o.clone();
-        break;
-      }
-    }
-  }
   FLYSHIP_CHECK(out.size() == p.outputs.size(), label(), ": ",
                 blame("returned " + std::to_string(out.size()) + " tensors, the op has " +
                           std::to_string(p.outputs.size()) + " outputs" + in_place, "fix the reference", false));
@@ -247,13 +242,19 @@ void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
     c.fresh.clear();
     c.fresh.reserve(out.size());
     for (size_t j = 0; j < out.size(); ++j) {
+      // The functional op promises what its fake kernel gives and a launch returns: a fresh tensor (the schema
+      // has no alias annotation) of the rule's shape, with its leading dims, and contiguous strides. A result that
+      // is not that (a view of an input, a transposed result of transposed inputs, the kernel's flattened shape)
+      // is copied into one; torch.compile and opcheck compare the strides with the fake kernel's.
       const c10::SmallVector<int64_t, 6> want = user_shape(c, j);
-      if (out[j].sizes() == c10::IntArrayRef(want)) {
-        c.fresh.push_back(std::move(out[j]));
+      at::Tensor& o = out[j];
+      bool own = o.sizes() == c10::IntArrayRef(want) && o.strides() == c10::IntArrayRef(c10::contiguous_strides(want));
+      for (int k = 0; own && k < p.n_inputs; ++k) own = !(p.slots[k].kind == kTensor && o.is_alias_of(*c.t[k]));
+      if (own) {
+        c.fresh.push_back(std::move(o));
       } else {
-        // Leading dims back on a tensor of its own (not a view of the reference's), as a launch returns it.
-        c.fresh.push_back(at::empty(want, out[j].options()));
-        c.fresh.back().view(c.out_shapes[j]).copy_(out[j]);
+        c.fresh.push_back(allocate(want, o.scalar_type(), c.device, false, "output", p.outputs[j].name));
+        c.fresh.back().view(o.sizes()).copy_(o);
       }
     }
     for (size_t j = 0; j < out.size(); ++j) c.t[p.n_inputs + j] = &c.fresh[j];

@@ -107,16 +107,17 @@ class CpuKernel:
             self.calls += 1
         try:
             got = self._reference(*inputs)
+        except (torch.OutOfMemoryError, MemoryError):
+            raise  # not the reference's fault, and callers catch it (free memory, retry smaller), as the C++ core
         except Exception as e:
             raise CallError(self._blame(kernel_values, f"raised {type(e).__name__}: {e}", "fix the reference",
                                         True)) from e
         outs = tuple(got) if isinstance(got, (tuple, list)) else () if got is None else (got,)
         self._check(kernel_values, outs, want)
-        # The functional op promises fresh outputs: an output sharing memory with an input is copied.
+        if is_out:  # copied into the caller's out tensors, whatever their layout (leading batch dims back)
+            return tuple(o.reshape(shape) for o, shape in zip(outs, full))
         in_storages = {t.untyped_storage().data_ptr() for _, t in tensors if t.numel()}
-        outs = tuple(o.clone() if o.numel() and o.untyped_storage().data_ptr() in in_storages else o for o in outs)
-        # Leading dims back on a tensor of its own (not a view of the reference's output), as a launch gives it.
-        return tuple(o if list(o.shape) == shape else o.reshape(shape).clone() for o, shape in zip(outs, full))
+        return tuple(_fresh(o, shape, in_storages) for o, shape in zip(outs, full))
 
     def _flatten(self, name: str, t: Any, shape: list[int]) -> Any:
         """A batched input in the kernel's shape: a view where one exists, else a copy; an input written in place
@@ -265,6 +266,22 @@ def _sides(text: str, shapes: dict[str, tuple[int, ...]], scalars: dict[str, int
         if not isinstance(side, ast.Constant):
             parts.append(f"{t} = {v}")
     return ", ".join(parts) or "false"
+
+
+def _fresh(o: Any, shape: list[int], in_storages: set[int]) -> Any:
+    """The reference's output ``o`` as the functional op promises it (its fake kernel's ``new_empty``, a launch's
+    allocation, the C++ fallback's ``OpState::fallback``): a tensor of its own, of ``shape`` (leading batch dims
+    back), with contiguous strides. Anything else (a view of an input, the transposed result of transposed inputs,
+    the kernel's flattened shape) is copied into one: opcheck and torch.compile compare strides with the fake's."""
+    import torch
+
+    fresh = torch.empty(shape, dtype=o.dtype, device="meta")  # the layout torch.empty gives: the rule's
+    if (list(o.shape) == shape and o.stride() == fresh.stride()
+            and not (o.numel() and o.untyped_storage().data_ptr() in in_storages)):
+        return o
+    out = torch.empty(shape, dtype=o.dtype, device=o.device)
+    out.view(o.shape).copy_(o)
+    return out
 
 
 def mutable_hint(op: _m.Op) -> str:

@@ -102,6 +102,21 @@ def launches(record_ext: Any) -> Callable[[], list[dict]]:
     return lambda: record_ext.recorded_launches(clear=True)
 
 
+@pytest.fixture(params=["cpu", "record"])
+def call_path(request: pytest.FixtureRequest, triton_examples_bundle: Path, ext: Any, recorded: Callable[..., Any],
+              launches: Callable[[], list[dict]]) -> tuple[Any, Callable[[], bool]]:
+    """The Triton example ops on one call path (``cpu``: loader/cpu.py runs the reference; ``record``: the C++ path
+    on the recording driver), and a function that says whether anything ran on it (a launch on the recording
+    driver; a reference call on the CPU path)."""
+    import flyship
+
+    if request.param == "record":
+        ops = recorded(triton_examples_bundle)
+        return ops, lambda: bool(launches())
+    ops = flyship.load(triton_examples_bundle, namespace=f"flyship_a{uuid.uuid4().hex[:8]}")
+    return ops, lambda: any(h.stats()["fallbacks"].get("cpu", 0) for h in ops)
+
+
 @pytest.fixture
 def fresh_ops(tiny_bundle: Path, ext: Any) -> Callable[..., Any]:
     """Load the tiny bundle under a new namespace (ops stay registered for the process; a fresh namespace

@@ -163,6 +163,34 @@ def test_a_workspace_of_negative_size_falls_back_to_the_reference_with_the_reaso
         recorded(edited(negative), fallback=False).rowsum_split(x)
 
 
+def test_a_workspace_of_no_elements_while_its_kernels_run_falls_back_naming_its_shape(edited, recorded, launches):
+    def no_elements(v):  # 0 rows for 4 input rows: the allocator gives no memory (a null pointer), the grid is 4x8
+        v["workspaces"][0]["shape"] = ["x.shape[0] - 4", "8"]
+
+    ops = recorded(edited(no_elements))
+    x = torch.randn(4, 64)
+    message = ("workspace partial has shape [0, 8] (sizes 'x.shape[0] - 4', '8') for these inputs, which holds no "
+               "elements while its kernels run; expected at least one element")
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        torch.testing.assert_close(ops.rowsum_split(x), x.sum(1))
+    assert launches() == []
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        recorded(edited(no_elements), fallback=False).rowsum_split(x)
+    assert launches() == []
+
+
+def test_a_workspace_the_allocator_cannot_give_is_refused_naming_it(edited, recorded, launches):
+    def huge(v):  # 4 TiB per input row: legal sizes, more memory than this machine has
+        v["workspaces"][0]["shape"] = ["x.shape[0] * 1099511627776"]
+
+    ops = recorded(edited(huge), fallback=False)
+    with pytest.raises(RuntimeError, match=r"rowsum_split: allocating workspace 'partial' of shape \[4398046511104\] "
+                                           r"and dtype float32 \(17592186044416 bytes\) on cpu failed: .*; free "
+                                           r"memory or pass smaller inputs"):
+        ops.rowsum_split(torch.randn(4, 64))
+    assert launches() == []
+
+
 def test_a_second_launch_that_cannot_run_stops_the_call_before_the_first_launch(edited, recorded, launches):
     def too_much_lds(v):  # the recording device allows 64 KiB per workgroup
         v["then"][0]["launch"]["dynamic_lds"] = "x.shape[0] * 4096"
