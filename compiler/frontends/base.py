@@ -178,6 +178,9 @@ class Frontend(abc.ABC):
         needs_llvm: whether its AMD builds need flyship's LLVM toolchain (assembler, linker, ROCm root).
         declares_grid: True when the op declares grid expressions (``op(grid=...)`` is required), False
             when the kernel computes its own grid (then ``grid=`` is refused).
+        config_options: the ``Spec.options`` keys a tuning ``Config`` may set for this frontend's kernels
+            (compile options, not constexprs); ``flyship.compiler.tuning.expand`` reads it from here, so the
+            frontend that interprets the options is the one place that lists them. Default: none.
     """
 
     name: ClassVar[str]
@@ -185,6 +188,7 @@ class Frontend(abc.ABC):
     vendors: ClassVar[frozenset[str]]
     needs_llvm: ClassVar[bool]
     declares_grid: ClassVar[bool]
+    config_options: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def accepts(self, kernel: Any) -> bool:

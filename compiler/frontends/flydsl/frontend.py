@@ -665,6 +665,7 @@ class FlydslFrontend(Frontend):
     vendors = frozenset({"amd"})
     needs_llvm = True
     declares_grid = False
+    config_options = COMPILE_HINT_OPTIONS  # flydsl.Config's num_warps and kwargs are launcher keywords: Constexprs
 
     def accepts(self, kernel: Any) -> bool:
         if isinstance(kernel, Entry):

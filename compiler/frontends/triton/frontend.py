@@ -61,6 +61,9 @@ HIDDEN_PARAMS = ("global_scratch", "profile_scratch")
 # Spec.options keys this frontend interprets itself; other keys must be fields of Triton's backend options.
 OWN_OPTIONS = ("divisible_by_16",)
 VENDOR_KEYS = {"nvidia": "cuda", "amd": "hip"}
+# Triton backend options a tuning Config may set (triton.Config's fields and the AMD backend's knobs); a Spec's
+# options= may hold any other field of Triton's backend options as well.
+CONFIG_OPTIONS = ("num_warps", "num_stages", "waves_per_eu", "maxnreg", "matrix_instr_nonkdim", "kpack")
 # Options the bundle format cannot honour (no cluster / cooperative / PDL launch attributes).
 REFUSED_OPTIONS = {"num_ctas": 1, "launch_cooperative_grid": False, "launch_pdl": False}
 
@@ -498,6 +501,7 @@ class TritonFrontend(Frontend):
     vendors = frozenset({"amd", "nvidia"})
     needs_llvm = False
     declares_grid = True
+    config_options = CONFIG_OPTIONS
 
     def accepts(self, kernel: Any) -> bool:
         return (type(kernel).__module__ or "").startswith("triton")
