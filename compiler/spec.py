@@ -79,6 +79,9 @@ class Output:
         dtype: an input tensor's name or a torch dtype name (with ``shape``; default: the first input's).
         batch: return the output with the batched inputs' leading dims back (``(B*S, N)`` -> ``(B, S, N)``); its
             first dimension must be a batched input's first. Default: batched when ``like`` names a batched input.
+        zero: the kernel accumulates into it (atomic adds from several programs): the loader allocates it filled
+            with zeros (and zero-fills an ``out=`` tensor) before the launch. flyc-build refuses a kernel whose
+            IR accumulates atomically into an output not declared ``zero=True``.
     """
 
     name: str
@@ -86,6 +89,7 @@ class Output:
     shape: Optional[tuple[str, ...]] = None
     dtype: Optional[str] = None
     batch: Optional[bool] = None
+    zero: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

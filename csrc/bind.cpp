@@ -1,6 +1,7 @@
 // The per-call path, part 1: bind the call's arguments, apply the output rules, check out tensors.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 
 #include "bundle.h"
 #include "check.h"
@@ -132,7 +133,9 @@ void OpState::allocate_outputs(Call& c) const {
   c.fresh.reserve(p.outputs.size());  // pointers into `fresh` are kept in c.t
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const auto opts = at::TensorOptions().dtype(c.out_dtypes[j]).device(c.device);
-    c.fresh.push_back(c.lead.empty() ? at::empty(c.out_shapes[j], opts) : at::empty(user_shape(c, j), opts));
+    const c10::SmallVector<int64_t, 6> shape = c.lead.empty() ? c.out_shapes[j] : user_shape(c, j);
+    // An output the kernel accumulates into (atomics) starts from zeros, filled on the current stream.
+    c.fresh.push_back(p.outputs[j].zero ? at::zeros(shape, opts) : at::empty(shape, opts));
   }
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const int s = p.n_inputs + static_cast<int>(j);

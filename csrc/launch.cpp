@@ -56,8 +56,18 @@ bool OpState::try_launch(Call& c, bool is_out, int forced_spec, Decision* d) {
   }
   if (d->spec < 0) return false;
   if (!is_out && c.fresh.empty()) allocate_outputs(c);
+  if (is_out) zero_out_tensors(c);
   launch(c, ds, *d);
   return true;
+}
+
+// out= tensors of outputs the kernel accumulates into (manifest `zero`) start from zeros, as a fresh output does:
+// filled on the current stream, before the launch, only when a kernel runs (the reference overwrites them).
+void OpState::zero_out_tensors(Call& c) const {
+  const OpPlan& p = plan_;
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    if (p.outputs[j].zero) c.user_tensor(p.n_inputs + static_cast<int>(j)).zero_();
+  }
 }
 
 void OpState::launch(Call& c, DeviceState& ds, const Decision& d) {
