@@ -585,6 +585,7 @@ class TritonFrontend(Frontend):
         isa = None
         if ctx.keep_ir:
             isa = str(kernel.asm.get("ptx" if fmt == "cubin" else "amdgcn", "")) or None
+        written, accumulated = written_params(kernel, p, where)
         co_target = target
         if tid.vendor == "nvidia":  # the cubin's own arch (sm_90a); read_metadata checks it is the one asked for
             co_target = _cubin_target(binary, symbol, where)
@@ -593,7 +594,7 @@ class TritonFrontend(Frontend):
             proof=Proof(method="frontend-binary", reference_sha256=hashlib.sha256(binary).hexdigest(),
                         identical_sections=(), kernel_descriptor="n/a", metadata="n/a"),
             toolchain=toolchain, example_grid=grid_at_example, constraints=p.constraints, alignment=dict(p.alignment),
-            isa=isa, facts=(p, tid, (scratch_size, scratch_align)), written=written_params(kernel, p, where))
+            isa=isa, facts=(p, tid, (scratch_size, scratch_align)), written=written, accumulated=accumulated)
 
     def read_metadata(self, build: KernelBuild, where: str) -> tuple[KernelMetadata, Optional[int]]:
         p, tid, _ = build.facts
@@ -609,9 +610,11 @@ class TritonFrontend(Frontend):
         return kernarg_layout(meta, p, scratch, where)
 
 
-def written_params(kernel: Any, p: TritonPlan, where: str) -> frozenset[int]:
+def written_params(kernel: Any, p: TritonPlan, where: str) -> tuple[frozenset[int], frozenset[int]]:
     """The runtime parameters (code-object order: the signature's non-constexpr ones) that the kernel's TTIR
-    stores or atomically updates through (:func:`flyship.compiler.frontends.writes.ttir_written_params`).
+    stores or atomically updates through (:func:`flyship.compiler.frontends.writes.ttir_written_params`), and
+    those it updates with an atomic read-modify-write (:func:`~flyship.compiler.frontends.writes.
+    ttir_accumulated_params`).
 
     Raises:
         FrontendError: the TTIR's parameters are not the plan's, position by position (count, pointer or not):
@@ -623,6 +626,7 @@ def written_params(kernel: Any, p: TritonPlan, where: str) -> frozenset[int]:
         ttir = str(kernel.asm["ttir"])
         declared = writes.ttir_params(ttir)
         _names, written = writes.ttir_written_params(ttir)
+        accumulated = writes.ttir_accumulated_params(ttir)
     except (KeyError, ValueError) as e:
         raise FrontendError(f"{where}: cannot read which parameters the kernel writes from its TTIR: {e}") from None
     # By position: the TTIR's argument names are the printer's, taken from the last local a kernel binds each
@@ -634,7 +638,7 @@ def written_params(kernel: Any, p: TritonPlan, where: str) -> frozenset[int]:
                             f"{[q.name for q in p.params]} ({', '.join(want)}), got {len(got)}: "
                             f"{', '.join(f'{n}: {t}' for n, t in declared)}; report this with the kernel (Triton "
                             f"{version()})")
-    return frozenset(written)
+    return frozenset(written), frozenset(accumulated)
 
 
 def _cubin_target(binary: bytes, symbol: str, where: str) -> str:
