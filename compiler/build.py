@@ -811,6 +811,9 @@ def next_step(r: TaskResult) -> str:
     if "ProofError" in err:
         return ("flyship's code object differs from the DSL's own: try another LLVM (--llvm-bin) and report the "
                 "difference named above")
+    if "ToolchainLimitError" in err:
+        return (f"this LLVM cannot build FlyDSL kernels for {r.target} (named above); limit the spec to the targets "
+                "it builds for (Spec(targets=(...))) or ship the rest with --keep-going")
     if "process died" in err:
         return "the DSL crashed on this kernel: run it alone (one --arch, one spec) to see its own message"
     return (f"fix the kernel or the spec for {r.target}, limit the spec to the targets it builds for "
