@@ -78,3 +78,4 @@ def test_on_cpu_tensors_the_reference_still_computes_a_zero_output(bundle_copy, 
     torch.testing.assert_close(out, x + y)
     fake = torch.ops.__getattr__(ops.namespace).add(x.to("meta"), y.to("meta"))  # the fake kernel: shape only
     assert fake.shape == (100,) and fake.device.type == "meta"
+

@@ -171,30 +171,18 @@ def triton_target(target: _targets.TargetID) -> Any:
     return GPUTarget("hip", target.processor, warp)
 
 
-def _nonnegative(text: str) -> bool:
-    """Whether an expression is non-negative for every input: sizes, strides and numel combined with
-    ``+ * // %``, ``cdiv``, ``min``, ``max`` and non-negative literals (torch strides are never negative)."""
-
-    def ok(n: ast.AST) -> bool:
-        if isinstance(n, ast.Constant):
-            return n.value >= 0
-        if isinstance(n, (ast.Subscript, ast.Attribute)):
-            return True
-        if isinstance(n, ast.BinOp):
-            return isinstance(n.op, (ast.Add, ast.Mult, ast.FloorDiv, ast.Mod)) and ok(n.left) and ok(n.right)
-        if isinstance(n, ast.Call):
-            return all(ok(a) for a in n.args)
-        return False
-
-    return ok(_expr.parse(text))
-
-
 def _range_constraints(text: str, type_: str) -> list[str]:
     """Guard constraints keeping an integer expression inside a 32-bit kernel parameter type (expressions are
     64-bit; 64-bit parameters need none but a non-negative bound for ``u64``)."""
     lo, hi = INT_RANGES[type_]
+    if _expr.is_constant(text):  # Value("x", "0"): nothing per call to guard; out of range it can never fit
+        v = _expr.evaluate_with_shapes(text, {})
+        if not lo <= v <= hi:
+            raise FrontendError(f"Value expression {text!r} is {v}; expected a value in {lo}..{hi} for its type "
+                                f"{type_}; give the Value a wider type (i64) or another expression")
+        return []
     out = []
-    if not _nonnegative(text) and lo >= -(2**31):
+    if not _expr.nonnegative(text) and lo >= -(2**31):
         out.append(_expr.canonical(f"({text}) >= {lo}"))
     if hi < 2**32:
         out.append(_expr.canonical(f"({text}) <= {hi}"))
