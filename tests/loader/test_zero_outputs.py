@@ -79,3 +79,11 @@ def test_on_cpu_tensors_the_reference_still_computes_a_zero_output(bundle_copy, 
     fake = torch.ops.__getattr__(ops.namespace).add(x.to("meta"), y.to("meta"))  # the fake kernel: shape only
     assert fake.shape == (100,) and fake.device.type == "meta"
 
+
+
+def test_the_triton_atomic_rowsum_example_declares_its_output_zero_filled_and_runs_its_reference_on_cpu(
+        triton_examples_bundle, ext):
+    ops = flyship.load(triton_examples_bundle, namespace=f"flyship_z{uuid.uuid4().hex[:8]}")
+    assert [(o.name, o.zero) for o in ops.rowsum_atomic_out.manifest.outputs] == [("acc", True)]
+    x = torch.randn(16, 300)
+    torch.testing.assert_close(ops.rowsum_atomic_out(x), x.sum(dim=1))
