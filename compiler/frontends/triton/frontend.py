@@ -171,14 +171,14 @@ def triton_target(target: _targets.TargetID) -> Any:
     return GPUTarget("hip", target.processor, warp)
 
 
-def _range_constraints(text: str, type_: str) -> list[str]:
+def _range_constraints(text: str, type_: str, where: str = "") -> list[str]:
     """Guard constraints keeping an integer expression inside a 32-bit kernel parameter type (expressions are
     64-bit; 64-bit parameters need none but a non-negative bound for ``u64``)."""
     lo, hi = INT_RANGES[type_]
     if _expr.is_constant(text):  # Value("x", "0"): nothing per call to guard; out of range it can never fit
         v = _expr.evaluate_with_shapes(text, {})
         if not lo <= v <= hi:
-            raise FrontendError(f"Value expression {text!r} is {v}; expected a value in {lo}..{hi} for its type "
+            raise FrontendError(f"{where + ': ' if where else ''}Value expression {text!r} is {v}; expected a value in {lo}..{hi} for its type "
                                 f"{type_}; give the Value a wider type (i64) or another expression")
         return []
     out = []
@@ -310,7 +310,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
             signature[a.name] = sig
             params.append(RuntimeParam(a.name, sig, "scalar", FIELD_OF_SIGNATURE[sig], arg=a.name))
             if a.type == "int":
-                constraints += _range_constraints(a.name, sig)
+                constraints += _range_constraints(a.name, sig, where)
                 if a.name in divisible:
                     attrs[(i,)] = div16
                     constraints.append(_expr.canonical(f"{a.name} % 16 == 0"))
@@ -323,7 +323,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
             text = _expr.substitute(a.expr, int_constexprs)  # compiles: spec.validate checked it
             signature[a.name] = a.type
             params.append(_value_param(a.name, a.type, text, slots))
-            constraints += _range_constraints(text, a.type)
+            constraints += _range_constraints(text, a.type, where)
             if a.name in divisible:
                 attrs[(i,)] = div16
                 constraints.append(_expr.canonical(f"({text}) % 16 == 0"))
