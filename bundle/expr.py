@@ -197,6 +197,46 @@ def _is_device(n: ast.AST) -> bool:
     return isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == DEVICE
 
 
+def nonnegative(text: str) -> bool:
+    """Whether an expression is non-negative for every input: sizes, strides and numel combined with
+    ``+ * // %``, ``cdiv``, ``min``, ``max`` and non-negative literals (torch strides are never negative).
+    Where it holds, truncating and unsigned division (C, LLVM ``sdiv`` / ``udiv``) equal the language's floor."""
+
+    def ok(n: ast.AST) -> bool:
+        if isinstance(n, ast.Constant):
+            return n.value >= 0
+        if isinstance(n, (ast.Subscript, ast.Attribute)):
+            return True  # a size, a stride, numel or device.cu_count
+        if isinstance(n, ast.BinOp):
+            return isinstance(n.op, (ast.Add, ast.Mult, ast.FloorDiv, ast.Mod)) and ok(n.left) and ok(n.right)
+        if isinstance(n, ast.Call):
+            return all(ok(a) for a in n.args)
+        return False
+
+    return ok(parse(text))
+
+
+def is_constant(text: str) -> bool:
+    """Whether an expression reads nothing of the call (literals and operators only)."""
+    return not any(isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) for n in ast.walk(parse(text)))
+
+
+def trunc_div(a: str, b: str) -> tuple[str, tuple[str, ...]]:
+    """``a / b`` rounded toward zero (C, LLVM ``sdiv``: FlyDSL's ``arith.divsi``) in this language's floor
+    arithmetic, and the guard constraints it needs: the language's ``//`` floors, which differs for a negative
+    ``a`` (``(n - 1) // 8`` at n = 0: -1 floored, 0 truncated). For ``b > 0``: ``max(a, 0) // b - max(-a, 0) // b``;
+    a ``b`` that is not a positive literal gets the constraint ``b >= 1``. A non-negative ``a`` keeps ``a // b``.
+
+    Example:
+        >>> trunc_div("x.shape[0] - 1", "8")
+        ('max(x.shape[0] - 1, 0) // 8 - max(-(x.shape[0] - 1), 0) // 8', ())
+    """
+    guard = () if is_constant(b) and evaluate_with_shapes(b, {}) >= 1 else (canonical(f"{b} >= 1"),)
+    if nonnegative(a):
+        return canonical(f"({a}) // ({b})"), guard
+    return canonical(f"max({a}, 0) // ({b}) - max(-({a}), 0) // ({b})"), guard
+
+
 def canonical(text: str) -> str:
     """The expression in normal form (stable spacing and parentheses), for manifests and diffs."""
     return ast.unparse(parse(text))

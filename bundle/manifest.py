@@ -22,15 +22,16 @@ from flyship.bundle import files as _files
 from flyship.bundle import limits as _limits
 from flyship.bundle.errors import BundleError, ManifestVersionError
 
-SCHEMA_MAJOR, SCHEMA_MINOR = 1, 2
+SCHEMA_MAJOR, SCHEMA_MINOR = 1, 3
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 # A bundle that uses a key a 1.x loader would ignore but must not (later launches of a call, workspaces, inputs
-# written in place) is written as 2.0 (docs/bundle-format.md, "Must-understand keys"): a 1.x loader refuses major 2
-# with its version message instead of running such a bundle wrongly. Every other bundle stays 1.2.
-MUST_UNDERSTAND_VERSION = "2.0"
+# written in place, outputs allocated zero-filled) is written as 2.1 (docs/bundle-format.md, "Must-understand
+# keys"): a 1.x loader refuses major 2 with its version message instead of running such a bundle wrongly. Every
+# other bundle is written as 1.3.
+MUST_UNDERSTAND_VERSION = "2.1"
 # major -> the newest minor this flyship knows; a newer minor of a known major is read leniently (unknown keys
 # ignored), an unknown major is refused.
-NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 0}
+NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 1}
 FORMAT_NAME = "flyship-bundle"
 MANIFEST_NAME = "manifest.json"
 
@@ -90,12 +91,15 @@ class Output:
         batch: the output gets the batched inputs' leading dimensions back (schema 1.2): its first dimension
             is a batched input's flattened first dimension (``shape[0]`` is ``"<input>.shape[0]"``) and the
             call returns it viewed as ``(B, S, ...)``.
+        zero: the kernel accumulates into the output (atomic adds), so the loader allocates it zero-filled and
+            zero-fills an ``out=`` tensor before the launch (schema 1.3; a must-understand key).
     """
 
     name: str
     shape: tuple[str, ...]
     dtype: str
     batch: bool = False
+    zero: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -705,7 +709,8 @@ def _readable() -> str:
 
 def must_understand(m: "Manifest") -> tuple[str, ...]:
     """What ``m`` uses that a 1.x loader would ignore but must not: ``then`` (it would run only a call's first
-    launch), ``workspaces``, ``mutable`` (it would register an in-place op as a functional one)."""
+    launch), ``workspaces``, ``mutable`` (it would register an in-place op as a functional one), ``zero`` (it
+    would hand an accumulating kernel uninitialised outputs)."""
     found = []
     variants = [v for op in m.ops for s in op.specializations for v in s.variants]
     if any(v.then for v in variants):
@@ -714,6 +719,8 @@ def must_understand(m: "Manifest") -> tuple[str, ...]:
         found.append("workspaces")
     if any(a.mutable for op in m.ops for a in op.args):
         found.append("mutable")
+    if any(o.zero for op in m.ops for o in op.outputs):
+        found.append("zero")
     return tuple(found)
 
 

@@ -413,7 +413,7 @@ def check_must_understand(m: _m.Manifest) -> None:
     """A manifest that uses a must-understand key says a version 1.x loaders refuse (``docs/bundle-format.md``).
 
     Raises:
-        BundleError: a 1.x version on a manifest with ``then``, ``workspaces`` or ``mutable``.
+        BundleError: a 1.x version on a manifest with ``then``, ``workspaces``, ``mutable`` or ``zero``.
     """
     keys = _m.must_understand(m)
     if keys and m.schema_version.startswith("1."):

@@ -352,7 +352,8 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
                               mutable=a.mutable, batch=bool(a.batch)))
         elif isinstance(a, Scalar):
             args.append(M.Arg(name=a.name, kind=a.type, default=a.default))
-    outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o), batch=op.output_batch(o))
+    outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o), batch=op.output_batch(o),
+                             zero=o.zero)
                     for o in op.outputs)
     return M.Op(name=op.name, frontend=op.frontend, doc=op.doc, args=tuple(args), outputs=outputs,
                 reference=op.reference, specializations=tuple(specs), backward=op.backward,
@@ -682,13 +683,20 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
     return sf
 
 
-def _example_tensor(torch: Any, shape: tuple[int, ...], dtype: str, random: bool) -> Any:
+def _example_tensor(torch: Any, shape: tuple[int, ...], dtype: str, random: bool, written: bool = False) -> Any:
     """A CPU example tensor for a reference check: zeros, or (for an op that writes inputs in place, whose effect
-    must show) seeded random floats; integer tensors (indices, positions) stay zero."""
+    must show) seeded random floats. Integer and bool tensors stay zero (they are often indices or positions, and
+    zero is in range for any of them), except one the op writes in place: that one gets seeded random values in
+    [2, 100), so a reference that zeroes it, fills it with -1/0/1 or counts up from it visibly changes it."""
     dt = getattr(torch, dtype)
-    if not random or not dt.is_floating_point or dt.itemsize == 1:
+    gen = torch.Generator().manual_seed(0)
+    if written and dt == torch.bool:
+        return torch.randint(0, 2, shape, generator=gen).to(dt)
+    if written and not dt.is_floating_point and not dt.is_complex:
+        return torch.randint(2, 100, shape, generator=gen).to(dt)  # in range for every integer dtype, uint8 included
+    if not (random or written) or not dt.is_floating_point or (dt.itemsize == 1 and not written):
         return torch.zeros(shape, dtype=dt)
-    return torch.rand(shape, generator=torch.Generator().manual_seed(0)).to(dt) + 0.5
+    return torch.rand(shape, generator=gen).to(dt) + 0.5
 
 
 def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
@@ -716,7 +724,8 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
             if any(v is None for v in scalars.values()):
                 continue  # no example value to call with; the frontend reports the missing scalar
             written = [a.name for a in op.inputs if isinstance(a, Tensor) and a.mutable]
-            args = [_example_tensor(torch, s.shapes[a.name], s.dtypes[a.name], random=bool(written))
+            args = [_example_tensor(torch, s.shapes[a.name], s.dtypes[a.name], random=bool(written),
+                                    written=a.name in written)
                     if isinstance(a, Tensor) else scalars[a.name] for a in op.inputs]
             before = {a.name: t.clone() for a, t in zip(op.inputs, args) if a.name in written}
             where = f"op {op.name} spec {s.name}"
@@ -802,6 +811,9 @@ def next_step(r: TaskResult) -> str:
     if "ProofError" in err:
         return ("flyship's code object differs from the DSL's own: try another LLVM (--llvm-bin) and report the "
                 "difference named above")
+    if "ToolchainLimitError" in err:
+        return (f"this LLVM cannot build FlyDSL kernels for {r.target} (named above); limit the spec to the targets "
+                "it builds for (Spec(targets=(...))) or ship the rest with --keep-going")
     if "process died" in err:
         return "the DSL crashed on this kernel: run it alone (one --arch, one spec) to see its own message"
     return (f"fix the kernel or the spec for {r.target}, limit the spec to the targets it builds for "

@@ -79,6 +79,9 @@ class Output:
         dtype: an input tensor's name or a torch dtype name (with ``shape``; default: the first input's).
         batch: return the output with the batched inputs' leading dims back (``(B*S, N)`` -> ``(B, S, N)``); its
             first dimension must be a batched input's first. Default: batched when ``like`` names a batched input.
+        zero: the kernel accumulates into it (atomic adds from several programs): the loader allocates it filled
+            with zeros (and zero-fills an ``out=`` tensor) before the launch. flyc-build refuses a kernel whose
+            IR accumulates atomically into an output not declared ``zero=True``.
     """
 
     name: str
@@ -86,6 +89,7 @@ class Output:
     shape: Optional[tuple[str, ...]] = None
     dtype: Optional[str] = None
     batch: Optional[bool] = None
+    zero: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -550,7 +554,8 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
             each backward input comes from a forward input or output (saved for backward) or from
             ``"grad:<output>"``; ``grads`` maps forward inputs to the backward op's outputs. The loader
             registers it with torch autograd (checked against the bundle when the manifest is written).
-        configs: a config space (:class:`flyship.compiler.tuning.Config` objects): each spec x each config
+        configs: a config space (:class:`flyship.compiler.tuning.Config` objects, or the DSL's own
+            ``flydsl.Config`` / ``triton.Config``, converted): each spec x each config
             becomes a specialization ``<spec>__<config>``. Implied when ``kernel`` is ``flydsl.autotune`` /
             ``triton.autotune``'d (its configs, key and prune function are read). See docs/tuning.md.
         key: expressions over the inputs naming every tiled dimension (required with a config space unless
@@ -572,10 +577,13 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
         key = key if key is not None else (_tuning.key_from_names(names, args) if names else None)
         prune = prune or auto_prune
     if configs is not None:
-        pairs = [c if isinstance(c, tuple) else (c, c) for c in configs]
+        pairs = [c if isinstance(c, tuple) else (c, c) if isinstance(c, _tuning.Config)
+                 else (_tuning.from_native_config(c), c) for c in configs]
         if not pairs or not all(isinstance(c, _tuning.Config) for c, _ in pairs):
-            raise SpecError(f"op {name}: configs= expects a non-empty list of flyship.compiler.tuning.Config, got "
-                            f"{[type(c).__name__ for c, _ in pairs][:3]}")
+            raise SpecError(f"op {name}: configs= expects a non-empty list of flyship.compiler.tuning.Config (or the "
+                            f"DSL's own flydsl.Config / triton.Config, converted), got "
+                            f"{[type(n).__name__ for _, n in pairs][:3]}; e.g. configs=[Config(BLOCK=256, "
+                            "waves_per_eu=2)]")
         if not key:
             raise SpecError(f"op {name}: a config space needs key=(...): expressions naming every tiled dimension, "
                             "e.g. key=('a.shape[0]', 'b.shape[1]')")

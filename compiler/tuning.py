@@ -31,11 +31,6 @@ from flyship.bundle import targets as _targets
 from flyship.bundle import tuning as _tt
 from flyship.errors import SpecError
 
-# Config keywords that are compile options, not kernel constexprs, per frontend.
-OPTION_KEYS: dict[str, tuple[str, ...]] = {
-    "triton": ("num_warps", "num_stages", "waves_per_eu", "maxnreg", "matrix_instr_nonkdim", "kpack"),
-    "flydsl": (),  # FlyDSL passes Config kwargs (num_warps too) to the launcher as keywords: they are constexprs
-}
 _TRITON_DEFAULTS_DROPPED = {"num_ctas": 1}  # triton.Config fields flyship can launch only at this value
 
 
@@ -91,27 +86,50 @@ def from_autotuner(kernel: Any) -> Optional[tuple[Any, list[tuple[Config, Any]],
                         "function of the call's arguments; flyship builds ahead of time, so give a list of configs")
     out = []
     for c in kernel.configs:
-        values = dict(c.kwargs)
-        if mod.startswith("triton"):
-            values["num_warps"] = c.num_warps
-            values["num_stages"] = c.num_stages
-            if getattr(c, "maxnreg", None) is not None:
-                values["maxnreg"] = c.maxnreg
-            for k, ok in _TRITON_DEFAULTS_DROPPED.items():
-                if getattr(c, k, ok) != ok:
-                    raise SpecError(f"autotuned kernel: config {c} sets {k}={getattr(c, k)}; flyship launches only "
-                                    f"{k}={ok}")
-        else:
-            if c.num_warps is not None:
-                values["num_warps"] = c.num_warps
-            if c.waves_per_eu is not None:
-                values["waves_per_eu"] = c.waves_per_eu
-        out.append((Config(**values), c))
+        cfg = from_native_config(c)
+        if cfg is None:
+            raise SpecError(f"autotuned kernel {getattr(kernel.fn, '__name__', kernel.fn)}: expected its configs to "
+                            f"be {mod.split('.')[0]}.Config objects, got {type(c).__name__}")
+        out.append((cfg, c))
     if mod.startswith("triton"):
         key, prune = list(kernel.keys), getattr(kernel, "early_config_prune", None)
     else:
         key, prune = list(kernel.key), kernel.prune_configs_by
     return kernel.fn, out, key, prune
+
+
+def from_native_config(c: Any) -> Optional[Config]:
+    """A DSL's own config object as a :class:`Config`, or None when ``c`` is not one.
+
+    ``flydsl.Config`` (FlyDSL 0.5.0 ``flydsl.autotune.Config``): ``kwargs`` and ``num_warps`` are keywords of the
+    launcher (Constexprs of the op), ``waves_per_eu`` a compile hint. ``triton.Config``: ``kwargs`` (constexprs),
+    ``num_warps``, ``num_stages``, ``maxnreg``; ``num_ctas != 1`` is refused.
+
+    Raises:
+        SpecError: a config with a ``pre_hook`` (flyship launches from C++ and runs no Python hook per launch), or
+            a Triton config flyship cannot launch.
+    """
+    mod = type(c).__module__ or ""
+    if type(c).__name__ != "Config" or not (mod.startswith("flydsl") or mod.startswith("triton")):
+        return None
+    if getattr(c, "pre_hook", None) is not None:
+        raise SpecError(f"config {c}: expected no pre_hook, got {c.pre_hook!r}; flyship launches the kernel from C++ "
+                        "and runs no Python hook before it: drop the hook (zero an output with Output(zero=True))")
+    values = dict(c.kwargs)
+    if mod.startswith("triton"):
+        values["num_warps"] = c.num_warps
+        values["num_stages"] = c.num_stages
+        if getattr(c, "maxnreg", None) is not None:
+            values["maxnreg"] = c.maxnreg
+        for k, ok in _TRITON_DEFAULTS_DROPPED.items():
+            if getattr(c, k, ok) != ok:
+                raise SpecError(f"config {c}: sets {k}={getattr(c, k)}; flyship launches only {k}={ok}")
+    else:
+        if c.num_warps is not None:
+            values["num_warps"] = c.num_warps
+        if c.waves_per_eu is not None:
+            values["waves_per_eu"] = c.waves_per_eu
+    return Config(**values)
 
 
 def key_from_names(names: Sequence[str], args: Sequence[Any]) -> tuple[str, ...]:
@@ -143,10 +161,11 @@ def expand(op_name: str, frontend: str, args: Sequence[Any], specs: Sequence[Any
         SpecError: a config keyword the frontend does not understand (neither a ``Constexpr`` of the op nor
             one of the frontend's options), or two configs with the same name.
     """
+    from flyship.compiler import frontends as _frontends
     from flyship.compiler.spec import Constexpr
 
     constexprs = {a.name for a in args if isinstance(a, Constexpr)}
-    options = OPTION_KEYS.get(frontend, ())
+    options = _frontends.get(frontend).config_options  # the frontend that reads the options owns their list
     out, space = [], {}
     for i, (cfg, _native) in enumerate(configs):
         unknown = [k for k in cfg.values if k not in constexprs and k not in options]

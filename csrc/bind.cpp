@@ -152,8 +152,9 @@ void OpState::allocate_outputs(Call& c) const {
   c.fresh.reserve(p.outputs.size());  // pointers into `fresh` are kept in c.t
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const std::string& name = p.outputs[j].name;
-    c.fresh.push_back(c.lead.empty() ? allocate(c.out_shapes[j], c.out_dtypes[j], c.device, false, "output", name)
-                                     : allocate(user_shape(c, j), c.out_dtypes[j], c.device, false, "output", name));
+    const bool zero = p.outputs[j].zero;  // an output the kernel accumulates into (atomics) starts from zeros
+    c.fresh.push_back(c.lead.empty() ? allocate(c.out_shapes[j], c.out_dtypes[j], c.device, zero, "output", name)
+                                     : allocate(user_shape(c, j), c.out_dtypes[j], c.device, zero, "output", name));
   }
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const int s = p.n_inputs + static_cast<int>(j);

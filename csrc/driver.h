@@ -27,7 +27,24 @@ struct DeviceInfo {
   int64_t max_shared_per_block = 0;  // bytes of LDS / shared memory one workgroup may use (CUDA: opt-in limit)
   int64_t max_threads_per_block = 0;  // work-items per workgroup
   int64_t cu_count = 0;  // compute units (AMD CUs, NVIDIA SMs): expressions' device.cu_count
+  // Launch grid limits, per dimension. CUDA counts blocks: x <= 2^31-1, y and z <= 65535 (the device's
+  // MAX_GRID_DIM_* attributes). HIP counts work-items: the AQL dispatch packet's grid_size_x/y/z are 32-bit
+  // (HSA spec, hsa_kernel_dispatch_packet_t), so workgroups x block size <= 2^32-1 per dimension.
+  int64_t max_grid[3] = {UINT32_MAX, UINT32_MAX, UINT32_MAX};  // workgroups (blocks) per dimension
+  int64_t max_grid_work_items = INT64_MAX;  // workgroups x block size per dimension
 };
+
+// The grid limits of each vendor's runtime (DeviceInfo::max_grid, max_grid_work_items).
+inline void set_cuda_grid_limits(DeviceInfo* d, int64_t x, int64_t y, int64_t z) {
+  d->max_grid[0] = x;
+  d->max_grid[1] = y;
+  d->max_grid[2] = z;
+  d->max_grid_work_items = INT64_MAX;
+}
+inline void set_hip_grid_limits(DeviceInfo* d) {
+  for (int64_t& g : d->max_grid) g = UINT32_MAX;
+  d->max_grid_work_items = UINT32_MAX;
+}
 
 // "hip", "cuda" or "record" (driver_record.cpp: runs nothing, records each launch; test-only).
 const char* flavor();

@@ -112,14 +112,17 @@ Status device_info(int device, DeviceInfo* out) {
   CUdevice dev = 0;
   s = status(cuDeviceGet(&dev, device), "cuDeviceGet");
   if (!s.ok()) return s;
-  int major = 0, minor = 0, shared = 0, threads = 0, sms = 0;
+  int major = 0, minor = 0, shared = 0, threads = 0, sms = 0, grid_x = 0, grid_y = 0, grid_z = 0;
   char name[256] = {0};
   const std::pair<int*, CUdevice_attribute> attributes[] = {
       {&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR},
       {&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR},
       {&shared, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN},
       {&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK},
-      {&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT}};
+      {&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT},
+      {&grid_x, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X},
+      {&grid_y, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y},
+      {&grid_z, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z}};
   for (const auto& [value, attribute] : attributes) {
     s = status(cuDeviceGetAttribute(value, attribute, dev), "cuDeviceGetAttribute");
     if (!s.ok()) return s;
@@ -131,6 +134,7 @@ Status device_info(int device, DeviceInfo* out) {
   out->max_shared_per_block = shared;
   out->max_threads_per_block = threads;
   out->cu_count = sms;
+  set_cuda_grid_limits(out, grid_x, grid_y, grid_z);
   return {};
 }
 

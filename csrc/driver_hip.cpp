@@ -101,6 +101,7 @@ Status device_info(int device, DeviceInfo* out) {
   out->max_shared_per_block = static_cast<int64_t>(p.sharedMemPerBlock);
   out->max_threads_per_block = p.maxThreadsPerBlock;
   out->cu_count = p.multiProcessorCount;
+  set_hip_grid_limits(out);
   return {};
 }
 

@@ -60,6 +60,7 @@ DeviceInfo default_device() {
   d.max_shared_per_block = 64 * 1024;
   d.max_threads_per_block = 1024;
   d.cu_count = 304;  // an MI300X
+  set_hip_grid_limits(&d);
   return d;
 }
 
@@ -157,6 +158,12 @@ void add_python_bindings(void* module) {
         d.max_shared_per_block = max_shared_per_block;
         d.max_threads_per_block = max_threads_per_block;
         d.cu_count = cu_count;
+        // The runtime the target stands for: CUDA's block limits for sm_*, HIP's work-item limit otherwise.
+        if (target.rfind("sm_", 0) == 0) {
+          set_cuda_grid_limits(&d, INT32_MAX, 65535, 65535);
+        } else {
+          set_hip_grid_limits(&d);
+        }
         Recorder& r = recorder();
         std::lock_guard<std::mutex> lock(r.mu);
         r.devices[device] = d;

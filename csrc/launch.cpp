@@ -56,8 +56,18 @@ bool OpState::try_launch(Call& c, bool is_out, int forced_spec, Decision* d) {
   }
   if (d->spec < 0) return false;
   if (!is_out && c.fresh.empty()) allocate_outputs(c);
+  if (is_out) zero_out_tensors(c);
   launch(c, ds, *d);
   return true;
+}
+
+// out= tensors of outputs the kernel accumulates into (manifest `zero`) start from zeros, as a fresh output does:
+// filled on the current stream, before the launch, only when a kernel runs (the reference overwrites them).
+void OpState::zero_out_tensors(Call& c) const {
+  const OpPlan& p = plan_;
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    if (p.outputs[j].zero) c.user_tensor(p.n_inputs + static_cast<int>(j)).zero_();
+  }
 }
 
 void OpState::launch(Call& c, DeviceState& ds, const Decision& d) {
@@ -86,6 +96,18 @@ LoadedKernel& OpState::ready(DeviceState& ds, const VariantPlan& v, const Launch
               " needs ", v.static_lds, " bytes of static + ", dyn, " bytes of dynamic LDS / shared memory for these "
               "inputs; device ", dev, " (", ds.info.target, ") allows ", ds.info.max_shared_per_block,
               " per workgroup");
+  const int64_t* g = ls.grid;
+  for (int d = 0; d < 3; ++d) {
+    const int64_t items = g[d] * static_cast<int64_t>(v.block[d]);  // both <= 2^32: no overflow in int64
+    FLYSHIP_CHECK(g[d] <= ds.info.max_grid[d] && items <= ds.info.max_grid_work_items, label(), ": kernel ",
+                  v.label, " needs a grid of ", g[0], "x", g[1], "x", g[2], " workgroups of ", v.block[0], "x",
+                  v.block[1], "x", v.block[2], " for these inputs; device ", dev, " (", ds.info.target,
+                  ") allows at most ", ds.info.max_grid[0], "x", ds.info.max_grid[1], "x", ds.info.max_grid[2],
+                  " workgroups", (ds.info.max_grid_work_items < INT64_MAX ? " and " +
+                  std::to_string(ds.info.max_grid_work_items) + " work-items (workgroups x block) per dimension" :
+                  std::string()), "; expected inputs within it: split the call, or add a guard constraint on the "
+                  "grid's dimension ", "xyz"[d], " so larger inputs run the reference");
+  }
   if (dyn > k.dynamic_shared_allowed.load(std::memory_order_relaxed)) {
     driver::Status s = driver::allow_dynamic_shared(dev, k.function, dyn);
     FLYSHIP_CHECK(s.ok(), label(), ": allowing ", dyn, " bytes of dynamic shared memory for ", v.label,

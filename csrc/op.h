@@ -67,6 +67,7 @@ class OpState {
   void output_rules(Call& c) const;
   // Allocate the outputs (functional form) on the call's device.
   void allocate_outputs(Call& c) const;
+  void zero_out_tensors(Call& c) const;
   // The first specialization whose guard holds and that has code for `sel`'s target.
   Decision decide(const Call& c, const Selection& sel, bool is_out) const;
   // Whether specialization `s` fits: code for the target, its guard, and a launch its variant can take

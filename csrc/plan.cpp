@@ -221,6 +221,7 @@ OpPlan parse_op(const py::dict& d) {
                        ", expected an input tensor's slot or -1 (a fixed dtype)");
     if (out.dtype_slot < 0) out.dtype = dtype_from_name(need<std::string>(o, "dtype", where));
     for (auto p : need<py::list>(o, "shape", where)) out.shape.push_back(parse_program(p, input_shapes, where));
+    out.zero = need<bool>(o, "zero", where);
     op.outputs.push_back(std::move(out));
   }
   FLYSHIP_CHECK(op.n_inputs + op.outputs.size() == op.slots.size(), "flyship plan: ", where, ": slot count mismatch");

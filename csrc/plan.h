@@ -19,7 +19,7 @@ namespace flyship {
 namespace py = pybind11;
 
 // Plan format version: flyship/loader/plan.py PLAN_VERSION.
-constexpr int kPlanVersion = 5;
+constexpr int kPlanVersion = 6;
 constexpr int kMaxDevices = 64;
 constexpr int kMaxSlots = 64;
 // Kernarg buffers up to this size live on the stack; bigger ones on the heap.
@@ -56,6 +56,7 @@ struct OutputPlan {
   int dtype_slot = -1;  // an input tensor whose dtype the output takes, or -1
   at::ScalarType dtype = at::kFloat;  // the fixed dtype when dtype_slot < 0
   std::vector<Program> shape;  // one program per dimension, over the inputs
+  bool zero = false;  // allocated zero-filled, an out= tensor zero-filled before the launch (manifest 1.3 zero)
 };
 
 struct Field {

@@ -18,7 +18,7 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle.errors import BundleError
 
-PLAN_VERSION = 5
+PLAN_VERSION = 6
 FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
 _PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d",
          "f32": "<f", "f16": "<e"}
@@ -208,6 +208,7 @@ def lower_op(op: _m.Op, namespace: str, spec_variants: Optional[list[int]] = Non
             "dtype_slot": dtype_slot,
             "dtype": "" if dtype_slot >= 0 else o.dtype,
             "shape": [lower_program(e, inputs_only) for e in o.shape],
+            "zero": bool(o.zero),
         })
     return {
         "name": op.name,

@@ -111,7 +111,7 @@ def triton_examples_bundle(tmp_path_factory) -> Path:
     pre = Path(os.environ.get("FLYSHIP_GPU_BUNDLE") or ROOT / "artifacts" / "triton")
     if (pre / "manifest.json").is_file():
         have = {o["name"] for o in json.loads((pre / "manifest.json").read_text())["ops"]}
-        if {"fused_add_rmsnorm", "accumulate"} <= have:
+        if {"fused_add_rmsnorm", "accumulate", "rowsum_atomic_out"} <= have:
             return pre
     if flydsl_python() is None:
         pytest.skip("no up-to-date Triton example bundle and no build Python to make one")

@@ -100,6 +100,8 @@ class KernelBuild:
         written: indices of the kernel's explicit parameters (code-object metadata order) whose pointers reach a
             store or an atomic in the kernel's IR (:mod:`flyship.compiler.frontends.writes`); None when the
             frontend could not read them (then nothing is checked).
+        accumulated: the subset of ``written`` reached by an atomic read-modify-write (an atomic add, a CAS
+            loop); an output written first that way must be declared ``Output(..., zero=True)``.
     """
 
     target: str
@@ -117,6 +119,7 @@ class KernelBuild:
     facts: Any = None
     then: tuple["KernelBuild", ...] = ()
     written: Optional[frozenset[int]] = None
+    accumulated: frozenset[int] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +181,9 @@ class Frontend(abc.ABC):
         needs_llvm: whether its AMD builds need flyship's LLVM toolchain (assembler, linker, ROCm root).
         declares_grid: True when the op declares grid expressions (``op(grid=...)`` is required), False
             when the kernel computes its own grid (then ``grid=`` is refused).
+        config_options: the ``Spec.options`` keys a tuning ``Config`` may set for this frontend's kernels
+            (compile options, not constexprs); ``flyship.compiler.tuning.expand`` reads it from here, so the
+            frontend that interprets the options is the one place that lists them. Default: none.
     """
 
     name: ClassVar[str]
@@ -185,6 +191,7 @@ class Frontend(abc.ABC):
     vendors: ClassVar[frozenset[str]]
     needs_llvm: ClassVar[bool]
     declares_grid: ClassVar[bool]
+    config_options: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def accepts(self, kernel: Any) -> bool:
@@ -278,6 +285,8 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
     first = _finish_one(fe, op, spec, build, where, workspaces)
     then = tuple(_finish_one(fe, op, spec, b, f"{where} launch {k + 2}", workspaces)
                  for k, b in enumerate(build.then))
+    check_accumulation(op, workspaces, [(build, first, where), *((b, v, f"{where} launch {k + 2}")
+                                                                for k, (b, v) in enumerate(zip(build.then, then)))])
     if not then and not workspaces:
         return first
     constraints = tuple(dict.fromkeys(c for v in (first, *then) for c in v.constraints))
@@ -384,6 +393,52 @@ def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layo
                 f"tensor {f.arg!r}, which the spec declares neither an Output nor mutable; declare "
                 f"Tensor({f.arg!r}, ..., mutable=True) if the kernel writes it in place (the schema then says "
                 f"Tensor(a!) {f.arg} and torch.compile sees the write), or make the kernel not write it")
+
+
+def _bound_params(params: frozenset[int], meta: KernelMetadata, layout: KernargLayout) -> dict[str, tuple[int, str]]:
+    """The tensors, outputs and workspaces whose pointer fields sit at explicit parameters ``params`` (metadata
+    order): name -> (parameter index, the kernel's name for it)."""
+    explicit = [a for a in meta.args if not a.hidden]
+    by_offset = {f.offset: f for f in layout.fields if f.kind in ("pointer", "workspace")}
+    out: dict[str, tuple[int, str]] = {}
+    for i in sorted(params):
+        if i < len(explicit) and explicit[i].offset in by_offset:
+            f = by_offset[explicit[i].offset]
+            out.setdefault(f.arg, (i, f.kernel_arg or explicit[i].name or f"#{i}"))
+    return out
+
+
+def check_accumulation(op: OpDecl, workspaces: tuple[Workspace, ...],
+                       launches: list[tuple[KernelBuild, CompiledVariant, str]]) -> None:
+    """Refuse a call whose first write to an ``Output`` (or a workspace) is an atomic read-modify-write, unless it
+    is declared zero-filled: the loader allocates both uninitialised (``at::empty``), so an atomic add into one
+    adds to garbage. A launch that stores into it first (a multi-launch op's init pass) settles it.
+
+    Args:
+        launches: the call's launches in order: (the frontend's build, the finished variant, where).
+
+    Raises:
+        FrontendError: naming the parameter, the output or workspace and what to declare.
+    """
+    kinds = {**{o.name: ("Output", o.zero) for o in op.outputs}, **{w.name: ("Workspace", w.zero) for w in workspaces}}
+    settled: set[str] = set()
+    for build, v, where in launches:
+        if build.written is None:
+            return  # the frontend could not read this launch's writes: nothing after it can be judged
+        for name, (i, kname) in _bound_params(build.accumulated, v.metadata, v.kernargs).items():
+            kind, zero = kinds.get(name, ("", True))
+            if zero or name in settled:
+                continue
+            how = (f"Output({name!r}, ..., zero=True) so the loader allocates it filled with zeros, or declare it "
+                   f"an input Tensor({name!r}, ..., mutable=True) that the caller provides and the kernel "
+                   f"accumulates into in place" if kind == "Output" else
+                   f"Workspace({name!r}, ..., zero=True) so the loader fills it with zeros before the first launch")
+            raise FrontendError(
+                f"{where}: the kernel accumulates atomically (an atomic add, max or compare-and-swap) through "
+                f"parameter {i} ({kname}), bound to {kind.lower()} {name!r}, which the loader allocates "
+                f"uninitialised, so the result would start from garbage; expected a zero-filled {kind.lower()}: "
+                f"declare {how}")
+        settled |= set(_bound_params(build.written, v.metadata, v.kernargs))
 
 
 def example_device(spec: Spec, target: str | None) -> dict[str, int] | None:

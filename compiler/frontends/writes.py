@@ -13,6 +13,11 @@ the parameters whose pointers reach a store or an atomic:
 * :func:`ttir_written_params` reads Triton's TTIR: ``tt.store``, ``tt.atomic_rmw``, ``tt.atomic_cas`` and
   ``tt.descriptor_store`` / ``tt.descriptor_reduce`` / ``tt.descriptor_scatter``.
 
+:func:`llvm_accumulated_params` and :func:`ttir_accumulated_params` follow the same dataflow to the writes that
+read the old value back (an atomic add, a CAS loop, a reduce-store; not an exchange): a kernel that accumulates
+into an ``Output`` needs it zero-filled (``Output(..., zero=True)``), since the loader allocates outputs
+uninitialised otherwise.
+
 The dataflow is conservative in one direction only: a value computed from a parameter's pointer carries that
 parameter, except what is *loaded* from memory (an index read from a tensor is data, not an address of the
 tensor). Loop-carried values (``phi``, ``iter_args``) are followed to a fixed point. A pointer chosen between
@@ -104,12 +109,59 @@ def _llvm_stored_through(inst: str) -> list[str]:
     return []
 
 
+def _llvm_accumulated_through(inst: str) -> list[str]:
+    """The pointer operands an instruction atomically reads, modifies and writes back (``atomicrmw`` but an
+    exchange, ``cmpxchg`` (a CAS loop is how a float add without a native atomic lowers), AMDGPU atomic
+    intrinsics but swaps): the memory must hold a defined value first."""
+    body = inst.split("=", 1)[1] if _LLVM_DEF.match(inst) else inst
+    body = body.strip()
+    ptrs = _LLVM_PTR_OPERAND.findall(body)
+    if not ptrs:
+        return []
+    if re.match(r"atomicrmw\s+(?:volatile\s+)?xchg\b", body):
+        return []  # an exchange writes a value that does not depend on the old one
+    if re.match(r"(atomicrmw|cmpxchg)\b", body):
+        return ptrs[:1]
+    call = re.search(r"\bcall\b.*?@([\w.$\"]+)\(", body)
+    if call is None:
+        return []
+    callee = call.group(1)
+    if re.search(r"atomic", callee) and not re.search(r"swap|xchg|store", callee):
+        return ptrs
+    return []
+
+
 def llvm_written_params(ir: str, symbol: str) -> set[int]:
     """Indices of ``@symbol``'s parameters whose pointers reach a store or an atomic in LLVM IR ``ir``.
 
     Raises:
         ValueError: ``ir`` defines no ``@symbol``.
     """
+    taint, body = _llvm_taint(ir, symbol)
+    written: set[int] = set()
+    for line in body:
+        for p in _llvm_stored_through(line):
+            written |= taint.get(p, frozenset())
+    return written
+
+
+def llvm_accumulated_params(ir: str, symbol: str) -> set[int]:
+    """Indices of ``@symbol``'s parameters whose pointers reach an atomic read-modify-write in LLVM IR ``ir``
+    (an atomic add into an output: the output must start from zeros).
+
+    Raises:
+        ValueError: ``ir`` defines no ``@symbol``.
+    """
+    taint, body = _llvm_taint(ir, symbol)
+    out: set[int] = set()
+    for line in body:
+        for p in _llvm_accumulated_through(line):
+            out |= taint.get(p, frozenset())
+    return out
+
+
+def _llvm_taint(ir: str, symbol: str) -> tuple[dict[str, frozenset[int]], list[str]]:
+    """Each value of ``@symbol`` -> the parameters whose pointers it carries, and the function's body lines."""
     params, body = _llvm_function(ir, symbol)
     taint: dict[str, frozenset[int]] = {p: frozenset({i}) for i, p in enumerate(params) if p}
     defs = []
@@ -122,11 +174,7 @@ def llvm_written_params(ir: str, symbol: str) -> set[int]:
                 refs = refs[1:]
             defs.append((m.group(1), frozenset() if _LLVM_LOADS.match(rhs) else None, refs))
     _fixed_point(taint, ((name, fixed, refs) for name, fixed, refs in defs))
-    written: set[int] = set()
-    for line in body:
-        for p in _llvm_stored_through(line):
-            written |= taint.get(p, frozenset())
-    return written
+    return taint, body
 
 
 _TT_REF = re.compile(r"%([\w$.-]+(?:#\d+)?)")  # a use: %v, or %r#1 for result 1 of a multi-result op
@@ -134,6 +182,8 @@ _TT_RESULTS = re.compile(r"^\s*(%[\w$.-]+(?::\d+)?(?:\s*,\s*%[\w$.-]+)*)\s*=\s*"
 _TT_DEF = re.compile(r"^\s*%([\w$.-]+)(?::\d+)?(?:\s*,\s*%[\w$.-]+)*\s*=\s*([\w.]+)(.*)$")
 _TT_STORES = ("tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.descriptor_store", "tt.descriptor_reduce",
               "tt.descriptor_scatter")
+# The writes that read the old value back (an atomic add, a CAS, a reduce-store): the memory must be defined first.
+_TT_ACCUMULATES = ("tt.atomic_rmw", "tt.atomic_cas", "tt.descriptor_reduce")
 _TT_LOADS = ("tt.load", "tt.descriptor_load", "tt.descriptor_gather", "tt.atomic_rmw", "tt.atomic_cas")
 
 
@@ -189,12 +239,37 @@ def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
     Raises:
         ValueError: ``ttir`` holds no public ``tt.func``.
     """
+    params, taint, stores = _ttir_flow(ttir)
+    written: set[int] = set()
+    for _op, _kind, p in stores:
+        written |= taint.get(p, frozenset())
+    return params, written
+
+
+def ttir_accumulated_params(ttir: str) -> set[int]:
+    """Indices of the kernel's runtime parameters (as :func:`ttir_params` orders them) whose pointers reach an
+    atomic read-modify-write (``tt.atomic_rmw`` but ``exch``, ``tt.atomic_cas``, ``tt.descriptor_reduce``).
+
+    Raises:
+        ValueError: ``ttir`` holds no public ``tt.func``.
+    """
+    _params, taint, stores = _ttir_flow(ttir)
+    out: set[int] = set()
+    for op, kind, p in stores:
+        if op in _TT_ACCUMULATES and not (op == "tt.atomic_rmw" and kind == "exch"):
+            out |= taint.get(p, frozenset())
+    return out
+
+
+def _ttir_flow(ttir: str) -> tuple[list[str], dict[str, frozenset[int]], list[tuple[str, str, str]]]:
+    """The runtime parameters' SSA names, each value -> the parameters whose pointers it carries, and every
+    write as (op, its first keyword (``fadd`` of ``tt.atomic_rmw fadd, ...``), the pointer it writes through)."""
     lines = [_strip_locations(x) for x in ttir.splitlines()]
     head, args = _ttir_head(lines)
     params = [name for name, _type in args]
     taint: dict[str, frozenset[int]] = {p: frozenset({i}) for i, p in enumerate(params)}
     defs: list[tuple[str, frozenset[int] | None, list[str]]] = []
-    stores: list[str] = []
+    stores: list[tuple[str, str, str]] = []
     # The region ops (scf.if, scf.for, scf.while, ...) open around the current line: (op, its results, the values
     # its regions' yields flow into besides them: scf.for's iter_args, scf.while's "before" arguments).
     regions: list[tuple[str, list[str], list[str]]] = []
@@ -215,8 +290,9 @@ def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
         if op in _TT_STORES:
             operands = line.split(op, 1)[1]
             first = _TT_REF.search(operands)
+            kind = re.match(r"\s*(\w+)", operands)
             if first:
-                stores.append(first.group(1))
+                stores.append((op, kind.group(1) if kind else "", first.group(1)))
         results = _tt_results(line)
         if m:
             refs = [] if op == "scf.if" else _TT_REF.findall(m.group(3))  # an if's results are what it yields
@@ -242,10 +318,7 @@ def ttir_written_params(ttir: str) -> tuple[list[str], set[int]]:
         if text.endswith("{"):
             regions.append((op, results, carried))
     _fixed_point(taint, defs)
-    written: set[int] = set()
-    for p in stores:
-        written |= taint.get(p, frozenset())
-    return params, written
+    return params, taint, stores
 
 
 def _fixed_point(taint: dict[str, frozenset[int]],

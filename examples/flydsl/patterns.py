@@ -27,8 +27,12 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
 * ``fused_add_rmsnorm`` (fused_add_rmsnorm.py): a kernel that writes an input in place: ``residual += x`` is
   stored back into ``residual`` (declared ``Tensor("residual", rank=2, mutable=True)``: ``Tensor(a!)`` in the
   schema, no fresh output for it) and the normed ``out`` is a fresh output (7).
+* ``colsum`` (colsum.py): a kernel that accumulates into its output with global atomic adds from every row's
+  workgroups: declared ``Output("out", ..., zero=True)``, so the loader allocates it zero-filled (and zeroes an
+  ``out=`` tensor); flyc-build refuses such a kernel when the output is not declared so.
 """
 
+from colsum import colsum
 from divide import build_divide, launch_divide
 from fused_add_rmsnorm import fused_add_rmsnorm
 from pointers import add_one_ptr
@@ -144,3 +148,8 @@ op(
                           "w.shape[0] == x.shape[1]")),
     ],
 )
+
+# A kernel that accumulates into its output with atomics: the output must start from zeros.
+op("colsum", kernel=colsum, reference="colsum_ref", doc="out[n] = sum over m of x[m, n] by atomic adds (float32)",
+   args=[Tensor("x", rank=2), Output("out", shape=("x.shape[1]",), dtype="x", zero=True)],
+   specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (64, 1000)})])

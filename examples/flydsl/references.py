@@ -83,3 +83,8 @@ def fused_add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor, w: torch.Tens
     residual.add_(x)
     h = residual.float()
     return (h * torch.rsqrt(h.pow(2).mean(dim=-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def colsum_ref(x: torch.Tensor) -> torch.Tensor:
+    """out[n] = sum over m of x[m, n], in float32 (the kernel adds atomically into a zero-filled output)."""
+    return x.float().sum(dim=0).to(x.dtype)

@@ -14,6 +14,7 @@ from tl_elementwise import add_kernel
 from tl_gemm import gemm_kernel, gemm_tma_kernel
 from tl_inplace import accumulate_kernel, fused_add_rmsnorm_kernel
 from tl_rmsnorm import rmsnorm_kernel
+from tl_rowsum_split import rowsum_atomic_kernel
 from tl_softmax import softmax_bwd_kernel, softmax_kernel
 
 from flyship.compiler.spec import (Backward, Constexpr, Output, Scalar, Spec, Tensor, Value, namespace, op,
@@ -145,3 +146,14 @@ op("accumulate", kernel=accumulate_kernel, reference="accumulate_ref", doc="acc 
                constexprs={"BLOCK": 1024}, options={"num_warps": 4},
                constraints=("acc.stride[0] == 1", "x.stride[0] == 1", "x.shape[0] == acc.shape[0]",
                             "acc.numel + 1024 <= 2147483647"))])
+
+# rowsum_atomic_out(x) -> acc: SPLIT programs per row each add their chunk's sum into acc[r] with tl.atomic_add, so acc
+# must start from zeros: Output(..., zero=True) makes the loader allocate it zero-filled (and zero an out= tensor).
+SPLIT = 4
+op("rowsum_atomic_out", kernel=rowsum_atomic_kernel, reference="rowsum_ref",
+   doc="acc[r] = sum(x[r, :]) by atomic adds straight into a zero-filled output (float32)",
+   args=[Tensor("x", rank=2), Output("acc", shape=("x.shape[0]",), dtype="x", zero=True), Value("n_cols", "x.shape[1]"),
+         Value("x_row_stride", "x.stride[0]"), Value("chunk", f"cdiv(x.shape[1], {SPLIT})"), Constexpr("BLOCK")],
+   grid=("x.shape[0]", str(SPLIT)),
+   specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (64, 4096)}, constexprs={"BLOCK": 256},
+               options={"num_warps": 4}, constraints=("x.stride[1] == 1",))])

@@ -10,7 +10,8 @@ the result is cast back to the input dtype, as the kernels do.
     rmsnorm(x, w, eps)    rmsnorm_ref(x, w, eps) x * rsqrt(mean(x**2, -1) + eps) * w
     gemm(a, b)            gemm_ref(a, b)         a @ b.T  (b is (N, K), the nn.Linear weight layout)
     gemm_tma(a, b)        gemm_ref(a, b)
-    rowsum(x)             rowsum_ref(x)          x.sum(dim=1)  (persistent.py; rowsum_atomic in multilaunch.py)
+    rowsum(x)             rowsum_ref(x)          x.sum(dim=1)  (persistent.py; rowsum_atomic in multilaunch.py;
+                                                 rowsum_atomic_out in ops.py)
     rowsum_split(x)       rowsum_f32_ref(x)      x.float().sum(dim=1)  (multilaunch.py)
     fused_add_rmsnorm(x, residual, w, eps)       residual += x IN PLACE; returns rmsnorm(residual) * w
     accumulate(acc, x, alpha)                    acc += alpha * x IN PLACE; returns None

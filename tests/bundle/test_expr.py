@@ -49,3 +49,25 @@ def test_a_value_that_leaves_int64_is_an_error_not_a_wrap():
     with pytest.raises(expr.ExprOverflowError, match="x.numel of shape"):
         expr.evaluate_with_shapes("x.numel", {"x": (2**62, 4)})
     assert expr.evaluate_with_shapes("x.shape[0] * 2 - x.shape[0]", {"x": (2**62 - 1,)}) == 2**62 - 1
+
+
+def test_trunc_div_rounds_toward_zero_like_llvm_sdiv_for_negative_and_zero_dividends():
+    """FlyDSL's host arithmetic divides with arith.divsi (truncating); the expressions floor. trunc_div writes the
+    truncation exactly: (n - 1) // 8 + 1 at n = 0 is 1 launched workgroup in FlyDSL, not 0."""
+    from flyship.bundle.expr import trunc_div
+
+    q, guard = trunc_div("x.shape[0] - 9", "8")
+    assert guard == ()
+    for n in range(0, 40):
+        want = int((n - 9) / 8)  # C / LLVM sdiv
+        assert expr.evaluate_with_shapes(q, {"x": (n,)}) == want, n
+    q, guard = trunc_div("x.shape[0] - 9", "x.shape[1]")
+    assert guard == ("x.shape[1] >= 1",)  # a divisor that may be 0 or negative is guarded
+    assert expr.evaluate_with_shapes(q, {"x": (0, 4)}) == -2 and expr.evaluate_with_shapes(q, {"x": (17, 4)}) == 2
+    assert trunc_div("x.shape[0] + 7", "8") == ("(x.shape[0] + 7) // 8", ())  # non-negative: plain floor
+
+
+def test_only_expressions_over_sizes_and_non_negative_literals_are_known_non_negative():
+    assert expr.nonnegative("cdiv(x.shape[0], 8) * x.stride[1] + device.cu_count")
+    assert not expr.nonnegative("x.shape[0] - 1") and not expr.nonnegative("n") and not expr.nonnegative("-1")
+    assert expr.is_constant("3 * 4") and not expr.is_constant("x.numel") and not expr.is_constant("device.cu_count")

@@ -368,3 +368,31 @@ def test_a_bad_isa_through_the_early_assembler_fails_with_the_assembler_message(
         with pytest.raises(AssembleError, match=r"(?s)assemble .*gfx942.s for gfx942: expected llvm-mc .* to succeed"
                                                 r".*s_no_such_instruction"):
             early.assemble(bad)
+
+
+def test_flydsl_for_gfx11_and_gfx12_is_reported_as_an_llvm_limit_not_a_kernel_error(tmp_path):
+    """LLVM 22's AMDGPU printer writes .amdhsa_inst_pref_size as an instprefsize(...) expression its llvm-mc
+    cannot parse; the build names the target, the directive, the LLVM and what to do, not the kernel."""
+    import textwrap
+
+    from ..conftest import ROOT, run_build
+
+    spec = tmp_path / "spec.py"
+    spec.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / 'examples' / 'flydsl')!r})
+        from elementwise import add
+        from flyship.compiler.spec import Output, Spec, Tensor, namespace, op
+        namespace("t")
+        op("add", kernel=add, args=[Tensor("x", rank=2), Tensor("y", rank=2), Output("out", like="x")],
+           specs=[Spec("f32", dtypes={{"x": "float32", "y": "float32"}}, shapes={{"x": (8, 100), "y": (8, 100)}})])
+    """))
+    r = run_build(spec, tmp_path / "o", ["gfx1100"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    if "instprefsize" not in r.stderr:
+        pytest.skip("this LLVM parses FlyDSL's gfx1100 ISA: the limit is gone")
+    assert "ToolchainLimitError" in r.stderr and "got a toolchain limit, not a kernel or spec error" in r.stderr
+    assert re.search(r"expected llvm-mc \d+\.\d+\.\d+ .* to parse the ISA FlyDSL wrote for gfx1100", r.stderr)
+    assert ".amdhsa_inst_pref_size (instprefsize(...))" in r.stderr and "gfx942, gfx950" in r.stderr
+    assert "next step: this LLVM cannot build FlyDSL kernels for gfx1100" in r.stderr
+    assert "fix the kernel or the spec" not in r.stderr

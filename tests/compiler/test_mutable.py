@@ -129,3 +129,55 @@ def test_an_op_that_writes_an_input_cannot_declare_a_backward(tmp_path):
                                                                       "    from tl_inplace"))
     err = _refused(tmp_path, spec, "sm_90")
     assert "writes residual in place and declares a backward" in err
+
+
+CLEAR_COUNTS = """
+    import triton
+    import triton.language as tl
+    from flyship.compiler.spec import Constexpr, Output, Spec, Tensor, Value, namespace, op, references
+
+    @triton.jit
+    def clear_kernel(x, counts, out, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out + offs, tl.load(x + offs, mask=m), mask=m)
+        tl.store(counts + offs, tl.zeros([BLOCK], tl.int32), mask=m)
+
+    namespace("t")
+    references("refs.py")
+    op("clear_counts", kernel=clear_kernel, reference="clear_counts",
+       args=[Tensor("x", rank=1), Tensor("counts", rank=1, mutable=True), Output("out", like="x"),
+             Value("n", "x.numel"), Constexpr("BLOCK")], grid=("cdiv(x.numel, BLOCK)",),
+       specs=[Spec("f32", dtypes={"x": "float32", "counts": "DTYPE"}, shapes={"x": (64,), "counts": (64,)},
+                   constexprs={"BLOCK": 64})])
+"""
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint8", "bool"])
+def test_a_reference_that_zeroes_a_mutable_integer_tensor_passes_the_written_in_place_check(tmp_path, dtype):
+    """Integer example tensors used to be all zeros, so a reference that zeroes a mutable int tensor left it
+    "unchanged" and the build refused it; the written one now starts from seeded non-zero values."""
+    from flyship.compiler import build
+
+    (tmp_path / "refs.py").write_text("def clear_counts(x, counts):\n    counts.zero_()\n    return x.clone()\n"
+                                      "def keep_counts(x, counts):\n    return x.clone()\n")
+    (tmp_path / "spec.py").write_text(textwrap.dedent(CLEAR_COUNTS).replace("DTYPE", dtype))
+    sf = build.load_spec_file(str(tmp_path / "spec.py"))
+    build.check_reference_outputs(sf, tmp_path / "refs.py")  # no BuildError: the zeroing shows
+    # A reference that does not write it is still caught, with integers as with floats.
+    (tmp_path / "spec.py").write_text(textwrap.dedent(CLEAR_COUNTS).replace("DTYPE", dtype)
+                                      .replace('reference="clear_counts"', 'reference="keep_counts"'))
+    with pytest.raises(build.BuildError, match="expected reference keep_counts\\(\\) to write counts in place"):
+        build.check_reference_outputs(build.load_spec_file(str(tmp_path / "spec.py")), tmp_path / "refs.py")
+
+
+def test_non_written_integer_examples_stay_zero_so_they_index_safely():
+    import torch
+
+    from flyship.compiler import build
+
+    idx = build._example_tensor(torch, (16,), "int64", random=True)
+    assert not idx.any()
+    w = build._example_tensor(torch, (1000,), "int32", random=True, written=True)
+    assert int(w.min()) >= 2 and int(w.max()) < 100
+    assert torch.equal(w, build._example_tensor(torch, (1000,), "int32", random=True, written=True))  # seeded

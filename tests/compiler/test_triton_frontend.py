@@ -141,6 +141,7 @@ def test_grid_expressions_equal_tritons_own_grid_functions(spec_file, ops, tmp_p
         "gemm_tma": lambda meta, sh: gemm.gemm_tma_grid(meta, sh["a"][0], sh["b"][0]),
         "fused_add_rmsnorm": lambda meta, sh: inplace.fused_add_rmsnorm_grid(meta, sh["x"][0]),
         "accumulate": lambda meta, sh: inplace.accumulate_grid(meta, sh["acc"][0]),
+        "rowsum_atomic_out": lambda meta, sh: (sh["x"][0], 4),  # a row's 4 programs add into acc[r]
     }
     assert set(own) == set(ops)
     probes = [(1, 1), (7, 1000), (1000, 7), (129, 4097), (4096, 8192)]
@@ -360,3 +361,12 @@ def test_the_softmax_backward_kernel_gives_autograds_gradient_under_tritons_inte
     r = subprocess.run([sys.executable, "-c", INTERPRET_SOFTMAX_BWD], cwd=ROOT / "examples" / "triton",
                        env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def test_a_constant_value_adds_no_guard_and_one_out_of_its_range_is_refused():
+    assert tf._range_constraints("0", "i32") == []  # Value("x", "0"): no trivial "0 <= 2147483647" guard
+    assert tf._range_constraints("x.shape[0] - 1", "i32") == ["x.shape[0] - 1 >= -2147483648",
+                                                              "x.shape[0] - 1 <= 2147483647"]
+    with pytest.raises(FrontendError, match=r"Value expression '3000000000' is 3000000000; expected a value in "
+                                            r"-2147483648\.\.2147483647 for its type i32"):
+        tf._range_constraints("3000000000", "i32")

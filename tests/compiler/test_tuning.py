@@ -160,3 +160,43 @@ def test_flyc_build_prunes_per_target_and_writes_the_key_into_the_manifest(tmp_p
     targets = {s.name: sorted(v.target for v in s.variants) for s in op.specializations}
     assert targets == {"f16__w4": ["gfx942", "sm_90a"], "f16__w32": ["sm_90a"]}
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["ops"][0]["tuning_key"] == list(op.tuning_key)
+
+
+FLY_ARGS = [S.Tensor("x", rank=2), S.Tensor("y", rank=2), S.Output("out", like="x"), S.Constexpr("VEC")]
+FLY_BASE = S.Spec("f32", dtypes={"x": "float32", "y": "float32"}, shapes={"x": (8, 1024), "y": (8, 1024)})
+
+
+def test_a_flydsl_config_space_accepts_the_compile_hints_the_flydsl_frontend_reads():
+    from flyship.compiler.frontends.flydsl.frontend import COMPILE_HINT_OPTIONS, FlydslFrontend
+
+    assert FlydslFrontend.config_options == COMPILE_HINT_OPTIONS  # one owner: tuning reads the frontend's list
+    specs, _ = T.expand("add", "flydsl", FLY_ARGS, [FLY_BASE], [(T.Config(VEC=4, waves_per_eu=2), None)])
+    assert [(s.name, s.constexprs, s.options) for s in specs] == [("f32__VEC4_wpe2", {"VEC": 4},
+                                                                   {"waves_per_eu": 2})]
+    with pytest.raises(SpecError, match=r"sets \['maxnreg'\], which the flydsl frontend does not understand.*"
+                                        r"'waves_per_eu'"):
+        T.expand("add", "flydsl", FLY_ARGS, [FLY_BASE], [(T.Config(maxnreg=128), None)])
+
+
+def test_flydsl_and_triton_config_objects_passed_to_configs_are_converted():
+    flydsl = pytest.importorskip("flydsl", reason="needs FlyDSL 0.5.0; it would pass flydsl.Config objects")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "examples" / "flydsl"))
+    from elementwise import add
+
+    def run():
+        S.namespace("tuned_fly")
+        S.op("add", kernel=add, args=FLY_ARGS, specs=[FLY_BASE], key=("x.shape[1]",),
+             configs=[flydsl.Config(VEC=4, waves_per_eu=2), flydsl.Config(VEC=8)])
+
+    op = S.run_spec_file("t.py", run).ops[0]
+    assert [(s.name, s.constexprs, s.options) for s in op.specs] == [
+        ("f32__VEC4_wpe2", {"VEC": 4}, {"waves_per_eu": 2}), ("f32__VEC8", {"VEC": 8}, {})]
+    op = declare(configs=[triton.Config({}, num_warps=2, num_stages=1)], key=("x.shape[1]",))
+    assert [(s.name, s.options) for s in op.specs] == [("f16__w2_s1", {"num_warps": 2, "num_stages": 1})]
+    with pytest.raises(SpecError, match="expected no pre_hook"):
+        T.from_native_config(flydsl.Config(waves_per_eu=2, pre_hook=lambda args: None))
+    with pytest.raises(SpecError, match=r"configs= expects a non-empty list of flyship.compiler.tuning.Config.*"
+                                        r"got \['dict'\]"):
+        declare(configs=[{"num_warps": 2}], key=("x.shape[1]",))

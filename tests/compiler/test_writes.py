@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from flyship.compiler.frontends.writes import llvm_written_params, ttir_written_params
+from flyship.compiler.frontends.writes import (llvm_accumulated_params, llvm_written_params, ttir_accumulated_params,
+                                               ttir_written_params)
 
 pytestmark = pytest.mark.cpu
 
@@ -159,3 +160,36 @@ def test_llvm_a_pointer_selected_between_two_parameters_names_both():
           "  %4 = select i1 %2, ptr addrspace(1) %0, ptr addrspace(1) %1\n"
           "  store float 0.0, ptr addrspace(1) %4, align 4\n  ret void\n}\n")
     assert llvm_written_params(ir, "k") == {0, 1}
+
+
+ACCUMULATE_LLVM = """
+DEFINE
+  %v = load float, ptr addrspace(1) %0, align 4
+  %a = getelementptr float, ptr addrspace(1) %1, i64 4
+  %old = atomicrmw fadd ptr addrspace(1) %a, float %v syncscope("agent") monotonic, align 4
+  %x = atomicrmw xchg ptr addrspace(1) %2, float %v monotonic, align 4
+  %c = cmpxchg ptr addrspace(1) %3, i32 0, i32 1 monotonic monotonic, align 4
+  %r = call ptr addrspace(8) @llvm.amdgcn.make.buffer.rsrc.p8.p1(ptr addrspace(1) %4, i16 0, i32 -1, i32 0)
+  %f = call float @llvm.amdgcn.raw.ptr.buffer.atomic.fadd.f32(float %v, ptr addrspace(8) %r, i32 0, i32 0, i32 0)
+  store float %v, ptr addrspace(1) %5, align 4
+  ret void
+}
+""".replace("DEFINE", "define amdgpu_kernel void @k(ptr addrspace(1) %0, ptr addrspace(1) %1, ptr addrspace(1) %2, "
+                      "ptr addrspace(1) %3, ptr addrspace(1) %4, ptr addrspace(1) %5) {")
+
+
+def test_llvm_atomic_read_modify_writes_are_accumulations_and_exchanges_or_stores_are_not():
+    # %1: atomicrmw fadd via a GEP; %3: cmpxchg (a CAS loop); %4: an AMDGPU buffer atomic through a resource made
+    # from it. %2 (an exchange) and %5 (a store) are written but do not read the old value.
+    assert llvm_written_params(ACCUMULATE_LLVM, "k") == {1, 2, 3, 4, 5}
+    assert llvm_accumulated_params(ACCUMULATE_LLVM, "k") == {1, 3, 4}
+
+
+def test_ttir_atomic_adds_are_accumulations_and_stores_or_exchanges_are_not():
+    params, _ = ttir_written_params(TTIR)
+    assert {params[i] for i in ttir_accumulated_params(TTIR)} == {"out"}  # r is a plain tt.store
+    exch = TTIR.replace("tt.atomic_rmw fadd,", "tt.atomic_rmw exch,")
+    assert ttir_accumulated_params(exch) == set()
+    cas = TTIR.replace("%old = tt.atomic_rmw fadd, acq_rel, gpu, %o, %c0, %c0 : (!tt.ptr<f32>, f32, i1) -> f32",
+                       "%old = tt.atomic_cas acq_rel, gpu, %o, %c0, %c0 : (!tt.ptr<f32>, f32, f32) -> f32")
+    assert {params[i] for i in ttir_accumulated_params(cas)} == {"out"}

@@ -33,7 +33,8 @@ def load(path):
 
 def test_an_unknown_major_version_is_refused_naming_both_versions(bundle_copy):
     root = bundle_copy(lambda d: d.update(schema_version="3.0"))
-    with pytest.raises(ManifestVersionError, match=r"schema version 3\.0 .* reads 1\.x \(up to 1\.2\) and 2\.x"):
+    with pytest.raises(ManifestVersionError,
+                       match=r"schema version 3\.0 .* reads 1\.x \(up to 1\.3\) and 2\.x \(up to 2\.1\)"):
         load(root)
 
 

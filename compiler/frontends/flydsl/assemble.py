@@ -8,6 +8,13 @@ Only what the assembler needs is read from the ISA, and the instructions are nev
 * ``.amdhsa_code_object_version N`` gives the code object version; asking for another version (5 or 6)
   rewrites this one directive and nothing else.
 
+gfx11 / gfx12 (RDNA) are a toolchain limit, reported as one (:func:`_toolchain_limit`), not as a kernel error:
+LLVM 22's AMDGPU printer writes ``.amdhsa_inst_pref_size`` as an MC expression over the code size
+(``((instprefsize(.Lfunc_end0-k)<<4)&1008)>>4``) that llvm-mc 22 cannot parse ("expected ')'"). Writing the
+value in (it is in FlyDSL's descriptor) was tried: the ISA then assembles, but llvm-mc encodes the unused
+``src2`` of two-source VOP3 instructions as 0 where LLVM's code generator writes the inline constant 0 (0x80), so
+``.text`` differs from FlyDSL's binary (9 instructions of the 2-D add) and the proof cannot show the two equal.
+
 Code object v5 vs v6 (LLVM AMDGPUUsage "ELF Header" and "Code Object Metadata"; AMDGPUMetadata.h), checked
 by assembling the same FlyDSL ISA both ways with LLVM 22: ``e_ident[EI_ABIVERSION]`` is 3 for v5
 (ELFABIVERSION_AMDGPU_HSA_V5) and 4 for v6; the metadata version ``amdhsa.version`` is 1.2 for both
@@ -48,6 +55,11 @@ _META_TARGET_RE = re.compile(r"^([ \t]*amdhsa\.target:[ \t]+)(['\"]?)([^'\"\s]+)
 
 class AssembleError(ToolchainError):
     """The ISA could not be assembled or linked, or the code object is unusable (undefined symbols)."""
+
+
+class ToolchainLimitError(AssembleError):
+    """The ISA is right but this toolchain cannot reproduce FlyDSL's code object from it (a known LLVM limit for
+    the target); no change to the kernel or the spec helps."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,7 +239,7 @@ def assemble(
         r = run_tool(toolchain.assembler, assembler_args(toolchain, header.triple, header.target, src, obj),
                      operation=operation)
     except ToolchainError as e:
-        raise AssembleError(str(e)) from None
+        raise _toolchain_limit(str(e), toolchain, header, operation) or AssembleError(str(e)) from None
     _check_assembler_stderr(r.stderr, toolchain, header, operation)
     try:
         run_tool(toolchain.linker, ["-shared", str(obj), "-o", str(out)], operation=f"link {obj} for {target}")
@@ -255,6 +267,23 @@ def _prepare(isa_text: str, target: str, code_object_version: int | None, src: P
     want_version = code_object_version if code_object_version is not None else header.code_object_version
     src.write_text(isa_text)
     return isa_text, header, want_version
+
+
+def _toolchain_limit(stderr: str, toolchain: Toolchain, header: IsaHeader,
+                     operation: str) -> ToolchainLimitError | None:
+    """The error for an assembler failure that is a known limit of the toolchain rather than of the kernel
+    (module docstring: ``instprefsize`` on gfx11 / gfx12), or None for any other failure."""
+    if "instprefsize" not in stderr:
+        return None
+    return ToolchainLimitError(
+        f"{operation}: expected {toolchain.assembler.name} {toolchain.assembler.describe()} to parse the ISA FlyDSL "
+        f"wrote for {header.processor}, got a toolchain limit, not a kernel or spec error: its parser cannot read "
+        "the .amdhsa_inst_pref_size (instprefsize(...)) expression that LLVM's own AMDGPU printer writes for "
+        "gfx11 / gfx12 targets, and FlyDSL's binary cannot be reproduced from that ISA (the proof would fail) "
+        f"with this LLVM; build FlyDSL ops for CDNA targets (gfx942, gfx950), limit the spec with "
+        f"Spec(targets=...) or pass --keep-going to ship the rest (the loader falls back to the reference on "
+        f"{header.processor}), or build Triton kernels for it (Triton ships its own code object)\n"
+        f"assembler output:\n{stderr.strip()[:2000]}")
 
 
 def _check_assembler_stderr(stderr: str, toolchain: Toolchain, header: IsaHeader, operation: str) -> None:
@@ -338,6 +367,9 @@ class Assembler:
             _, mc_err = mc.communicate(isa_text, timeout=600)
             if mc.returncode != 0:
                 self._end()
+                limit = _toolchain_limit(mc_err, self.toolchain, header, operation)
+                if limit is not None:
+                    raise limit
                 raise AssembleError(f"{operation}: expected {self.toolchain.assembler.name} "
                                     f"{self.toolchain.assembler.describe()} to succeed, got exit {mc.returncode}:\n"
                                     f"{mc_err.strip()}\ncommand: {' '.join(self._argv[0])} < {src}")

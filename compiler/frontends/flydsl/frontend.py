@@ -596,16 +596,19 @@ def _artefacts(captured: Compile, name: str, where: str) -> tuple[str, list[byte
     return captured.isa[0], [data for _, data in captured.objects], origin, lowered
 
 
-def _written(captured: Compile, symbol: str, where: str) -> frozenset[int] | None:
-    """The kernel parameters whose pointers reach a store or an atomic in the LLVM IR the capture kept
-    (:func:`flyship.compiler.frontends.writes.llvm_written_params`); None when this FlyDSL printed none."""
+def _written(captured: Compile, symbol: str, where: str) -> tuple[frozenset[int] | None, frozenset[int]]:
+    """The kernel parameters whose pointers reach a store or an atomic in the LLVM IR the capture kept, and those
+    that reach an atomic read-modify-write (:func:`flyship.compiler.frontends.writes.llvm_written_params`,
+    :func:`~flyship.compiler.frontends.writes.llvm_accumulated_params`); (None, empty) when this FlyDSL printed
+    none."""
     from flyship.compiler.frontends import writes
 
     modules = [text for text in captured.llvm_ir if f"@{symbol}(" in text or f'@"{symbol}"(' in text]
     if not modules:
-        return None
+        return None, frozenset()
     try:
-        return frozenset(writes.llvm_written_params(modules[-1], symbol))
+        return (frozenset(writes.llvm_written_params(modules[-1], symbol)),
+                frozenset(writes.llvm_accumulated_params(modules[-1], symbol)))
     except ValueError as e:
         raise FrontendError(f"{where}: cannot read which parameters kernel {symbol} writes from its LLVM IR: {e}"
                             ) from None
@@ -642,6 +645,7 @@ def _launch_builds(call: LauncherCall, isa: str, ours: bytes, theirs_all: list[b
     builds = []
     for analysis in analyses:
         symbol = analysis.kernel_name
+        written, accumulated = _written(call.compile, symbol, call.where)
         # A kernel with fast-math hints can carry several code objects in one gpu.binary (same code, other
         # target flags): ours must equal each of them, for every kernel it launches.
         proofs = [_proof.prove(ours, theirs, symbol, target) for theirs in theirs_all]
@@ -652,7 +656,7 @@ def _launch_builds(call: LauncherCall, isa: str, ours: bytes, theirs_all: list[b
             example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
             tensor_abi=analysis.tensor_abi,
             isa=isa if ctx.keep_ir and not builds else None, facts=analysis,
-            written=_written(call.compile, symbol, call.where)))
+            written=written, accumulated=accumulated))
     return builds
 
 
@@ -665,6 +669,7 @@ class FlydslFrontend(Frontend):
     vendors = frozenset({"amd"})
     needs_llvm = True
     declares_grid = False
+    config_options = COMPILE_HINT_OPTIONS  # flydsl.Config's num_warps and kwargs are launcher keywords: Constexprs
 
     def accepts(self, kernel: Any) -> bool:
         if isinstance(kernel, Entry):

@@ -437,19 +437,35 @@ class _Evaluator:
             e = f"({a(0)} {self._BIN[n][0]} {a(1)})"
             self._note_width(o, e)
             return e
-        if n in ("arith.floordivsi", "arith.divsi", "arith.divui"):
-            # divsi truncates; shapes and strides are non-negative, where it equals floor division.
+        if n == "arith.floordivsi":
             return f"({a(0)} // {a(1)})"
-        if n in ("arith.ceildivsi", "arith.ceildivui"):
+        if n in ("arith.divsi", "arith.remsi"):
+            # Truncating division: equal to the expressions' floor only for a non-negative dividend, so write it
+            # exactly (``(n - 1) // 8`` at n = 0 is 0 truncated, -1 floored): bundle.expr.trunc_div.
+            q, guard = _expr.trunc_div(a(0), a(1))
+            self._note_guard(guard)
+            return f"({q})" if n == "arith.divsi" else f"({a(0)} - ({a(1)}) * ({q}))"
+        if n in ("arith.divui", "arith.remui", "arith.ceildivui"):
+            # Unsigned: a negative dividend reads as a huge number the expressions cannot follow; guard it out.
+            if not _expr.nonnegative(a(0)):
+                self._note_guard((_expr.canonical(f"{a(0)} >= 0"),))
+            self._note_guard(_expr.trunc_div(a(0), a(1))[1])
+            return {"arith.divui": f"({a(0)} // {a(1)})", "arith.remui": f"({a(0)} % {a(1)})",
+                    "arith.ceildivui": f"cdiv({a(0)}, {a(1)})"}[n]
+        if n == "arith.ceildivsi":
             return f"cdiv({a(0)}, {a(1)})"
-        if n in ("arith.remsi", "arith.remui"):
-            return f"({a(0)} % {a(1)})"
         if n in ("arith.minsi", "arith.minui"):
             return f"min({a(0)}, {a(1)})"
         if n in ("arith.maxsi", "arith.maxui"):
             return f"max({a(0)}, {a(1)})"
         raise FrontendError(f"{self.where}: host launcher computes a launch value with {n}, which flyship cannot "
                             "express; keep grid arithmetic to + - * // % min max over tensor sizes")
+
+    def _note_guard(self, constraints: tuple[str, ...]) -> None:
+        """Add guard constraints a launch value's arithmetic needs (kept with the width constraints)."""
+        for c in constraints:
+            if c not in self.width_constraints:
+                self.width_constraints.append(c)
 
     def _note_width(self, o, e: str) -> None:
         """A sum or product the launcher computes in a fixed-width integer wraps past its maximum; the guard
@@ -487,11 +503,11 @@ class _Evaluator:
         if n == "arith.floordivsi":
             return x // y
         if n in ("arith.divsi", "arith.divui"):
-            return int(x / y)
+            return abs(x) // abs(y) * (1 if (x >= 0) == (y > 0) else -1)  # toward zero, exact for big ints
         if n in ("arith.ceildivsi", "arith.ceildivui"):
             return -(-x // y)
         if n in ("arith.remsi", "arith.remui"):
-            return x - y * int(x / y)
+            return x - y * (abs(x) // abs(y) * (1 if (x >= 0) == (y > 0) else -1))
         if n in ("arith.minsi", "arith.minui"):
             return min(x, y)
         if n in ("arith.maxsi", "arith.maxui"):

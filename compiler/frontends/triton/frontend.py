@@ -61,6 +61,9 @@ HIDDEN_PARAMS = ("global_scratch", "profile_scratch")
 # Spec.options keys this frontend interprets itself; other keys must be fields of Triton's backend options.
 OWN_OPTIONS = ("divisible_by_16",)
 VENDOR_KEYS = {"nvidia": "cuda", "amd": "hip"}
+# Triton backend options a tuning Config may set (triton.Config's fields and the AMD backend's knobs); a Spec's
+# options= may hold any other field of Triton's backend options as well.
+CONFIG_OPTIONS = ("num_warps", "num_stages", "waves_per_eu", "maxnreg", "matrix_instr_nonkdim", "kpack")
 # Options the bundle format cannot honour (no cluster / cooperative / PDL launch attributes).
 REFUSED_OPTIONS = {"num_ctas": 1, "launch_cooperative_grid": False, "launch_pdl": False}
 
@@ -168,30 +171,18 @@ def triton_target(target: _targets.TargetID) -> Any:
     return GPUTarget("hip", target.processor, warp)
 
 
-def _nonnegative(text: str) -> bool:
-    """Whether an expression is non-negative for every input: sizes, strides and numel combined with
-    ``+ * // %``, ``cdiv``, ``min``, ``max`` and non-negative literals (torch strides are never negative)."""
-
-    def ok(n: ast.AST) -> bool:
-        if isinstance(n, ast.Constant):
-            return n.value >= 0
-        if isinstance(n, (ast.Subscript, ast.Attribute)):
-            return True
-        if isinstance(n, ast.BinOp):
-            return isinstance(n.op, (ast.Add, ast.Mult, ast.FloorDiv, ast.Mod)) and ok(n.left) and ok(n.right)
-        if isinstance(n, ast.Call):
-            return all(ok(a) for a in n.args)
-        return False
-
-    return ok(_expr.parse(text))
-
-
-def _range_constraints(text: str, type_: str) -> list[str]:
+def _range_constraints(text: str, type_: str, where: str = "") -> list[str]:
     """Guard constraints keeping an integer expression inside a 32-bit kernel parameter type (expressions are
     64-bit; 64-bit parameters need none but a non-negative bound for ``u64``)."""
     lo, hi = INT_RANGES[type_]
+    if _expr.is_constant(text):  # Value("x", "0"): nothing per call to guard; out of range it can never fit
+        v = _expr.evaluate_with_shapes(text, {})
+        if not lo <= v <= hi:
+            raise FrontendError(f"{where + ': ' if where else ''}Value expression {text!r} is {v}; expected a value in {lo}..{hi} for its type "
+                                f"{type_}; give the Value a wider type (i64) or another expression")
+        return []
     out = []
-    if not _nonnegative(text) and lo >= -(2**31):
+    if not _expr.nonnegative(text) and lo >= -(2**31):
         out.append(_expr.canonical(f"({text}) >= {lo}"))
     if hi < 2**32:
         out.append(_expr.canonical(f"({text}) <= {hi}"))
@@ -319,7 +310,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
             signature[a.name] = sig
             params.append(RuntimeParam(a.name, sig, "scalar", FIELD_OF_SIGNATURE[sig], arg=a.name))
             if a.type == "int":
-                constraints += _range_constraints(a.name, sig)
+                constraints += _range_constraints(a.name, sig, where)
                 if a.name in divisible:
                     attrs[(i,)] = div16
                     constraints.append(_expr.canonical(f"{a.name} % 16 == 0"))
@@ -332,7 +323,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
             text = _expr.substitute(a.expr, int_constexprs)  # compiles: spec.validate checked it
             signature[a.name] = a.type
             params.append(_value_param(a.name, a.type, text, slots))
-            constraints += _range_constraints(text, a.type)
+            constraints += _range_constraints(text, a.type, where)
             if a.name in divisible:
                 attrs[(i,)] = div16
                 constraints.append(_expr.canonical(f"({text}) % 16 == 0"))
@@ -498,6 +489,7 @@ class TritonFrontend(Frontend):
     vendors = frozenset({"amd", "nvidia"})
     needs_llvm = False
     declares_grid = True
+    config_options = CONFIG_OPTIONS
 
     def accepts(self, kernel: Any) -> bool:
         return (type(kernel).__module__ or "").startswith("triton")
@@ -581,6 +573,7 @@ class TritonFrontend(Frontend):
         isa = None
         if ctx.keep_ir:
             isa = str(kernel.asm.get("ptx" if fmt == "cubin" else "amdgcn", "")) or None
+        written, accumulated = written_params(kernel, p, where)
         co_target = target
         if tid.vendor == "nvidia":  # the cubin's own arch (sm_90a); read_metadata checks it is the one asked for
             co_target = _cubin_target(binary, symbol, where)
@@ -589,7 +582,7 @@ class TritonFrontend(Frontend):
             proof=Proof(method="frontend-binary", reference_sha256=hashlib.sha256(binary).hexdigest(),
                         identical_sections=(), kernel_descriptor="n/a", metadata="n/a"),
             toolchain=toolchain, example_grid=grid_at_example, constraints=p.constraints, alignment=dict(p.alignment),
-            isa=isa, facts=(p, tid, (scratch_size, scratch_align)), written=written_params(kernel, p, where))
+            isa=isa, facts=(p, tid, (scratch_size, scratch_align)), written=written, accumulated=accumulated)
 
     def read_metadata(self, build: KernelBuild, where: str) -> tuple[KernelMetadata, Optional[int]]:
         p, tid, _ = build.facts
@@ -605,9 +598,11 @@ class TritonFrontend(Frontend):
         return kernarg_layout(meta, p, scratch, where)
 
 
-def written_params(kernel: Any, p: TritonPlan, where: str) -> frozenset[int]:
+def written_params(kernel: Any, p: TritonPlan, where: str) -> tuple[frozenset[int], frozenset[int]]:
     """The runtime parameters (code-object order: the signature's non-constexpr ones) that the kernel's TTIR
-    stores or atomically updates through (:func:`flyship.compiler.frontends.writes.ttir_written_params`).
+    stores or atomically updates through (:func:`flyship.compiler.frontends.writes.ttir_written_params`), and
+    those it updates with an atomic read-modify-write (:func:`~flyship.compiler.frontends.writes.
+    ttir_accumulated_params`).
 
     Raises:
         FrontendError: the TTIR's parameters are not the plan's, position by position (count, pointer or not):
@@ -619,6 +614,7 @@ def written_params(kernel: Any, p: TritonPlan, where: str) -> frozenset[int]:
         ttir = str(kernel.asm["ttir"])
         declared = writes.ttir_params(ttir)
         _names, written = writes.ttir_written_params(ttir)
+        accumulated = writes.ttir_accumulated_params(ttir)
     except (KeyError, ValueError) as e:
         raise FrontendError(f"{where}: cannot read which parameters the kernel writes from its TTIR: {e}") from None
     # By position: the TTIR's argument names are the printer's, taken from the last local a kernel binds each
@@ -630,7 +626,7 @@ def written_params(kernel: Any, p: TritonPlan, where: str) -> frozenset[int]:
                             f"{[q.name for q in p.params]} ({', '.join(want)}), got {len(got)}: "
                             f"{', '.join(f'{n}: {t}' for n, t in declared)}; report this with the kernel (Triton "
                             f"{version()})")
-    return frozenset(written)
+    return frozenset(written), frozenset(accumulated)
 
 
 def _cubin_target(binary: bytes, symbol: str, where: str) -> str:
