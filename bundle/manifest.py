@@ -24,14 +24,15 @@ from flyship.bundle.errors import BundleError, ManifestVersionError
 
 SCHEMA_MAJOR, SCHEMA_MINOR = 1, 3
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
-# A bundle that uses a key a 1.x loader would ignore but must not (later launches of a call, workspaces, inputs
-# written in place, outputs allocated zero-filled) is written as 2.1 (docs/bundle-format.md, "Must-understand
-# keys"): a 1.x loader refuses major 2 with its version message instead of running such a bundle wrongly. Every
-# other bundle is written as 1.3.
-MUST_UNDERSTAND_VERSION = "2.1"
+# Keys a reader must understand, with the first major version whose readers do (docs/bundle-format.md,
+# "Must-understand keys"): later launches of a call, workspaces and inputs written in place came with 2.x, outputs
+# allocated zero-filled with 3.x. A bundle is written with the lowest major that covers every such key it uses, so
+# a loader that would ignore one refuses the bundle's major with its version message instead of running it wrongly.
+# Every other bundle is written as 1.3.
+MUST_UNDERSTAND = {"then": 2, "workspaces": 2, "mutable": 2, "zero": 3}
 # major -> the newest minor this flyship knows; a newer minor of a known major is read leniently (unknown keys
 # ignored), an unknown major is refused.
-NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 1}
+NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 1, 3: 0}
 FORMAT_NAME = "flyship-bundle"
 MANIFEST_NAME = "manifest.json"
 
@@ -725,9 +726,10 @@ def must_understand(m: "Manifest") -> tuple[str, ...]:
 
 
 def version_for(m: "Manifest") -> str:
-    """The schema version a writer gives ``m``: :data:`MUST_UNDERSTAND_VERSION` when it uses a must-understand
-    key (:func:`must_understand`), else :data:`SCHEMA_VERSION`, which 1.x loaders read."""
-    return MUST_UNDERSTAND_VERSION if must_understand(m) else SCHEMA_VERSION
+    """The schema version a writer gives ``m``: the newest minor of the lowest major whose readers understand every
+    must-understand key ``m`` uses (:data:`MUST_UNDERSTAND`), 1.x for a bundle that uses none."""
+    major = max((MUST_UNDERSTAND[k] for k in must_understand(m)), default=SCHEMA_MAJOR)
+    return f"{major}.{NEWEST_MINOR[major]}"
 
 
 def from_json_obj(data: Any) -> Manifest:

@@ -410,17 +410,19 @@ def check_manifest(m: _m.Manifest) -> None:
 
 
 def check_must_understand(m: _m.Manifest) -> None:
-    """A manifest that uses a must-understand key says a version 1.x loaders refuse (``docs/bundle-format.md``).
+    """A manifest that uses a must-understand key says a major version whose readers understand it
+    (``docs/bundle-format.md``): a loader of an older major refuses it instead of ignoring the key.
 
     Raises:
-        BundleError: a 1.x version on a manifest with ``then``, ``workspaces``, ``mutable`` or ``zero``.
+        BundleError: ``then``, ``workspaces`` or ``mutable`` under 1.x, ``zero`` under 1.x or 2.x.
     """
-    keys = _m.must_understand(m)
-    if keys and m.schema_version.startswith("1."):
+    major = int(m.schema_version.split(".")[0])
+    late = [k for k in _m.must_understand(m) if _m.MUST_UNDERSTAND[k] > major]
+    if late:
         raise _fail("manifest schema_version",
-                    f"expected {_m.MUST_UNDERSTAND_VERSION} for a bundle that uses {', '.join(keys)}, got "
-                    f"{m.schema_version!r}: a 1.x loader would ignore those keys and run the ops wrongly; rebuild "
-                    "the bundle with this flyc-build")
+                    f"expected {_m.version_for(m)} for a bundle that uses {', '.join(late)}, got "
+                    f"{m.schema_version!r}: a {major}.x loader would ignore {'that key' if len(late) == 1 else 'those keys'} "
+                    "and run the ops wrongly; rebuild the bundle with this flyc-build")
 
 
 def check_failures(m: _m.Manifest) -> None:

@@ -19,7 +19,7 @@ from flyship.errors import FlyshipError
 pytestmark = pytest.mark.cpu
 
 
-def _zeroed(bundle_copy: Callable[..., Path], version: str = _m.MUST_UNDERSTAND_VERSION) -> Path:
+def _zeroed(bundle_copy: Callable[..., Path], version: str = "3.0") -> Path:
     """The tiny bundle with its ``add`` and ``addsub`` ops' first output declared zero-filled."""
 
     def edit(d: dict) -> None:
@@ -37,13 +37,26 @@ def test_the_manifest_says_which_outputs_start_from_zeros_and_the_plan_carries_i
     m = _m.read(_zeroed(bundle_copy))
     addsub = m.op("addsub")
     assert [(o.name, o.zero) for o in addsub.outputs] == [("sum", True), ("diff", False)]
-    assert _m.must_understand(m) == ("zero",) and _m.version_for(m) == _m.MUST_UNDERSTAND_VERSION
+    assert _m.must_understand(m) == ("zero",) and _m.version_for(m) == "3.0"
     assert [o["zero"] for o in _plan.lower_op(addsub, m.namespace)["outputs"]] == [True, False]
 
 
-def test_a_1_x_manifest_that_zero_fills_an_output_is_refused(bundle_copy):
-    with pytest.raises(FlyshipError, match=r"expected 2\.1 for a bundle that uses zero.*a 1\.x loader would ignore"):
-        flyship.load(_zeroed(bundle_copy, version="1.3"), namespace=f"flyship_z{uuid.uuid4().hex[:8]}")
+@pytest.mark.parametrize("version", ["1.3", "2.1"])
+def test_a_1_x_or_2_x_manifest_that_zero_fills_an_output_is_refused(bundle_copy, version):
+    # flyship of schema 2.0 reads a newer 2.x minor leniently: zero-filled outputs need a major its readers refuse
+    major = version.split(".")[0]
+    with pytest.raises(FlyshipError, match=rf"expected 3\.0 for a bundle that uses zero, got '{version}': a {major}\.x "
+                                           "loader would ignore that key"):
+        flyship.load(_zeroed(bundle_copy, version=version), namespace=f"flyship_z{uuid.uuid4().hex[:8]}")
+
+
+def test_a_zero_filling_bundle_is_refused_by_a_loader_that_knows_only_2_x(bundle_copy, monkeypatch):
+    from flyship.errors import ManifestVersionError
+
+    path = _zeroed(bundle_copy)
+    monkeypatch.setattr(_m, "NEWEST_MINOR", {1: 3, 2: 0})  # as the flyship that wrote 2.0 for then/mutable
+    with pytest.raises(ManifestVersionError, match=r"schema version 3\.0 is not readable"):
+        _m.read(path)
 
 
 def test_an_out_tensor_of_a_zero_output_is_zero_filled_before_the_launch(bundle_copy, recorded, launches):
