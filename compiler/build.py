@@ -237,7 +237,9 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: 
                 # task did it is found below, by running each of that pool's unfinished tasks alone.
                 broken.append((o, s, t))
                 continue
-            if r.variant is None and r.reused and not r.resource:  # over a limit is deterministic: no retry
+            if r.variant is None and r.reused and not r.resource and not r.deterministic:
+                # Over a limit, or refused by flyship's own check (a SpecError, a FrontendError other than the
+                # DSL's own failure), is the same answer in any process: no retry, reported once.
                 # Some DSL kernels keep process-global state and cannot be traced twice in one process: a
                 # failure in a reused worker is retried once in a fresh one (below) before it counts, so
                 # -j 1 and -j 2 give the same bundle.

@@ -463,11 +463,20 @@ class OpDecl:
         return {k: tuple(spec.strides[k]) if k in spec.strides else _expr.contiguous_strides(v)
                 for k, v in shapes.items()}
 
-    def example_values(self, spec: Spec) -> dict[str, int]:
-        """Each :class:`Value` parameter evaluated at the example call."""
+    def example_values(self, spec: Spec, device: Optional[dict[str, int]] = None) -> dict[str, int]:
+        """Each :class:`Value` parameter evaluated at the example call.
+
+        Args:
+            device: the example call's device properties, for a Value that reads ``device.cu_count`` (a
+                persistent launcher's CTA count); default: the spec's ``cu_count`` when it gives one. A frontend
+                passes :func:`flyship.compiler.frontends.base.example_device` (the target's usual count when the
+                spec gives none).
+        """
+        if device is None and spec.cu_count is not None:
+            device = {"cu_count": spec.cu_count}
         shapes = self.example_shapes(spec)
         scal = {k: v for k, v in self.example_scalars(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
-        return {a.name: _expr.evaluate_with_shapes(a.expr, shapes, scal, self.example_strides(spec))
+        return {a.name: _expr.evaluate_with_shapes(a.expr, shapes, scal, self.example_strides(spec), device)
                 for a in self.args if isinstance(a, Value)}
 
     def example_scalars(self, spec: Spec) -> dict[str, Any]:

@@ -36,6 +36,12 @@ class FrontendError(CompileError, RuntimeError):
     own message."""
 
 
+class DSLError(FrontendError):
+    """The DSL itself raised while tracing or compiling (its own message carried). Unlike flyship's own checks,
+    which give the same answer every time, such a failure may come from state an earlier trace left in the
+    process, so flyc-build retries it once in a fresh process."""
+
+
 class ResourceError(FrontendError):
     """A compiled kernel exceeds a resource of its target (LDS / shared memory, registers, scratch spills,
     workgroup size). In a config space (docs/tuning.md) such a config is pruned, not a build failure."""
