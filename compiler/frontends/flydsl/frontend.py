@@ -598,9 +598,10 @@ def _check_entry_signature(op: OpDecl) -> None:
     if got != lead:
         # flyship calls the entry with the declared arguments positionally: they must be its first parameters.
         raise FrontendError(
-            f"op {op.name}: expected args= to declare entry {op.kernel.__name__!r}'s first {len(got)} parameters "
-            f"in its order ({', '.join(lead)}), got ({', '.join(got)}); {takes}: declare its leading parameters "
-            "(Tensor/Output/Scalar/Value), in its order")
+            f"op {op.name}: expected args= to declare the first {len(got)} parameters of entry "
+            f"{op.kernel.__name__!r} in its order ({', '.join(lead)}), got ({', '.join(got)}); {takes}: flyship "
+            "passes the declared Tensor/Output/Scalar/Value arguments positionally, so declare its leading "
+            "parameters in its order")
     if rest:
         raise FrontendError(
             f"op {op.name}: args= declares ({', '.join(got)}) and {takes}; flyship calls the entry with the declared "
