@@ -144,8 +144,14 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
     if _SPEC is None:
         return TaskResult(op_name, spec_name, cfg.target, None, globals().get("_SPEC_ERROR", "spec not loaded"))
     try:
-        op = next(o for o in _SPEC.ops if o.name == op_name)
-        spec = next(s for s in op.specs if s.name == spec_name).for_target(cfg.target)
+        op = next((o for o in _SPEC.ops if o.name == op_name), None)
+        decl = next((s for s in op.specs if s.name == spec_name), None) if op is not None else None
+        if decl is None:
+            raise CompileError(f"spec file {cfg.spec_path}: expected op {op_name} spec {spec_name} when imported for "
+                               f"{cfg.target}, as when the build planned it, got none; the spec file declares other "
+                               "ops or specs on each import for this target: make its declarations depend only on "
+                               "the target (FLYDSL_GPU_ARCH), not on other state")
+        spec = decl.for_target(cfg.target)
         workdir = Path(tempfile.mkdtemp(prefix=f"{op_name}.{spec_name}.", dir=cfg.scratch_root))
         ctx = BuildContext(workdir=workdir, toolchain=cfg.toolchain, code_object_version=cfg.code_object_version,
                            keep_ir=cfg.keep_ir, rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)

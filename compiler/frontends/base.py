@@ -197,8 +197,10 @@ class Frontend(abc.ABC):
         """Whether ``kernel`` (the ``kernel=`` of an op declaration) is one of this DSL's kernels."""
 
     def prepare_planning(self, amd_target: Optional[str]) -> None:
-        """Set what the DSL reads at import time in the build process, which imports the spec file once to
-        list its ops (``amd_target``: the first AMD target requested, or None). Default: nothing."""
+        """Set what the DSL reads at import time in the build process, which imports the spec file to list its
+        ops once per planning environment (``amd_target``: the AMD processor of that import, or None for the
+        other vendors' targets; :mod:`flyship.compiler.declarations`), as the workers of those targets will see
+        it. Default: nothing."""
 
     def prepare_worker(self, setup: WorkerSetup) -> None:
         """Set the worker process's environment before the spec file (and the DSL) is imported; runs once in

@@ -754,10 +754,10 @@ class FlydslFrontend(Frontend):
         return (type(kernel).__module__ or "").startswith("flydsl")
 
     def prepare_planning(self, amd_target: str | None) -> None:
-        # Kernel modules may read the arch at import time; the planning import only lists ops, but must not
-        # fall back to a GPU probe.
+        # Kernel modules may read the arch at import time: the planning import of a target sees what its worker
+        # sees (setup_environment), and never falls back to a GPU probe.
         if amd_target:
-            os.environ.setdefault("FLYDSL_GPU_ARCH", amd_target.split(":")[0])
+            os.environ["FLYDSL_GPU_ARCH"] = os.environ["ARCH"] = amd_target.split(":")[0]
 
     def prepare_worker(self, setup: WorkerSetup) -> None:
         import tempfile
