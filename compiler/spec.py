@@ -106,7 +106,8 @@ class Constexpr:
 
 @dataclasses.dataclass(frozen=True)
 class Value:
-    """An integer parameter computed from the inputs (``Value("n", "x.numel", type="i32")``)."""
+    """An integer parameter computed from the inputs (``Value("n", "x.numel", type="i32")``); the expression
+    may read ``device.cu_count``, and a literal (``Value("m", "64")``) is a constant an entry passes itself."""
 
     name: str
     expr: str
@@ -176,8 +177,9 @@ def entry(fn: Callable[..., Any], frontend: str = "flydsl") -> Entry:
 
     FlyDSL builders often return such a wrapper: it sets compile hints (fast-math, LLVM options), substitutes
     placeholder arguments and marks layouts dynamic, then calls the inner launcher. flyc-build calls the
-    entry as the user would (``args`` are the *entry's* parameters, in order; parameters left out must have
-    defaults), records each launcher call it makes (several launchers in sequence: one code object per
+    entry as the user would, with the declared arguments positionally (``args`` are the entry's *leading*
+    parameters, in order; every later parameter must have a default; a constant the entry passes a launcher
+    itself is a ``Value("m", "64")``, not an entry parameter), records each launcher call it makes (several launchers in sequence: one code object per
     call), and proves each code object against FlyDSL's own from that same call. Naming the inner launcher
     instead would lose the wrapper's hints and build other code.
     """
