@@ -8,8 +8,6 @@
   caller's own tensors, bound as the op's ``x`` and ``out``.
 * ``add_one_64_rows(x, out)``: an entry that passes the launcher a literal row count (``64``), declared in the
   spec as the constant ``Value("m", "64")``.
-* ``add_one_resident_rows``: the row count bound to ``Value("m", "min(x.shape[0], device.cu_count)")``, a
-  Value that reads the device's CU count (with ``Spec(cu_count=...)`` the example call reads it there).
 """
 
 import flydsl.compiler as flyc

@@ -24,11 +24,10 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
   ``@flyc.jit`` launchers in sequence, each its own FlyDSL compile and code object: the buffer the entry
   allocates between them is a declared ``Workspace`` bound in both, and a declared output of phase 1 may be
   phase 2's input (6).
-* ``scale_stream_first`` / ``scale_rewrapped`` / ``add_one_64_rows`` / ``add_one_resident_rows`` (orders.py):
-  a launcher whose stream and constexpr come before runtime parameters (every argument is passed by name),
-  an entry that re-wraps its tensors with ``flyc.from_torch_tensor(t).mark_layout_dynamic()``, an entry that
-  passes a literal (declared ``Value("m", "64")``), and a Value reading ``device.cu_count`` at the spec's
-  ``cu_count``.
+* ``scale_stream_first`` / ``scale_rewrapped`` / ``add_one_64_rows`` (orders.py): a launcher whose stream and
+  constexpr come before runtime parameters (every argument is passed by name), an entry that re-wraps its
+  tensors with ``flyc.from_torch_tensor(t).mark_layout_dynamic()``, and an entry that passes a literal
+  (declared ``Value("m", "64")``).
 * ``fused_add_rmsnorm`` (fused_add_rmsnorm.py): a kernel that writes an input in place: ``residual += x`` is
   stored back into ``residual`` (declared ``Tensor("residual", rank=2, mutable=True)``: ``Tensor(a!)`` in the
   schema, no fresh output for it) and the normed ``out`` is a fresh output (7).
@@ -163,18 +162,8 @@ op("scale_rewrapped", kernel=entry(scale_rewrapped), reference="scale_ref",
    args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha", "float", default=2.0)],
    specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)})])
 
-ROWS_1024 = ("x.shape[1] == N", "x.stride[0] == N", "x.stride[1] == 1")
 op("add_one_64_rows", kernel=entry(add_one_64_rows), reference="add_one_rows_ref",
    doc="out = x + 1 (float32, (64, 1024)), an entry that passes the row count as a literal",
    args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "64")],
    specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)},
                constraints=("x.shape[0] == 64", "x.shape[1] == 1024", "x.stride[0] == 1024", "x.stride[1] == 1"))])
-
-# The row count is min(rows, CUs): with at most cu_count rows (the guard), every row; the example call reads
-# device.cu_count at the spec's cu_count.
-op("add_one_resident_rows", kernel=add_one_rows, reference="add_one_rows_ref",
-   doc="out = x + 1 (float32) with a row count Value that reads device.cu_count",
-   args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "min(x.shape[0], device.cu_count)"),
-         Constexpr("N")],
-   specs=[Spec("cu304", dtypes={"x": "float32"}, shapes={"x": (300, 1024)}, constexprs={"N": 1024}, cu_count=304,
-               constraints=(*ROWS_1024, "x.shape[0] <= 304"))])

@@ -229,14 +229,26 @@ def test_an_entry_that_passes_an_undeclared_literal_is_told_to_declare_it_as_a_c
     assert err.count("passes launcher parameter 'm'") == 1
 
 
-def test_a_value_reading_the_device_cu_count_is_evaluated_at_the_specs_cu_count(patterns_bundle):
-    spec = M.read(patterns_bundle).op("add_one_resident_rows").specializations[0]
-    assert "device.cu_count == 304" in spec.guard.constraints
-    for v in spec.variants:
-        assert ("expr", "i32", "min(x.shape[0], device.cu_count)") in [
-            (f.kind, f.type, f.expr) for f in v.kernargs.fields]
-        assert v.launch.grid == ("min(x.shape[0], device.cu_count) * 4", "1", "1")
-    assert spec.example.grid == (300 * 4, 1, 1)  # min(300 rows, 304 CUs) rows of 4 tiles
+@pytest.mark.parametrize("cu_count, rows", [(304, 300), (80, 80)])
+def test_a_value_reading_the_device_cu_count_is_evaluated_at_the_specs_cu_count(tmp_path, cu_count, rows):
+    # The row count is min(rows, CUs): the example call reads device.cu_count at the spec's cu_count.
+    spec = _spec(tmp_path, f"""
+        from rows import add_one_rows
+        from flyship.compiler.spec import Value
+
+        op("r", kernel=add_one_rows,  # out = x + 1 for the first min(rows, CUs) rows: no reference claims more
+           args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "min(x.shape[0], device.cu_count)"),
+                 Constexpr("N")],
+           specs=[Spec("cu", dtypes={{"x": "float32"}}, shapes={{"x": (300, 1024)}}, constexprs={{"N": 1024}},
+                       cu_count={cu_count}, constraints=("x.shape[1] == N", "x.stride[0] == N", "x.stride[1] == 1"))])
+    """)
+    run_build(spec, tmp_path / "o", ["gfx942"])
+    spec = M.read(tmp_path / "o").op("r").specializations[0]
+    assert f"device.cu_count == {cu_count}" in spec.guard.constraints
+    (v,) = spec.variants
+    assert ("expr", "i32", "min(x.shape[0], device.cu_count)") in [(f.kind, f.type, f.expr) for f in v.kernargs.fields]
+    assert v.launch.grid == ("min(x.shape[0], device.cu_count) * 4", "1", "1")
+    assert spec.example.grid == (rows * 4, 1, 1)  # min(300 rows, cu_count) rows of 4 tiles each
 
 
 def test_a_struct_constexpr_builds_like_its_plain_constexpr_twin(patterns_bundle):
