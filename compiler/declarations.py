@@ -59,16 +59,17 @@ def import_per_target(spec_path: str, targets: list[_targets.TargetID],
     kernel modules that fix arch constants at import run again for the next target (libraries stay loaded).
     """
     saved = dict(os.environ)
+    groups = planning_groups(targets)
     imports: list[TargetImport] = []
     try:
-        for key, group in planning_groups(targets):
+        for key, group in groups:
             os.environ.clear()
             os.environ.update(saved)
             for name in _frontends.names():
                 _frontends.get(name).prepare_planning(key or None)
             before = set(sys.modules)
             imports.append(TargetImport(key, group, load(spec_path)))
-            if len(imports) < len(planning_groups(targets)):
+            if len(imports) < len(groups):
                 for name in [m for m in set(sys.modules) - before if _users_module(sys.modules.get(m))]:
                     del sys.modules[name]
     finally:
