@@ -90,9 +90,11 @@ def _call_args(op: OpDecl, spec: Spec, target: str | None = None) -> tuple[list[
                                     "(Spec(scalars=...) or Scalar(default=...))")
             named[a.name] = {"float": float, "int": int, "bool": bool}[a.type](scalars[a.name])
     kw = dict(spec.constexprs)
-    if is_entry or not _takes_keywords(op.kernel, named):
+    if is_entry:
         return list(named.values()), kw
     kw.update(_stream_placeholders(op.kernel))
+    if not _takes_keywords(op.kernel, named):
+        return list(named.values()), kw
     return [], {**named, **kw}
 
 
@@ -237,7 +239,7 @@ def _trace(op: OpDecl, spec: Spec, target: str) -> list[LauncherCall]:
         raise
     except Exception as e:  # the DSL's own message, with where it happened
         raise DSLError(f"op {op.name} spec {spec.name} target {target}: FlyDSL failed to trace/compile "
-                            f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}{_user_frame(e)}") from None
+                       f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}{_user_frame(e)}") from None
     finally:
         if spec.options:
             launcher.compile_hints = hints
