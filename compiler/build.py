@@ -29,6 +29,7 @@ from flyship.bundle import occupancy as _occupancy
 from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.compiler import cache as _cache
+from flyship.compiler import declarations as _declarations
 from flyship.compiler import executors as _executors
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import hygiene as _hygiene
@@ -237,7 +238,9 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: BuildOptions, toolchain: 
                 # task did it is found below, by running each of that pool's unfinished tasks alone.
                 broken.append((o, s, t))
                 continue
-            if r.variant is None and r.reused and not r.resource:  # over a limit is deterministic: no retry
+            if r.variant is None and r.reused and not r.resource and not r.deterministic:
+                # Over a limit, or refused by flyship's own check (a SpecError, a FrontendError other than the
+                # DSL's own failure), is the same answer in any process: no retry, reported once.
                 # Some DSL kernels keep process-global state and cannot be traced twice in one process: a
                 # failure in a reused worker is retried once in a fresh one (below) before it counts, so
                 # -j 1 and -j 2 give the same bundle.
@@ -654,17 +657,16 @@ def remember_build(cache: _cache.BuildCache, key: str, deps: dict[str, str], spe
 
 
 def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecFile:
-    """Import the spec file here, only to list ops and specs (compiles happen in workers), and refuse what
-    would fail later: a references module that cannot stand alone, a declaration its frontend rejects.
+    """Import the spec file here, only to list ops and specs (compiles happen in workers), once per target
+    environment (:mod:`flyship.compiler.declarations`: each target's tasks follow what its own import declared),
+    and refuse what would fail later: a references module that cannot stand alone, a declaration its frontend
+    rejects.
 
     Raises:
         BuildError: naming the spec file or the op.
     """
-    amd = [t.text for t in targets if t.vendor == "amd"]
-    for name in _frontends.names():
-        _frontends.get(name).prepare_planning(amd[0] if amd else None)
     try:
-        sf = load_spec_file(spec_path)
+        imports, sf = _declarations.load_for_targets(spec_path, targets, load_spec_file)
     except Exception as e:
         raise BuildError(f"flyc-build: {e}") from None
     if sf.references:
@@ -675,7 +677,7 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
         check_reference_outputs(sf, rp)
     elif any(o.reference for o in sf.ops):
         raise BuildError(f"spec file {sf.path}: ops name references but the spec calls no references('<file>.py')")
-    for op in sf.ops:
+    for op in (o for imp in imports for o in imp.spec_file.ops):  # each declaration as its targets import it
         try:
             _frontends.get(op.frontend).check_declaration(op)
         except Exception as e:

@@ -110,7 +110,8 @@ class Constexpr:
 
 @dataclasses.dataclass(frozen=True)
 class Value:
-    """An integer parameter computed from the inputs (``Value("n", "x.numel", type="i32")``)."""
+    """An integer parameter computed from the inputs (``Value("n", "x.numel", type="i32")``); the expression
+    may read ``device.cu_count``, and a literal (``Value("m", "64")``) is a constant an entry passes itself."""
 
     name: str
     expr: str
@@ -180,8 +181,9 @@ def entry(fn: Callable[..., Any], frontend: str = "flydsl") -> Entry:
 
     FlyDSL builders often return such a wrapper: it sets compile hints (fast-math, LLVM options), substitutes
     placeholder arguments and marks layouts dynamic, then calls the inner launcher. flyc-build calls the
-    entry as the user would (``args`` are the *entry's* parameters, in order; parameters left out must have
-    defaults), records each launcher call it makes (several launchers in sequence: one code object per
+    entry as the user would, with the declared arguments positionally (``args`` are the entry's *leading*
+    parameters, in order; every later parameter must have a default; a constant the entry passes a launcher
+    itself is a ``Value("m", "64")``, not an entry parameter), records each launcher call it makes (several launchers in sequence: one code object per
     call), and proves each code object against FlyDSL's own from that same call. Naming the inner launcher
     instead would lose the wrapper's hints and build other code.
     """
@@ -467,11 +469,20 @@ class OpDecl:
         return {k: tuple(spec.strides[k]) if k in spec.strides else _expr.contiguous_strides(v)
                 for k, v in shapes.items()}
 
-    def example_values(self, spec: Spec) -> dict[str, int]:
-        """Each :class:`Value` parameter evaluated at the example call."""
+    def example_values(self, spec: Spec, device: Optional[dict[str, int]] = None) -> dict[str, int]:
+        """Each :class:`Value` parameter evaluated at the example call.
+
+        Args:
+            device: the example call's device properties, for a Value that reads ``device.cu_count`` (a
+                persistent launcher's CTA count); default: the spec's ``cu_count`` when it gives one. A frontend
+                passes :func:`flyship.compiler.frontends.base.example_device` (the target's usual count when the
+                spec gives none).
+        """
+        if device is None and spec.cu_count is not None:
+            device = {"cu_count": spec.cu_count}
         shapes = self.example_shapes(spec)
         scal = {k: v for k, v in self.example_scalars(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
-        return {a.name: _expr.evaluate_with_shapes(a.expr, shapes, scal, self.example_strides(spec))
+        return {a.name: _expr.evaluate_with_shapes(a.expr, shapes, scal, self.example_strides(spec), device)
                 for a in self.args if isinstance(a, Value)}
 
     def example_scalars(self, spec: Spec) -> dict[str, Any]:

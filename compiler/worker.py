@@ -40,7 +40,8 @@ class TaskResult:
     """One (op, spec, target) task's outcome: the variant, or the error as text.
 
     ``reused`` says the worker had run other tasks before this one: a failure there may come from a DSL's
-    process-global state left by an earlier trace, so the parent retries it once in a fresh process."""
+    process-global state left by an earlier trace, so the parent retries it once in a fresh process, unless
+    it is ``deterministic`` (flyship's own check refused the declaration: the same answer in any process)."""
 
     op: str
     spec: str
@@ -49,6 +50,7 @@ class TaskResult:
     error: Optional[str]
     reused: bool = False
     resource: bool = False  # the error is a target resource limit (frontends.base.ResourceError)
+    deterministic: bool = False  # flyship's own check refused it (SpecError, FrontendError but DSLError): no retry
 
 
 _SPEC: Optional[SpecFile] = None
@@ -75,6 +77,8 @@ def load_spec_file(path: str) -> SpecFile:
         sys.modules[name] = mod
         try:
             spec.loader.exec_module(mod)
+        except KeyboardInterrupt:
+            raise
         except Exception as e:
             from flyship.compiler.spec import SpecError
 
@@ -88,6 +92,12 @@ def load_spec_file(path: str) -> SpecFile:
                 ) from None
             tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])
             raise SpecImportError(f"spec file {path} failed to import: {type(e).__name__}: {e}\n{tb}") from None
+        except BaseException as e:  # pytest.skip(), sys.exit(), GeneratorExit: not an error of the code, one line
+            kind = f"{type(e).__module__}.{type(e).__qualname__}".removeprefix("builtins.")
+            raise SpecImportError(
+                f"spec file {path}: expected the import to declare ops, got {kind}({str(e)!r}) raised at import "
+                "(a BaseException such as pytest.skip() or sys.exit() stops it); remove that call from the spec "
+                "file, or guard it so flyc-build's import runs through") from None
 
     return run_spec_file(str(p), run)
 
@@ -134,15 +144,23 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
     if _SPEC is None:
         return TaskResult(op_name, spec_name, cfg.target, None, globals().get("_SPEC_ERROR", "spec not loaded"))
     try:
-        op = next(o for o in _SPEC.ops if o.name == op_name)
-        spec = next(s for s in op.specs if s.name == spec_name).for_target(cfg.target)
+        op = next((o for o in _SPEC.ops if o.name == op_name), None)
+        decl = next((s for s in op.specs if s.name == spec_name), None) if op is not None else None
+        if decl is None:
+            raise CompileError(f"spec file {cfg.spec_path}: expected op {op_name} spec {spec_name} when imported for "
+                               f"{cfg.target}, as when the build planned it, got none; the spec file declares other "
+                               "ops or specs on each import for this target: make its declarations depend only on "
+                               "the target (FLYDSL_GPU_ARCH), not on other state")
+        spec = decl.for_target(cfg.target)
         workdir = Path(tempfile.mkdtemp(prefix=f"{op_name}.{spec_name}.", dir=cfg.scratch_root))
         ctx = BuildContext(workdir=workdir, toolchain=cfg.toolchain, code_object_version=cfg.code_object_version,
                            keep_ir=cfg.keep_ir, rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
         v = frontends.compile_variant(frontends.get(op.frontend), op, spec, cfg.target, ctx)
         return TaskResult(op_name, spec_name, cfg.target, v, None, reused)
     except Exception as e:
-        from flyship.compiler.frontends.base import ResourceError
+        from flyship.compiler.frontends.base import DSLError, FrontendError, ResourceError
+        from flyship.compiler.spec import SpecError
 
         return TaskResult(op_name, spec_name, cfg.target, None, f"{type(e).__name__}: {e}", reused,
-                          resource=isinstance(e, ResourceError))
+                          resource=isinstance(e, ResourceError),
+                          deterministic=isinstance(e, (SpecError, FrontendError)) and not isinstance(e, DSLError))

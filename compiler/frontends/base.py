@@ -36,6 +36,12 @@ class FrontendError(CompileError, RuntimeError):
     own message."""
 
 
+class DSLError(FrontendError):
+    """The DSL itself raised while tracing or compiling (its own message carried). Unlike flyship's own checks,
+    which give the same answer every time, such a failure may come from state an earlier trace left in the
+    process, so flyc-build retries it once in a fresh process."""
+
+
 class ResourceError(FrontendError):
     """A compiled kernel exceeds a resource of its target (LDS / shared memory, registers, scratch spills,
     workgroup size). In a config space (docs/tuning.md) such a config is pruned, not a build failure."""
@@ -198,8 +204,10 @@ class Frontend(abc.ABC):
         """Whether ``kernel`` (the ``kernel=`` of an op declaration) is one of this DSL's kernels."""
 
     def prepare_planning(self, amd_target: Optional[str]) -> None:
-        """Set what the DSL reads at import time in the build process, which imports the spec file once to
-        list its ops (``amd_target``: the first AMD target requested, or None). Default: nothing."""
+        """Set what the DSL reads at import time in the build process, which imports the spec file to list its
+        ops once per planning environment (``amd_target``: the AMD processor of that import, or None for the
+        other vendors' targets; :mod:`flyship.compiler.declarations`), as the workers of those targets will see
+        it. Default: nothing."""
 
     def prepare_worker(self, setup: WorkerSetup) -> None:
         """Set the worker process's environment before the spec file (and the DSL) is imported; runs once in

@@ -24,6 +24,10 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
   ``@flyc.jit`` launchers in sequence, each its own FlyDSL compile and code object: the buffer the entry
   allocates between them is a declared ``Workspace`` bound in both, and a declared output of phase 1 may be
   phase 2's input (6).
+* ``scale_stream_first`` / ``scale_rewrapped`` / ``add_one_64_rows`` (orders.py): a launcher whose stream and
+  constexpr come before runtime parameters (every argument is passed by name), an entry that re-wraps its
+  tensors with ``flyc.from_torch_tensor(t).mark_layout_dynamic()``, and an entry that passes a literal
+  (declared ``Value("m", "64")``).
 * ``fused_add_rmsnorm`` (fused_add_rmsnorm.py): a kernel that writes an input in place: ``residual += x`` is
   stored back into ``residual`` (declared ``Tensor("residual", rank=2, mutable=True)``: ``Tensor(a!)`` in the
   schema, no fresh output for it) and the normed ``out`` is a fresh output (7).
@@ -34,6 +38,7 @@ Each op shows launcher patterns that upstream FlyDSL builders use and flyship bu
 
 from colsum import colsum
 from divide import build_divide, launch_divide
+from orders import add_one_64_rows, scale_rewrapped, scale_stream_first
 from fused_add_rmsnorm import fused_add_rmsnorm
 from pointers import add_one_ptr
 from rows import ROWS_MAX, add_one_rows
@@ -153,3 +158,21 @@ op(
 op("colsum", kernel=colsum, reference="colsum_ref", doc="out[n] = sum over m of x[m, n] by atomic adds (float32)",
    args=[Tensor("x", rank=2), Output("out", shape=("x.shape[1]",), dtype="x", zero=True)],
    specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (64, 1000)})])
+
+# Launcher shapes bound by parameter name (orders.py).
+SCALE_SPECS = [Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)}, constexprs={"TILE_N": 256})]
+op("scale_stream_first", kernel=scale_stream_first, reference="scale_ref",
+   doc="out = alpha * x (float32), launcher (x, stream, TILE_N, out, alpha)",
+   args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha", "float", default=2.0), Constexpr("TILE_N")],
+   specs=SCALE_SPECS)
+
+op("scale_rewrapped", kernel=entry(scale_rewrapped), reference="scale_ref",
+   doc="out = alpha * x (float32), an entry that re-wraps its tensors with dynamic layouts",
+   args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha", "float", default=2.0)],
+   specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (100, 1000)})])
+
+op("add_one_64_rows", kernel=entry(add_one_64_rows), reference="add_one_rows_ref",
+   doc="out = x + 1 (float32, (64, 1024)), an entry that passes the row count as a literal",
+   args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "64")],
+   specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)},
+               constraints=("x.shape[0] == 64", "x.shape[1] == 1024", "x.stride[0] == 1024", "x.stride[1] == 1"))])

@@ -154,8 +154,101 @@ def test_an_entry_whose_undeclared_parameters_have_no_default_is_refused_before_
            specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
     """)
     err = _refused(tmp_path, spec)
-    assert "args= declares (x, out, alpha) but entry 'f' takes (x, out, alpha, stream)" in err
-    assert "stream have none" in err
+    assert "args= declares (x, out, alpha) and entry 'f' takes (x, out, alpha, stream)" in err
+    assert "every later parameter needs a default, got stream without one" in err
+    assert "those left out" not in err
+
+
+def test_an_entry_whose_declared_parameters_are_not_its_leading_ones_is_refused_naming_the_leading_rule(tmp_path):
+    spec = _spec(tmp_path, """
+        from flyship.compiler.spec import entry
+
+        def f(x, out, alpha=2.0, stream=None):
+            pass
+
+        op("d", kernel=entry(f), args=[Tensor("x", rank=2), Scalar("alpha"), Output("out", like="x")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
+    """)
+    err = _refused(tmp_path, spec)
+    # Every parameter after the declared ones has a default: the rule broken is the order of the leading ones.
+    assert ("expected args= to declare the first 3 parameters of entry 'f' in its order (x, out, alpha), got "
+            "(x, alpha, out)") in err
+    assert "must have defaults" not in err
+
+
+def test_a_launcher_with_the_stream_and_a_constexpr_before_runtime_parameters_builds_like_its_usual_twin(
+        patterns_bundle):
+    m = M.read(patterns_bundle)
+    first, usual = m.op("scale_stream_first").specializations[0], m.op("scale").specializations[0]
+    assert [(a.name, a.kind) for a in m.op("scale_stream_first").args] == [("x", "tensor"), ("alpha", "float")]
+    assert sorted(v.target for v in first.variants) == ["gfx942", "gfx950"]
+    for v, u in zip(first.variants, usual.variants):
+        assert v.target == u.target and v.kernargs == u.kernargs and v.launch == u.launch
+        assert v.proof.method == "flydsl-binary" and ".text" in v.proof.identical_sections
+        text = [CodeObjectFile((patterns_bundle / t.code_object.file).read_bytes()).section_bytes(".text")
+                for t in (v, u)]
+        assert text[0] == text[1]
+
+
+def test_an_entry_that_rewraps_its_tensors_with_dynamic_layouts_binds_the_tensors_they_wrap(patterns_bundle):
+    m = M.read(patterns_bundle)
+    spec = m.op("scale_rewrapped").specializations[0]
+    assert [(a.name, a.kind) for a in m.op("scale_rewrapped").args] == [("x", "tensor"), ("alpha", "float")]
+    assert sorted(v.target for v in spec.variants) == ["gfx942", "gfx950"]
+    for v in spec.variants:
+        assert _pointers(v) == [("pointer", "x"), ("pointer", "out")]
+        assert [f.arg for f in v.kernargs.fields if f.kind in ("shape", "stride")] == ["x", "x", "x", "out", "out",
+                                                                                         "out"]
+        assert v.proof.method == "flydsl-binary" and v.proof.metadata == "equal"
+
+
+def test_an_entry_that_passes_a_literal_builds_with_the_declared_constant_value(patterns_bundle):
+    m = M.read(patterns_bundle)
+    spec = m.op("add_one_64_rows").specializations[0]
+    assert [(a.name, a.kind) for a in m.op("add_one_64_rows").args] == [("x", "tensor")]  # no schema argument
+    for v in spec.variants:
+        assert [(f.kind, f.type, f.arg, f.expr) for f in v.kernargs.fields] == [
+            ("pointer", "ptr", "x", None), ("pointer", "ptr", "out", None), ("expr", "i32", None, "64")]
+    assert spec.example.grid == (256, 1, 1)
+
+
+def test_an_entry_that_passes_an_undeclared_literal_is_told_to_declare_it_as_a_constant_value(tmp_path):
+    spec = _spec(tmp_path, """
+        from rows import add_one_rows
+        from flyship.compiler.spec import entry
+
+        def f(x, out):
+            return add_one_rows(x, out, 64, N=1024)
+
+        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x")],
+           specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[0] == 64",))])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "entry 'f' passes launcher parameter 'm' the value 64, which is none of the op's scalar arguments" in err
+    assert "a constant the entry passes itself is declared Value('m', '64') in args=" in err
+    assert err.count("passes launcher parameter 'm'") == 1
+
+
+@pytest.mark.parametrize("cu_count, rows", [(304, 300), (80, 80)])
+def test_a_value_reading_the_device_cu_count_is_evaluated_at_the_specs_cu_count(tmp_path, cu_count, rows):
+    # The row count is min(rows, CUs): the example call reads device.cu_count at the spec's cu_count.
+    spec = _spec(tmp_path, f"""
+        from rows import add_one_rows
+        from flyship.compiler.spec import Value
+
+        op("r", kernel=add_one_rows,  # out = x + 1 for the first min(rows, CUs) rows: no reference claims more
+           args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "min(x.shape[0], device.cu_count)"),
+                 Constexpr("N")],
+           specs=[Spec("cu", dtypes={{"x": "float32"}}, shapes={{"x": (300, 1024)}}, constexprs={{"N": 1024}},
+                       cu_count={cu_count}, constraints=("x.shape[1] == N", "x.stride[0] == N", "x.stride[1] == 1"))])
+    """)
+    run_build(spec, tmp_path / "o", ["gfx942"])
+    spec = M.read(tmp_path / "o").op("r").specializations[0]
+    assert f"device.cu_count == {cu_count}" in spec.guard.constraints
+    (v,) = spec.variants
+    assert ("expr", "i32", "min(x.shape[0], device.cu_count)") in [(f.kind, f.type, f.expr) for f in v.kernargs.fields]
+    assert v.launch.grid == ("min(x.shape[0], device.cu_count) * 4", "1", "1")
+    assert spec.example.grid == (rows * 4, 1, 1)  # min(300 rows, cu_count) rows of 4 tiles each
 
 
 def test_a_struct_constexpr_builds_like_its_plain_constexpr_twin(patterns_bundle):
@@ -480,3 +573,22 @@ def test_an_entry_that_calls_no_launcher_is_refused(tmp_path):
            specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 300)}, scalars={"alpha": 3.0})])
     """)
     assert "expected entry 'f' to call a @flyc.jit launcher, got no call" in _refused(tmp_path, spec)
+
+
+def test_an_entry_refused_by_flyships_own_check_is_not_retried_in_a_fresh_process(tmp_path):
+    spec = _spec(tmp_path, """
+        from divide import launch_divide
+        from flyship.compiler.spec import entry
+
+        def divide_copy(x, out, alpha, stream=None):
+            return launch_divide(x.clone(), out, alpha)
+
+        op("d", kernel=entry(divide_copy), args=[Tensor("x", rank=2), Output("out", like="x"), Scalar("alpha")],
+           specs=[Spec(name, dtypes={"x": "float32"}, shapes={"x": shape}, scalars={"alpha": 3.0})
+                  for name, shape in (("wide", (8, 300)), ("tall", (300, 8)))])
+    """)
+    # One worker: the second spec runs in a reused process, where a DSL's own failure would be retried.
+    r = run_build(spec, tmp_path / "o", ["gfx942"], "-j", "1", check=False)
+    assert r.returncode == 1, r.stderr
+    assert "retried in a fresh process" not in r.stderr and "in a reused worker" not in r.stderr
+    assert r.stderr.count("a tensor that is none of the op's arguments") == 2  # once per spec, never twice

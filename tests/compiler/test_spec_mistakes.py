@@ -288,3 +288,17 @@ def test_a_triton_store_through_either_x_or_out_names_x_when_x_is_not_mutable(tm
     assert "the kernel stores through parameter 0 (x, offset 0), bound to input tensor 'x'" in r.stderr
     spec.write_text(decl.replace("MUT", ", mutable=True"))  # declared: the same kernel builds
     run_build(spec, tmp_path / "o2", ["gfx942"])
+
+
+@pytest.mark.parametrize("stop, shown", [
+    ("import pytest\npytest.skip('needs a GPU')", "Skipped('needs a GPU')"),
+    ("import sys\nsys.exit(3)", "SystemExit('3')"),
+])
+def test_a_spec_file_stopped_by_a_base_exception_at_import_is_one_line_naming_the_file(tmp_path, stop, shown):
+    spec = _spec_file(tmp_path, _add(""))
+    spec.write_text(spec.read_text() + "\n" + stop + "\n")  # after the declarations: only the exception is wrong
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1 and not (tmp_path / "o").exists()
+    assert "Traceback" not in r.stderr, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert f"spec file {spec}" in line and shown in line and "raised at import" in line

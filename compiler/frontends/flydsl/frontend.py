@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch
-from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
+from flyship.compiler.frontends.base import (BuildContext, DSLError, Frontend, FrontendError, KernelBuild,
+                                            WorkerSetup, example_device)
 from flyship.compiler.frontends.flydsl import capture as _capture
 from flyship.compiler.frontends.flydsl import host_ir
 from flyship.compiler.frontends.flydsl.capture import Capture, Compile
@@ -50,37 +51,78 @@ def _torch_dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def _call_args(op: OpDecl, spec: Spec) -> tuple[list[Any], dict[str, Any]]:
-    """Placeholder CPU tensors and scalars in launcher order, plus constexpr keywords."""
+def _call_args(op: OpDecl, spec: Spec, target: str | None = None) -> tuple[list[Any], dict[str, Any]]:
+    """The example call: placeholder CPU tensors and scalars, constexprs and stream placeholders.
+
+    A launcher gets every argument by parameter name (upstream launchers put ``stream`` or a constexpr before
+    runtime parameters: ``(x, stream, n: Constexpr, out)``; ``check_signature`` made the declared names the
+    launcher's own). An entry gets its declared arguments positionally (they are its leading parameters,
+    :func:`entry_arguments`) and the constexprs by keyword.
+
+    Returns:
+        (positional arguments, keyword arguments).
+    """
     import torch
 
     shapes = op.example_shapes(spec)
     strides = op.example_strides(spec)
     scalars = op.example_scalars(spec)
-    values = op.example_values(spec)
-    pos: list[Any] = []
-    pointers = set() if isinstance(op.kernel, Entry) else pointer_parameters(op.kernel)
-    for a in op.args:
+    values = op.example_values(spec, example_device(spec, target))
+    is_entry = isinstance(op.kernel, Entry)
+    passed = entry_arguments(op) if is_entry else op.args
+    named: dict[str, Any] = {}
+    pointers = set() if is_entry else pointer_parameters(op.kernel)
+    for a in passed:
         if isinstance(a, Tensor):
             # A strided example (a transposed weight) is a view of a buffer just large enough for it.
             t = torch.empty_strided(shapes[a.name], strides[a.name], dtype=_torch_dtype(spec.dtypes[a.name]))
-            pos.append(_pointer_to(t, a.pointee or spec.dtypes[a.name]) if a.name in pointers else t)
+            named[a.name] = _pointer_to(t, a.pointee or spec.dtypes[a.name]) if a.name in pointers else t
         elif isinstance(a, Value):
-            pos.append(int(values[a.name]))
+            named[a.name] = int(values[a.name])
         elif isinstance(a, Output):
             t = torch.empty(shapes[a.name], dtype=_torch_dtype(op.output_dtype_for(a, spec)))
-            pos.append(_pointer_to(t, op.output_dtype_for(a, spec)) if a.name in pointers else t)
-        elif isinstance(a, Workspace) and not isinstance(op.kernel, Entry):  # an entry allocates its own
-            pos.append(torch.zeros(workspace_example_shape(op, a, spec), dtype=_torch_dtype(a.dtype)))
+            named[a.name] = _pointer_to(t, op.output_dtype_for(a, spec)) if a.name in pointers else t
+        elif isinstance(a, Workspace) and not is_entry:  # an entry allocates its own
+            named[a.name] = torch.zeros(workspace_example_shape(op, a, spec), dtype=_torch_dtype(a.dtype))
         elif isinstance(a, Scalar):
             if scalars[a.name] is None:
                 raise FrontendError(f"op {op.name} spec {spec.name}: scalar {a.name} needs an example value "
                                     "(Spec(scalars=...) or Scalar(default=...))")
-            pos.append({"float": float, "int": int, "bool": bool}[a.type](scalars[a.name]))
+            named[a.name] = {"float": float, "int": int, "bool": bool}[a.type](scalars[a.name])
     kw = dict(spec.constexprs)
-    if not isinstance(op.kernel, Entry):
-        kw.update(_stream_placeholders(op.kernel))
-    return pos, kw
+    if is_entry:
+        return list(named.values()), kw
+    kw.update(_stream_placeholders(op.kernel))
+    if not _takes_keywords(op.kernel, named):
+        return list(named.values()), kw
+    return [], {**named, **kw}
+
+
+def _takes_keywords(kernel: Any, names: dict[str, Any]) -> bool:
+    """Whether the launcher takes each of ``names`` as a keyword (no positional-only or ``*args`` parameter
+    among them; a signature flyship cannot read keeps the declared order positionally)."""
+    import inspect
+
+    fn = getattr(kernel, "func", None) or kernel
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(n in params and params[n].kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                   inspect.Parameter.KEYWORD_ONLY) for n in names)
+
+
+def launcher_constant(a: Any) -> bool:
+    """A ``Value`` whose expression is an integer literal (``Value("block", "128")``): in an entry's
+    declaration, the constant the entry itself passes to a launcher (``launcher(x, out, 128)``), not one of the
+    entry's parameters."""
+    return isinstance(a, Value) and a.expr.strip().lstrip("+-").isdigit()
+
+
+def entry_arguments(op: OpDecl) -> list[Tensor | Output | Scalar | Value]:
+    """What flyship passes an entry, in order: its declared Tensor/Output/Scalar/Value parameters, but not the
+    constants the entry passes its launchers itself (:func:`launcher_constant`)."""
+    return [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value)) and not launcher_constant(a)]
 
 
 # torch dtype names -> FlyDSL numeric type names (``flydsl.expr``), for fx.Pointer element types.
@@ -171,7 +213,7 @@ def _trace(op: OpDecl, spec: Spec, target: str) -> list[LauncherCall]:
     Returns:
         One :class:`LauncherCall` per launcher call, in order (one for a launcher named directly).
     """
-    pos, kw = _call_args(op, spec)
+    pos, kw = _call_args(op, spec, target)
     launcher = op.kernel.fn if isinstance(op.kernel, Entry) else op.kernel
     log = io.StringIO()  # what FlyDSL prints; kept for error reports only
     hints = getattr(launcher, "compile_hints", None)
@@ -196,8 +238,8 @@ def _trace(op: OpDecl, spec: Spec, target: str) -> list[LauncherCall]:
     except FrontendError:
         raise
     except Exception as e:  # the DSL's own message, with where it happened
-        raise FrontendError(f"op {op.name} spec {spec.name} target {target}: FlyDSL failed to trace/compile "
-                            f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}{_user_frame(e)}") from None
+        raise DSLError(f"op {op.name} spec {spec.name} target {target}: FlyDSL failed to trace/compile "
+                       f"launcher {launcher_name(op.kernel)!r}: {type(e).__name__}: {e}{_user_frame(e)}") from None
     finally:
         if spec.options:
             launcher.compile_hints = hints
@@ -217,7 +259,8 @@ def _trace(op: OpDecl, spec: Spec, target: str) -> list[LauncherCall]:
         raise FrontendError(f"{where}: expected FlyDSL to run one compile pipeline per @flyc.jit call of entry "
                             f"{op.kernel.__name__!r} ({len(launches)}), got {captured.pipelines}; flyship builds "
                             "what the entry's launcher calls compile, nothing compiled outside them")
-    bound = _entry_bindings(op, spec, [(jit, args, kwargs) for jit, args, kwargs, _ in launches], pos, where)
+    bound = _entry_bindings(op, spec, [(jit, args, kwargs) for jit, args, kwargs, _ in launches], pos, where,
+                            target)
     return [LauncherCall(c, traced, launcher_name(jit), at) for (jit, c, at), traced in zip(calls, bound)]
 
 
@@ -273,14 +316,14 @@ def _recording(launches: list, captured: Capture):
 
 
 def _entry_bindings(op: OpDecl, spec: Spec, calls: list[tuple[Any, tuple, dict]], pos: list,
-                    where: str) -> list[OpDecl]:
+                    where: str, target: str | None = None) -> list[OpDecl]:
     """The op's declaration in each launcher call's parameter order (:func:`_entry_binding`), in call order. A
     buffer the entry allocated is one declared Workspace in every call that receives it (by identity: the
     recorded arguments keep each buffer alive, so no two share an ``id``); every declared workspace must be
     passed to some launcher."""
     allocated: dict[int, Workspace] = {}
     bound = [_entry_binding(op, spec, jit, args, kwargs, pos, allocated,
-                            where if len(calls) == 1 else f"{where} launcher {k + 1} ({launcher_name(jit)})")
+                            where if len(calls) == 1 else f"{where} launcher {k + 1} ({launcher_name(jit)})", target)
              for k, (jit, args, kwargs) in enumerate(calls)]
     spare = [w.name for w in op.workspaces if w not in allocated.values()]
     if spare:
@@ -291,10 +334,11 @@ def _entry_bindings(op: OpDecl, spec: Spec, calls: list[tuple[Any, tuple, dict]]
 
 
 def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, pos: list,
-                   allocated: dict[int, Workspace], where: str) -> OpDecl:
+                   allocated: dict[int, Workspace], where: str, target: str | None = None) -> OpDecl:
     """The op's declaration in one inner launcher's parameter order: each runtime argument the entry passed
-    is one of the op's own (a tensor passed through, by identity; a scalar equal to exactly one declared
-    scalar's example), or a buffer the entry allocated: the Workspace ``allocated`` maps it to (an earlier
+    is one of the op's own (a tensor passed through, by identity, bare or wrapped by ``flyc.from_torch_tensor``
+    / ``flyc.from_dlpack``; a scalar equal to exactly one declared scalar's example, or to a declared constant
+    ``Value("n", "128")``), or a buffer the entry allocated: the Workspace ``allocated`` maps it to (an earlier
     launcher received it), else the next unused declared Workspace of its shape and dtype (recorded in
     ``allocated``). An argument the entry computed itself cannot be bound, and is refused."""
     import inspect
@@ -303,12 +347,17 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
 
     sig = inspect.signature(jit.func)
     bound = sig.bind(*args, **kwargs)
-    declared = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
+    declared = entry_arguments(op)
+    values = op.example_values(spec, example_device(spec, target))
+    constants = [(a, values[a.name]) for a in op.args if launcher_constant(a)]
     mapped: list = []
     for name, value in bound.arguments.items():
         ann = sig.parameters[name].annotation
         if _is_stream(ann) or (ann is not inspect.Parameter.empty and _is_compile_time(ann)):
             continue
+        wrapped = _wrapped_tensor(value)
+        if wrapped is not None and wrapped is not value:
+            value = wrapped  # flyc.from_torch_tensor(t).mark_layout_dynamic(...): the launcher reads t's storage
         if isinstance(value, torch.Tensor):
             hit = [a for a, v in zip(declared, pos) if v is value]
             if not hit and id(value) in allocated:
@@ -324,20 +373,45 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                 raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
                                     f"tensor that is none of the op's arguments (shape {tuple(value.shape)}, "
                                     f"{value.dtype}: a view, a fresh tensor, or one buffer more than the declared "
-                                    "workspaces); flyship binds tensors the entry passes through unchanged, and "
-                                    "buffers it allocates as declared Workspace(...)s of the same shape rule and "
-                                    "dtype (contiguous), one per buffer")
-        else:
+                                    "workspaces); flyship binds tensors the entry passes through unchanged (or "
+                                    "wrapped by flyc.from_torch_tensor / from_dlpack), and buffers it allocates as "
+                                    "declared Workspace(...)s of the same shape rule and dtype (contiguous), one per "
+                                    "buffer")
+        elif isinstance(value, (bool, int, float)):
             hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
                    and v == value]
+            hit += [a for a, v in constants if type(value) is int and v == value]
             if len(hit) != 1:
+                constant = (f"; a constant the entry passes itself is declared Value({name!r}, {str(value)!r}) in "
+                            "args=" if type(value) is int and not hit else "")
                 raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} the "
                                     f"value {value!r}, which is {'none' if not hit else 'more than one'} of the op's "
                                     "scalar arguments; flyship binds scalars the entry passes through (give the "
-                                    "example scalars distinct values)")
+                                    f"example scalars distinct values){constant}")
+        else:
+            raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
+                                f"{type(value).__module__}.{type(value).__qualname__}, expected a torch tensor (or "
+                                "one wrapped by flyc.from_torch_tensor / flyc.from_dlpack) or a Python scalar; "
+                                "flyship binds only the op's tensors and scalars the entry passes through: pass the "
+                                "tensor itself, or name the launcher in op(kernel=...)")
         mapped.append(hit[0])
     consts = tuple(a for a in op.args if not isinstance(a, (Tensor, Output, Scalar, Value, Workspace)))
     return op.call_view(tuple(mapped) + consts)
+
+
+def _wrapped_tensor(value: Any) -> Any:
+    """The torch tensor a FlyDSL tensor argument wraps (FlyDSL 0.5.0: ``flyc.from_torch_tensor(t)`` keeps ``t`` as
+    ``torch_tensor``, ``flyc.from_dlpack(t)`` as ``dltensor``; ``mark_layout_dynamic`` returns the same wrapper),
+    else None."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    for attr in ("torch_tensor", "dltensor"):
+        inner = getattr(value, attr, None)
+        if isinstance(inner, torch.Tensor):
+            return inner
+    return None
 
 
 def _forget_compiled(kernel: Any) -> None:
@@ -510,22 +584,31 @@ def check_signature(op: OpDecl) -> None:
 
 
 def _check_entry_signature(op: OpDecl) -> None:
-    """An entry's declared parameters are its leading ones, in order; the rest must have defaults."""
+    """An entry is called with the declared arguments positionally: they are its leading parameters, in order,
+    and every later parameter has a default."""
     import inspect
 
     try:
         params = list(inspect.signature(op.kernel.fn).parameters.values())
     except (TypeError, ValueError):
         return
-    got = [a.name for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value))]
+    got = [a.name for a in entry_arguments(op)]
     lead = [p.name for p in params[:len(got)]]
     rest = [p.name for p in params[len(got):] if p.default is inspect.Parameter.empty
             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if got != lead or rest:
+    takes = f"entry {op.kernel.__name__!r} takes ({', '.join(p.name for p in params)})"
+    if got != lead:
+        # flyship calls the entry with the declared arguments positionally: they must be its first parameters.
         raise FrontendError(
-            f"op {op.name}: args= declares ({', '.join(got)}) but entry {op.kernel.__name__!r} takes "
-            f"({', '.join(p.name for p in params)}); declare the entry's parameters in its order (those left out "
-            f"must have defaults{'; ' + ', '.join(rest) + ' have none' if rest else ''})")
+            f"op {op.name}: expected args= to declare the first {len(got)} parameters of entry "
+            f"{op.kernel.__name__!r} in its order ({', '.join(lead)}), got ({', '.join(got)}); {takes}: flyship "
+            "passes the declared Tensor/Output/Scalar/Value arguments positionally, so declare its leading "
+            "parameters in its order")
+    if rest:
+        raise FrontendError(
+            f"op {op.name}: args= declares ({', '.join(got)}) and {takes}; flyship calls the entry with the declared "
+            f"arguments only, so every later parameter needs a default, got {', '.join(rest)} without one; declare "
+            "them too, or give them defaults")
 
 
 # Spec.options keys the FlyDSL frontend passes to FlyDSL as the launcher's compile hints (FlyDSL 0.5.0:
@@ -640,7 +723,8 @@ def _launch_builds(call: LauncherCall, isa: str, ours: bytes, theirs_all: list[b
     launches several kernels, all in the one code object FlyDSL built for that call."""
     from flyship.compiler.frontends.flydsl import proof as _proof
 
-    analyses = host_ir.analyze_functions(origin_types, lowered, call.op, spec, ir)
+    analyses = host_ir.analyze_functions(origin_types, lowered, call.op, spec, ir,
+                                         device=example_device(spec, target))
     alignment = {a.name: a.alignment or DTYPES[spec.dtypes[a.name]] for a in op.args if isinstance(a, Tensor)}
     builds = []
     for analysis in analyses:
@@ -677,10 +761,10 @@ class FlydslFrontend(Frontend):
         return (type(kernel).__module__ or "").startswith("flydsl")
 
     def prepare_planning(self, amd_target: str | None) -> None:
-        # Kernel modules may read the arch at import time; the planning import only lists ops, but must not
-        # fall back to a GPU probe.
+        # Kernel modules may read the arch at import time: the planning import of a target sees what its worker
+        # sees (setup_environment), and never falls back to a GPU probe.
         if amd_target:
-            os.environ.setdefault("FLYDSL_GPU_ARCH", amd_target.split(":")[0])
+            os.environ["FLYDSL_GPU_ARCH"] = os.environ["ARCH"] = amd_target.split(":")[0]
 
     def prepare_worker(self, setup: WorkerSetup) -> None:
         import tempfile

@@ -215,7 +215,8 @@ def analyze_launches(kernel_dir: Path, op: OpDecl, spec: Spec, launcher_name: st
 
 
 def analyze_functions(o_types: list[str], lowered: Any, op: OpDecl, spec: Spec, ir: Any,
-                      stage: str = "the lowered host function") -> list[HostAnalysis]:
+                      stage: str = "the lowered host function",
+                      device: dict[str, int] | None = None) -> list[HostAnalysis]:
     """Analyse one launcher's host function: one :class:`HostAnalysis` per ``gpu.launch_func`` it makes, in
     program order (a multi-phase launcher launches several kernels; a :class:`Workspace` parameter binds like a
     tensor, and the common tail turns its fields into workspace fields).
@@ -226,6 +227,8 @@ def analyze_functions(o_types: list[str], lowered: Any, op: OpDecl, spec: Spec, 
         op, spec: the declaration, for argument names and example shapes.
         ir: the ``flydsl._mlir.ir`` module.
         stage: where ``lowered`` comes from, for messages.
+        device: the device properties of the example call (``{"cu_count": 304}``), which a :class:`Value`'s
+            expression may read (``device.cu_count``); default: the spec's ``cu_count``.
 
     Raises:
         FrontendError: the IR has a shape flyship does not bind (naming the op it met).
@@ -253,16 +256,21 @@ def analyze_functions(o_types: list[str], lowered: Any, op: OpDecl, spec: Spec, 
 
         # Map lowered host block arguments to (param, component).
         l_args = list(lowered.regions[0].blocks[0].arguments)
+        # The stream lowers to a !gpu.async.token argument where the launcher declares it, possibly between
+        # runtime parameters (``(x, stream, TILE_N, out, alpha)``): bind the other arguments by their position.
+        real = [k for k, a in enumerate(l_args) if "async.token" not in str(a.type)]
         binding: dict[int, tuple[str, str]] = {}
         i = 0
         for p in params:
-            binding[i] = (p.name, "pointer" if p.name in layouts or p.name in pointers else
-                          "value" if isinstance(p, Value) else "scalar")
-            i += 1
+            parts = [(p.name, "pointer" if p.name in layouts or p.name in pointers else
+                      "value" if isinstance(p, Value) else "scalar")]
             if p.name in layouts and layouts[p.name].dynamic:
-                binding[i] = (p.name, "layout")
+                parts.append((p.name, "layout"))
+            for part in parts:
+                if i < len(real):
+                    binding[real[i]] = part
                 i += 1
-        n_real = len([a for a in l_args if "async.token" not in str(a.type)])
+        n_real = len(real)
         if i != n_real:
             raise FrontendError(f"{where}: expected {i} lowered host arguments from the tensor layouts, got {n_real} "
                                 f"in {stage}")
@@ -274,7 +282,8 @@ def analyze_functions(o_types: list[str], lowered: Any, op: OpDecl, spec: Spec, 
         for w in op.workspaces:  # a workspace's example is its shape rule at the example call
             shapes[w.name] = tuple(_expr.evaluate_with_shapes(e, shapes) for e in op.workspace_shape(w, spec))
         strides = {**{k: _expr.contiguous_strides(v) for k, v in shapes.items()}, **op.example_strides(spec)}
-        found = [_launch(ir, o.operation, op, spec, binding, layouts, shapes, strides, where) for o in launches]
+        found = [_launch(ir, o.operation, op, spec, binding, layouts, shapes, strides, where, device)
+                 for o in launches]
 
     constraints = []
     for name, lay in layouts.items():
@@ -302,7 +311,7 @@ def analyze_functions(o_types: list[str], lowered: Any, op: OpDecl, spec: Spec, 
 
 
 def _launch(ir: Any, launch: Any, op: OpDecl, spec: Spec, binding: dict, layouts: dict, shapes: dict, strides: dict,
-            where: str) -> tuple[HostAnalysis, "_Evaluator"]:
+            where: str, device: dict[str, int] | None = None) -> tuple[HostAnalysis, "_Evaluator"]:
     """One ``gpu.launch_func`` of the host function: its kernel, grid, block, LDS and kernel arguments."""
     seg = list(ir.DenseI32ArrayAttr(launch.attributes["operandSegmentSizes"]))
     operands = list(launch.operands)
@@ -320,7 +329,7 @@ def _launch(ir: Any, launch: Any, op: OpDecl, spec: Spec, binding: dict, layouts
     kernel_operands = operands[starts[kop_idx]:starts[kop_idx] + seg[kop_idx]]
     kernel_name = str(launch.attributes["kernel"]).split("::")[-1].lstrip("@")
 
-    scalars = {**op.example_scalars(spec), **op.example_values(spec)}
+    scalars = {**op.example_scalars(spec), **op.example_values(spec, device)}
     ev = _Evaluator(binding, layouts, shapes, scalars, where, ir)
     ev.strides = strides
     ev.values = {a.name: a.expr for a in op.args if isinstance(a, Value)}

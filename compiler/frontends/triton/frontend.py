@@ -36,8 +36,8 @@ from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.cubin import CubinFile
 from flyship.bundle.errors import BundleError
 from flyship.bundle.manifest import FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch, Proof
-from flyship.compiler.frontends.base import (BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup,
-                                            example_grid)
+from flyship.compiler.frontends.base import (BuildContext, DSLError, Frontend, FrontendError, KernelBuild,
+                                            WorkerSetup, example_grid)
 from flyship.compiler.spec import Constexpr, OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 
 # torch dtype name -> Triton signature element type (triton/language/core.py dtype names).
@@ -381,7 +381,7 @@ def run_triton(p: TritonPlan, tid: _targets.TargetID, ctx: BuildContext, where: 
             return triton.compile(ASTSource(p.fn, p.signature, p.constexprs, p.attrs), target=gpu_target,
                                   options=dict(p.options))
     except Exception as e:
-        raise FrontendError(f"{where}: Triton failed to compile {p.fn.__name__}: {type(e).__name__}: {e}") from None
+        raise DSLError(f"{where}: Triton failed to compile {p.fn.__name__}: {type(e).__name__}: {e}") from None
 
 
 def read_metadata(binary: bytes, fmt: str, symbol: str, p: TritonPlan, tid: _targets.TargetID,
