@@ -144,3 +144,51 @@ def test_cuda_graph_replay_rewrites_the_residual_on_each_replay(ops, lib):
     h = start + 3 * x
     torch.testing.assert_close(out, h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * w, atol=1e-4,
                                rtol=1e-4)
+
+
+def _atomic_rowsum(ops):
+    if "rowsum_atomic_out" not in ops:
+        pytest.skip(f"the bundle at {ops.path} predates zero-filled outputs; rebuild it (make bundles)")
+    return ops.rowsum_atomic_out
+
+
+def test_an_atomically_accumulated_output_starts_from_zeros_on_every_call(ops, refs):
+    # The kernel's 4 programs per row atomic_add into acc: only an output the loader zero-fills gives the row sums.
+    # Memory the caching allocator hands back after a garbage-filled tensor is freed is where an at::empty output
+    # would land, so each call follows one.
+    op = _atomic_rowsum(ops)
+    torch.manual_seed(13)
+    for m, n in ((1, 1), (64, 4096), (300, 777), (1000, 5000)):
+        x = cuda_randn(m, n)
+        for _ in range(3):
+            junk = torch.full((m,), 1e6, device="cuda")
+            del junk
+            with counting(op) as c:
+                got = op(x)
+            assert c.launches == {"f32": 1} and not c.fallbacks, (m, n)
+            torch.testing.assert_close(got, refs.rowsum_ref(x), atol=1e-3 * max(1, n ** 0.5), rtol=1e-4)
+
+
+def test_an_out_tensor_of_an_atomically_accumulated_output_is_zeroed_before_the_kernel_adds(ops, refs):
+    op = _atomic_rowsum(ops)
+    x = cuda_randn(300, 777)
+    out = torch.full((300,), 7.0, device="cuda")
+    with counting(op) as c:
+        op.out(x, out=out)
+    assert c.launches == {"f32": 1} and not c.fallbacks
+    torch.testing.assert_close(out, refs.rowsum_ref(x), atol=1e-3 * 777 ** 0.5, rtol=1e-4)
+
+
+def test_cuda_graph_replay_of_an_atomically_accumulated_output_zeroes_it_on_each_replay(ops):
+    op = _atomic_rowsum(ops)
+    x = cuda_randn(64, 4096)
+    op(x)  # load the code object before capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        acc = op(x)
+    want = x.sum(dim=1)
+    for _ in range(3):  # a zeroing outside the graph would leave replay 2 with twice the sums
+        g.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(acc, want, atol=1e-3 * 64, rtol=1e-4)
