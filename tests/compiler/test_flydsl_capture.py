@@ -107,7 +107,7 @@ with _tc.rocm_root(tc) as rocm, tempfile.TemporaryDirectory() as scratch:
             "host_equal": dataclasses.asdict(ours) == dataclasses.asdict(theirs),
             "grid": list(ours.grid),
             "llvm_ir": len(c.llvm_ir),
-            "written": sorted(F._written(c, ours.kernel_name, "test") or []),
+            "written": sorted(F._written(c, ours.kernel_name, "test")[0] or []),
             "written_in_dump": sorted(writes.llvm_written_params(next(kdir.glob("*_llvm_ir.ll")).read_text(),
                                                                  ours.kernel_name)),
         }

@@ -311,7 +311,7 @@ def test_flyc_build_writes_a_bundle_for_sm90_and_gfx942(tmp_path):
     m = M.read(out)
     assert m.namespace == "flyship_triton" and m.build.frontends == {"triton": triton.__version__}
     assert {o.name for o in m.ops} == {"add", "softmax", "softmax_bwd", "rmsnorm", "gemm", "gemm_tma",
-                                            "fused_add_rmsnorm", "accumulate"}
+                                            "fused_add_rmsnorm", "accumulate", "rowsum_atomic_out"}
     assert m.op("softmax").backward.op == "softmax_bwd"
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     scratch = set()
