@@ -61,7 +61,10 @@ void OpState::flatten_batch(Call& c, bool is_out) const {
         c.batch_reason = "batch: '" + p.slots[s].name + "' of shape " + shape_str(x.sizes()) + " and strides " +
                          shape_str(x.strides()) + " does not flatten to " + shape_str(shape) + " without a copy";
       }
-      c.flat.push_back(x.reshape(shape));
+      // The copy is memory flyship takes for this call: through allocate, so that a failure names the input.
+      c.flat.push_back(allocate(shape, x.scalar_type(), x.device(), false,
+                                "a copy (its leading dims flatten to no view) of input", p.slots[s].name));
+      c.flat.back().view(x.sizes()).copy_(x);
     }
     c.t[s] = &c.flat.back();
   };

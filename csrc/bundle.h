@@ -35,7 +35,8 @@ class BundleCore {
   BundleCore(const py::dict& plan, py::object selector, bool fallback)
       : selector_(std::move(selector)),
         code_object_(need<py::object>(plan, "code_object", "bundle")),
-        specs_(need<py::object>(plan, "specs", "bundle")) {
+        specs_(need<py::object>(plan, "specs", "bundle")),
+        blame_(need<py::object>(plan, "blame", "bundle")) {
     const int version = need<int>(plan, "version", "bundle");
     FLYSHIP_CHECK(version == kPlanVersion, "flyship: plan version ", version, " from Python, extension reads ",
                 kPlanVersion, "; the loader and its compiled extension are out of step, rebuild it (flyship prebuild)");
@@ -78,12 +79,17 @@ class BundleCore {
   std::shared_ptr<const std::string> image(const VariantPlan& v);
   // Op `k`'s specializations as the plan lowers them, asked of Python (call with the GIL held).
   py::list specs_of(int k) const;
+  // The message (after the op's label) for op `k`'s reference that failed on `inputs` (name -> value, the
+  // kernel's shapes), asked of Python (flyship.loader.blame, which the CPU path asks too; call with the GIL held).
+  std::string blame(int k, const py::dict& inputs, const std::string& failure, const char* fix,
+                    bool about_dtypes) const;
 
  private:
   std::string ns_;
   PyRef selector_;
   PyRef code_object_;
   PyRef specs_;
+  PyRef blame_;
   std::atomic<bool> fallback_{true};
   std::vector<std::unique_ptr<OpState>> ops_;
   size_t n_variants_ = 0;

@@ -99,9 +99,10 @@ class OpState {
   }
 
   std::vector<at::Tensor> call_reference(const Call& c) const;
-  // Why no specialization takes the call's input dtypes ("no specialization admits the input dtypes x=int32, ...
-  // (they take x=float32 (f32); ...)"), or "" when one does; for the messages of a failed reference.
-  std::string unadmitted_dtypes(const Call& c) const;
+  // The message for a reference that failed on call `c` (what it did: `failure`; what to do when the inputs are
+  // not the cause: `fix`): the input that does not fit the others, or input dtypes no specialization admits (when
+  // `about_dtypes`), named first. Worded by Python (BundleCore::blame), as on the CPU path; takes the GIL.
+  std::string blame(const Call& c, const std::string& failure, const char* fix, bool about_dtypes) const;
   // bind + prepare_bound.
   void prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const;
   // After binding: output rules + out-tensor checks (+ early allocation when a guard reads an output).

@@ -19,7 +19,7 @@ namespace flyship {
 namespace py = pybind11;
 
 // Plan format version: flyship/loader/plan.py PLAN_VERSION.
-constexpr int kPlanVersion = 6;
+constexpr int kPlanVersion = 7;
 constexpr int kMaxDevices = 64;
 constexpr int kMaxSlots = 64;
 // Kernarg buffers up to this size live on the stack; bigger ones on the heap.

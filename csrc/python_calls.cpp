@@ -116,6 +116,55 @@ void OpState::ensure_specs() {
   specs_ready_.store(true, std::memory_order_release);
 }
 
+namespace {
+
+// The call's inputs as Python values, in the op's argument order (the kernel's shapes: leading batch dims
+// flattened), as the reference and the blame get them. Call with the GIL held.
+py::tuple inputs_as_python(const OpPlan& p, const Call& c) {
+  py::tuple args(p.n_inputs);
+  for (int k = 0; k < p.n_inputs; ++k) {
+    switch (p.slots[k].kind) {
+      case kTensor: args[k] = py::cast(*c.t[k]); break;
+      case kFloat: args[k] = py::float_(c.f[k]); break;
+      case kInt: args[k] = py::int_(c.i[k]); break;
+      default: args[k] = py::bool_(c.i[k] != 0); break;
+    }
+  }
+  return args;
+}
+
+std::string exception_text(py::error_already_set& e) {
+  return std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()));
+}
+
+}  // namespace
+
+std::string BundleCore::blame(int k, const py::dict& inputs, const std::string& failure, const char* fix,
+                              bool about_dtypes) const {
+  py::object r = blame_.get()(k, inputs, failure, fix, about_dtypes);
+  FLYSHIP_CHECK(py::isinstance<py::str>(r), "flyship: the blame of op ", ops_[k]->plan().name, " came back as ",
+                std::string(py::str(py::type::handle_of(r).attr("__name__"))), ", expected a str");
+  return r.cast<std::string>();
+}
+
+std::string OpState::blame(const Call& c, const std::string& failure, const char* fix, bool about_dtypes) const {
+  py::gil_scoped_acquire gil;
+  try {
+    py::tuple args = inputs_as_python(plan_, c);
+    py::dict inputs;
+    for (int k = 0; k < plan_.n_inputs; ++k) inputs[py::str(plan_.slots[k].name)] = args[k];
+    return bundle_->blame(index_, inputs, failure, fix, about_dtypes);
+  } catch (py::error_already_set& e) {
+    // The reference's failure is the error being raised; a failure to word the blame is said beside it, not
+    // instead of it.
+    return "the reference (fallback) " + failure + "; " + fix + " (flyship could not check the inputs for the " +
+           "cause: " + exception_text(e) + ")";
+  } catch (const c10::Error& e) {
+    return "the reference (fallback) " + failure + "; " + fix + " (flyship could not check the inputs for the " +
+           "cause: " + e.what_without_backtrace() + ")";
+  }
+}
+
 std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
   const OpPlan& p = plan_;
   std::vector<at::Tensor> out;
@@ -123,15 +172,7 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
   {
     py::gil_scoped_acquire gil;
     try {
-      py::tuple args(p.n_inputs);
-      for (int k = 0; k < p.n_inputs; ++k) {
-        switch (p.slots[k].kind) {
-          case kTensor: args[k] = py::cast(*c.t[k]); break;
-          case kFloat: args[k] = py::float_(c.f[k]); break;
-          case kInt: args[k] = py::int_(c.i[k]); break;
-          default: args[k] = py::bool_(c.i[k] != 0); break;
-        }
-      }
+      py::tuple args = inputs_as_python(p, c);
       py::object r = reference_.get()(*args);
       if (r.is_none() && p.outputs.empty()) {
         // An op that only writes inputs in place: its reference writes them too and returns nothing.
@@ -153,7 +194,7 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
       // leaves as itself (torch's bindings restore a py::error_already_set), torch.OutOfMemoryError included.
       if (e.matches(PyExc_MemoryError) || e.matches(py::module_::import("torch").attr("OutOfMemoryError"))) throw;
       // Otherwise the exception's type and message; its Python traceback stays out of the one-line error.
-      error = "raised " + std::string(py::str(e.type().attr("__name__"))) + ": " + std::string(py::str(e.value()));
+      error = "raised " + exception_text(e);
     }
   }
   std::string in_place;  // what the reference of an op with in-place inputs must do instead
@@ -164,51 +205,26 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
     in_place = " (the kernel writes " + in_place + " in place, so the reference must write it in place too, e.g. " +
                "x.copy_(new_value), and return only the outputs, never a new tensor in its place)";
   }
-  // A reference that raises, or returns another dtype, for input dtypes no specialization admits: say that first
-  // (an int tensor passed by mistake), not only that the reference failed. loader/cpu.py words it the same way.
-  auto blame = [&](const std::string& failure, const char* fix, bool about_dtypes) {
-    const std::string why = about_dtypes ? unadmitted_dtypes(c) : std::string();
-    return why.empty() ? "the reference (fallback) " + failure + "; " + fix
-                       : why + ", and the reference (fallback) " + failure + "; pass tensors of dtypes the op takes";
-  };
+  // A reference that raises, or returns another dtype, for inputs that do not fit together or dtypes no
+  // specialization admits: say that first (an int tensor, a weight of the wrong length passed by mistake), not
+  // only that the reference failed. loader/blame.py words it, for this path and the CPU one.
   const bool raised = error.rfind("raised ", 0) == 0;
-  FLYSHIP_CHECK(error.empty(), label(), ": ", blame(raised ? error : error + in_place, "fix the reference", raised));
+  FLYSHIP_CHECK(error.empty(), label(), ": ", blame(c, raised ? error : error + in_place, "fix the reference", raised));
   FLYSHIP_CHECK(out.size() == p.outputs.size(), label(), ": ",
-                blame("returned " + std::to_string(out.size()) + " tensors, the op has " +
+                blame(c, "returned " + std::to_string(out.size()) + " tensors, the op has " +
                           std::to_string(p.outputs.size()) + " outputs" + in_place, "fix the reference", false));
   for (size_t j = 0; j < out.size(); ++j) {
     if (out[j].sizes() == c10::IntArrayRef(c.out_shapes[j]) && out[j].scalar_type() == c.out_dtypes[j] &&
         out[j].device() == c.device)
       continue;
     FLYSHIP_CHECK(false, label(), ": ",
-                  blame("returned output '" + p.outputs[j].name + "' of shape " + shape_str(out[j].sizes()) +
+                  blame(c, "returned output '" + p.outputs[j].name + "' of shape " + shape_str(out[j].sizes()) +
                             ", dtype " + dtype_name(out[j].scalar_type()) + " on " + out[j].device().str() +
                             "; the manifest's rule gives " + shape_str(c.out_shapes[j]) + ", " +
                             dtype_name(c.out_dtypes[j]) + " on " + c.device.str(),
                         "fix the reference or the output rule", out[j].scalar_type() != c.out_dtypes[j]));
   }
   return out;
-}
-
-std::string OpState::unadmitted_dtypes(const Call& c) const {
-  const OpPlan& p = plan_;
-  std::vector<std::string> takes;
-  for (const SpecPlan& s : p.specs) {
-    bool all = true;
-    std::vector<std::string> parts;
-    for (const auto& [slot, dt] : s.dtypes) {
-      all &= c.t[slot]->scalar_type() == dt;
-      parts.push_back(p.slots[slot].name + "=" + dtype_name(dt));
-    }
-    if (all) return "";
-    takes.push_back(join(parts, ", ") + " (" + s.name + ")");
-  }
-  std::vector<std::string> got;
-  for (int k = 0; k < p.n_inputs; ++k) {
-    if (p.slots[k].kind == kTensor) got.push_back(p.slots[k].name + "=" + dtype_name(c.t[k]->scalar_type()));
-  }
-  return "no specialization admits the input dtypes " + join(got, ", ") + " (they take " +
-         (takes.empty() ? std::string("nothing") : join(takes, "; ")) + ")";
 }
 
 void OpState::fallback(Call& c, const std::string& reason, bool is_out) {

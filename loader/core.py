@@ -30,6 +30,7 @@ from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
 from flyship.errors import CallTypeError, ConfigError
 from flyship.loader import autograd as _autograd
+from flyship.loader import blame as _blame
 from flyship.loader import build as _build
 from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
@@ -733,7 +734,8 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             code_objects = _CodeObjects(root, plan)
             heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))
                      for k, op in enumerate(plan.head.ops)]
-            lowered = _plan.lower_bundle(heads, ns, refs, plan.specs, code_objects)
+            lowered = _plan.lower_bundle(heads, ns, refs, plan.specs, code_objects,
+                                         lambda k, *why: _blame.blame(plan.op(k), *why))
             core = ext.Bundle(lowered, make_selector(plan), env.fallback_enabled() if fallback is None else fallback)
             library, cpu_kernels = _register(plan.head, ns, core, refs, cpu_in_core=ext.flavor() == "record",
                                              full_op=plan.op)

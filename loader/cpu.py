@@ -9,23 +9,22 @@ A call is checked by the C++ core's own bind step before the reference runs (``c
 ranks, one device, output rules, out= shapes and dtypes, memory overlap), so a call the GPU path refuses is
 refused on the CPU with the same message. The reference's outputs are checked against the manifest's output
 rules (the fake kernel's shapes and dtypes), and an output that aliases an input is copied, as the C++ fallback
-does for GPU tensors. A reference that fails is blamed on the inputs when they are the cause: sizes that break a
-guard constraint relating two arguments (``w.shape[0] == x.shape[1]``) in every specialization name the argument,
-expected vs got; dtypes no specialization admits are named too. A misfit the reference serves (a broadcast) runs, as
-the GPU path's fallback would run it.
+does for GPU tensors. A reference that fails is blamed on the inputs when they are the cause (loader/blame.py,
+which the C++ core asks too): sizes that break a guard constraint relating two arguments (``w.shape[0] ==
+x.shape[1]``) in every specialization name the argument, expected vs got; dtypes no specialization admits are named
+too. A misfit the reference serves (a broadcast) runs, as the GPU path's fallback would run it.
 """
 
 from __future__ import annotations
 
-import ast
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from flyship.bundle import batch as _batch
-from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
-from flyship.errors import CallError, ExprError
+from flyship.errors import CallError
+from flyship.loader import blame as _blame
 from flyship.loader import schema as _schema
 
 REASON = "cpu"
@@ -132,63 +131,10 @@ class CpuKernel:
                             "a copy (the write would be lost); pass a tensor whose leading dims flatten to a view "
                             "(.contiguous(), then copy the result back)") from None
 
-    def _unadmitted(self, values: dict[str, Any]) -> str:
-        """Why no specialization takes these input dtypes (``x=int32, w=float32; the specializations take ...``),
-        or "" when one does."""
-        got = {t: str(values[t].dtype).removeprefix("torch.") for t in self._arg_names
-               if self._op.args[self._arg_names.index(t)].kind == "tensor"}
-        takes = []
-        for s in self._full_op().specializations:
-            if all(got.get(t) == d for t, d in s.guard.dtypes.items()):
-                return ""
-            takes.append(f"{', '.join(f'{t}={d}' for t, d in s.guard.dtypes.items())} ({s.name})")
-        return (f"no specialization admits the input dtypes {', '.join(f'{t}={d}' for t, d in got.items())} (they "
-                f"take {'; '.join(takes) or 'nothing'})")
-
-    def _misfit(self, values: dict[str, Any]) -> tuple[str, str]:
-        """The argument to blame and why the input shapes do not fit together (``expected w.shape[0] == x.shape[1],
-        got w.shape[0] = 100, x.shape[1] = 256``), or ("", "") when they do: a guard constraint that relates the
-        sizes of two or more arguments and that every specialization admitting the input dtypes (every one, when
-        none does) breaks. Limits of one
-        argument (``x.shape[1] <= 8192``) and strides are left out: a kernel's limits, not a misfit, that the
-        reference serves on the GPU too. The blamed argument is the last of those the constraint names (the earlier
-        one sets the size: ``w`` in ``w.shape[0] == x.shape[1]``)."""
-        import torch
-
-        shapes = {n: tuple(v.shape) for n, v in values.items() if isinstance(v, torch.Tensor)}
-        scalars = {n: int(v) for n, v in values.items() if isinstance(v, (bool, int))}
-        dtypes = {n: str(v.dtype).removeprefix("torch.") for n, v in values.items() if isinstance(v, torch.Tensor)}
-        specs = self._full_op().specializations
-        admitting = [s for s in specs if all(dtypes.get(t) == d for t, d in s.guard.dtypes.items())] or list(specs)
-        first = ""
-        for s in admitting:
-            broken = [c for c in s.guard.constraints if _relates(c, shapes) and not _holds(c, shapes, scalars)]
-            if not broken:
-                return "", ""
-            first = first or broken[0]
-        if not first:
-            return "", ""
-        names = _relates(first, shapes)
-        names = sorted(names, key=self._arg_names.index)
-        blamed = names[-1]
-        given = ", ".join(f"{n} of shape {list(shapes[n])}" for n in names)
-        return blamed, (f"input '{blamed}' does not fit the others: expected {first}, got "
-                        f"{_sides(first, shapes, scalars)} ({given})")
-
     def _blame(self, values: dict[str, Any], failure: str, fix: str, about_dtypes: bool) -> str:
-        """The message for a reference that failed (as the C++ core words it, ``OpState::call_reference``): input
-        shapes that do not fit together (:meth:`_misfit`), or input dtypes no specialization admits (for a reference
-        that raised or returned another dtype), are named first, as the cause, with the argument to fix."""
-        blamed, misfit = self._misfit(values)
-        why = self._unadmitted(values) if about_dtypes else ""
-        if misfit:
-            also = f"; also {why}" if why else ""
-            return (f"flyship {self._qualname}: {misfit}{also}, and the reference (fallback) {failure}; pass "
-                    f"'{blamed}' of a shape that fits the others as the constraint says")
-        if why:
-            return (f"flyship {self._qualname}: {why}, and the reference (fallback) {failure}; pass tensors of dtypes "
-                    "the op takes")
-        return f"flyship {self._qualname}: the reference (fallback) {failure}; {fix}"
+        """The message for a reference that failed: :func:`flyship.loader.blame.blame` words it (the C++ core's
+        ``OpState::call_reference`` asks the same function), after the op's name."""
+        return f"flyship {self._qualname}: {_blame.blame(self._full_op(), values, failure, fix, about_dtypes)}"
 
     def _expected(self, inputs: list[Any]) -> tuple[Any, ...]:
         """The outputs' meta tensors by the output rules (the fake kernel), cached per input layout."""
@@ -218,54 +164,6 @@ class CpuKernel:
                                             f"on {o.device}; the manifest's rule gives {list(w.shape)}, "
                                             f"{str(w.dtype).removeprefix('torch.')} on cpu",
                                             "fix the reference or the output rule", o.dtype != w.dtype))
-
-
-def _relates(text: str, shapes: dict[str, tuple[int, ...]]) -> list[str]:
-    """The tensors whose sizes constraint ``text`` relates, when it relates two or more of the inputs in
-    ``shapes`` by size alone (no strides, outputs or device properties), else []."""
-    try:
-        tree = _expr.parse(text)
-    except ExprError:
-        return []
-    names: list[str] = []
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Subscript) or (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)):
-            if isinstance(n, ast.Attribute) and n.value.id == "device":
-                return []
-            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and n.value.attr == "stride":
-                return []
-            name = n.value.value.id if isinstance(n, ast.Subscript) else n.value.id
-            if name not in shapes:
-                return []
-            if name not in names:
-                names.append(name)
-    return names if len(names) > 1 else []
-
-
-def _holds(text: str, shapes: dict[str, tuple[int, ...]], scalars: dict[str, int]) -> bool:
-    """Whether constraint ``text`` holds for these shapes (one that cannot be evaluated counts as holding: it
-    blames nothing)."""
-    try:
-        return bool(_expr.evaluate_with_shapes(text, shapes, scalars))
-    except ExprError:
-        return True
-
-
-def _sides(text: str, shapes: dict[str, tuple[int, ...]], scalars: dict[str, int]) -> str:
-    """The values of a broken comparison's two sides (``w.shape[0] = 100, x.shape[1] = 256``), or "false"."""
-    tree = _expr.parse(text)
-    if not isinstance(tree, ast.Compare):
-        return "false"
-    parts = []
-    for side in (tree.left, tree.comparators[0]):
-        t = ast.unparse(side)
-        try:
-            v = _expr.evaluate_with_shapes(t, shapes, scalars)
-        except ExprError:
-            return "false"
-        if not isinstance(side, ast.Constant):
-            parts.append(f"{t} = {v}")
-    return ", ".join(parts) or "false"
 
 
 def _fresh(o: Any, shape: list[int], in_storages: set[int]) -> Any:

@@ -18,7 +18,7 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle.errors import BundleError
 
-PLAN_VERSION = 6
+PLAN_VERSION = 7
 FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
 _PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d",
          "f32": "<f", "f16": "<e"}
@@ -253,18 +253,22 @@ def lower_specs(op: _m.Op) -> list[dict[str, Any]]:
 
 
 def lower_bundle(heads: list[dict[str, Any]], namespace: str, references: list[Optional[Callable[..., Any]]],
-                 specs: Callable[[int], list[dict[str, Any]]], code_object: Callable[[int], bytes]) -> dict[str, Any]:
+                 specs: Callable[[int], list[dict[str, Any]]], code_object: Callable[[int], bytes],
+                 blame: Callable[[int, dict[str, Any], str, str, bool], str]) -> dict[str, Any]:
     """The whole plan handed to ``_C.Bundle``: version, namespace, the ops' heads (:func:`lower_op`), their
     references (or None), ``specs(op_index) -> list`` (:func:`lower_specs` of that op, checked by the rule book),
     which the core calls once per op, on its first use, and ``code_object(variant_id) -> bytes``, which it calls
     once per variant, before its first load onto a device (variant ids number the variants in manifest order:
     ops, specializations, variants); it must return bytes checked by the rule book
-    (:func:`flyship.bundle.rules.check_variant_file`)."""
+    (:func:`flyship.bundle.rules.check_variant_file`). ``blame(op_index, inputs, failure, fix, about_dtypes) ->
+    str`` words a failed reference's message (:func:`flyship.loader.blame.blame` of that op), which the core asks
+    only when a reference failed."""
     return {
         "version": PLAN_VERSION,
         "namespace": namespace,
         "ops": heads,
         "references": list(references),
         "specs": specs,
+        "blame": blame,
         "code_object": code_object,
     }

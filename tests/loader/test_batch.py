@@ -340,3 +340,14 @@ def test_the_cpu_reference_writes_a_batched_input_in_place_through_a_view_or_is_
     with pytest.raises(CallError, match=r"input 'x', which the kernel writes in place, has shape \[3, 5, 8\] .* "
                                         r"do not flatten to \[15, 8\] without a copy"):
         ops.scale_rows(torch.ones(5, 3, 8).transpose(0, 1), 2.0)
+
+
+def test_a_batched_input_whose_flat_copy_cannot_be_allocated_is_refused_naming_it(recorded, batched_bundle, launches):
+    ops = recorded(batched_bundle, fallback=False)
+    # 4 MiB of memory, shape (2^20, 2^20) with strides (1, 0): no flat view, so add's rank-1 kernel needs a 4 TiB copy.
+    x = torch.ones(1 << 20, 1).expand(1 << 20, 1 << 20)
+    with pytest.raises(CallError, match=r"::add: allocating a copy \(its leading dims flatten to no view\) of input "
+                                        r"'x' of shape \[1099511627776\] and dtype float32 \(4398046511104 bytes\) on "
+                                        r"cpu failed: .*DefaultCPUAllocator.*; free memory or pass smaller inputs"):
+        ops.add(x, x)
+    assert launches() == []

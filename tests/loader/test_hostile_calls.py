@@ -10,6 +10,7 @@ import torch
 
 from flyship.bundle import manifest as _m
 from flyship.bundle import rules as _rules
+from flyship.loader import blame as _blame
 from flyship.loader import plan as _plan
 from flyship.loader.core import make_selector
 
@@ -116,7 +117,8 @@ def lowered(tiny_bundle):
     specs = [_plan.lower_specs(op) for op in manifest.ops]
     heads = [_plan.lower_op(op, "flyship_plan_test") for op in manifest.ops]
     plan = _plan.lower_bundle(heads, "flyship_plan_test", [None] * len(manifest.ops), lambda k: specs[k],
-                              lambda i: images[variants[i].code_object.file])
+                              lambda i: images[variants[i].code_object.file],
+                              lambda k, *why: _blame.blame(manifest.ops[k], *why))
     return manifest, plan, specs
 
 
