@@ -214,9 +214,10 @@ class CpuKernel:
                                         f"{len(want)} tensor(s){mutable_hint(self._op)}", "fix the reference", False))
         for name, o, w in zip(self._out_names, outs, want):
             if o.layout != torch.strided or o.is_nested:  # no strides to copy from: as OpState::call_reference says
+                kind = "nested" if o.is_nested else o.layout
                 raise CallError(f"flyship {self._qualname}: the reference (fallback) returned output '{name}' as a "
-                                f"{'nested' if o.is_nested else o.layout} tensor, expected a dense one (torch.strided); "
-                                "return a dense tensor from the reference (e.g. result.to_dense())")
+                                f"{kind} tensor, expected a dense one (torch.strided); return a dense tensor from the "
+                                "reference (e.g. result.to_dense())")
             if o.shape != w.shape or o.dtype != w.dtype or o.device.type != "cpu":
                 dt = str(o.dtype).removeprefix("torch.")
                 raise CallError(self._blame(values, f"returned output '{name}' of shape {list(o.shape)}, dtype {dt} "
