@@ -230,6 +230,7 @@ OpPlan parse_op(const py::dict& d) {
   }
   FLYSHIP_PLAN_CHECK(!op.outputs.empty() || op.has_mutable, where,
                      "the op has neither outputs nor inputs written in place");
+  op.mutable_hint = need<std::string>(d, "mutable_hint", where);
   op.n_code_objects = need<int>(d, "n_code_objects", where);
   FLYSHIP_PLAN_CHECK(op.n_code_objects >= 0, where, "n_code_objects ", op.n_code_objects, " is negative");
   for (auto n : need<py::list>(d, "spec_variants", where)) {

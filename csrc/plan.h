@@ -19,7 +19,7 @@ namespace flyship {
 namespace py = pybind11;
 
 // Plan format version: flyship/loader/plan.py PLAN_VERSION.
-constexpr int kPlanVersion = 7;
+constexpr int kPlanVersion = 8;
 constexpr int kMaxDevices = 64;
 constexpr int kMaxSlots = 64;
 // Kernarg buffers up to this size live on the stack; bigger ones on the heap.
@@ -117,6 +117,9 @@ struct OpPlan {
   std::vector<SpecPlan> specs;
   bool guard_uses_outputs = false;  // a guard reads an output: allocate outputs before choosing
   bool has_mutable = false;  // some input is written in place (Tensor(a!) in the functional schema)
+  // What the reference of an op with inputs written in place must do, for the message refusing one that did not
+  // ("" for other ops); its one owner is flyship/loader/cpu.py mutable_hint, the text travels in the plan.
+  std::string mutable_hint;
   std::vector<int> batch_inputs;  // slots of the batched input tensors (leading batch dims), in order
   std::vector<int> batch_outputs;  // slots of the batched outputs
 };

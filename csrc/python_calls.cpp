@@ -1,6 +1,8 @@
 // Everything in the core that takes the GIL: the variant choice (asked of Python once per device target),
 // the reference (fallback) call and its warning, the counters as Python dicts, and the core's refusals as
 // flyship exceptions.
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Layout.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <c10/util/strides.h>
@@ -165,6 +167,15 @@ std::string OpState::blame(const Call& c, const std::string& failure, const char
   }
 }
 
+// A tensor the reference returned, as the op returns it: a plain torch.Tensor that needs no gradient. A Parameter
+// (or another subclass) would come back as that very Python object, and one that requires grad would make the
+// op's output a leaf that requires grad: the op's outputs never need a gradient by themselves (autograd is the
+// registered backward's business). A new TensorImpl on the same memory (variable_data) is both.
+static at::Tensor plain_output(const py::handle& item) {
+  at::Tensor t = item.cast<at::Tensor>();
+  return THPVariable_CheckExact(item.ptr()) && !t.requires_grad() ? t : t.variable_data();
+}
+
 std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
   const OpPlan& p = plan_;
   std::vector<at::Tensor> out;
@@ -177,14 +188,14 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
       if (r.is_none() && p.outputs.empty()) {
         // An op that only writes inputs in place: its reference writes them too and returns nothing.
       } else if (THPVariable_Check(r.ptr())) {
-        out.push_back(r.cast<at::Tensor>());
+        out.push_back(plain_output(r));
       } else if (py::isinstance<py::tuple>(r) || py::isinstance<py::list>(r)) {
         for (auto item : r.cast<py::sequence>()) {
           if (!THPVariable_Check(item.ptr())) {
             error = "returned a sequence holding a " + std::string(py::str(py::type::handle_of(item).attr("__name__")));
             break;
           }
-          out.push_back(item.cast<at::Tensor>());
+          out.push_back(plain_output(item));
         }
       } else {
         error = "returned a " + std::string(py::str(py::type::handle_of(r).attr("__name__"))) + ", expected tensors";
@@ -197,14 +208,7 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
       error = "raised " + exception_text(e);
     }
   }
-  std::string in_place;  // what the reference of an op with in-place inputs must do instead
-  for (int k = 0; k < p.n_inputs; ++k) {
-    if (p.slots[k].is_mutable) in_place += (in_place.empty() ? "" : ", ") + p.slots[k].name;
-  }
-  if (!in_place.empty()) {
-    in_place = " (the kernel writes " + in_place + " in place, so the reference must write it in place too, e.g. " +
-               "x.copy_(new_value), and return only the outputs, never a new tensor in its place)";
-  }
+  const std::string& in_place = p.mutable_hint;  // what the reference of an op with in-place inputs must do
   // A reference that raises, or returns another dtype, for inputs that do not fit together or dtypes no
   // specialization admits: say that first (an int tensor, a weight of the wrong length passed by mistake), not
   // only that the reference failed. loader/blame.py words it, for this path and the CPU one.
@@ -214,6 +218,11 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
                 blame(c, "returned " + std::to_string(out.size()) + " tensors, the op has " +
                           std::to_string(p.outputs.size()) + " outputs" + in_place, "fix the reference", false));
   for (size_t j = 0; j < out.size(); ++j) {
+    // A sparse, mkldnn or nested result has no strides to copy or launch with: the reference must give a dense one.
+    FLYSHIP_CHECK(out[j].layout() == at::kStrided && !out[j].is_nested(), label(), ": the reference (fallback) "
+                  "returned output '", p.outputs[j].name, "' as a ", out[j].is_nested() ? "nested" :
+                  torch::getTHPLayout(out[j].layout())->name, " tensor, expected a dense one (torch.strided); "
+                  "return a dense tensor from the reference (e.g. result.to_dense())");
     if (out[j].sizes() == c10::IntArrayRef(c.out_shapes[j]) && out[j].scalar_type() == c.out_dtypes[j] &&
         out[j].device() == c.device)
       continue;

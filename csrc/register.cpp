@@ -197,6 +197,48 @@ class OutVersionKernel final : public c10::OperatorKernel {
 };
 
 
+// Conjugate and Negative (the math bits of a view such as z.conj() or z.conj().imag): torch's boxed math-bits
+// fallback (ATen/native/MathBitsFallback.h) would otherwise run first. It materializes the inputs, but for an
+// argument the op writes it clones, runs the op on the clone and reads the op's return as the written tensor: our
+// out variant returns () and an op with an input written in place returns its outputs, so torch's fallback
+// asserts (or reads past the stack and the process aborts). Here, per op: an argument the op writes (an out tensor,
+// an input written in place) with a math bit is refused, naming it (the kernel writes memory, the bit would have
+// to be applied to every write); a read-only one is materialized (resolve_conj / resolve_neg, as torch's fallback
+// does), and the call goes on below both keys. One kernel serves both keys: the Negative one runs first and
+// clears both bits.
+class MathBitsKernel final : public c10::OperatorKernel {
+ public:
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    const auto& schema = op.schema();
+    const auto& args = schema.arguments();
+    const size_t first = stack->size() - args.size();
+    try {
+      for (size_t k = 0; k < args.size(); ++k) {
+        c10::IValue& v = (*stack)[first + k];
+        if (!v.isTensor()) continue;
+        const at::Tensor& t = v.toTensor();
+        if (!t.defined() || !(t.is_neg() || t.is_conj())) continue;
+        const bool written = args[k].alias_info() != nullptr && args[k].alias_info()->isWrite();
+        if (written) {
+          const std::string& name = args[k].name();
+          const bool neg = t.is_neg();
+          FLYSHIP_CHECK_TYPE(false, "flyship ", schema.name(), schema.overload_name().empty() ? "" : ".",
+                             schema.overload_name(), ": expected argument '", name,
+                             "', which the kernel writes, to be a tensor of its own, got a view with the ",
+                             neg ? "negative bit (is_neg(), e.g. z.conj().imag)" : "conjugate bit (is_conj(), "
+                             "e.g. z.conj())", ", whose writes torch would have to ", neg ? "negate" : "conjugate",
+                             "; pass ", name, neg ? ".resolve_neg()" : ".resolve_conj()", " (or ", name,
+                             ".clone()) and copy the result back into the view if you need it there");
+        }
+        v = t.resolve_conj().resolve_neg();
+      }
+    } catch (const c10::Error& e) {
+      raise_as_flyship(e);
+    }
+    op.redispatchBoxed(ks & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Conjugate), stack);
+  }
+};
+
 // The .out variant's written arguments: the inputs written in place, then every out tensor.
 static std::vector<size_t> written_by_out_variant(const OpPlan& p) {
   std::vector<size_t> w;
@@ -231,6 +273,18 @@ void register_kernels(Bundle& b) {
   // No derivatives. The functional op runs with inputs that require grad and its backward raises
   // "derivative for <op> is not implemented" (torch's NotImplemented node, FunctionalAutogradKernel) rather than
   // silently giving no gradient; the out variant refuses such inputs up front, as aten's out= functions do.
+  // Views with a math bit, on every backend and both overloads (MathBitsKernel).
+  for (c10::DispatchKey key : {c10::DispatchKey::Negative, c10::DispatchKey::Conjugate}) {
+    torch::Library* lib = make(key);
+    for (int k = 0; k < b.core->n_ops(); ++k) {
+      const OpPlan& p = b.core->op(k).plan();
+      lib->impl(p.name.c_str(), torch::CppFunction::makeFromBoxedKernel(
+                                    c10::BoxedKernel::makeFromFunctor(std::make_unique<MathBitsKernel>())));
+      if (p.outputs.empty()) continue;
+      lib->impl((p.name + ".out").c_str(), torch::CppFunction::makeFromBoxedKernel(
+                                               c10::BoxedKernel::makeFromFunctor(std::make_unique<MathBitsKernel>())));
+    }
+  }
   torch::Library* autograd = make(c10::DispatchKey::Autograd);
   torch::Library* inplace = make(c10::DispatchKey::ADInplaceOrView);
   for (int k = 0; k < b.core->n_ops(); ++k) {

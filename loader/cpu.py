@@ -113,6 +113,7 @@ class CpuKernel:
                                         True)) from e
         outs = tuple(got) if isinstance(got, (tuple, list)) else () if got is None else (got,)
         self._check(kernel_values, outs, want)
+        outs = tuple(_plain(o) for o in outs)
         if is_out:  # copied into the caller's out tensors, whatever their layout (leading batch dims back)
             return tuple(o.reshape(shape) for o, shape in zip(outs, full))
         in_storages = {t.untyped_storage().data_ptr() for _, t in tensors if t.numel()}
@@ -158,12 +159,30 @@ class CpuKernel:
                                         f"({', '.join(type(o).__name__ for o in outs) or 'None'}), expected "
                                         f"{len(want)} tensor(s){mutable_hint(self._op)}", "fix the reference", False))
         for name, o, w in zip(self._out_names, outs, want):
+            if o.layout != torch.strided or o.is_nested:  # no strides to copy from: as OpState::call_reference says
+                kind = "nested" if o.is_nested else o.layout
+                raise CallError(f"flyship {self._qualname}: the reference (fallback) returned output '{name}' as a "
+                                f"{kind} tensor, expected a dense one (torch.strided); return a dense tensor from the "
+                                "reference (e.g. result.to_dense())")
             if o.shape != w.shape or o.dtype != w.dtype or o.device.type != "cpu":
                 dt = str(o.dtype).removeprefix("torch.")
                 raise CallError(self._blame(values, f"returned output '{name}' of shape {list(o.shape)}, dtype {dt} "
                                             f"on {o.device}; the manifest's rule gives {list(w.shape)}, "
                                             f"{str(w.dtype).removeprefix('torch.')} on cpu",
                                             "fix the reference or the output rule", o.dtype != w.dtype))
+
+
+def _plain(o: Any) -> Any:
+    """A tensor the reference returned, as the op returns it (as ``plain_output`` in csrc/python_calls.cpp): a plain
+    torch.Tensor that needs no gradient. A Parameter (or another subclass) would be handed back as that very object,
+    and one that requires grad would make the op's output a leaf that requires grad; the op's outputs never need a
+    gradient by themselves (autograd is the registered backward's business)."""
+    import torch
+
+    if type(o) is torch.Tensor and not o.requires_grad:
+        return o
+    o = o.detach()
+    return o if type(o) is torch.Tensor else o.as_subclass(torch.Tensor)
 
 
 def _fresh(o: Any, shape: list[int], in_storages: set[int]) -> Any:

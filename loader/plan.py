@@ -17,8 +17,9 @@ from typing import Any, Callable, Optional
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle.errors import BundleError
+from flyship.loader.cpu import mutable_hint
 
-PLAN_VERSION = 7
+PLAN_VERSION = 8
 FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
 _PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d",
          "f32": "<f", "f16": "<e"}
@@ -220,6 +221,9 @@ def lower_op(op: _m.Op, namespace: str, spec_variants: Optional[list[int]] = Non
         "spec_variants": [len(s.variants) for s in op.specializations] if spec_variants is None else spec_variants,
         "n_code_objects": (sum(1 + len(v.then) for s in op.specializations for v in s.variants)
                            if n_code_objects is None else n_code_objects),
+        # The C++ fallback's words for a reference that returned what it should have written in place: the one
+        # owner's (loader/cpu.py), so both paths name the op's own mutable inputs.
+        "mutable_hint": mutable_hint(op),
     }
 
 
