@@ -28,7 +28,7 @@ from flyship.bundle import pack as _pack
 from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
-from flyship.errors import CallTypeError, ConfigError
+from flyship.errors import CallTypeError, ConfigError, FlyshipError
 from flyship.loader import autograd as _autograd
 from flyship.loader import build as _build
 from flyship.loader import cpu as _cpu
@@ -162,8 +162,27 @@ class OpHandle:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # What torch.compile traces, and what a handle without the fast entry runs. Eager calls of a loaded
         # handle enter csrc/fast_call.cpp instead (tp_call), which hands every call it does not take to
-        # self.default with the same arguments.
-        return self.default(*args, **kwargs)
+        # self._slow with the same arguments.
+        return self._slow(*args, **kwargs)
+
+    def _slow(self, *args: Any, **kwargs: Any) -> Any:
+        """The torch op, its argument parser's refusals (a wrong type, an unknown keyword, too many arguments)
+        raised as :class:`CallTypeError` (:meth:`_refused`)."""
+        try:
+            return self.default(*args, **kwargs)
+        except RuntimeError as e:
+            self._refused(e, args, kwargs, ())
+            raise
+
+    def _refused(self, e: RuntimeError, args: tuple, kwargs: dict[str, Any], outs: tuple[str, ...]) -> None:
+        """Raise a CallTypeError saying what is wrong when torch's argument parser refused a call (its
+        RuntimeError would name a type, or dump a whole tensor, with nothing to do); return when the arguments
+        fit the schema (the error is about something else and stands as it is)."""
+        if isinstance(e, FlyshipError):
+            return
+        misfit = _schema.call_misfit(self._head, args, kwargs, outs)
+        if misfit is not None:
+            raise CallTypeError(f"{self.qualname}{'.out' if outs else ''}: {misfit}") from e
 
     def _out(self, *args: Any, **kwargs: Any) -> Any:
         """The out variant: ``ops.add.out(x, y, out=z)`` writes into ``z`` and returns it (a tuple for
@@ -182,8 +201,12 @@ class OpHandle:
             raise CallTypeError(f"{self.qualname}.out: expected an op with outputs, got one that only writes its "
                                 f"inputs {', '.join(self.manifest.mutable)} in place ({self.schema}); call it "
                                 "directly")
-        self._out_kwargs(kwargs)
-        self.out_overload(*args, **kwargs)
+        self._out_kwargs(args, kwargs)
+        try:
+            self.out_overload(*args, **kwargs)
+        except RuntimeError as e:
+            self._refused(e, args, kwargs, tuple(self._out_names))
+            raise
         outs = tuple(kwargs[n] for n in self._out_names)
         return outs[0] if len(outs) == 1 else outs
 
@@ -193,10 +216,15 @@ class OpHandle:
             return "pass out=<tensor>"
         return f"pass out=({', '.join(names)}) or {', '.join(f'{o}=...' for o in names)}"
 
-    def _out_kwargs(self, kwargs: dict[str, Any]) -> None:
+    def _out_kwargs(self, args: tuple, kwargs: dict[str, Any]) -> None:
         """Resolve the out tensors of an ``.out`` call in ``kwargs`` to one keyword per output (the out schema's
         names, :func:`flyship.loader.schema.out_names`); say how to call it when they are not all there."""
         names = self._out_names
+        n_in = len(self._head.args)
+        if len(args) > n_in:  # out tensors given by position: they are keyword-only in the schema
+            raise CallTypeError(f"{self.qualname}.out: expected at most {n_in} positional arguments (the inputs "
+                                f"{', '.join(a.name for a in self._head.args)}), got {len(args)}; the out tensors "
+                                f"are keyword-only: {self._out_usage()}")
         given = kwargs.get("out")
         # out=(a, b, ...) is every output in order, also when one output is called "out": a tensor is never a
         # tuple, so the two readings cannot be confused.
@@ -375,7 +403,7 @@ class Ops:
                 if not _fast_entry_fits(op):
                     continue
                 defaults = [None if a.kind == "tensor" else a.default for a in op.args]
-                ext.bind_fast(handle, core, i, False, handle.default, defaults)
+                ext.bind_fast(handle, core, i, False, handle._slow, defaults)
                 ext.bind_fast(handle.out, core, i, True, handle._out, defaults)
 
     def __getattr__(self, name: str) -> OpHandle:
