@@ -689,6 +689,30 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
     return lib, cpu_kernels
 
 
+def _check_load_args(path: Any, references: Any, verify: Any, tuning: Any) -> None:
+    """The types of :func:`load`'s arguments that nothing later checks with a message of its own.
+
+    Raises:
+        ConfigError: naming the argument, what it takes and what it got.
+    """
+    import os
+
+    def shown(v: Any) -> str:
+        return f"{type(v).__name__} {str(v)[:40]}" if v is not None else "None"
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"flyship.load(path=): expected a bundle directory, its manifest.json or a packed bundle "
+                          f"file as a str or pathlib.Path, got {shown(path)}; pass the folder flyc-build wrote")
+    if references is not None and not isinstance(references, Mapping):
+        raise ConfigError(f"flyship.load(references=): expected a mapping of op name -> PyTorch function, got "
+                          f"{shown(references)}; pass references={{'add': my_add}}")
+    if not isinstance(verify, bool):
+        raise ConfigError(f"flyship.load(verify=): expected True or False, got {shown(verify)}")
+    if tuning is not None and not isinstance(tuning, (str, os.PathLike)):
+        raise ConfigError(f"flyship.load(tuning=): expected the path of a tuning table (`flyship tune` writes one) "
+                          f"as a str or pathlib.Path, got {shown(tuning)}; pass tuning='tuning.json'")
+
+
 def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., Any]]] = None,
          fallback: Optional[bool] = None, verify: bool = False, namespace: Optional[str] = None,
          tuning: Optional[str | Path] = None, tuning_device: int = 0) -> Ops:
@@ -715,13 +739,15 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         BundleError: the manifest or a code object is invalid, a packed file is damaged, or the namespace
             is taken by another bundle.
         ExtensionBuildError: the C++ extension could not be built.
-        ConfigError: ``fallback`` is not a bool, or ``tuning_device`` is not a GPU device.
+        ConfigError: ``path``, ``references``, ``verify`` or ``tuning`` of the wrong type, ``fallback`` is not a
+            bool, or ``tuning_device`` is not a GPU device.
 
     Example::
 
         ops = flyship.load("artifacts/examples")
         y = ops.add(x, y)
     """
+    _check_load_args(path, references, verify, tuning)
     if fallback is not None:
         fallback = fallback_flag(fallback, "flyship.load(fallback=)")
     root = _pack.bundle_dir(path)

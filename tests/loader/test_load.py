@@ -85,3 +85,22 @@ def test_stats_start_at_zero_and_count_per_specialization_and_reason(recorded_ti
     assert ops.stats()["scale_rows"]["fallbacks"] == {"constraint 'x.shape[0] <= 65535' false": 1}
     ops.add.reset_stats()
     assert ops.add.stats()["calls"] == 0 and ops.scale_rows.stats()["calls"] == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(path=None), "flyship.load(path=): expected a bundle directory, its manifest.json or a packed bundle file as "
+                      "a str or pathlib.Path, got None; pass the folder flyc-build wrote"),
+    (dict(references=[1]), "flyship.load(references=): expected a mapping of op name -> PyTorch function, got list "
+                           "[1]; pass references={'add': my_add}"),
+    (dict(tuning={}), "flyship.load(tuning=): expected the path of a tuning table (`flyship tune` writes one) as a "
+                      "str or pathlib.Path, got dict {}"),
+    (dict(verify="no"), "flyship.load(verify=): expected True or False, got str no"),
+])
+def test_load_arguments_of_the_wrong_type_are_config_errors_saying_what_to_pass(tiny_bundle, kwargs, message):
+    import re
+
+    import flyship
+    from flyship.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        flyship.load(**{"path": tiny_bundle, "namespace": "flyship_never_registered", **kwargs})
