@@ -28,7 +28,7 @@ from flyship.bundle import pack as _pack
 from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
-from flyship.errors import CallTypeError, ConfigError, FlyshipError
+from flyship.errors import CallError, CallTypeError, ConfigError, FlyshipError
 from flyship.loader import autograd as _autograd
 from flyship.loader import build as _build
 from flyship.loader import cpu as _cpu
@@ -464,9 +464,29 @@ class Ops:
         """The target ID of GPU ``index`` as the runtime reports it (HIP gcnArchName, CUDA ``sm_XY``).
 
         Raises:
-            RuntimeError: the runtime's own error, e.g. when there is no such device.
+            ConfigError: ``index`` is not a GPU device.
+            CallError: the runtime cannot read the device (no such device, no GPU visible): its own words, how
+                many GPUs torch sees, and what to do.
         """
-        return self._ext.device_info(device_index(index, "ops.device_target"))["target"]
+        return self._device_info(device_index(index, "ops.device_target"), "ops.device_target")["target"]
+
+    def _device_info(self, index: int, where: str) -> dict[str, Any]:
+        """The extension's ``device_info(index)``; a runtime refusal (hipErrorInvalidDevice when there is no GPU)
+        said with how many GPUs torch sees and what to do."""
+        try:
+            return self._ext.device_info(index)
+        except RuntimeError as e:
+            import torch
+
+            try:
+                count = torch.cuda.device_count()
+            except Exception:  # noqa: BLE001 - only for the message
+                count = 0
+            seen = f"torch sees {count} GPU{'s' if count != 1 else ''}" if count else "torch sees no GPU"
+            todo = (f"pass an index below {count}" if count else
+                    "run on a machine with a GPU, or check HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES")
+            raise CallError(f"{where}: expected a GPU the runtime can read at index {index}, got the runtime's "
+                            f"refusal ({str(e).splitlines()[0][:300]}) and {seen}; {todo}") from e
 
     def preload(self, device: int | str | Any = 0) -> int:
         """Load, onto GPU ``device``, the code object each specialization would run there, so that first
@@ -481,10 +501,10 @@ class Ops:
 
         Raises:
             ConfigError: ``device`` is not a GPU device (a float, a bool, ``"cpu"``, a malformed string).
-            RuntimeError: the runtime refused (its own words), e.g. when there is no such device.
+            CallError: the runtime refused (its own words, and what to do), e.g. when there is no such device.
         """
         device = device_index(device, "ops.preload")
-        target = self.device_target(device)
+        target = self._device_info(device, "ops.preload")["target"]
         n = 0
         for handle in self:
             for si, cands in enumerate(self._plan.spec_targets[handle._index]):

@@ -104,3 +104,26 @@ def test_load_arguments_of_the_wrong_type_are_config_errors_saying_what_to_pass(
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         flyship.load(**{"path": tiny_bundle, "namespace": "flyship_never_registered", **kwargs})
+
+
+@pytest.mark.parametrize("name", ["FLYSHIP_FALLBACK", "FLYSHIP_FAST_CALL"])
+@pytest.mark.parametrize("value", ["maybe", "yes"])
+def test_a_switch_set_to_anything_but_0_or_1_says_what_each_means_and_what_to_set(monkeypatch, name, value):
+    import re
+
+    from flyship import env
+    from flyship.errors import ConfigError
+
+    monkeypatch.setenv(name, value)
+    read = env.fallback_enabled if name == "FLYSHIP_FALLBACK" else env.fast_call_enabled
+    with pytest.raises(ConfigError, match=rf"{name}: expected 0 \(.+\) or 1 \(.+\), got {value!r}; set "
+                                          rf"{name}=0 or {name}=1, or unset it for the default 1"):
+        read()
+
+
+@pytest.mark.parametrize("name", ["FLYSHIP_FALLBACK", "FLYSHIP_FAST_CALL"])
+def test_a_switch_set_but_empty_is_its_default_as_for_every_other_option(monkeypatch, name):
+    from flyship import env
+
+    monkeypatch.setenv(name, " ")
+    assert (env.fallback_enabled if name == "FLYSHIP_FALLBACK" else env.fast_call_enabled)() is True
