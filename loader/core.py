@@ -807,9 +807,12 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             code_objects = _CodeObjects(root, plan)
             heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))
                      for k, op in enumerate(plan.head.ops)]
-            lowered = _plan.lower_bundle(heads, ns, refs, plan.specs, code_objects)
+            # The fallback paths run each reference guarded against falling back into itself; ops.reference()
+            # gives the reference as it was given.
+            guarded = [_references.guarded(r, f"{ns}::{op.name}") for r, op in zip(refs, plan.head.ops)]
+            lowered = _plan.lower_bundle(heads, ns, guarded, plan.specs, code_objects)
             core = ext.Bundle(lowered, make_selector(plan), env.fallback_enabled() if fallback is None else fallback)
-            library, cpu_kernels = _register(plan.head, ns, core, refs, cpu_in_core=ext.flavor() == "record",
+            library, cpu_kernels = _register(plan.head, ns, core, guarded, cpu_in_core=ext.flavor() == "record",
                                              full_op=plan.op)
             ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
             _loaded[ns] = ops

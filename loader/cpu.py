@@ -27,6 +27,7 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.errors import CallError, ExprError
 from flyship.loader import schema as _schema
+from flyship.loader import references as _references
 
 REASON = "cpu"
 
@@ -109,6 +110,8 @@ class CpuKernel:
             got = self._reference(*inputs)
         except (torch.OutOfMemoryError, MemoryError):
             raise  # not the reference's fault, and callers catch it (free memory, retry smaller), as the C++ core
+        except _references.ReferenceReentered:
+            raise  # already says what is wrong with the reference (loader/references.py guarded)
         except Exception as e:
             raise CallError(self._blame(kernel_values, f"raised {type(e).__name__}: {e}", "fix the reference",
                                         True)) from e
