@@ -222,13 +222,15 @@ def _kind_of(v: Any) -> str:
     return "None" if v is None else f"{type(v).__name__} {str(v)[:40]}"
 
 
-def call_misfit(op: _m.Op, args: tuple, kwargs: dict[str, Any], outs: tuple[str, ...] | list[str] = ()) -> Optional[str]:
+def call_misfit(op: _m.Op, args: tuple, kwargs: dict[str, Any],
+                outs: tuple[str, ...] | list[str] = ()) -> Optional[str]:
     """Why torch's argument parser refuses a call of the op (``outs``: the out tensors' keyword names for the
     ``.out`` variant, empty for the functional op), as ``expected X, got Y; what to do``; None when the arguments
     fit the schema (then the refusal was about something else, and its own message stands). Run only after torch
     refused a call: it costs nothing on calls that work."""
     names = [a.name for a in op.args]
-    usage = f"{op.name}{'.out' if outs else ''}({', '.join(names)}{', *, ' + ', '.join(f'{o}=' for o in outs) if outs else ''})"
+    keyword_outs = ", *, " + ", ".join(f"{o}=" for o in outs) if outs else ""
+    usage = f"{op.name}{'.out' if outs else ''}({', '.join(names)}{keyword_outs})"
     if len(args) > len(names):
         extra = (f"; the out tensors are keyword-only: pass {', '.join(f'{o}=...' for o in outs)}" if outs else
                  "; to write into a tensor you have, call .out(..., out=<tensor>)" if op.outputs else "")
@@ -242,7 +244,8 @@ def call_misfit(op: _m.Op, args: tuple, kwargs: dict[str, Any], outs: tuple[str,
             hint = ("; the functional op returns fresh outputs: to write into a tensor you have, call "
                     f".out(..., out=<tensor>)" if k == "out" and not outs and op.outputs else "")
             allowed = names + list(outs)
-            return f"expected keyword arguments among {', '.join(allowed)}, got {k}={_kind_of(v)}{hint}; call it as {usage}"
+            return (f"expected keyword arguments among {', '.join(allowed)}, got {k}={_kind_of(v)}{hint}; "
+                    f"call it as {usage}")
         given[k] = v
     for a in op.args:
         if a.name not in given:

@@ -80,8 +80,8 @@ def test_forward_mode_ad_through_an_op_with_a_backward_is_refused_not_a_silent_n
     with fwad.dual_level():
         x = fwad.make_dual(torch.randn(8), torch.ones(8))
         with pytest.raises(CallError, match=rf"flyship {ops.namespace}::addsub: expected inputs without forward-mode "
-                                            r"AD tangents \(its backward op addsub gives reverse-mode gradients only\), "
-                                            r"got a dual tensor as argument 0; use reverse mode"):
+                                            r"AD tangents \(its backward op addsub gives reverse-mode gradients "
+                                            r"only\), got a dual tensor as argument 0; use reverse mode"):
             call(x, torch.randn(8))
         s, d = ops.addsub(torch.randn(8), torch.randn(8))  # no tangent: runs as ever, inside dual_level() too
     assert s.shape == (8,)

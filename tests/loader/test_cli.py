@@ -130,11 +130,12 @@ def test_pack_takes_a_bundles_manifest_or_packed_file_as_docs_loader_md_says(tin
     from flyship.bundle import pack as _pack
 
     src = tiny_bundle / "manifest.json" if given == "manifest" else _pack.pack(tiny_bundle, tmp_path / "in.flyship")
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "pack", str(src), "-o", str(tmp_path / "o.flyship")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600,
+    out = tmp_path / "o.flyship"
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "pack", str(src), "-o", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600,
                        env={**os.environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "cache")})
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "o.flyship").read_bytes() == _pack.pack_bytes(tiny_bundle)
+    assert out.read_bytes() == _pack.pack_bytes(tiny_bundle)
 
 
 def test_pack_into_a_folder_it_cannot_make_says_so_in_one_line(tiny_bundle, tmp_path):
