@@ -668,14 +668,23 @@ def _scalar_reader(data: Any, where: Where, lenient: bool) -> int | float | bool
 def _dataclass_reader(cls: Any) -> Reader:
     fields = dataclasses.fields(cls)
     names = frozenset(f.name for f in fields)
-    plan: list[tuple[str, str, bool, Any]] = []  # name, ".name", required, reader (resolved on first use)
     required = [f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    hints: dict[str, Any] = {}
+    # The field plan: (name, ".name", required, reader) per field, resolved on first use (a class may refer to
+    # itself through its fields). It is built whole into a local and published by one assignment: an exception
+    # mid-build (a RecursionError deep in a reference) publishes nothing and the next read builds it again, and
+    # another thread sees either no plan or the whole plan, never half of one.
+    published: list[tuple[tuple[str, str, bool, Reader], ...] | None] = [None]
+
+    def field_plan() -> tuple[tuple[str, str, bool, Reader], ...]:
+        plan = published[0]
+        if plan is None:
+            hints = typing.get_type_hints(cls)
+            plan = tuple([(f.name, f".{f.name}", f.name in required, _reader(hints[f.name])) for f in fields])
+            published[0] = plan
+        return plan
 
     def read_object(data: Any, where: Where, lenient: bool) -> Any:
-        if not plan:  # the field readers, once (a class may refer to itself through its fields)
-            hints.update(typing.get_type_hints(cls))
-            plan.extend((f.name, f".{f.name}", f.name in required, _reader(hints[f.name])) for f in fields)
+        plan = field_plan()
         if type(data) is not dict:
             if isinstance(data, list):
                 _too_many(data, where)

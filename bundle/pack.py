@@ -33,6 +33,7 @@ from flyship.bundle import files as _files
 from flyship.bundle.files import atomic_write
 from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
+from flyship.errors import ConfigError
 
 INDEX_NAME = "flyship-pack.json"
 PACK_FORMAT = "flyship-pack"
@@ -180,11 +181,16 @@ def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
     Every member's sha256 is checked against the index on each open, including a reused folder's files.
 
     Raises:
-        BundleError: not a pack, a damaged or altered member, an unsafe member name.
+        BundleError: not a pack (or unreadable), a damaged or altered member, an unsafe member name.
+        ConfigError: the cache folder cannot be created or written (set ``FLYSHIP_BUNDLE_CACHE``).
     """
     p = Path(path).resolve()
     where = str(p)
-    blob = p.read_bytes()
+    try:
+        blob = p.read_bytes()
+    except OSError as e:
+        raise BundleError(f"open packed bundle {where}: expected a readable file, got {e.strerror or e}; check its "
+                          "permissions, or pass the bundle directory") from e
     digest = hashlib.sha256(blob).hexdigest()
     try:
         z = zipfile.ZipFile(io.BytesIO(blob))
@@ -196,27 +202,39 @@ def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
         final = root / digest
         if final.is_dir() and _matches(final, listed):
             return final
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.", dir=root))
         try:
-            for n, want in listed.items():
-                data = _read_member(z, n, where)
-                got = hashlib.sha256(data).hexdigest()
-                if got != want:
-                    raise BundleError(f"open packed bundle {where}: member {n} has sha256 {got}, the index says "
-                                      f"{want}; the file is damaged or was altered, {_REDO}")
-                (tmp / n).write_bytes(data)
-            (tmp / INDEX_NAME).write_text(json.dumps(listed, sort_keys=True))
-            if final.exists():  # a stale or damaged folder: replace it
-                shutil.rmtree(final, ignore_errors=True)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if not (final.is_dir() and _matches(final, listed)):  # another process won the race with the same bytes
-                    raise
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            return _extract(z, listed, root, final, where)
+        except OSError as e:  # the cache, not the pack: an unwritable HOME, a file in the way, a full disk
+            raise ConfigError(
+                f"open packed bundle {where}: expected a writable folder to extract it into at {root}, got "
+                f"{type(e).__name__}: {e.strerror or e}{f' ({e.filename})' if e.filename else ''}; set "
+                "FLYSHIP_BUNDLE_CACHE to a writable folder (or load the bundle directory instead of the pack)"
+            ) from e
+
+
+def _extract(z: zipfile.ZipFile, listed: dict[str, str], root: Path, final: Path, where: str) -> Path:
+    """Check and extract the members of an opened pack into ``final`` under ``root``, by an atomic rename."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:16]}.", dir=root))
+    try:
+        for n, want in listed.items():
+            data = _read_member(z, n, where)
+            got = hashlib.sha256(data).hexdigest()
+            if got != want:
+                raise BundleError(f"open packed bundle {where}: member {n} has sha256 {got}, the index says "
+                                  f"{want}; the file is damaged or was altered, {_REDO}")
+            (tmp / n).write_bytes(data)
+        (tmp / INDEX_NAME).write_text(json.dumps(listed, sort_keys=True))
+        if final.exists():  # a stale or damaged folder: replace it
+            shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final.is_dir() and _matches(final, listed)):  # another process won the race with the same bytes
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 

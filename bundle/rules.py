@@ -61,7 +61,12 @@ RESERVED_NAMESPACES = frozenset({
     "mkldnn", "mkl", "onednn", "xnnpack", "cudnn", "miopen", "_inductor", "inductor", "higher_order",
     "_higher_order_ops", "_export", "export", "debugprims", "rngprims", "_nested", "sparse", "fft", "linalg",
     "special", "nested", "_test", "ops", "_library", "autograd", "functorch", "torchvision", "torchaudio",
+    "debug_mode_ops",
 })
+# Attributes of torch.ops itself (torch/_ops.py _Ops: its methods and module attributes): torch.ops.<ns> for one of
+# these is that attribute, not an op namespace, so ops registered there cannot be reached. Dunder names
+# (__init__, __class__...) are refused as a family.
+TORCH_OPS_ATTRIBUTES = frozenset({"load_library", "import_module", "loaded_libraries", "_dir", "_native"})
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SHA256 = re.compile(r"[0-9a-f]{64}\Z")
 _INT_TYPES = {"i64": (L.INT64_MIN, L.INT64_MAX), "u64": (0, (1 << 64) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
@@ -99,9 +104,16 @@ def check_namespace(ns: object, where: str) -> None:
         BundleError: naming the namespace; says to load under another one.
     """
     check_name(ns, where)
+    what = None
     if ns in RESERVED_NAMESPACES or str(ns).startswith("_torch"):
-        raise _fail(where, f"namespace {ns!r} is one of torch's own operator namespaces; a bundle cannot register "
-                           "ops there; rebuild with another namespace or load(..., namespace='...')")
+        what = "is one of torch's own operator namespaces; a bundle cannot register ops there"
+    elif ns == "_":
+        what = "is torch's wildcard namespace (TORCH_LIBRARY_IMPL(_, ...)); no op can be defined in it"
+    elif ns in TORCH_OPS_ATTRIBUTES or (ns.startswith("__") and ns.endswith("__")):
+        what = f"names an attribute of torch.ops itself (torch.ops.{ns}), so ops registered there cannot be reached"
+    if what:
+        raise _fail(where, f"expected a namespace of your own, got {ns!r}, which {what}; rebuild with another "
+                           "namespace or load(..., namespace='...')")
 
 
 def check_names(op: _m.Op, where: str) -> None:

@@ -72,18 +72,21 @@ def extensions_dir() -> str:
     return _get("FLYSHIP_EXTENSIONS_DIR")
 
 
-def fallback_enabled() -> bool:
-    v = _get("FLYSHIP_FALLBACK", "1")
+def _switch(name: str, default: str, off: str, on: str) -> bool:
+    """A 0/1 option; set but empty means unset (the default), as for every other FLYSHIP_* option."""
+    v = _get(name) or default
     if v not in ("0", "1"):
-        raise ConfigError(f"FLYSHIP_FALLBACK: expected 0 or 1, got {v!r}")
+        raise ConfigError(f"{name}: expected 0 ({off}) or 1 ({on}), got {v!r}; set {name}=0 or {name}=1, or unset "
+                          f"it for the default {default}")
     return v == "1"
+
+
+def fallback_enabled() -> bool:
+    return _switch("FLYSHIP_FALLBACK", "1", "raise when no specialization fits", "run the op's reference")
 
 
 def fast_call_enabled() -> bool:
-    v = _get("FLYSHIP_FAST_CALL", "1")
-    if v not in ("0", "1"):
-        raise ConfigError(f"FLYSHIP_FAST_CALL: expected 0 or 1, got {v!r}")
-    return v == "1"
+    return _switch("FLYSHIP_FAST_CALL", "1", "every call through torch.ops", "eager calls enter the C++ core directly")
 
 
 def verbose() -> bool:

@@ -7,7 +7,9 @@ silently giving no gradient). An op with a backward gets torch's own custom-op a
 ``torch.library.register_autograd`` builds) under the per-backend keys ``AutogradCUDA`` (ROCm torch uses
 it for HIP tensors too), ``AutogradCPU`` and ``AutogradMeta``. A per-backend kernel takes precedence over
 the alias, so nothing is overridden (torch's "overriding a previously registered kernel" warning would
-otherwise show), and ``torch.compile`` traces forward and backward as two calls of our ops.
+otherwise show), and ``torch.compile`` traces forward and backward as two calls of our ops. Forward-mode AD
+(``torch.autograd.forward_ad``) is refused with a CallError (:func:`_reverse_mode_only`): torch's generated kernel
+would silently give no tangent.
 """
 
 from __future__ import annotations
@@ -65,6 +67,33 @@ class _Rule:
         return tuple(by_name[self.b.grads[n]] if n in self.b.grads else None for n in self.in_names)
 
 
+def _reverse_mode_only(kernel: Any, qualname: str, bwd: str) -> Any:
+    """``kernel`` (torch's custom-op autograd kernel), refusing inputs that carry a forward-mode AD tangent.
+
+    A manifest's backward gives reverse-mode gradients only, and the autograd.Function torch generates has no jvp:
+    under ``torch.autograd.forward_ad`` it returns outputs whose tangent is silently None (a wrong Jacobian-vector
+    product, not an error). A jvp is not derivable from a vector-Jacobian op, so we refuse rather than degrade.
+    """
+    import torch
+    import torch.autograd.forward_ad as fwad
+
+    from flyship.errors import CallError
+
+    def kernel_or_refuse(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if fwad._current_level >= 0:  # inside a dual_level(): only then can an input carry a tangent
+            dual = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and fwad.unpack_dual(a).tangent
+                    is not None]
+            if dual:
+                raise CallError(
+                    f"flyship {qualname}: expected inputs without forward-mode AD tangents (its backward op {bwd} "
+                    f"gives reverse-mode gradients only), got a dual tensor as argument {dual[0]}; use reverse mode "
+                    "(.backward() / torch.autograd.grad), or run the op's reference for forward AD "
+                    f"(ops.reference({qualname.split('::')[1]!r}))")
+        return kernel(keyset, *args, **kwargs)
+
+    return kernel_or_refuse
+
+
 def register(lib: Any, namespace: str, manifest: _m.Manifest) -> list[str]:
     """Register the derivative of every op of ``manifest`` that declares a backward, on ``lib`` (a
     ``torch.library.Library`` fragment of ``namespace``).
@@ -81,7 +110,8 @@ def register(lib: Any, namespace: str, manifest: _m.Manifest) -> list[str]:
             continue
         rule = _Rule(namespace, op, manifest.op(op.backward.op), op.backward)
         overload = getattr(getattr(torch.ops, namespace), op.name).default
-        kernel = make_autograd_impl(overload, Info(rule.backward, rule.setup_context))
+        kernel = _reverse_mode_only(make_autograd_impl(overload, Info(rule.backward, rule.setup_context)),
+                                    f"{namespace}::{op.name}", op.backward.op)
         for key in AUTOGRAD_KEYS:
             lib.impl(op.name, kernel, key, with_keyset=True)
         done.append(op.name)

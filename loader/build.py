@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 
 from flyship import env
-from flyship.errors import LoadError
+from flyship.errors import ConfigError, LoadError
 
 CSRC = Path(__file__).parent.parent / "csrc"
 # Test-only flavors, never chosen by default: hip-nvidia (the HIP shim on HIP's NVIDIA platform, see
@@ -381,16 +381,27 @@ def find_prebuilt(name: str, near: Path | None = None) -> Path | None:
 
 
 def install(library: Path, dest: Path) -> Path:
-    """Copy a built extension into the folder ``dest`` under its own name (a temporary file, then a rename)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{library.name}.", dir=dest)
-    os.close(fd)
+    """Copy a built extension into the folder ``dest`` under its own name (a temporary file, then a rename).
+
+    Raises:
+        ConfigError: ``dest`` cannot be created or written (a missing parent under /proc, a file in the way, no
+            permission, a full disk).
+    """
+    tmp = None
     try:
+        dest.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{library.name}.", dir=dest)
+        os.close(fd)
         shutil.copyfile(library, tmp)
         os.chmod(tmp, 0o755)
         os.replace(tmp, dest / library.name)
+    except OSError as e:
+        raise ConfigError(f"install the flyship extension into {dest}: expected a folder it can create and write, "
+                          f"got {type(e).__name__}: {e.strerror or e}{f' ({e.filename})' if e.filename else ''}; "
+                          "pass a writable folder (flyship prebuild -o DIR)") from e
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     return dest / library.name
 
 

@@ -228,15 +228,19 @@ def inspect_cmd(bundle: Path, as_json: bool) -> None:
 
 
 @main.command("pack")
-@click.argument("bundle", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="the file to write (e.g. my_kernels.flyship)")
 def pack_cmd(bundle: Path, out: Path) -> None:
-    """Write BUNDLE as one reproducible file (manifest, references, code objects; sha256 of each)."""
+    """Write BUNDLE (a folder, its manifest.json or a packed file) as one reproducible file (manifest, references,
+    code objects; sha256 of each)."""
     try:
-        path = _pack.pack(bundle, out)
+        path = _pack.pack(_pack.bundle_dir(bundle), out)
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None
+    except OSError as e:  # the output: a missing folder, no permission, a full disk
+        raise click.ClickException(f"flyship pack -o {out}: expected a file it can write, got {type(e).__name__}: "
+                                   f"{e.strerror or e}; pass -o a path in a writable folder") from None
     click.echo(f"packed {bundle} into {path} ({path.stat().st_size} bytes)")
 
 

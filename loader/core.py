@@ -28,7 +28,7 @@ from flyship.bundle import pack as _pack
 from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
-from flyship.errors import CallTypeError, ConfigError
+from flyship.errors import CallError, CallTypeError, ConfigError, FlyshipError
 from flyship.loader import autograd as _autograd
 from flyship.loader import blame as _blame
 from flyship.loader import build as _build
@@ -163,8 +163,27 @@ class OpHandle:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # What torch.compile traces, and what a handle without the fast entry runs. Eager calls of a loaded
         # handle enter csrc/fast_call.cpp instead (tp_call), which hands every call it does not take to
-        # self.default with the same arguments.
-        return self.default(*args, **kwargs)
+        # self._slow with the same arguments.
+        return self._slow(*args, **kwargs)
+
+    def _slow(self, *args: Any, **kwargs: Any) -> Any:
+        """The torch op, its argument parser's refusals (a wrong type, an unknown keyword, too many arguments)
+        raised as :class:`CallTypeError` (:meth:`_refused`)."""
+        try:
+            return self.default(*args, **kwargs)
+        except RuntimeError as e:
+            self._refused(e, args, kwargs, ())
+            raise
+
+    def _refused(self, e: RuntimeError, args: tuple, kwargs: dict[str, Any], outs: tuple[str, ...]) -> None:
+        """Raise a CallTypeError saying what is wrong when torch's argument parser refused a call (its
+        RuntimeError would name a type, or dump a whole tensor, with nothing to do); return when the arguments
+        fit the schema (the error is about something else and stands as it is)."""
+        if isinstance(e, FlyshipError):
+            return
+        misfit = _schema.call_misfit(self._head, args, kwargs, outs)
+        if misfit is not None:
+            raise CallTypeError(f"{self.qualname}{'.out' if outs else ''}: {misfit}") from e
 
     def _out(self, *args: Any, **kwargs: Any) -> Any:
         """The out variant: ``ops.add.out(x, y, out=z)`` writes into ``z`` and returns it (a tuple for
@@ -183,8 +202,12 @@ class OpHandle:
             raise CallTypeError(f"{self.qualname}.out: expected an op with outputs, got one that only writes its "
                                 f"inputs {', '.join(self.manifest.mutable)} in place ({self.schema}); call it "
                                 "directly")
-        self._out_kwargs(kwargs)
-        self.out_overload(*args, **kwargs)
+        self._out_kwargs(args, kwargs)
+        try:
+            self.out_overload(*args, **kwargs)
+        except RuntimeError as e:
+            self._refused(e, args, kwargs, tuple(self._out_names))
+            raise
         outs = tuple(kwargs[n] for n in self._out_names)
         return outs[0] if len(outs) == 1 else outs
 
@@ -194,10 +217,15 @@ class OpHandle:
             return "pass out=<tensor>"
         return f"pass out=({', '.join(names)}) or {', '.join(f'{o}=...' for o in names)}"
 
-    def _out_kwargs(self, kwargs: dict[str, Any]) -> None:
+    def _out_kwargs(self, args: tuple, kwargs: dict[str, Any]) -> None:
         """Resolve the out tensors of an ``.out`` call in ``kwargs`` to one keyword per output (the out schema's
         names, :func:`flyship.loader.schema.out_names`); say how to call it when they are not all there."""
         names = self._out_names
+        n_in = len(self._head.args)
+        if len(args) > n_in:  # out tensors given by position: they are keyword-only in the schema
+            raise CallTypeError(f"{self.qualname}.out: expected at most {n_in} positional arguments (the inputs "
+                                f"{', '.join(a.name for a in self._head.args)}), got {len(args)}; the out tensors "
+                                f"are keyword-only: {self._out_usage()}")
         given = kwargs.get("out")
         # out=(a, b, ...) is every output in order, also when one output is called "out": a tensor is never a
         # tuple, so the two readings cannot be confused.
@@ -376,7 +404,7 @@ class Ops:
                 if not _fast_entry_fits(op):
                     continue
                 defaults = [None if a.kind == "tensor" else a.default for a in op.args]
-                ext.bind_fast(handle, core, i, False, handle.default, defaults)
+                ext.bind_fast(handle, core, i, False, handle._slow, defaults)
                 ext.bind_fast(handle.out, core, i, True, handle._out, defaults)
 
     def __getattr__(self, name: str) -> OpHandle:
@@ -437,9 +465,29 @@ class Ops:
         """The target ID of GPU ``index`` as the runtime reports it (HIP gcnArchName, CUDA ``sm_XY``).
 
         Raises:
-            RuntimeError: the runtime's own error, e.g. when there is no such device.
+            ConfigError: ``index`` is not a GPU device.
+            CallError: the runtime cannot read the device (no such device, no GPU visible): its own words, how
+                many GPUs torch sees, and what to do.
         """
-        return self._ext.device_info(device_index(index, "ops.device_target"))["target"]
+        return self._device_info(device_index(index, "ops.device_target"), "ops.device_target")["target"]
+
+    def _device_info(self, index: int, where: str) -> dict[str, Any]:
+        """The extension's ``device_info(index)``; a runtime refusal (hipErrorInvalidDevice when there is no GPU)
+        said with how many GPUs torch sees and what to do."""
+        try:
+            return self._ext.device_info(index)
+        except RuntimeError as e:
+            import torch
+
+            try:
+                count = torch.cuda.device_count()
+            except Exception:  # noqa: BLE001 - only for the message
+                count = 0
+            seen = f"torch sees {count} GPU{'s' if count != 1 else ''}" if count else "torch sees no GPU"
+            todo = (f"pass an index below {count}" if count else
+                    "run on a machine with a GPU, or check HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES")
+            raise CallError(f"{where}: expected a GPU the runtime can read at index {index}, got the runtime's "
+                            f"refusal ({str(e).splitlines()[0][:300]}) and {seen}; {todo}") from e
 
     def preload(self, device: int | str | Any = 0) -> int:
         """Load, onto GPU ``device``, the code object each specialization would run there, so that first
@@ -454,10 +502,10 @@ class Ops:
 
         Raises:
             ConfigError: ``device`` is not a GPU device (a float, a bool, ``"cpu"``, a malformed string).
-            RuntimeError: the runtime refused (its own words), e.g. when there is no such device.
+            CallError: the runtime refused (its own words, and what to do), e.g. when there is no such device.
         """
         device = device_index(device, "ops.preload")
-        target = self.device_target(device)
+        target = self._device_info(device, "ops.preload")["target"]
         n = 0
         for handle in self:
             for si, cands in enumerate(self._plan.spec_targets[handle._index]):
@@ -662,6 +710,30 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
     return lib, cpu_kernels
 
 
+def _check_load_args(path: Any, references: Any, verify: Any, tuning: Any) -> None:
+    """The types of :func:`load`'s arguments that nothing later checks with a message of its own.
+
+    Raises:
+        ConfigError: naming the argument, what it takes and what it got.
+    """
+    import os
+
+    def shown(v: Any) -> str:
+        return f"{type(v).__name__} {str(v)[:40]}" if v is not None else "None"
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"flyship.load(path=): expected a bundle directory, its manifest.json or a packed bundle "
+                          f"file as a str or pathlib.Path, got {shown(path)}; pass the folder flyc-build wrote")
+    if references is not None and not isinstance(references, Mapping):
+        raise ConfigError(f"flyship.load(references=): expected a mapping of op name -> PyTorch function, got "
+                          f"{shown(references)}; pass references={{'add': my_add}}")
+    if not isinstance(verify, bool):
+        raise ConfigError(f"flyship.load(verify=): expected True or False, got {shown(verify)}")
+    if tuning is not None and not isinstance(tuning, (str, os.PathLike)):
+        raise ConfigError(f"flyship.load(tuning=): expected the path of a tuning table (`flyship tune` writes one) "
+                          f"as a str or pathlib.Path, got {shown(tuning)}; pass tuning='tuning.json'")
+
+
 def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., Any]]] = None,
          fallback: Optional[bool] = None, verify: bool = False, namespace: Optional[str] = None,
          tuning: Optional[str | Path] = None, tuning_device: int = 0) -> Ops:
@@ -688,13 +760,15 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         BundleError: the manifest or a code object is invalid, a packed file is damaged, or the namespace
             is taken by another bundle.
         ExtensionBuildError: the C++ extension could not be built.
-        ConfigError: ``fallback`` is not a bool, or ``tuning_device`` is not a GPU device.
+        ConfigError: ``path``, ``references``, ``verify`` or ``tuning`` of the wrong type, ``fallback`` is not a
+            bool, or ``tuning_device`` is not a GPU device.
 
     Example::
 
         ops = flyship.load("artifacts/examples")
         y = ops.add(x, y)
     """
+    _check_load_args(path, references, verify, tuning)
     if fallback is not None:
         fallback = fallback_flag(fallback, "flyship.load(fallback=)")
     root = _pack.bundle_dir(path)
@@ -734,10 +808,13 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             code_objects = _CodeObjects(root, plan)
             heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))
                      for k, op in enumerate(plan.head.ops)]
-            lowered = _plan.lower_bundle(heads, ns, refs, plan.specs, code_objects,
+            # The fallback paths run each reference guarded against falling back into itself; ops.reference()
+            # gives the reference as it was given.
+            guarded = [_references.guarded(r, f"{ns}::{op.name}") for r, op in zip(refs, plan.head.ops)]
+            lowered = _plan.lower_bundle(heads, ns, guarded, plan.specs, code_objects,
                                          lambda k, *why: _blame.blame(plan.op(k), *why))
             core = ext.Bundle(lowered, make_selector(plan), env.fallback_enabled() if fallback is None else fallback)
-            library, cpu_kernels = _register(plan.head, ns, core, refs, cpu_in_core=ext.flavor() == "record",
+            library, cpu_kernels = _register(plan.head, ns, core, guarded, cpu_in_core=ext.flavor() == "record",
                                              full_op=plan.op)
             ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
             _loaded[ns] = ops

@@ -26,6 +26,7 @@ from flyship.bundle import manifest as _m
 from flyship.errors import CallError
 from flyship.loader import blame as _blame
 from flyship.loader import schema as _schema
+from flyship.loader import references as _references
 
 REASON = "cpu"
 
@@ -108,6 +109,8 @@ class CpuKernel:
             got = self._reference(*inputs)
         except (torch.OutOfMemoryError, MemoryError):
             raise  # not the reference's fault, and callers catch it (free memory, retry smaller), as the C++ core
+        except _references.ReferenceReentered:
+            raise  # already says what is wrong with the reference (loader/references.py guarded)
         except Exception as e:
             raise CallError(self._blame(kernel_values, f"raised {type(e).__name__}: {e}", "fix the reference",
                                         True)) from e

@@ -8,6 +8,7 @@ function in it. ``load(..., references={"add": fn})`` replaces or adds reference
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping, Optional
@@ -15,6 +16,7 @@ from typing import Any, Callable, Mapping, Optional
 from flyship.bundle import manifest as _m
 from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
+from flyship.errors import CallError
 
 
 def import_references(root: Path, manifest: _m.Manifest) -> Optional[ModuleType]:
@@ -77,3 +79,49 @@ def resolve(root: Path, manifest: _m.Manifest,
                               f"{op.name}; it defines {', '.join(defined) or 'none'}")
         out.append(fn)
     return out
+
+
+# How many calls of one op's reference may be active at once in one thread. A reference may call its own op (upcast,
+# then run the kernel); when those inputs fall back too, the reference runs again inside itself. Once or twice can be
+# a deliberate chain (bf16 -> f32 -> torch); more is a loop that would end in a RecursionError wrapped once per level
+# (a message of kilobytes).
+MAX_ACTIVE = 3
+
+
+class ReferenceReentered(CallError):
+    """An op's reference re-entered itself through its own op more than :data:`MAX_ACTIVE` times."""
+
+
+def guarded(reference: Optional[Callable[..., Any]], qualname: str) -> Optional[Callable[..., Any]]:
+    """``reference`` as the fallback paths call it: refusing, with one message, a reference that falls back into
+    itself through its own op (:data:`MAX_ACTIVE`). While that refusal unwinds, every level raises it as it is, so
+    what leaves the outermost call is that one message, not one wrapped per level."""
+    if reference is None:
+        return None
+    state = threading.local()
+    op = qualname.split("::")[-1]
+
+    def call_reference(*args: Any, **kwargs: Any) -> Any:
+        depth = getattr(state, "depth", 0)
+        if depth >= MAX_ACTIVE:
+            state.refused = ReferenceReentered(
+                f"flyship {qualname}: expected a reference that does not fall back into itself, got it nested "
+                f"{depth + 1} deep (it calls ops.{op}, whose inputs fit no specialization either, so "
+                f"that call runs the reference again); compute the result with torch ops in the reference, or call "
+                f"ops.{op} only with inputs a specialization takes")
+            raise state.refused
+        state.depth = depth + 1
+        try:
+            return reference(*args, **kwargs)
+        except Exception:
+            refused = getattr(state, "refused", None)
+            if refused is None:
+                raise
+            raise refused from None  # the fallback path between two levels wrapped it: drop the wrapping
+        finally:
+            state.depth = depth
+            if depth == 0:
+                state.refused = None
+
+    call_reference.__wrapped__ = reference  # type: ignore[attr-defined]
+    return call_reference

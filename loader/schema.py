@@ -185,3 +185,85 @@ def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
 
     fake.__name__ = f"{op.name}_{'out_' if is_out else ''}fake"
     return fake
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _misfit_value(kind: str, v: Any) -> Optional[str]:
+    """What is wrong with ``v`` for a schema type ``kind`` (as torch's argument parser would refuse it), or None."""
+    import numbers
+
+    import torch
+
+    if kind == "tensor":
+        return None if isinstance(v, torch.Tensor) else f"a tensor, got {_kind_of(v)}"
+    if kind == "bool":
+        return None if isinstance(v, bool) else f"a bool, got {_kind_of(v)}"
+    if kind == "int":
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            return f"an int, got {_kind_of(v)}"
+        if not _INT64[0] <= int(v) <= _INT64[1]:
+            return f"an int in the int64 range [-2**63, 2**63 - 1], got {int(v)}"
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return f"a float, got {_kind_of(v)}"
+    return None
+
+
+def _kind_of(v: Any) -> str:
+    """A value's type for a message, without its (possibly huge) contents."""
+    import torch
+
+    if isinstance(v, torch.Tensor):
+        return f"a tensor of shape {list(v.shape)}"
+    if isinstance(v, (tuple, list)):
+        return f"a {type(v).__name__} of length {len(v)}"
+    return "None" if v is None else f"{type(v).__name__} {str(v)[:40]}"
+
+
+def call_misfit(op: _m.Op, args: tuple, kwargs: dict[str, Any],
+                outs: tuple[str, ...] | list[str] = ()) -> Optional[str]:
+    """Why torch's argument parser refuses a call of the op (``outs``: the out tensors' keyword names for the
+    ``.out`` variant, empty for the functional op), as ``expected X, got Y; what to do``; None when the arguments
+    fit the schema (then the refusal was about something else, and its own message stands). Run only after torch
+    refused a call: it costs nothing on calls that work."""
+    names = [a.name for a in op.args]
+    keyword_outs = ", *, " + ", ".join(f"{o}=" for o in outs) if outs else ""
+    usage = f"{op.name}{'.out' if outs else ''}({', '.join(names)}{keyword_outs})"
+    if len(args) > len(names):
+        extra = (f"; the out tensors are keyword-only: pass {', '.join(f'{o}=...' for o in outs)}" if outs else
+                 "; to write into a tensor you have, call .out(..., out=<tensor>)" if op.outputs else "")
+        return (f"expected at most {len(names)} positional arguments ({', '.join(names)}), got {len(args)}"
+                f"{extra}; call it as {usage}")
+    given = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k in given:
+            return f"expected {k!r} once, got it both by position and as {k}=; call it as {usage}"
+        if k not in names and k not in outs:
+            hint = ("; the functional op returns fresh outputs: to write into a tensor you have, call "
+                    f".out(..., out=<tensor>)" if k == "out" and not outs and op.outputs else "")
+            allowed = names + list(outs)
+            return (f"expected keyword arguments among {', '.join(allowed)}, got {k}={_kind_of(v)}{hint}; "
+                    f"call it as {usage}")
+        given[k] = v
+    for a in op.args:
+        if a.name not in given:
+            if a.kind == "tensor" or a.default is None:
+                return f"expected argument {a.name!r}, got none; call it as {usage}"
+            continue
+        wrong = _misfit_value(a.kind, given[a.name])
+        if wrong:
+            return f"expected {a.name!r} to be {wrong}; pass {_pass_hint(a.kind)}"
+    for o in outs:
+        if o not in given:
+            return f"expected the out tensor {o}=, got none; call it as {usage}"
+        wrong = _misfit_value("tensor", given[o])
+        if wrong:
+            return f"expected out tensor {o}= to be {wrong}; pass one preallocated tensor per output"
+    return None
+
+
+def _pass_hint(kind: str) -> str:
+    return {"tensor": "a torch.Tensor", "bool": "True or False", "int": "a Python int in the int64 range",
+            "float": "a Python float (or int)"}[kind]

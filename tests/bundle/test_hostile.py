@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -194,9 +195,24 @@ def test_every_count_has_a_limit():
 
 @pytest.mark.parametrize("ns", ["aten", "prim", "prims", "_refs", "quantized", "torch"])
 def test_a_bundle_cannot_register_ops_in_torchs_own_namespaces(ns):
-    with pytest.raises(BundleError, match=rf"namespace {ns!r} is one of torch's own operator namespaces"):
+    with pytest.raises(BundleError, match=rf"got {ns!r}, which is one of torch's own operator namespaces"):
         parse(edited(lambda d: d.update(namespace=ns)))
     with pytest.raises(BundleError, match="one of torch's own"):
+        rules.check_namespace(ns, "load(namespace=...)")
+
+
+@pytest.mark.parametrize("ns, why", [
+    ("_", "is torch's wildcard namespace"),
+    ("load_library", "names an attribute of torch.ops itself (torch.ops.load_library)"),
+    ("loaded_libraries", "names an attribute of torch.ops itself"),
+    ("import_module", "names an attribute of torch.ops itself"),
+    ("__init__", "names an attribute of torch.ops itself (torch.ops.__init__)"),
+    ("__class__", "names an attribute of torch.ops itself"),
+])
+def test_a_namespace_torch_ops_cannot_reach_is_refused_saying_why(ns, why):
+    with pytest.raises(BundleError, match=re.escape(f"expected a namespace of your own, got {ns!r}, which {why}")):
+        parse(edited(lambda d: d.update(namespace=ns)))
+    with pytest.raises(BundleError, match=re.escape(f"got {ns!r}, which {why}")):
         rules.check_namespace(ns, "load(namespace=...)")
 
 

@@ -69,6 +69,24 @@ def test_backward_of_an_op_without_a_backward_says_the_derivative_is_not_impleme
         out.sum().backward()
 
 
+@pytest.mark.parametrize("path", ["handle", "torch.ops"])
+def test_forward_mode_ad_through_an_op_with_a_backward_is_refused_not_a_silent_none_tangent(fresh_ops, path):
+    import torch.autograd.forward_ad as fwad
+
+    from flyship.errors import CallError
+
+    ops = fresh_ops()
+    call = ops.addsub if path == "handle" else getattr(torch.ops, ops.namespace).addsub
+    with fwad.dual_level():
+        x = fwad.make_dual(torch.randn(8), torch.ones(8))
+        with pytest.raises(CallError, match=rf"flyship {ops.namespace}::addsub: expected inputs without forward-mode "
+                                            r"AD tangents \(its backward op addsub gives reverse-mode gradients "
+                                            r"only\), got a dual tensor as argument 0; use reverse mode"):
+            call(x, torch.randn(8))
+        s, d = ops.addsub(torch.randn(8), torch.randn(8))  # no tangent: runs as ever, inside dual_level() too
+    assert s.shape == (8,)
+
+
 def test_torch_compile_traces_forward_and_backward_without_graph_breaks(fresh_ops):
     from torch._dynamo.backends.common import aot_autograd
     from functorch.compile import make_boxed_func

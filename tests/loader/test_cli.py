@@ -114,3 +114,34 @@ def test_prebuild_builds_or_finds_the_extension_and_puts_it_where_asked(ext, tmp
     assert r.stdout.startswith(f"flyship extension ({ext.flavor()}) ready: ")
     path = Path(r.stdout.split("ready: ")[1].strip())
     assert path.is_file() and path.parent == tmp_path
+
+
+def test_prebuild_into_a_folder_it_cannot_make_says_so_and_what_to_pass(ext, tmp_path):
+    (tmp_path / "a_file").write_text("in the way")
+    r = flyship_cli("prebuild", "-o", str(tmp_path / "a_file" / "ext"))
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"Error: install the flyship extension into {tmp_path / 'a_file' / 'ext'}: expected a "
+                               "folder it can create and write, got "), r.stderr
+    assert "; pass a writable folder (flyship prebuild -o DIR)" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("given", ["manifest", "packed"])
+def test_pack_takes_a_bundles_manifest_or_packed_file_as_docs_loader_md_says(tiny_bundle, tmp_path, given):
+    from flyship.bundle import pack as _pack
+
+    src = tiny_bundle / "manifest.json" if given == "manifest" else _pack.pack(tiny_bundle, tmp_path / "in.flyship")
+    out = tmp_path / "o.flyship"
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "pack", str(src), "-o", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == _pack.pack_bytes(tiny_bundle)
+
+
+def test_pack_into_a_folder_it_cannot_make_says_so_in_one_line(tiny_bundle, tmp_path):
+    (tmp_path / "a_file").write_text("in the way")
+    r = flyship_cli("pack", str(tiny_bundle), "-o", str(tmp_path / "a_file" / "o.flyship"))
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"Error: flyship pack -o {tmp_path / 'a_file' / 'o.flyship'}: expected a file it can "
+                               "write, got FileExistsError"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -45,10 +45,15 @@ else:
 
 
 @no_gpu
-def test_reading_the_device_without_a_gpu_raises_the_runtime_error(tiny, ext):
-    with pytest.raises(RuntimeError, match=r"flyship: reading the properties of device 0 failed: (hip|cu)\w+: "
-                                           r"(hipError|CUDA_ERROR)\w+"):
-        tiny.preload(0)
+@pytest.mark.parametrize("call", ["preload", "device_target"])
+def test_reading_the_device_without_a_gpu_gives_the_runtime_error_and_what_to_do(tiny, ext, call):
+    from flyship.errors import CallError
+
+    with pytest.raises(CallError, match=rf"ops.{call}: expected a GPU the runtime can read at index 0, got the "
+                                        r"runtime's refusal \(flyship: reading the properties of device 0 failed: "
+                                        r"(hip|cu)\w+: (hipError|CUDA_ERROR)\w+.*\) and torch sees no GPU; run on a "
+                                        r"machine with a GPU, or check HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES"):
+        getattr(tiny, call)(0)
 
 
 @no_gpu

@@ -155,3 +155,44 @@ def test_load_refuses_a_fallback_that_is_not_a_bool(tiny_bundle, value):
 
     with pytest.raises(ConfigError, match=r"flyship.load\(fallback=\): expected True or False, got .*; pass True"):
         flyship.load(tiny_bundle, fallback=value, namespace="flyship_never_registered")
+
+
+@pytest.fixture(params=["record", "cpu"])
+def loaded_with(request, recorded_tiny, fresh_ops):
+    """``loaded_with(references)``: the tiny bundle on the C++ path (recording driver, gfx90a: nothing fits, every
+    call falls back) or on the CPU path, and the ops in ``holder["ops"]`` for references that call them."""
+    holder = {}
+
+    def make(references):
+        ops = recorded_tiny(target="gfx90a", references=references) if request.param == "record" else \
+            fresh_ops(references=references)
+        holder["ops"] = ops
+        return ops
+
+    return make, holder
+
+
+def test_a_reference_that_falls_back_into_itself_is_refused_in_one_message(loaded_with):
+    from flyship.errors import CallError
+    from flyship.loader.references import MAX_ACTIVE
+
+    make, holder = loaded_with
+    ops = make({"add": lambda x, y: holder["ops"].add(x.double(), y.double()).float()})  # double falls back too
+    with pytest.raises(CallError, match=rf"flyship {ops.namespace}::add: expected a reference that does not fall back "
+                                        rf"into itself, got it nested {MAX_ACTIVE + 1} deep \(it calls ops.add, whose "
+                                        r"inputs fit no specialization either") as e:
+        ops.add(torch.randn(8), torch.randn(8))
+    assert str(e.value).count("expected a reference that does not fall back") == 1 and len(str(e.value)) < 600
+    ok = make({"add": lambda x, y: x + y})
+    torch.testing.assert_close(ok.add(torch.ones(3), torch.ones(3)), torch.full((3,), 2.0))
+
+
+def test_a_reference_may_call_its_own_op_once_more_with_other_inputs(loaded_with):
+    make, holder = loaded_with
+
+    def add(x, y):  # upcast once: the float64 call falls back too, and its reference computes it
+        return x + y if x.dtype == torch.float64 else holder["ops"].add(x.double(), y.double()).to(x.dtype)
+
+    ops = make({"add": add})
+    x, y = torch.randn(8), torch.randn(8)
+    torch.testing.assert_close(ops.add(x, y), x + y)

@@ -85,3 +85,45 @@ def test_stats_start_at_zero_and_count_per_specialization_and_reason(recorded_ti
     assert ops.stats()["scale_rows"]["fallbacks"] == {"constraint 'x.shape[0] <= 65535' false": 1}
     ops.add.reset_stats()
     assert ops.add.stats()["calls"] == 0 and ops.scale_rows.stats()["calls"] == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(path=None), "flyship.load(path=): expected a bundle directory, its manifest.json or a packed bundle file as "
+                      "a str or pathlib.Path, got None; pass the folder flyc-build wrote"),
+    (dict(references=[1]), "flyship.load(references=): expected a mapping of op name -> PyTorch function, got list "
+                           "[1]; pass references={'add': my_add}"),
+    (dict(tuning={}), "flyship.load(tuning=): expected the path of a tuning table (`flyship tune` writes one) as a "
+                      "str or pathlib.Path, got dict {}"),
+    (dict(verify="no"), "flyship.load(verify=): expected True or False, got str no"),
+])
+def test_load_arguments_of_the_wrong_type_are_config_errors_saying_what_to_pass(tiny_bundle, kwargs, message):
+    import re
+
+    import flyship
+    from flyship.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        flyship.load(**{"path": tiny_bundle, "namespace": "flyship_never_registered", **kwargs})
+
+
+@pytest.mark.parametrize("name", ["FLYSHIP_FALLBACK", "FLYSHIP_FAST_CALL"])
+@pytest.mark.parametrize("value", ["maybe", "yes"])
+def test_a_switch_set_to_anything_but_0_or_1_says_what_each_means_and_what_to_set(monkeypatch, name, value):
+    import re
+
+    from flyship import env
+    from flyship.errors import ConfigError
+
+    monkeypatch.setenv(name, value)
+    read = env.fallback_enabled if name == "FLYSHIP_FALLBACK" else env.fast_call_enabled
+    with pytest.raises(ConfigError, match=rf"{name}: expected 0 \(.+\) or 1 \(.+\), got {value!r}; set "
+                                          rf"{name}=0 or {name}=1, or unset it for the default 1"):
+        read()
+
+
+@pytest.mark.parametrize("name", ["FLYSHIP_FALLBACK", "FLYSHIP_FAST_CALL"])
+def test_a_switch_set_but_empty_is_its_default_as_for_every_other_option(monkeypatch, name):
+    from flyship import env
+
+    monkeypatch.setenv(name, " ")
+    assert (env.fallback_enabled if name == "FLYSHIP_FALLBACK" else env.fast_call_enabled)() is True

@@ -113,6 +113,40 @@ def test_flyship_load_opens_a_packed_file(tiny_bundle, tmp_path, ext, monkeypatc
     assert ops.reference("add") is not None
 
 
+@pytest.mark.parametrize("cache", ["a_file", "a_file/below"])
+def test_a_cache_folder_that_cannot_be_made_is_a_config_error_saying_to_set_flyship_bundle_cache(tiny_bundle, tmp_path,
+                                                                                                  cache):
+    from flyship.errors import ConfigError
+
+    (tmp_path / "a_file").write_text("in the way")
+    f = _pack.pack(tiny_bundle, tmp_path / "t.flyship")
+    with pytest.raises(ConfigError, match=r"open packed bundle .*t\.flyship: expected a writable folder to extract "
+                                          r"it into at .*a_file.*, got (FileExistsError|NotADirectoryError).*; set "
+                                          r"FLYSHIP_BUNDLE_CACHE to a writable folder"):
+        _pack.open_pack(f, tmp_path / cache)
+
+
+def test_flyship_list_of_a_pack_whose_cache_cannot_be_made_prints_the_message_not_a_traceback(tiny_bundle, tmp_path):
+    (tmp_path / "a_file").write_text("in the way")
+    f = _pack.pack(tiny_bundle, tmp_path / "t.flyship")
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "list", str(f)], capture_output=True, text=True,
+                       timeout=120, env={**__import__("os").environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "a_file")})
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert "set FLYSHIP_BUNDLE_CACHE to a writable folder" in r.stderr
+
+
+def test_an_unreadable_pack_is_a_bundle_error(tiny_bundle, tmp_path, monkeypatch):
+    f = _pack.pack(tiny_bundle, tmp_path / "t.flyship")
+
+    def unreadable(self):  # as chmod 0 would be for anyone but root
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", unreadable)
+    with pytest.raises(BundleError, match=r"open packed bundle .*t\.flyship: expected a readable file, got "
+                                          r"Permission denied; check its permissions"):
+        _pack.open_pack(f, tmp_path / "cache")
+
+
 def test_the_pack_command_writes_the_file_and_list_reads_it(tiny_bundle, tmp_path):
     out = tmp_path / "t.flyship"
     r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "pack", str(tiny_bundle), "-o", str(out)],
