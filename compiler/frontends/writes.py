@@ -29,7 +29,7 @@ incoming values, a TTIR ``scf.if`` result what its branches ``scf.yield`` at tha
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Callable, Iterable
 
 _LLVM_NAME = r"%[-\w.$]+"
 _LLVM_PTR_OPERAND = re.compile(r"\bptr(?:\s+addrspace\(\d+\))?(?:\s+(?:noundef|nonnull|align\s+\d+|"
@@ -137,12 +137,7 @@ def llvm_written_params(ir: str, symbol: str) -> set[int]:
     Raises:
         ValueError: ``ir`` defines no ``@symbol``.
     """
-    taint, body = _llvm_taint(ir, symbol)
-    written: set[int] = set()
-    for line in body:
-        for p in _llvm_stored_through(line):
-            written |= taint.get(p, frozenset())
-    return written
+    return _llvm_params_reaching(ir, symbol, _llvm_stored_through)
 
 
 def llvm_accumulated_params(ir: str, symbol: str) -> set[int]:
@@ -152,10 +147,15 @@ def llvm_accumulated_params(ir: str, symbol: str) -> set[int]:
     Raises:
         ValueError: ``ir`` defines no ``@symbol``.
     """
+    return _llvm_params_reaching(ir, symbol, _llvm_accumulated_through)
+
+
+def _llvm_params_reaching(ir: str, symbol: str, operands: Callable[[str], list[str]]) -> set[int]:
+    """Indices of ``@symbol``'s parameters whose pointers reach a pointer operand ``operands`` picks from a line."""
     taint, body = _llvm_taint(ir, symbol)
     out: set[int] = set()
     for line in body:
-        for p in _llvm_accumulated_through(line):
+        for p in operands(line):
             out |= taint.get(p, frozenset())
     return out
 
