@@ -630,3 +630,21 @@ def test_an_entry_refused_by_flyships_own_check_is_not_retried_in_a_fresh_proces
     assert r.returncode == 1, r.stderr
     assert "retried in a fresh process" not in r.stderr and "in a reused worker" not in r.stderr
     assert r.stderr.count("a tensor that is none of the op's arguments") == 2  # once per spec, never twice
+
+
+def test_an_entry_that_passes_a_view_is_told_what_to_declare_instead(tmp_path):
+    spec = _spec(tmp_path, """
+        from rows import add_one_rows
+        from flyship.compiler.spec import Value, entry
+
+        def f(x, out, m):
+            return add_one_rows(x.view(-1, 1024), out, m, N=1024)
+
+        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "x.shape[0]")],
+           specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "passes launcher parameter 'x' a tensor that is none of the op's arguments" in err
+    assert ("for a view (t.view(-1), t.view(torch.int8), t.reshape(...)), pass the tensor itself and let the launcher "
+            "index it, or declare the op's tensor as the launcher sees it (a flat 1-D Tensor with rules on its numel, "
+            "or the dtype the launcher reads) so the entry passes it unchanged") in err
