@@ -799,8 +799,22 @@ def _short(text: str) -> str:
 
 
 def failure_report(failed: list[TaskResult]) -> str:
-    """One block per failed (op, spec, target): the error, then what to do about it."""
-    return "\n".join(f"  {r.op}.{r.spec} on {r.target}: {r.error}\n    next step: {next_step(r)}" for r in failed)
+    """One block per failed (op, spec, target): the error, then what to do about it. A refusal of the
+    declaration itself (:func:`spec_refusal`) that reads the same on several targets is one block naming them."""
+    blocks: dict[tuple, list[TaskResult]] = {}
+    for r in failed:
+        same = (r.error or "").replace(r.target, "\0") if spec_refusal(r) else r.target
+        blocks.setdefault((r.op, r.spec, same), []).append(r)
+    return "\n".join(f"  {rs[0].op}.{rs[0].spec} on {', '.join(r.target for r in rs)}: {rs[0].error}\n"
+                     f"    next step: {next_step(rs[0])}" for rs in blocks.values())
+
+
+def spec_refusal(r: TaskResult) -> bool:
+    """Whether flyship's own check refused the declaration (a SpecError, an entry or binding refusal: a
+    FrontendError that is not the DSL's own error nor a target's resource limit): no target changes it."""
+    err = r.error or ""
+    return bool(err) and r.deterministic and not r.resource and "ProofError" not in err \
+        and "ToolchainLimitError" not in err
 
 
 def next_step(r: TaskResult) -> str:
@@ -818,6 +832,9 @@ def next_step(r: TaskResult) -> str:
                 "it builds for (Spec(targets=(...))) or ship the rest with --keep-going")
     if "process died" in err:
         return "the DSL crashed on this kernel: run it alone (one --arch, one spec) to see its own message"
+    if spec_refusal(r):
+        return ("fix the spec (or the entry) as the error above says: flyship's own check refused the declaration, not "
+                "a limit of this target, so limiting the spec's targets or --keep-going does not help")
     return (f"fix the kernel or the spec for {r.target}, limit the spec to the targets it builds for "
             "(Spec(targets=(...))), or ship the rest with --keep-going")
 

@@ -225,8 +225,46 @@ def test_an_entry_that_passes_an_undeclared_literal_is_told_to_declare_it_as_a_c
     """)
     err = _refused(tmp_path, spec)
     assert "entry 'f' passes launcher parameter 'm' the value 64, which is none of the op's scalar arguments" in err
-    assert "a constant the entry passes itself is declared Value('m', '64') in args=" in err
+    # 64 is the example's row count: the shape expression comes first, the constant only after it
+    shape = err.index("64 is the example's x.shape[0]: if the entry computes it from the tensor, take it as an entry "
+                      "parameter instead and declare Value('m', 'x.shape[0]') in args=")
+    assert shape < err.index("is declared Value('m', '64') in args=")
     assert err.count("passes launcher parameter 'm'") == 1
+
+
+def test_an_int_equal_to_no_example_size_is_told_only_to_declare_a_constant(tmp_path):
+    spec = _spec(tmp_path, """
+        from rows import add_one_rows
+        from flyship.compiler.spec import entry
+
+        def f(x, out):
+            return add_one_rows(x, out, 7, N=1024)
+
+        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x")],
+           specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)})])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "a constant the entry passes itself (a fixed size, pinned by a constraint if it equals an input's) is " \
+           "declared Value('m', '7') in args=" in err
+    assert "example's" not in err
+
+
+def test_a_constant_value_equal_to_an_example_size_without_a_pinning_constraint_is_refused(tmp_path):
+    # Value("m", "64") with x of 64 rows and no "x.shape[0] == 64": a 5000-row call would run the 64-row kernel
+    spec = _spec(tmp_path, """
+        from rows import add_one_rows
+        from flyship.compiler.spec import Value, entry
+
+        def f(x, out):
+            return add_one_rows(x, out, x.shape[0], N=1024)
+
+        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "64")],
+           specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))])
+    """)
+    err = _refused(tmp_path, spec)
+    assert ("constant Value('m', '64') equals the example's x.shape[0], expected a constraint pinning that size "
+            "(e.g. constraints=('x.shape[0] == 64',)), got none") in err
+    assert "make it an entry parameter declared Value('m', 'x.shape[0]') instead" in err
 
 
 @pytest.mark.parametrize("cu_count, rows", [(304, 300), (80, 80)])
@@ -592,3 +630,21 @@ def test_an_entry_refused_by_flyships_own_check_is_not_retried_in_a_fresh_proces
     assert r.returncode == 1, r.stderr
     assert "retried in a fresh process" not in r.stderr and "in a reused worker" not in r.stderr
     assert r.stderr.count("a tensor that is none of the op's arguments") == 2  # once per spec, never twice
+
+
+def test_an_entry_that_passes_a_view_is_told_what_to_declare_instead(tmp_path):
+    spec = _spec(tmp_path, """
+        from rows import add_one_rows
+        from flyship.compiler.spec import Value, entry
+
+        def f(x, out, m):
+            return add_one_rows(x.view(-1, 1024), out, m, N=1024)
+
+        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "x.shape[0]")],
+           specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "passes launcher parameter 'x' a tensor that is none of the op's arguments" in err
+    assert ("for a view (t.view(-1), t.view(torch.int8), t.reshape(...)), pass the tensor itself and let the launcher "
+            "index it, or declare the op's tensor as the launcher sees it (a flat 1-D Tensor with rules on its numel, "
+            "or the dtype the launcher reads) so the entry passes it unchanged") in err

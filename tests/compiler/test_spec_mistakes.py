@@ -302,3 +302,20 @@ def test_a_spec_file_stopped_by_a_base_exception_at_import_is_one_line_naming_th
     assert "Traceback" not in r.stderr, r.stderr
     (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
     assert f"spec file {spec}" in line and shown in line and "raised at import" in line
+
+
+def test_a_refused_declaration_is_reported_once_for_all_targets_with_fix_the_spec():
+    from flyship.compiler.build import failure_report
+    from flyship.compiler.worker import TaskResult
+
+    msg = "FrontendError: op r spec s on {t}: entry 'f' passes launcher parameter 'm' the value 64, ..."
+    refused = [TaskResult("r", "s", t, None, msg.format(t=t), deterministic=True) for t in ("gfx942", "gfx950")]
+    dsl = [TaskResult("k", "s", t, None, f"DSLError: on {t}: the DSL failed") for t in ("gfx942", "gfx950")]
+    report = failure_report(refused + dsl)
+    assert report.count("r.s on") == 1 and "r.s on gfx942, gfx950: FrontendError: op r spec s on gfx942:" in report
+    refusal = report.split("k.s on")[0]
+    assert "next step: fix the spec (or the entry) as the error above says" in refusal
+    assert "ship the rest with --keep-going" not in refusal and "limit the spec to the targets" not in refusal
+    # the DSL's own failure may depend on the target: one block per target, as before
+    assert report.count("k.s on gfx942:") == 1 and report.count("k.s on gfx950:") == 1
+    assert report.count("next step: fix the kernel or the spec for gfx9") == 2

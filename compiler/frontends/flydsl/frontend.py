@@ -321,6 +321,7 @@ def _entry_bindings(op: OpDecl, spec: Spec, calls: list[tuple[Any, tuple, dict]]
     buffer the entry allocated is one declared Workspace in every call that receives it (by identity: the
     recorded arguments keep each buffer alive, so no two share an ``id``); every declared workspace must be
     passed to some launcher."""
+    _check_constants_pinned(op, spec, pos, where)
     allocated: dict[int, Workspace] = {}
     bound = [_entry_binding(op, spec, jit, args, kwargs, pos, allocated,
                             where if len(calls) == 1 else f"{where} launcher {k + 1} ({launcher_name(jit)})", target)
@@ -331,6 +332,53 @@ def _entry_bindings(op: OpDecl, spec: Spec, calls: list[tuple[Any, tuple, dict]]
         raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes {launchers} no tensor for {spare}; declare "
                             "only the workspaces the entry allocates")
     return bound
+
+
+def _example_sizes(op: OpDecl, pos: list) -> list[tuple[str, int]]:
+    """(expression, example value) of every dimension and element count of the op's example input tensors, in
+    declaration order: ``("x.shape[0]", 128)``, ..., ``("x.numel", 524288)``."""
+    import torch
+
+    sizes: list[tuple[str, int]] = []
+    for a, v in zip(entry_arguments(op), pos):
+        if isinstance(a, Tensor) and isinstance(v, torch.Tensor):
+            sizes += [(f"{a.name}.shape[{i}]", int(d)) for i, d in enumerate(v.shape)]
+            sizes.append((f"{a.name}.numel", int(v.numel())))
+    return sizes
+
+
+def _check_constants_pinned(op: OpDecl, spec: Spec, pos: list, where: str) -> None:
+    """A constant ``Value("m", "64")`` equal to an example input's dimension (or element count) is baked into
+    the kernel: the spec must pin that size with a constraint (``"x.shape[0] == 64"``), else a call of another
+    size would dispatch to a kernel fixed to the example's."""
+    pins = {c.replace(" ", "") for c in (*spec.constraints, *op.constraints(spec))}
+    sizes = _example_sizes(op, pos)
+    for a in op.args:
+        if not launcher_constant(a):
+            continue
+        value = int(a.expr.strip())
+        same = [e for e, v in sizes if v == value]
+        if same and not any(f"{e}=={value}" in pins or f"{value}=={e}" in pins for e in same):
+            raise FrontendError(
+                f"{where}: constant Value({a.name!r}, {a.expr!r}) equals the example's {' / '.join(same)}, expected a "
+                f"constraint pinning that size (e.g. constraints=({same[0] + ' == ' + str(value)!r},)), got none; "
+                "without it the kernel is fixed to this size and a call of another size would run it: if the entry "
+                f"computes the value from the tensor, make it an entry parameter declared Value({a.name!r}, "
+                f"{same[0]!r}) instead; if it is that fixed size, add the constraint; if it is unrelated, give the "
+                "example another size")
+
+
+def _shape_hint(op: OpDecl, pos: list, name: str, value: Any) -> str:
+    """For an int the entry passes that equals an example input's size: how to declare it (the entry takes
+    it as a parameter, declared ``Value(name, "x.shape[0]")``), else ""."""
+    if type(value) is not int:
+        return ""
+    same = [e for e, v in _example_sizes(op, pos) if v == value]
+    if not same:
+        return ""
+    return (f"; {value} is the example's {' / '.join(same)}: if the entry computes it from the tensor, take it as "
+            f"an entry parameter instead and declare Value({name!r}, {same[0]!r}) in args= (the entry passes it on "
+            f"to the launcher), so each call gets its own size")
 
 
 def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, pos: list,
@@ -376,14 +424,20 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                                     "workspaces); flyship binds tensors the entry passes through unchanged (or "
                                     "wrapped by flyc.from_torch_tensor / from_dlpack), and buffers it allocates as "
                                     "declared Workspace(...)s of the same shape rule and dtype (contiguous), one per "
-                                    "buffer")
+                                    "buffer; for a view (t.view(-1), t.view(torch.int8), t.reshape(...)), pass the "
+                                    "tensor itself and let the launcher index it, or declare the op's tensor as the "
+                                    "launcher sees it (a flat 1-D Tensor with rules on its numel, or the dtype the "
+                                    "launcher reads) so the entry passes it unchanged")
         elif isinstance(value, (bool, int, float)):
             hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
                    and v == value]
             hit += [a for a, v in constants if type(value) is int and v == value]
             if len(hit) != 1:
-                constant = (f"; a constant the entry passes itself is declared Value({name!r}, {str(value)!r}) in "
-                            "args=" if type(value) is int and not hit else "")
+                shape = _shape_hint(op, pos, name, value) if not hit else ""
+                constant = (f"; {'else ' if shape else ''}a constant the entry passes itself (a fixed size, pinned "
+                            f"by a constraint if it equals an input's) is declared Value({name!r}, {str(value)!r}) "
+                            "in args=" if type(value) is int and not hit else "")
+                constant = shape + constant
                 raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} the "
                                     f"value {value!r}, which is {'none' if not hit else 'more than one'} of the op's "
                                     "scalar arguments; flyship binds scalars the entry passes through (give the "
