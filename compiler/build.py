@@ -738,12 +738,16 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
             except Exception as e:
                 raise BuildError(f"{where}: reference {op.reference}() failed on the example inputs ({what} of shapes "
                                  f"{dict(s.shapes)}): {type(e).__name__}: {e}") from None
+            returned = got
             got = list(got) if isinstance(got, (tuple, list)) else [] if got is None and written else [got]
             if len(got) != len(op.outputs):
                 hint = (f"; the kernel writes {', '.join(written)} in place, so the reference must write it in place "
-                        f"(e.g. {written[0]}.copy_(new_value)) and return only the outputs" if written else "")
+                        f"(e.g. {written[0]}.copy_(new_value)) and return only the outputs"
+                        if written and len(got) > len(op.outputs) else
+                        f"; return {', '.join(o.name for o in op.outputs)} from {op.reference}()" if op.outputs else "")
+                found = "None" if returned is None else f"{len(got)}"
                 raise BuildError(f"{where}: expected reference {op.reference}() to return {len(op.outputs)} tensor(s) "
-                                 f"({', '.join(o.name for o in op.outputs) or 'None'}), got {len(got)}{hint}")
+                                 f"({', '.join(o.name for o in op.outputs) or 'None'}), got {found}{hint}")
             for a, t in zip(op.inputs, args):
                 if a.name in written and torch.equal(t, before[a.name]):
                     raise BuildError(f"{where}: expected reference {op.reference}() to write {a.name} in place (the "
