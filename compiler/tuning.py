@@ -75,27 +75,41 @@ def from_autotuner(kernel: Any) -> Optional[tuple[Any, list[tuple[Config, Any]],
     (``triton.runtime.autotuner.Autotuner``: ``.fn``, ``.configs``, ``.keys``, ``.early_config_prune``).
 
     Returns:
-        (the bare kernel, [(Config, the DSL's config object)], key argument names, prune function), or None
-        when ``kernel`` is not autotuned.
+        (the bare kernel, [(Config, the DSL's config object)] or None when the autotuner's configs are a function
+        of the call's arguments (op()'s ``configs=`` must then give them), key argument names, prune function),
+        or None when ``kernel`` is not autotuned.
     """
     mod = type(kernel).__module__ or ""
     if type(kernel).__name__ != "Autotuner" or not (mod.startswith("flydsl") or mod.startswith("triton")):
         return None
-    if callable(kernel.configs) and not isinstance(kernel.configs, (list, tuple)):
-        raise SpecError(f"autotuned kernel {getattr(kernel.fn, '__name__', kernel.fn)}: its configs come from a "
-                        "function of the call's arguments; flyship builds ahead of time, so give a list of configs")
-    out = []
-    for c in kernel.configs:
-        cfg = from_native_config(c)
-        if cfg is None:
-            raise SpecError(f"autotuned kernel {getattr(kernel.fn, '__name__', kernel.fn)}: expected its configs to "
-                            f"be {mod.split('.')[0]}.Config objects, got {type(c).__name__}")
-        out.append((cfg, c))
+    out: Optional[list[tuple[Config, Any]]] = None
+    if not (callable(kernel.configs) and not isinstance(kernel.configs, (list, tuple))):
+        out = []
+        for c in kernel.configs:
+            cfg = from_native_config(c)
+            if cfg is None:
+                raise SpecError(f"autotuned kernel {kernel_name(kernel.fn)}: expected its configs to be "
+                                f"{mod.split('.')[0]}.Config objects, got {type(c).__name__}")
+            out.append((cfg, c))
     if mod.startswith("triton"):
         key, prune = list(kernel.keys), getattr(kernel, "early_config_prune", None)
     else:
         key, prune = list(kernel.key), kernel.prune_configs_by
     return kernel.fn, out, key, prune
+
+
+def kernel_name(fn: Any) -> str:
+    """A kernel's name for messages: its function's ``__qualname__`` (a ``triton.jit`` kernel carries it, a FlyDSL
+    ``JitFunction`` wraps the function as ``.func``, an autotuner as ``.fn``), else its repr."""
+    for _ in range(4):
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+        if isinstance(name, str):
+            return name
+        inner = getattr(fn, "func", None) or getattr(fn, "fn", None)
+        if inner is None or inner is fn:
+            break
+        fn = inner
+    return repr(fn)
 
 
 def from_native_config(c: Any) -> Optional[Config]:

@@ -200,3 +200,38 @@ def test_flydsl_and_triton_config_objects_passed_to_configs_are_converted():
     with pytest.raises(SpecError, match=r"configs= expects a non-empty list of flyship.compiler.tuning.Config.*"
                                         r"got \['dict'\]"):
         declare(configs=[{"num_warps": 2}], key=("x.shape[1]",))
+
+
+def test_configs_given_to_op_replace_an_autotuners_configs_function_and_its_kernel_is_named():
+    """upstream rmsnorm_autotune: flydsl.autotune(configs=_search_configs) (a function of the call); op()'s
+    configs= replaces it, and without configs= the refusal names the kernel by its function name."""
+    flydsl = pytest.importorskip("flydsl", reason="needs FlyDSL 0.5.0; it would read flydsl.autotune")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "examples" / "flydsl"))
+    from elementwise import add
+
+    tuned = flydsl.autotune(configs=lambda *a, **k: [flydsl.Config(VEC=4)], key=["x"])(add)
+
+    def run(**kw):
+        S.namespace("tuned_fn")
+        S.op("add", kernel=tuned, args=FLY_ARGS, specs=[FLY_BASE], **kw)
+
+    op = S.run_spec_file("t.py", lambda: run(configs=[S.Config(VEC=4), S.Config(VEC=8)])).ops[0]
+    assert op.kernel is add and [s.name for s in op.specs] == ["f32__VEC4", "f32__VEC8"]
+    assert op.key == ("x.shape[0]", "x.shape[1]")
+    with pytest.raises(SpecError) as e:
+        S.run_spec_file("t.py", run)
+    assert "op add: autotuned kernel add: expected a list of configs, got a function" in str(e.value)
+    assert "configs=[Config(" in str(e.value) and "object at 0x" not in str(e.value)
+    assert T.kernel_name(tuned) == "add" and T.kernel_name(rmsnorm_kernel()) == "rmsnorm_kernel"
+
+
+def test_config_is_importable_from_the_spec_module_as_the_docs_show():
+    """docs/spec-api.md "Config spaces": op(..., configs=[Config(...)]) with the spec module's names."""
+    ns: dict = {}
+    exec("from flyship.compiler.spec import Config", ns)
+    assert ns["Config"] is T.Config
+    ns = {}
+    exec("from flyship.compiler.spec import *", ns)
+    assert ns["Config"] is T.Config
