@@ -752,6 +752,28 @@ def _validate_spec(d: OpDecl, s: Spec, w: str, slots: dict, tensors: set[str]) -
                 if consts else "") + (f"; a guard cannot read a Value, write its expression ({'; '.join(values)})"
                                       if values else "")) from None
     _check_example_meets_constraints(d, s, w)
+    _check_workspaces_not_empty(d, s, w)
+
+
+def _check_workspaces_not_empty(d: OpDecl, s: Spec, w: str) -> None:
+    """A workspace must have at least one element at the spec's example: the loader refuses to launch with an
+    empty workspace, so a zero-size one would build and then send every call to the fallback."""
+    if not d.workspaces:
+        return
+    shapes = d.example_shapes(s)
+    scal = {k: v for k, v in d.example_scalars(s).items() if isinstance(v, int) and not isinstance(v, bool)}
+    scal.update({c.name: s.constexprs[c.name] for c in d.args
+                 if isinstance(c, Constexpr) and isinstance(s.constexprs.get(c.name), int)
+                 and not isinstance(s.constexprs.get(c.name), bool)})
+    for ws in d.workspaces:
+        try:
+            dims = [_expr.evaluate_with_shapes(e, shapes, scal, d.example_strides(s)) for e in ws.shape]
+        except _expr.ExprError:
+            continue  # names a value the example does not give: checked when the kernel is built
+        if any(n <= 0 for n in dims):
+            raise SpecError(f"{w} spec {s.name}: workspace {ws.name}: expected at least one element at the example, "
+                            f"got shape {dims} from {tuple(ws.shape)!r}; the loader cannot launch with an empty "
+                            "workspace (every call would fall back): for a dummy buffer declare shape=(\"1\",)")
 
 
 def _check_scalar_value(a: Scalar, value: Any, where: str) -> None:
