@@ -352,6 +352,27 @@ def _is_range_guard(c: str) -> bool:
     return bool(re.search(r"<=\s*(2147483647|4294967295|9223372036854775807)\s*$", c))
 
 
+def _pinned(constraints: Sequence[str], op: Any) -> set[str]:
+    """Dimensions a spec's guard pins to a constant (``x.shape[1] == 8192``, a constexpr written in, or equal to
+    a dimension pinned so): one value only, so a key need not name them."""
+    pinned: set[str] = set()
+    for _ in range(3):
+        for c in constraints:
+            m = re.fullmatch(r"\s*(.+?)\s*==\s*(.+?)\s*", c)
+            if not m:
+                continue
+            for a, b in ((m.group(1), m.group(2)), (m.group(2), m.group(1))):
+                if not re.fullmatch(r"\w+\.shape\[-?\d+\]", a):
+                    continue  # only a single dimension is pinned by an equality (not a product of several)
+                try:
+                    fixed = _expr.is_constant(b)
+                except _expr.ExprError:
+                    continue
+                if fixed or (_dims(b, op) and _dims(b, op) <= pinned):
+                    pinned |= _dims(a, op)
+    return pinned
+
+
 def key_warnings(op: Any, grids: dict[str, Sequence[str]]) -> list[str]:
     """Dimensions a variant's grid or the spec's own guard constraints depend on that the op's key leaves
     out (range guards such as ``x.shape[0] <= 2147483647`` do not count). One line per (spec, dimension)
@@ -380,9 +401,10 @@ def key_warnings(op: Any, grids: dict[str, Sequence[str]]) -> list[str]:
                         covered |= lhs
     missing: dict[str, set[str]] = {}
     for s in op.specs:
+        pinned = _pinned(op.constraints(s), op)
         exprs = list(grids.get(s.name, ())) + [c for c in s.constraints if not _is_range_guard(c)]
         for e in exprs:
-            for d in _dims(e, op) - covered:
+            for d in _dims(e, op) - covered - pinned:
                 missing.setdefault(d, set()).add(s.name)
     return [f"op {op.name}: key {list(space.key)} leaves out {d}, which the grid or guard of "
             f"{len(ss)} specialization(s) depends on (e.g. {sorted(ss)[0]}); a tuning table would reuse one "

@@ -42,7 +42,7 @@ def declare(**kw):
     def run():
         S.namespace("tuned_t")
         S.op("rmsnorm", kernel=kw.pop("kernel", None) or rmsnorm_kernel(), args=ARGS, grid=("x.shape[0]",),
-             specs=[BASE], **kw)
+             specs=kw.pop("specs", [BASE]), **kw)
 
     return S.run_spec_file("t.py", run).ops[0]
 
@@ -235,3 +235,15 @@ def test_config_is_importable_from_the_spec_module_as_the_docs_show():
     ns = {}
     exec("from flyship.compiler.spec import *", ns)
     assert ns["Config"] is T.Config
+
+
+def test_a_dimension_the_guard_pins_to_a_constant_is_not_asked_for_in_the_key():
+    """/tmp/u/s7/spec3.py: constraints 'x.shape[1] == N' (N a constexpr, written in) pin x.shape[1] and, through
+    'w.shape[0] == x.shape[1]', w.shape[0]; the key warning named them anyway."""
+    pinned = S.Spec("f16", dtypes={"x": "float16", "w": "float16"}, shapes={"x": (64, 1024), "w": (1024,)},
+                    constexprs={"BLOCK_N": 1024}, constraints=("x.shape[1] == BLOCK_N", "w.shape[0] == x.shape[1]"))
+    op = declare(configs=[T.Config(num_warps=2)], key=("x.shape[0]",), specs=[pinned])
+    assert T.key_warnings(op, {"f16__w2": ("x.shape[0]", "x.shape[1]", "1")}) == []
+    free = declare(configs=[T.Config(num_warps=2)], key=("x.shape[0]",))  # x.shape[1] <= 1024: not pinned
+    lines = T.key_warnings(free, {"f16__w2": ("x.shape[0]", "1", "1")})
+    assert [ln.split(" leaves out ")[1].split(",")[0] for ln in lines] == ["w.shape[0]", "x.shape[1]"]
