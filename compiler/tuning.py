@@ -148,8 +148,9 @@ def from_native_config(c: Any) -> Optional[Config]:
 
 def key_from_names(names: Sequence[str], args: Sequence[Any]) -> tuple[str, ...]:
     """A DSL autotuner's key (argument names) as flyship key expressions: a tensor gives every dim of its
-    shape (as FlyDSL's key does), a Value its expression, an int scalar its name."""
-    from flyship.compiler.spec import Scalar, Tensor, Value
+    shape (as FlyDSL's key does), a Value its expression, an int scalar its name; a Constexpr gives nothing (each
+    spec fixes its value, so the spec already tells its calls apart)."""
+    from flyship.compiler.spec import Constexpr, Scalar, Tensor, Value
 
     by_name = {a.name: a for a in args}
     out: list[str] = []
@@ -161,9 +162,12 @@ def key_from_names(names: Sequence[str], args: Sequence[Any]) -> tuple[str, ...]
             out.append(_expr.canonical(a.expr))
         elif isinstance(a, Scalar) and a.type == "int":
             out.append(n)
+        elif isinstance(a, Constexpr):
+            continue
         else:
-            raise SpecError(f"autotune key {n!r}: expected an input tensor, a Value or an int Scalar of the op, "
-                            f"got {type(a).__name__ if a else 'no such argument'}; pass key=(...) expressions")
+            raise SpecError(f"autotune key {n!r}: expected an input tensor, a Value, an int Scalar or a Constexpr "
+                            f"of the op, got {type(a).__name__ if a else 'no such argument'}; pass key=(...) "
+                            "expressions")
     return tuple(out)
 
 

@@ -247,3 +247,13 @@ def test_a_dimension_the_guard_pins_to_a_constant_is_not_asked_for_in_the_key():
     free = declare(configs=[T.Config(num_warps=2)], key=("x.shape[0]",))  # x.shape[1] <= 1024: not pinned
     lines = T.key_warnings(free, {"f16__w2": ("x.shape[0]", "1", "1")})
     assert [ln.split(" leaves out ")[1].split(",")[0] for ln in lines] == ["w.shape[0]", "x.shape[1]"]
+
+
+def test_an_autotuner_key_naming_a_constexpr_gives_no_key_expression():
+    """upstream rmsnorm_autotune keys on N, a Constexpr here: each spec fixes it, so it adds nothing to the key."""
+    args = [S.Tensor("x", rank=2), S.Constexpr("N"), S.Scalar("eps", "float", 1e-6)]
+    assert T.key_from_names(["x", "N"], args) == ("x.shape[0]", "x.shape[1]")
+    assert T.key_from_names(["N"], args) == ()
+    with pytest.raises(SpecError, match="autotune key 'eps': expected an input tensor, a Value, an int Scalar or a "
+                                        "Constexpr of the op, got Scalar"):
+        T.key_from_names(["eps"], args)
