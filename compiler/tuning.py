@@ -99,10 +99,10 @@ def from_autotuner(kernel: Any) -> Optional[tuple[Any, list[tuple[Config, Any]],
 
 
 def kernel_name(fn: Any) -> str:
-    """A kernel's name for messages: its function's ``__qualname__`` (a ``triton.jit`` kernel carries it, a FlyDSL
+    """A kernel's name for messages: its function's ``__name__`` (a ``triton.jit`` kernel carries it, a FlyDSL
     ``JitFunction`` wraps the function as ``.func``, an autotuner as ``.fn``), else its repr."""
     for _ in range(4):
-        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+        name = getattr(fn, "__name__", None) or getattr(fn, "__qualname__", None)
         if isinstance(name, str):
             return name
         inner = getattr(fn, "func", None) or getattr(fn, "fn", None)
