@@ -316,6 +316,25 @@ def summary_rows(sf: SpecFile, variants: dict, hits: set) -> list[Row]:
     return rows
 
 
+def guard_constraints(where: str, constraints: tuple[str, ...]) -> tuple[str, ...]:
+    """The constraints a guard keeps: one that reads nothing of the call (``1024 <= 2147483647``, from a constant
+    ``Value`` feeding the launcher's arithmetic) is decided here: a true one is dropped, a false one fails the
+    build (no call could ever take the specialization).
+
+    Raises:
+        BuildError: a constant constraint that is false, naming it.
+    """
+    kept = []
+    for c in constraints:
+        if not _expr.is_constant(c):
+            kept.append(c)
+        elif not _expr.evaluate_with_shapes(c, {}):
+            raise BuildError(f"{where}: expected every guard constraint to hold for some call, got {c!r}, which "
+                             "reads nothing of the call and is false; no call could take this specialization: fix "
+                             "the spec's constraint, or the constant Value / constexpr it was computed from")
+    return tuple(kept)
+
+
 def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str, bytes]]:
     files: dict[str, bytes] = {}
     specs = []
@@ -329,7 +348,8 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
                 continue
             form = s.for_target(t)
             derived = tuple(sorted(set(_expr.canonical(c) for c in v.constraints)))
-            constraints = tuple(dict.fromkeys([_expr.canonical(c) for c in op.constraints(form)] + list(derived)))
+            constraints = guard_constraints(f"op {op.name} spec {s.name} on {t}", tuple(dict.fromkeys(
+                [_expr.canonical(c) for c in op.constraints(form)] + list(derived))))
             example = _example(op, form, v)
             key = repr((sorted(form.dtypes.items()), constraints, example.shapes, example.scalars, example.strides))
             g = groups.setdefault(key, {"form": form, "constraints": constraints, "example": example,
@@ -738,12 +758,16 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
             except Exception as e:
                 raise BuildError(f"{where}: reference {op.reference}() failed on the example inputs ({what} of shapes "
                                  f"{dict(s.shapes)}): {type(e).__name__}: {e}") from None
+            returned = got
             got = list(got) if isinstance(got, (tuple, list)) else [] if got is None and written else [got]
             if len(got) != len(op.outputs):
                 hint = (f"; the kernel writes {', '.join(written)} in place, so the reference must write it in place "
-                        f"(e.g. {written[0]}.copy_(new_value)) and return only the outputs" if written else "")
+                        f"(e.g. {written[0]}.copy_(new_value)) and return only the outputs"
+                        if written and len(got) > len(op.outputs) else
+                        f"; return {', '.join(o.name for o in op.outputs)} from {op.reference}()" if op.outputs else "")
+                found = "None" if returned is None else f"{len(got)}"
                 raise BuildError(f"{where}: expected reference {op.reference}() to return {len(op.outputs)} tensor(s) "
-                                 f"({', '.join(o.name for o in op.outputs) or 'None'}), got {len(got)}{hint}")
+                                 f"({', '.join(o.name for o in op.outputs) or 'None'}), got {found}{hint}")
             for a, t in zip(op.inputs, args):
                 if a.name in written and torch.equal(t, before[a.name]):
                     raise BuildError(f"{where}: expected reference {op.reference}() to write {a.name} in place (the "

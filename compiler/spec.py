@@ -31,6 +31,8 @@ from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
 from flyship.bundle.manifest import DTYPES, SCALAR_TYPES, Backward
+from flyship.compiler.tuning import Config  # noqa: F401  (re-exported: a spec file declares configs=[Config(...)])
+from flyship.compiler.tuning import kernel_name as _kernel_name
 from flyship.errors import SpecError
 
 
@@ -159,7 +161,7 @@ class Launch:
         for field in ("args", "grid"):
             value = getattr(self, field)
             if isinstance(value, str) or not all(isinstance(x, str) for x in value):
-                raise SpecError(f"Launch({getattr(self.kernel, '__name__', self.kernel)!r}): {field} must be a "
+                raise SpecError(f"Launch({_kernel_name(self.kernel)!r}): {field} must be a "
                                 f"list of strings, got {value!r}")
             object.__setattr__(self, field, tuple(value))
 
@@ -173,7 +175,7 @@ class Entry:
 
     @property
     def __name__(self) -> str:  # noqa: A003 - messages name the entry like a function
-        return getattr(self.fn, "__name__", repr(self.fn))
+        return _kernel_name(self.fn)
 
 
 def entry(fn: Callable[..., Any], frontend: str = "flydsl") -> Entry:
@@ -583,6 +585,10 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
     tuned = _tuning.from_autotuner(kernel)
     if tuned is not None:
         kernel, pairs, names, auto_prune = tuned
+        if configs is None and pairs is None:
+            raise SpecError(f"op {name}: autotuned kernel {_tuning.kernel_name(kernel)}: expected a list of configs, "
+                            "got a function of the call's arguments; flyship builds ahead of time, so give the "
+                            "configs to build: op(..., configs=[Config(...), ...])")
         if configs is None:
             configs = pairs
         key = key if key is not None else (_tuning.key_from_names(names, args) if names else None)
@@ -746,6 +752,28 @@ def _validate_spec(d: OpDecl, s: Spec, w: str, slots: dict, tensors: set[str]) -
                 if consts else "") + (f"; a guard cannot read a Value, write its expression ({'; '.join(values)})"
                                       if values else "")) from None
     _check_example_meets_constraints(d, s, w)
+    _check_workspaces_not_empty(d, s, w)
+
+
+def _check_workspaces_not_empty(d: OpDecl, s: Spec, w: str) -> None:
+    """A workspace must have at least one element at the spec's example: the loader refuses to launch with an
+    empty workspace, so a zero-size one would build and then send every call to the fallback."""
+    if not d.workspaces:
+        return
+    shapes = d.example_shapes(s)
+    scal = {k: v for k, v in d.example_scalars(s).items() if isinstance(v, int) and not isinstance(v, bool)}
+    scal.update({c.name: s.constexprs[c.name] for c in d.args
+                 if isinstance(c, Constexpr) and isinstance(s.constexprs.get(c.name), int)
+                 and not isinstance(s.constexprs.get(c.name), bool)})
+    for ws in d.workspaces:
+        try:
+            dims = [_expr.evaluate_with_shapes(e, shapes, scal, d.example_strides(s)) for e in ws.shape]
+        except _expr.ExprError:
+            continue  # names a value the example does not give: checked when the kernel is built
+        if any(n <= 0 for n in dims):
+            raise SpecError(f"{w} spec {s.name}: workspace {ws.name}: expected at least one element at the example, "
+                            f"got shape {dims} from {tuple(ws.shape)!r}; the loader cannot launch with an empty "
+                            "workspace (every call would fall back): for a dummy buffer declare shape=(\"1\",)")
 
 
 def _check_scalar_value(a: Scalar, value: Any, where: str) -> None:
@@ -831,7 +859,7 @@ def _validate_launches(d: OpDecl, w: str, fe: Any) -> None:
     for k, launch in enumerate(d.launches):
         unknown = [n for n in launch.args if n not in declared]
         if unknown:
-            raise SpecError(f"{w}: Launch {k + 1} ({getattr(launch.kernel, '__name__', '?')}) names {unknown}, which "
+            raise SpecError(f"{w}: Launch {k + 1} ({_kernel_name(launch.kernel)}) names {unknown}, which "
                             f"the op's args do not declare ({sorted(declared)})")
         if not 1 <= len(launch.grid) <= 3:
             raise SpecError(f"{w}: Launch {k + 1}: grid must have 1 to 3 expressions, got {list(launch.grid)}")

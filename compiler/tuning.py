@@ -75,27 +75,41 @@ def from_autotuner(kernel: Any) -> Optional[tuple[Any, list[tuple[Config, Any]],
     (``triton.runtime.autotuner.Autotuner``: ``.fn``, ``.configs``, ``.keys``, ``.early_config_prune``).
 
     Returns:
-        (the bare kernel, [(Config, the DSL's config object)], key argument names, prune function), or None
-        when ``kernel`` is not autotuned.
+        (the bare kernel, [(Config, the DSL's config object)] or None when the autotuner's configs are a function
+        of the call's arguments (op()'s ``configs=`` must then give them), key argument names, prune function),
+        or None when ``kernel`` is not autotuned.
     """
     mod = type(kernel).__module__ or ""
     if type(kernel).__name__ != "Autotuner" or not (mod.startswith("flydsl") or mod.startswith("triton")):
         return None
-    if callable(kernel.configs) and not isinstance(kernel.configs, (list, tuple)):
-        raise SpecError(f"autotuned kernel {getattr(kernel.fn, '__name__', kernel.fn)}: its configs come from a "
-                        "function of the call's arguments; flyship builds ahead of time, so give a list of configs")
-    out = []
-    for c in kernel.configs:
-        cfg = from_native_config(c)
-        if cfg is None:
-            raise SpecError(f"autotuned kernel {getattr(kernel.fn, '__name__', kernel.fn)}: expected its configs to "
-                            f"be {mod.split('.')[0]}.Config objects, got {type(c).__name__}")
-        out.append((cfg, c))
+    out: Optional[list[tuple[Config, Any]]] = None
+    if not (callable(kernel.configs) and not isinstance(kernel.configs, (list, tuple))):
+        out = []
+        for c in kernel.configs:
+            cfg = from_native_config(c)
+            if cfg is None:
+                raise SpecError(f"autotuned kernel {kernel_name(kernel.fn)}: expected its configs to be "
+                                f"{mod.split('.')[0]}.Config objects, got {type(c).__name__}")
+            out.append((cfg, c))
     if mod.startswith("triton"):
         key, prune = list(kernel.keys), getattr(kernel, "early_config_prune", None)
     else:
         key, prune = list(kernel.key), kernel.prune_configs_by
     return kernel.fn, out, key, prune
+
+
+def kernel_name(fn: Any) -> str:
+    """A kernel's name for messages: its function's ``__name__`` (a ``triton.jit`` kernel carries it, a FlyDSL
+    ``JitFunction`` wraps the function as ``.func``, an autotuner as ``.fn``), else its repr."""
+    for _ in range(4):
+        name = getattr(fn, "__name__", None) or getattr(fn, "__qualname__", None)
+        if isinstance(name, str):
+            return name
+        inner = getattr(fn, "func", None) or getattr(fn, "fn", None)
+        if inner is None or inner is fn:
+            break
+        fn = inner
+    return repr(fn)
 
 
 def from_native_config(c: Any) -> Optional[Config]:
@@ -134,8 +148,9 @@ def from_native_config(c: Any) -> Optional[Config]:
 
 def key_from_names(names: Sequence[str], args: Sequence[Any]) -> tuple[str, ...]:
     """A DSL autotuner's key (argument names) as flyship key expressions: a tensor gives every dim of its
-    shape (as FlyDSL's key does), a Value its expression, an int scalar its name."""
-    from flyship.compiler.spec import Scalar, Tensor, Value
+    shape (as FlyDSL's key does), a Value its expression, an int scalar its name; a Constexpr gives nothing (each
+    spec fixes its value, so the spec already tells its calls apart)."""
+    from flyship.compiler.spec import Constexpr, Scalar, Tensor, Value
 
     by_name = {a.name: a for a in args}
     out: list[str] = []
@@ -147,9 +162,12 @@ def key_from_names(names: Sequence[str], args: Sequence[Any]) -> tuple[str, ...]
             out.append(_expr.canonical(a.expr))
         elif isinstance(a, Scalar) and a.type == "int":
             out.append(n)
+        elif isinstance(a, Constexpr):
+            continue
         else:
-            raise SpecError(f"autotune key {n!r}: expected an input tensor, a Value or an int Scalar of the op, "
-                            f"got {type(a).__name__ if a else 'no such argument'}; pass key=(...) expressions")
+            raise SpecError(f"autotune key {n!r}: expected an input tensor, a Value, an int Scalar or a Constexpr "
+                            f"of the op, got {type(a).__name__ if a else 'no such argument'}; pass key=(...) "
+                            "expressions")
     return tuple(out)
 
 
@@ -338,6 +356,27 @@ def _is_range_guard(c: str) -> bool:
     return bool(re.search(r"<=\s*(2147483647|4294967295|9223372036854775807)\s*$", c))
 
 
+def _pinned(constraints: Sequence[str], op: Any) -> set[str]:
+    """Dimensions a spec's guard pins to a constant (``x.shape[1] == 8192``, a constexpr written in, or equal to
+    a dimension pinned so): one value only, so a key need not name them."""
+    pinned: set[str] = set()
+    for _ in range(3):
+        for c in constraints:
+            m = re.fullmatch(r"\s*(.+?)\s*==\s*(.+?)\s*", c)
+            if not m:
+                continue
+            for a, b in ((m.group(1), m.group(2)), (m.group(2), m.group(1))):
+                if not re.fullmatch(r"\w+\.shape\[-?\d+\]", a):
+                    continue  # only a single dimension is pinned by an equality (not a product of several)
+                try:
+                    fixed = _expr.is_constant(b)
+                except _expr.ExprError:
+                    continue
+                if fixed or (_dims(b, op) and _dims(b, op) <= pinned):
+                    pinned |= _dims(a, op)
+    return pinned
+
+
 def key_warnings(op: Any, grids: dict[str, Sequence[str]]) -> list[str]:
     """Dimensions a variant's grid or the spec's own guard constraints depend on that the op's key leaves
     out (range guards such as ``x.shape[0] <= 2147483647`` do not count). One line per (spec, dimension)
@@ -366,9 +405,10 @@ def key_warnings(op: Any, grids: dict[str, Sequence[str]]) -> list[str]:
                         covered |= lhs
     missing: dict[str, set[str]] = {}
     for s in op.specs:
+        pinned = _pinned(op.constraints(s), op)
         exprs = list(grids.get(s.name, ())) + [c for c in s.constraints if not _is_range_guard(c)]
         for e in exprs:
-            for d in _dims(e, op) - covered:
+            for d in _dims(e, op) - covered - pinned:
                 missing.setdefault(d, set()).add(s.name)
     return [f"op {op.name}: key {list(space.key)} leaves out {d}, which the grid or guard of "
             f"{len(ss)} specialization(s) depends on (e.g. {sorted(ss)[0]}); a tuning table would reuse one "

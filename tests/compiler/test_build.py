@@ -15,7 +15,7 @@ from flyship.bundle import manifest as M
 from flyship.bundle import rules
 from flyship.bundle import schema as S
 from flyship.bundle.codeobject import CodeObjectFile
-from flyship.bundle.expr import evaluate_with_shapes
+from flyship.bundle.expr import evaluate_with_shapes, is_constant
 
 from ..conftest import ROOT, run_build
 
@@ -351,3 +351,41 @@ def test_the_bundle_folder_is_readable_by_other_users(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert mode == 0o777 & ~umask
+
+
+def test_constant_guard_constraints_are_decided_at_build_true_ones_dropped_false_ones_refused():
+    """A constant Value feeding launcher arithmetic gave guards like '1024 <= 2147483647': constant constraints
+    read nothing of the call, so the build decides them."""
+    from flyship.compiler import build
+
+    kept = build.guard_constraints("op o spec s on gfx942",
+                                   ("1024 <= 2147483647", "0 <= 2147483647", "x.shape[0] <= 8", "2 > 1"))
+    assert kept == ("x.shape[0] <= 8",)
+    with pytest.raises(build.BuildError) as e:
+        build.guard_constraints("op o spec s on gfx942", ("x.shape[0] <= 8", "4096 <= 1024"))
+    assert str(e.value).startswith("op o spec s on gfx942: expected every guard constraint to hold for some call, "
+                                   "got '4096 <= 1024', which reads nothing of the call and is false")
+
+
+def test_a_constant_true_spec_constraint_is_not_written_into_the_guard(tmp_path):
+    pytest.importorskip("triton", reason="needs triton (the FlyDSL venv); it builds a Triton kernel for sm_90")
+    spec = tmp_path / "const_spec.py"
+    spec.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "examples" / "triton")!r})
+        from tl_rmsnorm import rmsnorm_kernel
+        from flyship.compiler.spec import *
+        namespace("const_guard")
+        op("rmsnorm", kernel=rmsnorm_kernel,
+           args=[Tensor("x", rank=2), Tensor("w", rank=1), Output("out", like="x"),
+                 Value("x_row_stride", "x.stride[0]"), Value("out_row_stride", "out.stride[0]"),
+                 Value("n_cols", "x.shape[1]"), Scalar("eps", "float", 1e-6), Constexpr("BLOCK_N")],
+           grid=("x.shape[0]",),
+           specs=[Spec("f16", dtypes={{"x": "float16", "w": "float16"}}, shapes={{"x": (8, 1000), "w": (1000,)}},
+                       constexprs={{"BLOCK_N": 1024}},
+                       constraints=("x.shape[1] <= BLOCK_N", "w.shape[0] == x.shape[1]", "2 > 1"))])
+    """))
+    run_build(spec, tmp_path / "b", ["sm_90"])
+    (s,) = M.read(tmp_path / "b").op("rmsnorm").specializations
+    assert "x.shape[1] <= 1024" in s.guard.constraints
+    assert not any(is_constant(c) for c in s.guard.constraints), s.guard.constraints

@@ -123,6 +123,11 @@ def test_a_well_formed_two_launch_declaration_is_accepted():
     (dict(args=[Workspace("partial", shape=("z.shape[0]",)) if a.name == "partial" else a for a in ARGS]),
      "workspace partial: shape 'z.shape[0]'"),
     (dict(grid=("x.shape[0]",)), "each Launch declares its grid; remove the op's grid="),
+    (dict(args=[Workspace("partial", shape=("0",)) if a.name == "partial" else a for a in ARGS]),
+     "workspace partial: expected at least one element at the example, got shape [0] from ('0',); the loader "
+     "cannot launch with an empty workspace (every call would fall back): for a dummy buffer declare shape=(\"1\",)"),
+    (dict(args=[Workspace("partial", shape=("x.shape[0]", "SPLIT - 2")) if a.name == "partial" else a
+                for a in ARGS]), "workspace partial: expected at least one element at the example, got shape [8, 0]"),
 ])
 def test_declaration_mistakes_of_a_multi_launch_op_are_spec_errors(change, message):
     with pytest.raises(SpecError, match=__import__("re").escape(message)):

@@ -181,3 +181,18 @@ def test_non_written_integer_examples_stay_zero_so_they_index_safely():
     w = build._example_tensor(torch, (1000,), "int32", random=True, written=True)
     assert int(w.min()) >= 2 and int(w.max()) < 100
     assert torch.equal(w, build._example_tensor(torch, (1000,), "int32", random=True, written=True))  # seeded
+
+
+def test_a_reference_returning_none_for_an_op_with_outputs_says_none_and_gives_no_in_place_hint(tmp_path):
+    """An op with a mutable input and a declared output whose reference returns None: the message says "got
+    None" and asks for the outputs; the in-place hint (meant for ops without outputs) is left out."""
+    from flyship.compiler import build
+
+    (tmp_path / "refs.py").write_text("def none_back(x, counts):\n    counts.zero_()\n")
+    (tmp_path / "spec.py").write_text(textwrap.dedent(CLEAR_COUNTS).replace("DTYPE", "int32")
+                                      .replace('reference="clear_counts"', 'reference="none_back"'))
+    with pytest.raises(build.BuildError) as e:
+        build.check_reference_outputs(build.load_spec_file(str(tmp_path / "spec.py")), tmp_path / "refs.py")
+    msg = str(e.value)
+    assert "expected reference none_back() to return 1 tensor(s) (out), got None; return out from none_back()" in msg
+    assert "in place" not in msg

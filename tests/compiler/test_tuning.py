@@ -42,7 +42,7 @@ def declare(**kw):
     def run():
         S.namespace("tuned_t")
         S.op("rmsnorm", kernel=kw.pop("kernel", None) or rmsnorm_kernel(), args=ARGS, grid=("x.shape[0]",),
-             specs=[BASE], **kw)
+             specs=kw.pop("specs", [BASE]), **kw)
 
     return S.run_spec_file("t.py", run).ops[0]
 
@@ -200,3 +200,60 @@ def test_flydsl_and_triton_config_objects_passed_to_configs_are_converted():
     with pytest.raises(SpecError, match=r"configs= expects a non-empty list of flyship.compiler.tuning.Config.*"
                                         r"got \['dict'\]"):
         declare(configs=[{"num_warps": 2}], key=("x.shape[1]",))
+
+
+def test_configs_given_to_op_replace_an_autotuners_configs_function_and_its_kernel_is_named():
+    """upstream rmsnorm_autotune: flydsl.autotune(configs=_search_configs) (a function of the call); op()'s
+    configs= replaces it, and without configs= the refusal names the kernel by its function name."""
+    flydsl = pytest.importorskip("flydsl", reason="needs FlyDSL 0.5.0; it would read flydsl.autotune")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "examples" / "flydsl"))
+    from elementwise import add
+
+    tuned = flydsl.autotune(configs=lambda *a, **k: [flydsl.Config(VEC=4)], key=["x"])(add)
+
+    def run(**kw):
+        S.namespace("tuned_fn")
+        S.op("add", kernel=tuned, args=FLY_ARGS, specs=[FLY_BASE], **kw)
+
+    op = S.run_spec_file("t.py", lambda: run(configs=[S.Config(VEC=4), S.Config(VEC=8)])).ops[0]
+    assert op.kernel is add and [s.name for s in op.specs] == ["f32__VEC4", "f32__VEC8"]
+    assert op.key == ("x.shape[0]", "x.shape[1]")
+    with pytest.raises(SpecError) as e:
+        S.run_spec_file("t.py", run)
+    assert "op add: autotuned kernel add: expected a list of configs, got a function" in str(e.value)
+    assert "configs=[Config(" in str(e.value) and "object at 0x" not in str(e.value)
+    assert T.kernel_name(tuned) == "add" and T.kernel_name(rmsnorm_kernel()) == "rmsnorm_kernel"
+
+
+def test_config_is_importable_from_the_spec_module_as_the_docs_show():
+    """docs/spec-api.md "Config spaces": op(..., configs=[Config(...)]) with the spec module's names."""
+    ns: dict = {}
+    exec("from flyship.compiler.spec import Config", ns)
+    assert ns["Config"] is T.Config
+    ns = {}
+    exec("from flyship.compiler.spec import *", ns)
+    assert ns["Config"] is T.Config
+
+
+def test_a_dimension_the_guard_pins_to_a_constant_is_not_asked_for_in_the_key():
+    """/tmp/u/s7/spec3.py: constraints 'x.shape[1] == N' (N a constexpr, written in) pin x.shape[1] and, through
+    'w.shape[0] == x.shape[1]', w.shape[0]; the key warning named them anyway."""
+    pinned = S.Spec("f16", dtypes={"x": "float16", "w": "float16"}, shapes={"x": (64, 1024), "w": (1024,)},
+                    constexprs={"BLOCK_N": 1024}, constraints=("x.shape[1] == BLOCK_N", "w.shape[0] == x.shape[1]"))
+    op = declare(configs=[T.Config(num_warps=2)], key=("x.shape[0]",), specs=[pinned])
+    assert T.key_warnings(op, {"f16__w2": ("x.shape[0]", "x.shape[1]", "1")}) == []
+    free = declare(configs=[T.Config(num_warps=2)], key=("x.shape[0]",))  # x.shape[1] <= 1024: not pinned
+    lines = T.key_warnings(free, {"f16__w2": ("x.shape[0]", "1", "1")})
+    assert [ln.split(" leaves out ")[1].split(",")[0] for ln in lines] == ["w.shape[0]", "x.shape[1]"]
+
+
+def test_an_autotuner_key_naming_a_constexpr_gives_no_key_expression():
+    """upstream rmsnorm_autotune keys on N, a Constexpr here: each spec fixes it, so it adds nothing to the key."""
+    args = [S.Tensor("x", rank=2), S.Constexpr("N"), S.Scalar("eps", "float", 1e-6)]
+    assert T.key_from_names(["x", "N"], args) == ("x.shape[0]", "x.shape[1]")
+    assert T.key_from_names(["N"], args) == ()
+    with pytest.raises(SpecError, match="autotune key 'eps': expected an input tensor, a Value, an int Scalar or a "
+                                        "Constexpr of the op, got Scalar"):
+        T.key_from_names(["eps"], args)
