@@ -87,21 +87,24 @@ def _llvm_function(ir: str, symbol: str) -> tuple[list[str], list[str]]:
     raise ValueError(f"no function @{symbol} in the LLVM IR")
 
 
+def _llvm_operation(inst: str) -> tuple[str, list[str], str | None]:
+    """An instruction's operation text (without ``%v =``), its pointer operands, and the callee it calls (or None)."""
+    body = (inst.split("=", 1)[1] if _LLVM_DEF.match(inst) else inst).strip()
+    call = re.search(r"\bcall\b.*?@([\w.$\"]+)\(", body)
+    return body, _LLVM_PTR_OPERAND.findall(body), call.group(1) if call else None
+
+
 def _llvm_stored_through(inst: str) -> list[str]:
     """The pointer operands an instruction writes through (empty for one that writes no memory)."""
-    body = inst.split("=", 1)[1] if _LLVM_DEF.match(inst) else inst
-    body = body.strip()
-    ptrs = _LLVM_PTR_OPERAND.findall(body)
+    body, ptrs, callee = _llvm_operation(inst)
     if not ptrs:
         return []
     if re.match(r"store\b", body):
         return ptrs[-1:]  # store <ty> %value, ptr %address: a stored pointer is a value, not a destination
     if re.match(r"(atomicrmw|cmpxchg)\b", body):
         return ptrs[:1]
-    call = re.search(r"\bcall\b.*?@([\w.$\"]+)\(", body)
-    if call is None:
+    if callee is None:
         return []
-    callee = call.group(1)
     if re.match(r"\"?llvm\.mem(cpy|move|set)", callee):
         return ptrs[:1]
     if re.search(r"store|atomic", callee):
@@ -113,19 +116,15 @@ def _llvm_accumulated_through(inst: str) -> list[str]:
     """The pointer operands an instruction atomically reads, modifies and writes back (``atomicrmw`` but an
     exchange, ``cmpxchg`` (a CAS loop is how a float add without a native atomic lowers), AMDGPU atomic
     intrinsics but swaps): the memory must hold a defined value first."""
-    body = inst.split("=", 1)[1] if _LLVM_DEF.match(inst) else inst
-    body = body.strip()
-    ptrs = _LLVM_PTR_OPERAND.findall(body)
+    body, ptrs, callee = _llvm_operation(inst)
     if not ptrs:
         return []
     if re.match(r"atomicrmw\s+(?:volatile\s+)?xchg\b", body):
         return []  # an exchange writes a value that does not depend on the old one
     if re.match(r"(atomicrmw|cmpxchg)\b", body):
         return ptrs[:1]
-    call = re.search(r"\bcall\b.*?@([\w.$\"]+)\(", body)
-    if call is None:
+    if callee is None:
         return []
-    callee = call.group(1)
     if re.search(r"atomic", callee) and not re.search(r"swap|xchg|store", callee):
         return ptrs
     return []
