@@ -13,6 +13,32 @@ has FlyDSL.
 __version__ = "0.1.0"
 
 
+def _source_tree_root(package_dir: str) -> str | None:
+    """The checkout root when this ``flyship/`` folder is the one in a source tree, else None.
+
+    In a checkout the subpackages are sibling folders (``loader/``, ``bundle/``, ``compiler/``, ``csrc/``) that
+    ``setup.py`` maps onto ``flyship.*`` at install time. A Python started in the checkout's root puts the root on
+    ``sys.path`` first, so it imports this folder rather than the installed package; extending ``__path__`` to the
+    root makes ``flyship.loader`` etc. resolve to the siblings, so such a Python gets a whole, consistent flyship
+    (the checkout's own), installed or not, editable or not. An installed package's parent (site-packages) never
+    holds this layout, so nothing changes there.
+    """
+    import os.path
+
+    root = os.path.dirname(package_dir)
+    marks = ("setup.py", os.path.join("loader", "__init__.py"), os.path.join("bundle", "__init__.py"),
+             os.path.join("compiler", "__init__.py"))
+    if all(os.path.isfile(os.path.join(root, m)) for m in marks):
+        return root
+    return None
+
+
+_root = _source_tree_root(__path__[0])  # noqa: F821 (a package's __path__)
+if _root is not None and _root not in __path__:  # noqa: F821
+    __path__.append(_root)  # noqa: F821
+del _root
+
+
 def load(path, **kwargs):
     """Load a bundle and register its ops with torch; see :func:`flyship.loader.load`."""
     from flyship.loader import load as _load
