@@ -237,6 +237,82 @@ def trunc_div(a: str, b: str) -> tuple[str, tuple[str, ...]]:
     return canonical(f"max({a}, 0) // ({b}) - max(-({a}), 0) // ({b})"), guard
 
 
+# ---------------------------------------------------------------------------------------------
+# Queries: what an expression reads and how it is built, for code that must not parse the grammar itself
+
+
+def int_literal(text: str) -> Optional[int]:
+    """The value of an expression that is one integer literal (``"1"``, ``"-3"``), else None.
+
+    Raises:
+        ExprError: ``text`` is not an expression of the grammar.
+    """
+    node = parse(text)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        return -node.operand.value
+    return node.value if isinstance(node, ast.Constant) else None
+
+
+def reads(text: str) -> tuple[tuple[str, str, Optional[int]], ...]:
+    """What an expression reads of the call, in reading order, each once: ``(tensor, "shape" | "stride", index)``
+    for ``x.shape[i]`` / ``x.stride[i]`` (the index as written: negative counts from the end), ``(tensor, "numel",
+    None)``, ``("device", property, None)`` and ``(scalar, "scalar", None)`` for a bare name.
+
+    Example:
+        >>> reads("cdiv(x.numel, 4) * y.shape[-1] + n")
+        (('x', 'numel', None), ('y', 'shape', -1), ('n', 'scalar', None))
+
+    Raises:
+        ExprError: ``text`` is not an expression of the grammar.
+    """
+    out: list[tuple[str, str, Optional[int]]] = []
+
+    def visit(n: ast.AST) -> None:
+        if isinstance(n, ast.Subscript):
+            out.append(_tensor_index(n, text))
+        elif isinstance(n, ast.Attribute):
+            out.append((n.value.id, n.attr, None))  # x.numel or device.<property>: parse() allows no other
+        elif isinstance(n, ast.Name):
+            out.append((n.id, "scalar", None))
+        elif isinstance(n, ast.Call):
+            for a in n.args:  # the callee (cdiv, min, max) is not a read
+                visit(a)
+        else:
+            for child in ast.iter_child_nodes(n):
+                visit(child)
+
+    visit(parse(text))
+    return tuple(dict.fromkeys(out))
+
+
+def dimension(text: str) -> Optional[tuple[str, str, int]]:
+    """``(tensor, "shape" | "stride", index)`` of an expression that is exactly one size or stride
+    (``x.shape[1]``), else None.
+
+    Raises:
+        ExprError: ``text`` is not an expression of the grammar.
+    """
+    node = parse(text)
+    return _tensor_index(node, text) if isinstance(node, ast.Subscript) else None
+
+
+def comparison(text: str) -> Optional[tuple[str, str, str]]:
+    """``(operator, left, right)`` of an expression that is one comparison, the operator by its mnemonic
+    (``"eq"``, ``"le"``...) and both sides in :func:`canonical` form, else None.
+
+    Example:
+        >>> comparison("x.shape[0]==8")
+        ('eq', 'x.shape[0]', '8')
+
+    Raises:
+        ExprError: ``text`` is not an expression of the grammar.
+    """
+    node = parse(text)
+    if not isinstance(node, ast.Compare):
+        return None
+    return _CMPOPS[type(node.ops[0])], ast.unparse(node.left), ast.unparse(node.comparators[0])
+
+
 def canonical(text: str) -> str:
     """The expression in normal form (stable spacing and parentheses), for manifests and diffs."""
     return ast.unparse(parse(text))

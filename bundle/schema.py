@@ -1,4 +1,4 @@
-"""The manifest's JSON Schema (draft 2020-12), derived from the dataclasses in :mod:`.manifest`.
+"""The manifest's JSON Schema (draft 2020-12), derived from the dataclasses in :mod:`.model`.
 
 ``schema.json`` beside this file is the committed copy that other tools and languages can read; a
 test checks it equals :func:`generate` so the two never drift. Regenerate with
@@ -13,17 +13,20 @@ import sys
 import typing
 from typing import Any
 
-from flyship.bundle import manifest as M
+from flyship.bundle import limits as L
+from flyship.bundle import model as M
+from flyship.bundle.rules.names import IDENTIFIER
 
 # Closed vocabularies, beyond what the types say.
 _ENUMS: dict[tuple[str, str], list[str]] = {
     ("KernargField", "kind"): list(M.FIELD_KINDS),
     ("KernargField", "type"): sorted(M.FIELD_TYPES),
     ("CodeObject", "format"): list(M.CODE_OBJECT_FORMATS),
-    ("Op", "frontend"): list(M.FRONTENDS),
     ("Arg", "kind"): ["tensor", *M.SCALAR_TYPES],
     ("Variant", "tensor_abi"): list(M.TENSOR_ABIS),
 }
+# Open vocabularies: any name (rules.check_name), so a new frontend needs no change to the bundle contract.
+_NAMES = {("Op", "frontend")}
 
 
 def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
@@ -60,6 +63,8 @@ def _define(cls: Any, defs: dict[str, Any]) -> None:
         if (cls.__name__, f.name) in _ENUMS:
             enum = {"enum": _ENUMS[(cls.__name__, f.name)]}
             s = {**s, "additionalProperties": enum} if s.get("type") == "object" else enum  # a dict's values
+        if (cls.__name__, f.name) in _NAMES:
+            s = {**s, "pattern": f"^{IDENTIFIER}$", "maxLength": L.MAX_NAME}
         props[f.name] = s
     defs[cls.__name__] = {
         "type": "object",

@@ -274,7 +274,7 @@ def code_fingerprint() -> str:
     """sha256 of the Python code whose output the cache keeps: the rule book and manifest reader (every module of
     ``flyship.bundle``), the lowering (``plan.py``) and this file. A changed rule invalidates every entry."""
     h = hashlib.sha256()
-    files = sorted(Path(_m.__file__).parent.glob("*.py")) + [Path(_plan.__file__), Path(__file__)]
+    files = sorted(Path(_m.__file__).parent.rglob("*.py")) + [Path(_plan.__file__), Path(__file__)]
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()

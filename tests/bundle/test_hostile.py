@@ -319,7 +319,7 @@ def test_a_code_object_over_the_size_limit_is_refused_before_it_is_read(copy_bun
         opened.append(a[1])
         return real_read(*a, **k)
 
-    monkeypatch.setattr(rules, "read_bundle_file", spy)
+    monkeypatch.setattr(rules.files, "read_bundle_file", spy)  # the module that reads (flyship.bundle.rules.files)
     with pytest.raises(BundleError, match=r"expected at most 1000 bytes in .*, the file has \d+"):
         rules.check_bundle_files(root, M.read(root))
     assert len(opened) == 1

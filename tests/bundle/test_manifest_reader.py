@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from flyship.bundle import manifest as M
+from flyship.bundle import manifest_json as M
 
 pytestmark = pytest.mark.cpu
 

@@ -1,0 +1,80 @@
+"""The rule book: every rule a bundle must satisfy, alone and against its code objects and files.
+
+The one place that decides whether a manifest is acceptable: the compile stage, the spec API, the manifest reader
+and the loader call these functions and restate none of them. One module per subject (``names``, ``values``,
+``expressions``, ``layout``, ``resources``, ``inplace``, ``ops``, ``variants``, ``backward``, ``toplevel``,
+``files``, ``codeobjects``); this package re-exports every rule, so ``rules.check_manifest`` ... is the import.
+
+One owner per rule. The compile stage runs :func:`check_manifest` before it writes a bundle and
+:func:`check_resources` on each kernel it builds; the loader runs :func:`check_manifest` when it reads
+a manifest (:func:`flyship.bundle.manifest.read`) and :func:`check_bundle_files` before it lowers
+anything to the C++ core, so whatever reaches C++ has passed every rule here (C++ keeps only cheap
+internal asserts). The numbers live in :mod:`flyship.bundle.limits`.
+
+Rules, by subject:
+
+* names: namespace, op, argument, output and specialization names are ASCII identifiers of at most
+  ``MAX_NAME`` characters, unique where they must be; the namespace is not one of torch's own;
+  an output's ``dtype`` rule names either an input tensor or a dtype, never something that is both
+  or a scalar; ``device`` is reserved for device properties (:func:`check_names`); an output's shape
+  never reads the device (``device.cu_count``);
+* values: scalar defaults and example scalars fit the scalar's type, alignments are powers of two,
+  blocks are 1..``MAX_BLOCK`` per dimension, literal grids fit ``MAX_GRID``, ranks ``MAX_RANK``,
+  every count its limit (:func:`check_manifest`);
+* kernarg layout against the metadata: fields tile the explicit kernel arguments exactly, each field's
+  kind, type, size, argument slot and dimension agree (:func:`check_layout`, :func:`check_fields`);
+* resources against the target: required workgroup size equals the launch block (the HIP runtime would
+  silently replace it: ROCm/clr does not check ``.reqd_workgroup_size``), the block fits the kernel's
+  max flat workgroup size, static LDS fits the target (:func:`check_resources`), no scratch unless
+  allowed (:func:`check_scratch`);
+* leading batch dimensions (schema 1.2): a batched argument is a tensor of rank >= 1; a batched output's
+  first dimension is a batched input's first (``x.shape[0]``), so the flattened rows map back to the leading
+  dims; an autograd pair keeps the batch: a backward input fed from a batched tensor and a gradient of a
+  batched input are batched in the backward op (:func:`check_batch`, :func:`check_backward`);
+* files: every path the manifest names stays inside the bundle after resolving links, is at most
+  ``MAX_CODE_OBJECT_BYTES`` and has the sha256 the manifest records (:func:`read_bundle_file`);
+* code objects against the manifest: the kernel and its descriptor exist, the file's target, kernarg
+  segment, explicit arguments and resources are the manifest's (:func:`check_code_object`).
+
+Every refusal is a :class:`~flyship.errors.BundleError` naming the file (where it has one), the op,
+specialization and target, and the JSON path of the bad value.
+"""
+
+from flyship.bundle.rules.backward import check_backward
+from flyship.bundle.rules.codeobjects import check_code_object, read_facts
+from flyship.bundle.rules.expressions import check_expression
+from flyship.bundle.rules.files import (
+    check_bundle,
+    check_bundle_files,
+    check_relative_path,
+    check_variant_file,
+    contained_path,
+    iter_variants,
+    read_bundle_file,
+    references_source,
+)
+from flyship.bundle.rules.inplace import check_effects, check_mutable_arg, check_no_backward_when_mutable
+from flyship.bundle.rules.layout import check_fields, check_layout
+from flyship.bundle.rules.names import (
+    RESERVED_NAMESPACES,
+    TORCH_OPS_ATTRIBUTES,
+    check_name,
+    check_names,
+    check_namespace,
+)
+from flyship.bundle.rules.ops import check_args, check_batch, check_op, check_op_head, check_specialization
+from flyship.bundle.rules.resources import check_metadata, check_resources, check_scratch, lds_limit
+from flyship.bundle.rules.toplevel import check_failures, check_manifest, check_must_understand
+from flyship.bundle.rules.values import check_block, check_scalar_value
+from flyship.bundle.rules.variants import check_variant, check_workspaces
+
+__all__ = [
+    "RESERVED_NAMESPACES", "TORCH_OPS_ATTRIBUTES",
+    "check_args", "check_backward", "check_batch", "check_block", "check_bundle", "check_bundle_files",
+    "check_code_object", "check_effects", "check_expression", "check_failures", "check_fields", "check_layout",
+    "check_manifest", "check_metadata", "check_must_understand", "check_mutable_arg", "check_name", "check_names",
+    "check_namespace", "check_no_backward_when_mutable", "check_op", "check_op_head", "check_relative_path",
+    "check_resources", "check_scalar_value", "check_scratch", "check_specialization", "check_variant",
+    "check_variant_file", "check_workspaces", "contained_path", "iter_variants", "lds_limit", "read_bundle_file",
+    "read_facts", "references_source",
+]

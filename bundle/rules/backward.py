@@ -1,0 +1,66 @@
+"""Rules on autograd pairs: an op's declared backward against the bundle's ops."""
+
+from __future__ import annotations
+
+from flyship.bundle import model as _m
+from flyship.bundle.errors import BundleError
+from flyship.bundle.rules.inplace import check_no_backward_when_mutable
+
+
+def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
+    """Check an op's :class:`Backward` against the bundle: the backward op exists, each of its inputs is fed
+    from a forward input, output or output gradient of the right kind, and gradients go to tensor inputs.
+
+    Raises:
+        BundleError: naming the op, the backward op and the argument.
+    """
+    where = f"op {op.name} backward {b.op}"
+    names = [o.name for o in m.ops]
+    if b.op not in names:
+        raise BundleError(f"{where}: expected an op of this bundle, got {b.op!r}; the bundle has {', '.join(names)}")
+    bwd = m.op(b.op)
+    check_no_backward_when_mutable(op, where, "op")
+    check_no_backward_when_mutable(bwd, where, "backward op")
+    fwd_kind = {a.name: a.kind for a in op.args} | {o.name: "tensor" for o in op.outputs}
+    outs = [o.name for o in op.outputs]
+    bwd_kind = {a.name: a.kind for a in bwd.args}
+    missing = [a.name for a in bwd.args
+               if a.name not in b.inputs and not (a.kind != "tensor" and a.default is not None)]
+    if missing:
+        raise BundleError(f"{where}: backward inputs {missing} have no source; map each to a forward input or output "
+                          f"or to 'grad:<output>' ({', '.join(outs)})")
+    for k, src in b.inputs.items():
+        if k not in bwd_kind:
+            raise BundleError(f"{where}: expected inputs of {b.op} ({', '.join(bwd_kind)}), got {k!r}")
+        if src.startswith(_m.GRAD_PREFIX):
+            o = src[len(_m.GRAD_PREFIX):]
+            if o not in outs:
+                raise BundleError(f"{where}: input {k} = {src!r}: expected 'grad:' of an output ({', '.join(outs)})")
+            kind = "tensor"
+        elif src in fwd_kind:
+            kind = fwd_kind[src]
+        else:
+            raise BundleError(f"{where}: input {k} = {src!r}: expected a forward input or output "
+                              f"({', '.join(fwd_kind)}) or 'grad:<output>'")
+        if (kind == "tensor") != (bwd_kind[k] == "tensor"):
+            raise BundleError(f"{where}: input {k} is a {bwd_kind[k]} but its source {src!r} is a {kind}")
+    bwd_outs = [o.name for o in bwd.outputs]
+    for x, g in b.grads.items():
+        if fwd_kind.get(x) != "tensor" or x in outs:
+            raise BundleError(f"{where}: grads: expected a tensor input of {op.name}, got {x!r}")
+        if g not in bwd_outs:
+            raise BundleError(f"{where}: grads[{x!r}] = {g!r}: expected an output of {b.op} ({', '.join(bwd_outs)})")
+    if not b.grads:
+        raise BundleError(f"{where}: grads is empty; name the inputs that get gradients")
+    # Leading batch dims flow through training: what the forward saw batched, the backward sees batched.
+    fwd_batch = {a.name for a in op.args if a.batch} | {o.name for o in op.outputs if o.batch}
+    bwd_batch = {a.name for a in bwd.args if a.batch} | {o.name for o in bwd.outputs if o.batch}
+    for k, src in b.inputs.items():
+        tensor = src[len(_m.GRAD_PREFIX):] if src.startswith(_m.GRAD_PREFIX) else src
+        if tensor in fwd_batch and k not in bwd_batch:
+            raise BundleError(f"{where}: input {k} = {src!r} comes from a batched tensor of {op.name} (leading batch "
+                              f"dimensions), but {b.op}'s {k!r} is not batched; declare it batched too")
+    for x, g in b.grads.items():
+        if x in fwd_batch and g not in bwd_batch:
+            raise BundleError(f"{where}: grads[{x!r}] = {g!r}: {x!r} is batched, so its gradient must be a batched "
+                              f"output of {b.op}; declare {g!r} batched too")

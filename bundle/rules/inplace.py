@@ -1,0 +1,36 @@
+"""Rules on inputs written in place (schema 1.2): an op has an effect, only tensors are written, and an op that
+writes an input has no autograd pair."""
+
+from __future__ import annotations
+
+from flyship.bundle import model as _m
+from flyship.bundle.errors import BundleError
+from flyship.bundle.rules.common import fail as _fail
+
+
+def check_effects(op: _m.Op, where: str) -> None:
+    """An op has an effect: a fresh output or an input it writes in place (schema 1.2), or both. The one rule for
+    the spec API (flyc-build), the manifest reader and the loader's schema builder."""
+    if not op.outputs and not op.mutable:
+        raise _fail(f"{where}.outputs", "expected at least one output or one input the kernel writes in place "
+                                        "(mutable), got neither; declare Output(...) or Tensor(..., mutable=True)")
+
+
+def check_mutable_arg(a: _m.Arg, where: str) -> None:
+    """Only a tensor can be written in place (``where``: the argument's JSON path)."""
+    if a.mutable and a.kind != "tensor":
+        raise _fail(f"{where}.mutable", f"only a tensor can be written in place, got a mutable {a.kind} {a.name!r}")
+
+
+def check_no_backward_when_mutable(op: _m.Op, where: str, which: str = "op") -> None:
+    """An op that writes an input in place has no autograd pair, as the forward or as the backward: the write
+    overwrites what autograd would save (torch's version counter then refuses the backward), and a gradient
+    through a buffer the kernel overwrites is not the op's derivative.
+
+    Raises:
+        BundleError: naming the op and the inputs it writes.
+    """
+    if op.mutable:
+        raise BundleError(f"{where}: expected ops without in-place inputs, got {which} {op.name} writing "
+                          f"{', '.join(op.mutable)} in place; an op that writes an input cannot declare a backward "
+                          "(declare the write as an Output to train through it)")
