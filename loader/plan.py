@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
-from flyship.bundle.errors import BundleError
 from flyship.loader.cpu import mutable_hint
 
 PLAN_VERSION = 8
@@ -33,28 +32,16 @@ def _bf16_bits(v: float) -> int:
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
-def constant_word(field: _m.KernargField, where: str) -> int:
-    """The little-endian bytes of a ``constant`` field's value, padded to 8 and read as an int64.
-
-    Raises:
-        BundleError: no value, or a value the type cannot hold.
-    """
-    if field.value is None:
-        raise BundleError(f"{where}: constant kernarg field at offset {field.offset} has no value")
+def constant_word(field: _m.KernargField) -> int:
+    """The little-endian bytes of a ``constant`` field's value, padded to 8 and read as an int64. The rule book
+    (:func:`flyship.bundle.rules.check_fields`) has checked that the value fits the field's type."""
     v = field.value
-    try:
-        if field.type == "bf16":
-            raw = struct.pack("<H", _bf16_bits(float(v)))
-        elif field.type in FLOAT_TYPES:
-            raw = struct.pack(_PACK[field.type], float(v))
-        else:
-            if isinstance(v, float) and not v.is_integer():
-                raise BundleError(f"{where}: constant kernarg field at offset {field.offset}: expected an integer for "
-                                  f"type {field.type}, got {v!r}")
-            raw = struct.pack(_PACK[field.type], int(v))
-    except struct.error as e:
-        raise BundleError(f"{where}: constant kernarg field at offset {field.offset}: {v!r} does not fit "
-                          f"{field.type} ({e})") from None
+    if field.type == "bf16":
+        raw = struct.pack("<H", _bf16_bits(float(v)))
+    elif field.type in FLOAT_TYPES:
+        raw = struct.pack(_PACK[field.type], float(v))
+    else:
+        raw = struct.pack(_PACK[field.type], int(v))
     return struct.unpack("<q", raw.ljust(8, b"\0"))[0]
 
 
@@ -117,7 +104,6 @@ def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, slots: dict
     A multi-launch variant (schema 1.2) carries its following launches (``then``, lowered alike) and its
     workspaces; a ``workspace`` field's slot is the workspace's index (``workspaces``: the names, for a
     following launch, whose workspaces are its variant's)."""
-    where = f"op {op.name} specialization {spec.name} target {v.target}"
     if workspaces is None:
         workspaces = tuple(w.name for w in v.workspaces)
     programs: list[dict[str, Any]] = []
@@ -133,30 +119,18 @@ def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, slots: dict
         label = f"{f.kernel_arg or f.kind} (offset {f.offset}, {f.type})"
         slot = dim = prog = -1
         constant = bytes_per_program = align = 0
+        # The rule book (check_fields) has judged every field: its argument or workspace exists and has the
+        # field's kind, its dimension is in 0..rank-1, its type fits its kind; here it is only lowered.
         if f.kind in ("pointer", "shape", "stride", "scalar"):
-            if f.arg not in slots:
-                raise BundleError(f"{where}: kernarg {label} names unknown argument {f.arg!r}")
-            s = slots[f.arg]
-            slot = s.index
-            if (f.kind == "scalar") != (s.kind != "tensor"):
-                raise BundleError(f"{where}: kernarg {label} is a {f.kind} field but {f.arg!r} is a {s.kind}")
+            slot = slots[f.arg].index
             if f.kind in ("shape", "stride"):
-                if f.dim is None or not -s.rank <= f.dim < s.rank:
-                    raise BundleError(f"{where}: kernarg {label}: dim {f.dim} out of range for {f.arg!r} of "
-                                      f"rank {s.rank}")
-                dim = f.dim % s.rank
-            if f.kind == "scalar" and s.kind == "float" and f.type not in FLOAT_TYPES:
-                raise BundleError(f"{where}: kernarg {label}: float argument {f.arg!r} cannot be packed as {f.type}")
+                dim = f.dim
         if f.kind == "workspace":
-            if f.arg not in workspaces:
-                raise BundleError(f"{where}: kernarg {label} names unknown workspace {f.arg!r}")
             slot = workspaces.index(f.arg)
-        if f.kind in ("pointer", "null", "scratch", "workspace") and f.type not in ("ptr", "u64", "i64"):
-            raise BundleError(f"{where}: kernarg {label}: a {f.kind} field needs an 8-byte pointer type")
         if f.kind == "expr":
             prog = program(f.expr or "")
         elif f.kind == "constant":
-            constant = constant_word(f, where)
+            constant = constant_word(f)
         elif f.kind == "scratch":
             bytes_per_program = int(f.bytes_per_program or 0)
             align = int(f.align or 256)
@@ -193,8 +167,7 @@ def lower_op(op: _m.Op, namespace: str, spec_variants: Optional[list[int]] = Non
         n_code_objects: the number of the op's variants and their following launches, each of which has a
             variant id (default: counted in ``op``).
 
-    Raises:
-        BundleError: an output rule that does not fit the op's arguments.
+    The op must have passed the rule book (:func:`flyship.bundle.rules.check_op`): lowering judges nothing.
     """
     slots = _m.slots(op)
     batched = {a.name for a in op.args if a.batch} | {o.name for o in op.outputs if o.batch}
@@ -229,10 +202,8 @@ def lower_op(op: _m.Op, namespace: str, spec_variants: Optional[list[int]] = Non
 
 def lower_specs(op: _m.Op) -> list[dict[str, Any]]:
     """One op's specializations as the core reads them (``parse_specs``): guards (with the implied layout
-    checks) and variants. Depends on the op alone (not on the namespace), so a plan cache may keep it.
-
-    Raises:
-        BundleError: a field or expression that does not fit the op's arguments.
+    checks) and variants. Depends on the op alone (not on the namespace), so a plan cache may keep it. The op must
+    have passed the rule book (:func:`flyship.bundle.rules.check_op`): lowering judges nothing.
     """
     slots = _m.slots(op)
     specs = []
@@ -250,9 +221,6 @@ def lower_specs(op: _m.Op) -> list[dict[str, Any]]:
             "out_constraints": out_constraints,
             "variants": [lower_variant(op, s, v, slots) for v in s.variants],
         })
-        for t in s.guard.alignment:
-            if t not in slots or slots[t].kind != "tensor":
-                raise BundleError(f"op {op.name} specialization {s.name}: alignment guard names no tensor: {t!r}")
     return specs
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 from flyship.bundle import expr as _expr
 from flyship.bundle import limits as L
 from flyship.bundle import model as _m
@@ -14,6 +16,8 @@ from flyship.bundle.rules.expressions import check_expression
 _INT_TYPES = {"i64": (L.INT64_MIN, L.INT64_MAX), "u64": (0, (1 << 64) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
               "u32": (0, (1 << 32) - 1), "i16": (-(1 << 15), (1 << 15) - 1), "i8": (-(1 << 7), (1 << 7) - 1)}
 _FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
+# The struct format a float constant is packed with (bf16 through its float32 bits, as the loader packs it).
+_FLOAT_FORMATS = {"f64": "<d", "f32": "<f", "f16": "<e", "bf16": "<f"}
 # Field kinds -> the kernarg types they may have, and whether they name a tensor / a scalar argument.
 _POINTER_KINDS = ("pointer", "null", "scratch", "workspace")
 _TENSOR_KINDS = ("pointer", "shape", "stride")
@@ -124,5 +128,10 @@ def _check_constant(f: _m.KernargField, fw: str) -> None:
     elif f.type in _FLOAT_TYPES:
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise _fail(f"{fw}.value", f"expected a number for a {f.type} constant, got {v!r}")
+        try:
+            struct.pack(_FLOAT_FORMATS[f.type], float(v))
+        except OverflowError:
+            raise _fail(f"{fw}.value", f"expected a number that fits {f.type}, got {v!r}, which is out of its "
+                                       "range") from None
     else:
         raise _fail(f"{fw}.type", f"a constant of type {f.type!r}; expected an integer or float type")
