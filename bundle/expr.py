@@ -31,7 +31,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from flyship.bundle.errors import ExprError
 
@@ -332,6 +332,44 @@ def substitute(text: str, values: Mapping[str, int]) -> str:
 
     parse(text)
     tree = _Sub().visit(ast.parse(text.strip(), mode="eval")).body
+    return canonical(ast.unparse(tree))
+
+
+def substitute_tensors(text: str, shapes: Mapping[str, Sequence[str]]) -> str:
+    """Write in the shape rule of each tensor named in ``shapes`` (a workspace's, whose allocation is contiguous):
+    ``w.shape[d]`` becomes its d-th expression, ``w.stride[d]`` the product of the later ones (1 for the last) and
+    ``w.numel`` the product of all, so the result reads only the other names. Returns :func:`canonical` text.
+
+    Example:
+        >>> substitute_tensors("cdiv(ws.numel, ws.stride[0])", {"ws": ("x.shape[0]", "4")})
+        'cdiv(x.shape[0] * 4, 4)'
+
+    Raises:
+        ExprError: ``text`` or a shape rule is not an expression of the grammar.
+    """
+    rules = {k: [parse(e) for e in v] for k, v in shapes.items()}
+
+    def product(nodes: list[ast.expr]) -> ast.expr:
+        out: ast.expr = nodes[0] if nodes else ast.Constant(1)
+        for n in nodes[1:]:
+            out = ast.BinOp(out, ast.Mult(), n)
+        return out
+
+    class _Tensors(ast.NodeTransformer):
+        def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+            name, what, idx = _tensor_index(node, text)
+            if name not in rules:
+                return node
+            d = idx % len(rules[name])
+            return rules[name][d] if what == "shape" else product(rules[name][d + 1:])
+
+        def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+            if node.attr == "numel" and isinstance(node.value, ast.Name) and node.value.id in rules:
+                return product(rules[node.value.id])
+            return node
+
+    parse(text)
+    tree = _Tensors().visit(ast.parse(text.strip(), mode="eval")).body
     return canonical(ast.unparse(tree))
 
 

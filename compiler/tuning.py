@@ -327,9 +327,6 @@ def drop_over_limits(ops: Iterable[Any], results: list[Any]) -> tuple[list[Any],
     return [r for r in results if r not in gone], lines
 
 
-_REF = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.(shape\[(-?\d+)\]|numel)")
-
-
 def _dims(text: str, op: Any, depth: int = 0) -> set[str]:
     """The input dimensions (``x.shape[0]``) an expression depends on; an output's dims through its shape rule,
     ``x.numel`` as every dim of ``x``."""
@@ -338,22 +335,36 @@ def _dims(text: str, op: Any, depth: int = 0) -> set[str]:
     out: set[str] = set()
     tensors = {a.name: a for a in op.args if isinstance(a, Tensor)}
     outputs = {o.name: o for o in op.outputs}
-    for m in _REF.finditer(text):
-        name, d = m.group(1), m.group(3)
+    try:
+        reads = _expr.reads(text)
+    except _expr.ExprError:
+        return out
+    for name, what, d in reads:
+        if what not in ("shape", "numel"):
+            continue
         if name in tensors:
             rank = tensors[name].rank
-            ds = [int(d) % rank] if d is not None else range(rank)
+            ds = [d % rank] if d is not None else range(rank)
             out |= {f"{name}.shape[{i}]" for i in ds}
         elif name in outputs and depth < 4:
             rule = op.output_shape(outputs[name])
-            ds = [int(d) % len(rule)] if d is not None else range(len(rule))
+            ds = [d % len(rule)] if d is not None else range(len(rule))
             for i in ds:
                 out |= _dims(rule[i], op, depth + 1)
     return out
 
 
+def _comparison(c: str) -> Optional[tuple[str, str, str]]:
+    """:func:`flyship.bundle.expr.comparison` of a constraint, None for one outside the grammar."""
+    try:
+        return _expr.comparison(c)
+    except _expr.ExprError:
+        return None
+
+
 def _is_range_guard(c: str) -> bool:
-    return bool(re.search(r"<=\s*(2147483647|4294967295|9223372036854775807)\s*$", c))
+    cmp = _comparison(c)
+    return cmp is not None and cmp[0] == "le" and cmp[2] in ("2147483647", "4294967295", "9223372036854775807")
 
 
 def _pinned(constraints: Sequence[str], op: Any) -> set[str]:
@@ -362,17 +373,14 @@ def _pinned(constraints: Sequence[str], op: Any) -> set[str]:
     pinned: set[str] = set()
     for _ in range(3):
         for c in constraints:
-            m = re.fullmatch(r"\s*(.+?)\s*==\s*(.+?)\s*", c)
-            if not m:
+            cmp = _comparison(c)
+            if cmp is None or cmp[0] != "eq":
                 continue
-            for a, b in ((m.group(1), m.group(2)), (m.group(2), m.group(1))):
-                if not re.fullmatch(r"\w+\.shape\[-?\d+\]", a):
+            for a, b in ((cmp[1], cmp[2]), (cmp[2], cmp[1])):
+                dim = _expr.dimension(a)
+                if dim is None or dim[1] != "shape":
                     continue  # only a single dimension is pinned by an equality (not a product of several)
-                try:
-                    fixed = _expr.is_constant(b)
-                except _expr.ExprError:
-                    continue
-                if fixed or (_dims(b, op) and _dims(b, op) <= pinned):
+                if _expr.is_constant(b) or (_dims(b, op) and _dims(b, op) <= pinned):
                     pinned |= _dims(a, op)
     return pinned
 
@@ -396,9 +404,9 @@ def key_warnings(op: Any, grids: dict[str, Sequence[str]]) -> list[str]:
     for _ in range(3):
         for s in op.specs:
             for c in s.constraints:
-                m = re.fullmatch(r"\s*(.+?)\s*==\s*(.+?)\s*", c)
-                if m:
-                    lhs, rhs = _dims(m.group(1), op), _dims(m.group(2), op)
+                cmp = _comparison(c)
+                if cmp is not None and cmp[0] == "eq":
+                    lhs, rhs = _dims(cmp[1], op), _dims(cmp[2], op)
                     if lhs and lhs <= covered:
                         covered |= rhs
                     if rhs and rhs <= covered:

@@ -11,7 +11,6 @@ recording driver.
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 from flyship.bundle import expr as _expr
@@ -110,21 +109,17 @@ def _relates(text: str, shapes: dict[str, tuple[int, ...]]) -> list[str]:
     """The tensors whose sizes constraint ``text`` relates, when it relates two or more of the inputs in
     ``shapes`` by size alone (no strides, outputs or device properties), else []."""
     try:
-        tree = _expr.parse(text)
+        reads = _expr.reads(text)
     except ExprError:
         return []
     names: list[str] = []
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Subscript) or (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)):
-            if isinstance(n, ast.Attribute) and n.value.id == "device":
-                return []
-            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and n.value.attr == "stride":
-                return []
-            name = n.value.value.id if isinstance(n, ast.Subscript) else n.value.id
-            if name not in shapes:
-                return []
-            if name not in names:
-                names.append(name)
+    for name, what, _ in reads:
+        if what == "scalar":
+            continue
+        if name == _expr.DEVICE or what == "stride" or name not in shapes:
+            return []
+        if name not in names:
+            names.append(name)
     return names if len(names) > 1 else []
 
 
@@ -139,16 +134,15 @@ def _holds(text: str, shapes: dict[str, tuple[int, ...]], scalars: dict[str, int
 
 def _sides(text: str, shapes: dict[str, tuple[int, ...]], scalars: dict[str, int]) -> str:
     """The values of a broken comparison's two sides (``w.shape[0] = 100, x.shape[1] = 256``), or "false"."""
-    tree = _expr.parse(text)
-    if not isinstance(tree, ast.Compare):
+    cmp = _expr.comparison(text)
+    if cmp is None:
         return "false"
     parts = []
-    for side in (tree.left, tree.comparators[0]):
-        t = ast.unparse(side)
+    for t in cmp[1:]:
         try:
             v = _expr.evaluate_with_shapes(t, shapes, scalars)
         except ExprError:
             return "false"
-        if not isinstance(side, ast.Constant):
+        if _expr.int_literal(t) is None:  # a literal side needs no "= value"
             parts.append(f"{t} = {v}")
     return ", ".join(parts) or "false"

@@ -74,8 +74,8 @@ def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...],
         passed = {d for d in range(rank) if all((name, d) in st for st in takers)}
         texts = []
         for d in range(rank):
-            pinned = any(_expr.canonical(c).startswith(f"{name}.stride[{d}] == ")
-                         and _expr.canonical(c).split(" == ", 1)[1].isdigit() for c in guard)
+            pinned = any(cmp is not None and cmp[0] == "eq" and _expr.dimension(cmp[1]) == (name, "stride", d)
+                         and cmp[2].isdigit() for cmp in map(_expr.comparison, guard))
             if d in passed or pinned:
                 continue
             expected = " * ".join(f"{name}.shape[{k}]" for k in range(d + 1, rank)) or "1"

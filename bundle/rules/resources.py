@@ -48,8 +48,8 @@ def lds_limit(target: str) -> Optional[int]:
 def check_scratch(meta: _m.KernelMetadata, allow_scratch: bool, where: str) -> None:
     """No scratch (spills to private / local memory) unless the spec allows it (compile stage)."""
     if meta.private_segment_fixed_size > 0 and not allow_scratch:
-        raise BundleError(f"{where}: the kernel spills to scratch ({meta.private_segment_fixed_size} bytes per "
-                          "work-item); reduce register pressure or set Spec(allow_scratch=True)")
+        raise BundleError(f"{where}: the kernel spills to scratch / local memory ({meta.private_segment_fixed_size} "
+                          "bytes per work-item); reduce register pressure or set Spec(allow_scratch=True)")
 
 
 def check_metadata(meta: _m.KernelMetadata, where: str) -> None:

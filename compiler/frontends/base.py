@@ -327,18 +327,7 @@ def bind_workspaces(layout: KernargLayout, workspaces: tuple[Workspace, ...]) ->
 def expand_workspaces(text: str, workspaces: tuple[Workspace, ...]) -> str:
     """An expression with each workspace's sizes and (contiguous) strides written in as its shape rule, so
     a grid a launcher computes from a workspace's layout reads only the inputs."""
-    import re
-
-    for w in workspaces:
-        def size(m: "re.Match[str]", w: Workspace = w) -> str:
-            d = int(m.group(2)) % len(w.shape)
-            if m.group(1) == "shape":
-                return f"({w.shape[d]})"
-            return "(" + (" * ".join(f"({e})" for e in w.shape[d + 1:]) or "1") + ")"
-
-        text = re.sub(rf"\b{re.escape(w.name)}\.(shape|stride)\[(-?\d+)\]", size, text)
-        text = re.sub(rf"\b{re.escape(w.name)}\.numel\b", "(" + " * ".join(f"({e})" for e in w.shape) + ")", text)
-    return _expr.canonical(text) if workspaces else text
+    return _expr.substitute_tensors(text, {w.name: w.shape for w in workspaces}) if workspaces else text
 
 
 def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str,
@@ -516,7 +505,7 @@ def check_resources(meta: KernelMetadata, block: tuple[int, int, int], dynamic_l
         raise ResourceError(f"{where}: kernel {symbol} uses {meta.vgpr_count} registers x {threads} threads = "
                             f"{meta.vgpr_count * threads}, over the {NV_REGISTERS_PER_BLOCK} a block may hold; the "
                             "launch would fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; lower num_warps or set maxnreg")
-    if meta.private_segment_fixed_size > 0 and not spec.allow_scratch:
-        raise ResourceError(f"{where}: kernel {symbol} spills to scratch / local memory "
-                            f"({meta.private_segment_fixed_size} bytes per work-item); reduce register pressure "
-                            "or set Spec(allow_scratch=True)")
+    try:
+        _rules.check_scratch(meta, spec.allow_scratch, f"{where}: kernel {symbol}")
+    except BundleError as e:
+        raise ResourceError(str(e)) from None

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from flyship.bundle import expr as _expr
 from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch
 from flyship.compiler.frontends.base import (BuildContext, DSLError, Frontend, FrontendError, KernelBuild,
                                             WorkerSetup, example_device)
@@ -351,14 +352,16 @@ def _check_constants_pinned(op: OpDecl, spec: Spec, pos: list, where: str) -> No
     """A constant ``Value("m", "64")`` equal to an example input's dimension (or element count) is baked into
     the kernel: the spec must pin that size with a constraint (``"x.shape[0] == 64"``), else a call of another
     size would dispatch to a kernel fixed to the example's."""
-    pins = {c.replace(" ", "") for c in (*spec.constraints, *op.constraints(spec))}
+    constraints = (*spec.constraints, *op.constraints(spec))
+    equal = [cmp[1:] for cmp in map(_expr.comparison, constraints) if cmp and cmp[0] == "eq"]
+    pins = set(equal) | {(b, a) for a, b in equal}
     sizes = _example_sizes(op, pos)
     for a in op.args:
         if not launcher_constant(a):
             continue
         value = int(a.expr.strip())
         same = [e for e, v in sizes if v == value]
-        if same and not any(f"{e}=={value}" in pins or f"{value}=={e}" in pins for e in same):
+        if same and not any((e, str(value)) in pins for e in same):
             raise FrontendError(
                 f"{where}: constant Value({a.name!r}, {a.expr!r}) equals the example's {' / '.join(same)}, expected a "
                 f"constraint pinning that size (e.g. constraints=({same[0] + ' == ' + str(value)!r},)), got none; "

@@ -23,7 +23,6 @@ checked on the cubins / hsacos it makes; ``docs/triton.md`` has the long form):
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import hashlib
@@ -342,9 +341,9 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
 def _value_param(name: str, type_: str, text: str, slots: dict[str, _expr.Slot]) -> RuntimeParam:
     """A Value parameter: a ``shape`` / ``stride`` field when its expression is exactly ``t.shape[d]`` /
     ``t.stride[d]`` (the loader then knows the kernel takes that stride), else an ``expr`` field."""
-    node = _expr.parse(text)
-    if isinstance(node, ast.Subscript):
-        tensor, what, idx = node.value.value.id, node.value.attr, int(ast.literal_eval(node.slice))
+    dim = _expr.dimension(text)
+    if dim is not None:
+        tensor, what, idx = dim
         rank = slots[tensor].rank
         return RuntimeParam(name, type_, what, type_, arg=tensor, dim=idx % rank)
     return RuntimeParam(name, type_, "expr", type_, expr=text)
