@@ -31,6 +31,7 @@ def check_no_backward_when_mutable(op: _m.Op, where: str, which: str = "op") -> 
         BundleError: naming the op and the inputs it writes.
     """
     if op.mutable:
-        raise BundleError(f"{where}: expected ops without in-place inputs, got {which} {op.name} writing "
-                          f"{', '.join(op.mutable)} in place; an op that writes an input cannot declare a backward "
-                          "(declare the write as an Output to train through it)")
+        role = "declares a backward" if which == "op" else "is another op's backward"
+        raise BundleError(f"{where}: expected ops without in-place inputs, got {which} {op.name}, which writes "
+                          f"{', '.join(op.mutable)} in place and {role}; an op that writes an input cannot be part of "
+                          "an autograd pair (declare the write as an Output to train through it)")

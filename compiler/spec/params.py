@@ -1,0 +1,167 @@
+"""The spec API's parameter declarations: what an op's ``args=[...]`` lists, in the kernel's order."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+from flyship.compiler.tuning import kernel_name as _kernel_name
+from flyship.errors import SpecError
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensor:
+    """An input tensor parameter.
+
+    Args:
+        name: argument name in the op's schema.
+        rank: number of dimensions.
+        alignment: required data-pointer alignment in bytes (default: the element size).
+        pointee: for a FlyDSL launcher parameter annotated ``fx.Pointer``: the element type of the pointer
+            flyship passes for this tensor (a dtype name; default: the tensor's dtype). Upstream builders often
+            pass bytes: ``flyc.from_c_void_p(fx.Uint8, t.data_ptr())`` is ``pointee="uint8"``.
+        mutable: the kernel writes this input in place (a KV cache, an accumulator, the residual of a fused
+            add + RMSNorm). The torch schema says ``Tensor(a!) name``, no fresh output is made for it, and the
+            op's reference must write it in place too. flyc-build refuses a kernel that stores through a tensor
+            declared neither an ``Output`` nor ``mutable``.
+        batch: accept leading batch dimensions: a call's ``(B, S, H)`` reaches the kernel, written for ``rank``
+            dims ``(M, H)``, as the view ``(B*S, H)`` (no copy; a layout that does not flatten to a view falls
+            back to the reference, or raises with the fallback off). Batched inputs of one call must share
+            their leading dims. See docs/spec-api.md, "Leading batch dimensions".
+
+    Example::
+
+        op("fused_add_rmsnorm", kernel=..., args=[Tensor("x", rank=2), Tensor("residual", rank=2, mutable=True),
+                                               Tensor("w", rank=1), Output("out", like="x"), Scalar("eps")], ...)
+    """
+
+    name: str
+    rank: int
+    alignment: Optional[int] = None
+    pointee: Optional[str] = None
+    mutable: bool = False
+    batch: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """An output tensor parameter, allocated by the loader.
+
+    Args:
+        name: output name.
+        like: allocate with the shape and dtype of this input tensor.
+        shape: one expression per dimension (``("a.shape[0]", "b.shape[1]")``), instead of ``like``.
+        dtype: an input tensor's name or a torch dtype name (with ``shape``; default: the first input's).
+        batch: return the output with the batched inputs' leading dims back (``(B*S, N)`` -> ``(B, S, N)``); its
+            first dimension must be a batched input's first. Default: batched when ``like`` names a batched input.
+        zero: the kernel accumulates into it (atomic adds from several programs): the loader allocates it filled
+            with zeros (and zero-fills an ``out=`` tensor) before the launch. flyc-build refuses a kernel whose
+            IR accumulates atomically into an output not declared ``zero=True``.
+    """
+
+    name: str
+    like: Optional[str] = None
+    shape: Optional[tuple[str, ...]] = None
+    dtype: Optional[str] = None
+    batch: Optional[bool] = None
+    zero: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Scalar:
+    """A runtime scalar parameter (``int``, ``float`` or ``bool``), part of the op's schema."""
+
+    name: str
+    type: str = "float"
+    default: Optional[float | int | bool] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Constexpr:
+    """A compile-time parameter; each specialization gives its value in ``Spec.constexprs``."""
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """An integer parameter computed from the inputs (``Value("n", "x.numel", type="i32")``); the expression
+    may read ``device.cu_count``, and a literal (``Value("m", "64")``) is a constant an entry passes itself."""
+
+    name: str
+    expr: str
+    type: str = "i32"
+
+
+@dataclasses.dataclass(frozen=True)
+class Workspace:
+    """Device memory the op's launches share within one call (a split reduction's partial sums), allocated by
+    the loader per call before the first launch, never part of the op's schema (docs/spec-api.md).
+
+    Args:
+        name: the name the launches' parameters use.
+        shape: one expression per dimension over the inputs and the constexprs (``("x.shape[0]", "SPLIT")``).
+        dtype: a torch dtype name.
+        zero: fill it with zeros before the first launch (kernels that accumulate into it).
+    """
+
+    name: str
+    shape: tuple[str, ...]
+    dtype: str = "float32"
+    zero: bool = False
+
+
+Param = Tensor | Output | Scalar | Constexpr | Value | Workspace
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One kernel of an op that launches several in order (``op(kernel=[Launch(...), Launch(...)])``, Triton).
+
+    Args:
+        kernel: the ``@triton.jit`` kernel.
+        args: the kernel's parameters in order, each the name of a declaration in the op's ``args``
+            (a :class:`Tensor`, :class:`Output`, :class:`Scalar`, :class:`Constexpr`, :class:`Value` or
+            :class:`Workspace`).
+        grid: up to three expressions over the inputs and constexprs.
+    """
+
+    kernel: Any
+    args: tuple[str, ...]
+    grid: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        for field in ("args", "grid"):
+            value = getattr(self, field)
+            if isinstance(value, str) or not all(isinstance(x, str) for x in value):
+                raise SpecError(f"Launch({_kernel_name(self.kernel)!r}): {field} must be a "
+                                f"list of strings, got {value!r}")
+            object.__setattr__(self, field, tuple(value))
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A plain Python entry point around a DSL launcher (see :func:`entry`)."""
+
+    fn: Callable[..., Any]
+    frontend: str = "flydsl"
+
+    @property
+    def __name__(self) -> str:  # noqa: A003 - messages name the entry like a function
+        return _kernel_name(self.fn)
+
+
+def entry(fn: Callable[..., Any], frontend: str = "flydsl") -> Entry:
+    """Name a plain Python function that the user calls, which calls a ``@flyc.jit`` launcher.
+
+    FlyDSL builders often return such a wrapper: it sets compile hints (fast-math, LLVM options), substitutes
+    placeholder arguments and marks layouts dynamic, then calls the inner launcher. flyc-build calls the
+    entry as the user would, with the declared arguments positionally (``args`` are the entry's *leading*
+    parameters, in order; every later parameter must have a default; a constant the entry passes a launcher
+    itself is a ``Value("m", "64")``, not an entry parameter), records each launcher call it makes (several
+    launchers in sequence: one code object per call), and proves each code object against FlyDSL's own from that
+    same call. Naming the inner launcher instead would lose the wrapper's hints and build other code.
+    """
+    if not callable(fn):
+        raise SpecError(f"entry: expected a callable, got {type(fn).__name__}")
+    return Entry(fn, frontend)
