@@ -10,16 +10,17 @@ one import.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 from flyship.bundle import files as _files
 from flyship.bundle import limits as _limits
 from flyship.bundle import rules as _rules
-from flyship.bundle.errors import BundleError
+from flyship.bundle.errors import BundleError, ManifestVersionError
 from flyship.bundle.manifest_json import (  # noqa: F401  (re-exported)
+    from_data,
     decode,
-    from_json_obj,
-    part_from_json_obj,
     to_json_data,
     to_json_obj,
     write,
@@ -62,6 +63,52 @@ from flyship.bundle.model import (  # noqa: F401  (re-exported)
     slots,
     version_for,
 )
+
+
+def _readable() -> str:
+    return " and ".join(f"{major}.x (up to {major}.{minor})" for major, minor in NEWEST_MINOR.items())
+
+
+
+def from_json_obj(data: Any) -> Manifest:
+    """Build a :class:`Manifest` from parsed JSON, checking the format and schema version.
+
+    Raises:
+        ManifestVersionError: a major version not in :data:`NEWEST_MINOR`.
+        BundleError: a key is missing, unknown (for the same or an older minor version), or mistyped.
+    """
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        got = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise BundleError(
+            f"manifest: expected a JSON object with \"format\": {FORMAT_NAME!r}, got {str(got)[:60]!r}; "
+            "is this a flyship bundle?"
+        )
+    version = data.get("schema_version", "")
+    match = re.fullmatch(r"([0-9]{1,6})\.([0-9]{1,6})", version) if isinstance(version, str) else None
+    if match is None:
+        raise BundleError(f"manifest: expected schema_version 'MAJOR.MINOR', got {str(version)[:60]!r}")
+    major, minor = int(match[1]), int(match[2])
+    if major not in NEWEST_MINOR:
+        raise ManifestVersionError(
+            f"manifest: bundle schema version {version} is not readable by this flyship, which reads "
+            f"{_readable()}; rebuild the bundle with a matching flyc-build, "
+            "or install the flyship version that wrote it"
+        )
+    body = {k: v for k, v in data.items() if k != "format"}
+    return from_data(Manifest, body, "", lenient=minor > NEWEST_MINOR[major])
+
+
+def part_from_json_obj(cls: Any, data: Any, schema_version: str, where: str) -> Any:
+    """One part of a manifest (an :class:`Op`, a :class:`Specialization`...) from its JSON data, read as
+    :func:`from_json_obj` reads it in a manifest of ``schema_version`` (unknown keys are ignored for a newer minor
+    version). Checks types and limits, not the rule book: for data taken from a manifest that passed it (the plan
+    cache).
+
+    Raises:
+        BundleError: a key is missing, unknown or mistyped.
+    """
+    major, minor = (int(x) for x in schema_version.split("."))
+    return from_data(cls, data, where, lenient=minor > NEWEST_MINOR[major])
 
 
 def parse(data: bytes, where: str) -> Manifest:

@@ -1,9 +1,9 @@
 """The manifest as JSON: the one reader (JSON data -> :mod:`flyship.bundle.model` dataclasses) and writer.
 
-Reading checks keys, types and the sizes of :mod:`flyship.bundle.limits` and refuses an unknown major version,
-naming both versions; it does not judge the rules (:mod:`flyship.bundle.rules`, which
-:func:`flyship.bundle.manifest.parse` runs after it). The manifest is sorted-key JSON, so a rebuild from the same
-inputs gives the same bytes.
+Reading checks keys, types and the sizes of :mod:`flyship.bundle.limits`. The schema version (an unknown major
+is refused, naming both versions) is :mod:`flyship.bundle.manifest`'s, and the rules are
+:mod:`flyship.bundle.rules`', which :func:`flyship.bundle.manifest.parse` runs after reading. The manifest is
+sorted-key JSON, so a rebuild from the same inputs gives the same bytes.
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ import dataclasses
 import functools
 import json
 import math
-import re
 import types
 import typing
 from pathlib import Path
 from typing import Any, Callable
 
 from flyship.bundle import limits as _limits
-from flyship.bundle.errors import BundleError, ManifestVersionError
-from flyship.bundle.model import FORMAT_NAME, NEWEST_MINOR, Manifest
+from flyship.bundle.errors import BundleError
+from flyship.bundle.model import FORMAT_NAME, Manifest
 
 
 def to_json_obj(obj: Any) -> Any:
@@ -224,42 +223,9 @@ def _dataclass_reader(cls: Any) -> Reader:
     return read_object
 
 
-def _from(cls: Any, data: Any, where: str, lenient: bool) -> Any:
+def from_data(cls: Any, data: Any, where: str, lenient: bool) -> Any:
     """Build dataclass (or type) ``cls`` from JSON ``data``; see :func:`_reader`."""
     return _reader(cls)(data, where, lenient)
-
-
-def _readable() -> str:
-    return " and ".join(f"{major}.x (up to {major}.{minor})" for major, minor in NEWEST_MINOR.items())
-
-
-
-def from_json_obj(data: Any) -> Manifest:
-    """Build a :class:`Manifest` from parsed JSON, checking the format and schema version.
-
-    Raises:
-        ManifestVersionError: a major version not in :data:`NEWEST_MINOR`.
-        BundleError: a key is missing, unknown (for the same or an older minor version), or mistyped.
-    """
-    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-        got = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise BundleError(
-            f"manifest: expected a JSON object with \"format\": {FORMAT_NAME!r}, got {str(got)[:60]!r}; "
-            "is this a flyship bundle?"
-        )
-    version = data.get("schema_version", "")
-    match = re.fullmatch(r"([0-9]{1,6})\.([0-9]{1,6})", version) if isinstance(version, str) else None
-    if match is None:
-        raise BundleError(f"manifest: expected schema_version 'MAJOR.MINOR', got {str(version)[:60]!r}")
-    major, minor = int(match[1]), int(match[2])
-    if major not in NEWEST_MINOR:
-        raise ManifestVersionError(
-            f"manifest: bundle schema version {version} is not readable by this flyship, which reads "
-            f"{_readable()}; rebuild the bundle with a matching flyc-build, "
-            "or install the flyship version that wrote it"
-        )
-    body = {k: v for k, v in data.items() if k != "format"}
-    return _from(Manifest, body, "", lenient=minor > NEWEST_MINOR[major])
 
 
 def to_json_data(manifest: Manifest) -> dict:
@@ -294,17 +260,3 @@ def decode(data: bytes, where: str) -> Any:
     except (ValueError, RecursionError) as e:  # JSONDecodeError, NaN / Infinity, an int of > 4300 digits
         raise BundleError(f"read bundle: {where} is not valid JSON ({str(e)[:200]}); the bundle is damaged, "
                           "rebuild it") from None
-
-
-def part_from_json_obj(cls: Any, data: Any, schema_version: str, where: str) -> Any:
-    """One part of a manifest (an :class:`Op`, a :class:`Specialization`...) from its JSON data, read as
-    :func:`from_json_obj` reads it in a manifest of ``schema_version`` (unknown keys are ignored for a newer minor
-    version). Checks types and limits, not the rule book: for data taken from a manifest that passed it (the plan
-    cache).
-
-    Raises:
-        BundleError: a key is missing, unknown or mistyped.
-    """
-    major, minor = (int(x) for x in schema_version.split("."))
-    return _from(cls, data, where, lenient=minor > NEWEST_MINOR[major])
-

@@ -16,7 +16,6 @@ import pytest
 
 import flyship
 from flyship.bundle import manifest as M
-from flyship.bundle import manifest_json
 from flyship.bundle import rules
 from flyship.bundle.errors import BundleError
 from flyship.errors import SpecError
@@ -66,7 +65,7 @@ def test_a_broken_rule_is_refused_by_the_rule_book_in_the_reader_and_at_load_wit
     edit, message = BROKEN[case]
     d = edited(edit)
     with pytest.raises(BundleError, match=message) as judged:
-        rules.check_manifest(manifest_json.from_json_obj(d))
+        rules.check_manifest(M.from_json_obj(d))
     with pytest.raises(BundleError, match=message) as read:
         M.parse(json.dumps(d).encode(), "bad/manifest.json")
     root = tmp_path / "bundle"
