@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from flyship.bundle import manifest as _m
+from flyship.bundle import model as _m
 from flyship.errors import CallError
 
 

@@ -18,7 +18,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from flyship.bundle.errors import CodeObjectError
-from flyship.bundle.manifest import KernelMetadata, MetadataArg
+from flyship.bundle.model import KernelMetadata, MetadataArg
 
 NT_AMDGPU_METADATA = 32
 EM_AMDGPU = 224

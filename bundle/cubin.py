@@ -36,7 +36,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from flyship.bundle.errors import CodeObjectError
-from flyship.bundle.manifest import KernelMetadata, MetadataArg
+from flyship.bundle.model import KernelMetadata, MetadataArg
 
 EM_CUDA = 190
 WARP_SIZE = 32

@@ -17,7 +17,7 @@ from typing import Optional
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import targets as _targets
-from flyship.bundle.manifest import Example, KernelMetadata, Variant
+from flyship.bundle.model import Example, KernelMetadata, Variant
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,6 +45,7 @@ from flyship.compiler.spec.params import (
     entry,
 )
 from flyship.compiler.spec.specialization import PER_TARGET_FIELDS, Spec, admits
+from flyship.compiler import tuning as _tuning
 from flyship.compiler.tuning import Config  # noqa: F401  (re-exported: a spec file declares configs=[Config(...)])
 from flyship.errors import SpecError
 
@@ -162,8 +163,6 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
                   prune: Optional[Callable[..., Any]]) -> tuple[Any, Sequence[Spec], Any]:
     """An op's config space (``configs=``, or an autotuned kernel's): the kernel unwrapped, each spec x each config
     as a specialization, and the :class:`~flyship.compiler.tuning.ConfigSpace` (None without configs)."""
-    from flyship.compiler import tuning as _tuning
-
     space = None
     tuned = _tuning.from_autotuner(kernel)
     if tuned is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from flyship.bundle import expr as _expr
+from flyship.bundle import limits as _limits
 from flyship.bundle import model as _m
 from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
@@ -225,8 +226,6 @@ def _validate_launches(d: OpDecl, w: str, fe: Any) -> None:
                         "launches its kernels itself: name it as kernel=")
     if d.grid:
         raise SpecError(f"{w}: with kernel=[Launch(...)], each Launch declares its grid; remove the op's grid=")
-    from flyship.bundle import limits as _limits
-
     if len(d.launches) > _limits.MAX_LAUNCHES:
         raise SpecError(f"{w}: {len(d.launches)} launches; at most {_limits.MAX_LAUNCHES}")
     declared = {a.name for a in d.args}
