@@ -335,6 +335,36 @@ def substitute(text: str, values: Mapping[str, int]) -> str:
     return canonical(ast.unparse(tree))
 
 
+def pinned(constraints: Sequence[str]) -> dict[tuple[str, str, Optional[int]], int]:
+    """What a guard pins to one value: each size, stride or element count that a constraint equates with an
+    expression reading nothing of the call (``x.stride[1] == 1``, ``4096 == x.shape[-1]``), keyed like
+    :func:`reads` (the index as written), with its value.
+
+    Example:
+        >>> pinned(["x.stride[1] == 1", "x.shape[0] <= 8", "2 * 4 == y.numel"])
+        {('x', 'stride', 1): 1, ('y', 'numel', None): 8}
+
+    Raises:
+        ExprError: a constraint is not an expression of the grammar.
+    """
+    out: dict[tuple[str, str, Optional[int]], int] = {}
+    for c in constraints:
+        cmp = comparison(c)
+        if cmp is None or cmp[0] != "eq":
+            continue
+        for read, value in ((cmp[1], cmp[2]), (cmp[2], cmp[1])):
+            node = parse(read)
+            if isinstance(node, ast.Subscript):
+                key: Optional[tuple[str, str, Optional[int]]] = _tensor_index(node, read)
+            elif isinstance(node, ast.Attribute) and node.attr == "numel":
+                key = (node.value.id, "numel", None)
+            else:
+                key = None
+            if key is not None and is_constant(value):
+                out[key] = evaluate_with_shapes(value, {})
+    return out
+
+
 def substitute_tensors(text: str, shapes: Mapping[str, Sequence[str]]) -> str:
     """Write in the shape rule of each tensor named in ``shapes`` (a workspace's, whose allocation is contiguous):
     ``w.shape[d]`` becomes its d-th expression, ``w.stride[d]`` the product of the later ones (1 for the last) and

@@ -64,6 +64,7 @@ def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...],
     pointers = [{f.arg for f in t.kernargs.fields if f.kind == "pointer"} for t in launches]
     strides = [{(f.arg, f.dim) for f in t.kernargs.fields if f.kind == "stride" and f.dim is not None}
                for t in launches]
+    pins = _expr.pinned(guard)
     out: dict[str, list[str]] = {}
     for name, rank in ranks.items():
         takers = [st for ptrs, st in zip(pointers, strides) if name in ptrs]
@@ -74,8 +75,7 @@ def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...],
         passed = {d for d in range(rank) if all((name, d) in st for st in takers)}
         texts = []
         for d in range(rank):
-            pinned = any(cmp is not None and cmp[0] == "eq" and _expr.dimension(cmp[1]) == (name, "stride", d)
-                         and cmp[2].isdigit() for cmp in map(_expr.comparison, guard))
+            pinned = pins.get((name, "stride", d), -1) >= 0
             if d in passed or pinned:
                 continue
             expected = " * ".join(f"{name}.shape[{k}]" for k in range(d + 1, rank)) or "1"
