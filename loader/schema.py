@@ -21,7 +21,6 @@ from typing import Any, Callable, Optional
 from flyship.bundle import batch as _batch
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
-from flyship.bundle.errors import BundleError
 from flyship.errors import CallError
 
 _TYPES = {"tensor": "Tensor", "int": "int", "float": "float", "bool": "bool"}
@@ -43,12 +42,10 @@ def out_names(op: _m.Op) -> list[str]:
     Raises:
         BundleError: an out name collides with an input name.
     """
-    names = ["out"] if len(op.outputs) == 1 else [o.name for o in op.outputs]
-    clash = set(names) & {a.name for a in op.args}
-    if clash:
-        raise BundleError(f"op {op.name}: input names {sorted(clash)} collide with the out= argument names of the "
-                          "out variant; rename the inputs")
-    return names
+    from flyship.bundle import rules as _rules
+
+    _rules.check_out_names(op, f"op {op.name}")
+    return ["out"] if len(op.outputs) == 1 else [o.name for o in op.outputs]
 
 
 def schemas(op: _m.Op) -> tuple[str, Optional[str]]:
@@ -64,10 +61,7 @@ def schemas(op: _m.Op) -> tuple[str, Optional[str]]:
     from flyship.bundle import rules as _rules
 
     _rules.check_effects(op, f"op {op.name}")
-    n_mut = len(op.mutable)
-    if n_mut + len(op.outputs) > len(string.ascii_lowercase):
-        raise BundleError(f"op {op.name}: expected at most {len(string.ascii_lowercase)} outputs and in-place "
-                          f"inputs together (one alias letter each), got {n_mut + len(op.outputs)}")
+    _rules.check_alias_letters(op, f"op {op.name}")
     letters = iter(string.ascii_lowercase)
     params = []
     for a in op.args:

@@ -53,7 +53,12 @@ from flyship.bundle.rules.files import (
     read_bundle_file,
     references_source,
 )
-from flyship.bundle.rules.inplace import check_effects, check_mutable_arg, check_no_backward_when_mutable
+from flyship.bundle.rules.inplace import (
+    check_alias_letters,
+    check_effects,
+    check_mutable_arg,
+    check_no_backward_when_mutable,
+)
 from flyship.bundle.rules.layout import check_fields, check_layout
 from flyship.bundle.rules.names import (
     RESERVED_NAMESPACES,
@@ -61,6 +66,7 @@ from flyship.bundle.rules.names import (
     check_name,
     check_names,
     check_namespace,
+    check_out_names,
 )
 from flyship.bundle.rules.ops import check_args, check_batch, check_op, check_op_head, check_specialization
 from flyship.bundle.rules.resources import check_metadata, check_resources, check_scratch, lds_limit
@@ -69,11 +75,11 @@ from flyship.bundle.rules.values import check_block, check_scalar_value
 from flyship.bundle.rules.variants import check_variant, check_workspaces
 
 __all__ = [
-    "RESERVED_NAMESPACES", "TORCH_OPS_ATTRIBUTES",
-    "check_args", "check_backward", "check_batch", "check_block", "check_bundle", "check_bundle_files",
-    "check_code_object", "check_effects", "check_expression", "check_failures", "check_fields", "check_layout",
-    "check_manifest", "check_metadata", "check_must_understand", "check_mutable_arg", "check_name", "check_names",
-    "check_namespace", "check_no_backward_when_mutable", "check_op", "check_op_head", "check_relative_path",
+    "RESERVED_NAMESPACES", "TORCH_OPS_ATTRIBUTES", "check_alias_letters", "check_args", "check_backward",
+    "check_batch", "check_block", "check_bundle", "check_bundle_files", "check_code_object", "check_effects",
+    "check_expression", "check_failures", "check_fields", "check_layout", "check_manifest", "check_metadata",
+    "check_must_understand", "check_mutable_arg", "check_name", "check_names", "check_namespace",
+    "check_no_backward_when_mutable", "check_op", "check_op_head", "check_out_names", "check_relative_path",
     "check_resources", "check_scalar_value", "check_scratch", "check_specialization", "check_variant",
     "check_variant_file", "check_workspaces", "contained_path", "iter_variants", "lds_limit", "read_bundle_file",
     "read_facts", "references_source",

@@ -35,3 +35,15 @@ def check_no_backward_when_mutable(op: _m.Op, where: str, which: str = "op") -> 
         raise BundleError(f"{where}: expected ops without in-place inputs, got {which} {op.name}, which writes "
                           f"{', '.join(op.mutable)} in place and {role}; an op that writes an input cannot be part of "
                           "an autograd pair (declare the write as an Output to train through it)")
+
+
+# torch's alias annotations (Tensor(a!)) take one letter each: the in-place inputs, then the out= tensors.
+ALIAS_LETTERS = 26
+
+
+def check_alias_letters(op: _m.Op, where: str) -> None:
+    """The in-place inputs and the outputs together fit torch's alias letters (one each in the schema)."""
+    n = len(op.mutable) + len(op.outputs)
+    if n > ALIAS_LETTERS:
+        raise _fail(where, f"expected at most {ALIAS_LETTERS} outputs and in-place inputs together (one alias letter "
+                           f"each), got {n}")

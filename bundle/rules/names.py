@@ -85,3 +85,13 @@ def check_names(op: _m.Op, where: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Values
+
+
+def check_out_names(op: _m.Op, where: str) -> None:
+    """The ``.out`` variant's keyword names (``out`` for one output, else the outputs' names) are not input names
+    (torch refuses a schema with two arguments of one name)."""
+    names = ["out"] if len(op.outputs) == 1 else [o.name for o in op.outputs]
+    clash = set(names) & {a.name for a in op.args}
+    if clash:
+        raise _fail(where, f"input names {sorted(clash)} collide with the out= argument names of the out variant; "
+                           "rename the inputs")

@@ -9,8 +9,8 @@ from flyship.bundle.rules.common import count as _count
 from flyship.bundle.rules.common import fail as _fail
 from flyship.bundle.rules.common import is_pow2 as _is_pow2
 from flyship.bundle.rules.expressions import check_expression
-from flyship.bundle.rules.inplace import check_effects, check_mutable_arg
-from flyship.bundle.rules.names import check_name, check_names
+from flyship.bundle.rules.inplace import check_alias_letters, check_effects, check_mutable_arg
+from flyship.bundle.rules.names import check_name, check_names, check_out_names
 from flyship.bundle.rules.values import check_scalar_value
 from flyship.bundle.rules.variants import check_variant, check_workspaces
 
@@ -76,6 +76,8 @@ def check_op_head(op: _m.Op, where: str) -> None:
         if len(o.shape) > L.MAX_RANK:
             raise _fail(f"{where}.outputs[{i}].shape", f"expected a rank up to {L.MAX_RANK}, got {len(o.shape)}")
     check_names(op, where)
+    check_out_names(op, where)
+    check_alias_letters(op, where)
     inputs = input_slots(op)
     for i, o in enumerate(op.outputs):
         for j, e in enumerate(o.shape):

@@ -117,3 +117,22 @@ def test_the_spec_api_refuses_a_declaration_with_the_rule_books_words():
         rules.check_op_head(head, "op k")
     assert str(declared.value) == str(judged.value)
     assert "output out dtype 'float33' is neither a dtype nor an input tensor (x)" in str(declared.value)
+
+
+def test_the_schema_builders_rules_are_the_rule_books_and_refused_when_the_manifest_is_read():
+    from flyship.loader import schema
+
+    op = M.Op(name="k", frontend="triton", doc="", args=(M.Arg(name="out", kind="tensor", rank=1),),
+              outputs=(M.Output(name="y", shape=("out.shape[0]",), dtype="out"),), reference=None,
+              specializations=())
+    with pytest.raises(BundleError, match=r"op k: input names \['out'\] collide with the out= argument names") as built:
+        schema.out_names(op)
+    with pytest.raises(BundleError) as judged:
+        rules.check_op_head(op, "op k")
+    assert str(built.value) == str(judged.value)
+    many = dataclasses.replace(op, args=tuple(M.Arg(name=f"x{i}", kind="tensor", rank=1, mutable=True)
+                                              for i in range(27)), outputs=())
+    with pytest.raises(BundleError, match=r"expected at most 26 outputs and in-place inputs together"):
+        rules.check_op_head(many, "op k")
+    with pytest.raises(BundleError, match=r"expected at most 26 outputs and in-place inputs together"):
+        schema.schemas(many)
