@@ -238,14 +238,12 @@ def trunc_div(a: str, b: str) -> tuple[str, tuple[str, ...]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Queries: what an expression reads and how it is built, for code that must not parse the grammar itself
+# Queries: what an expression reads and how it is built, for code that must not parse the grammar itself.
+# Each raises ExprError for text outside the grammar.
 
 
 def int_literal(text: str) -> Optional[int]:
     """The value of an expression that is one integer literal (``"1"``, ``"-3"``), else None.
-
-    Raises:
-        ExprError: ``text`` is not an expression of the grammar.
     """
     node = parse(text)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
@@ -261,9 +259,6 @@ def reads(text: str) -> tuple[tuple[str, str, Optional[int]], ...]:
     Example:
         >>> reads("cdiv(x.numel, 4) * y.shape[-1] + n")
         (('x', 'numel', None), ('y', 'shape', -1), ('n', 'scalar', None))
-
-    Raises:
-        ExprError: ``text`` is not an expression of the grammar.
     """
     out: list[tuple[str, str, Optional[int]]] = []
 
@@ -288,9 +283,6 @@ def reads(text: str) -> tuple[tuple[str, str, Optional[int]], ...]:
 def dimension(text: str) -> Optional[tuple[str, str, int]]:
     """``(tensor, "shape" | "stride", index)`` of an expression that is exactly one size or stride
     (``x.shape[1]``), else None.
-
-    Raises:
-        ExprError: ``text`` is not an expression of the grammar.
     """
     node = parse(text)
     return _tensor_index(node, text) if isinstance(node, ast.Subscript) else None
@@ -303,9 +295,6 @@ def comparison(text: str) -> Optional[tuple[str, str, str]]:
     Example:
         >>> comparison("x.shape[0]==8")
         ('eq', 'x.shape[0]', '8')
-
-    Raises:
-        ExprError: ``text`` is not an expression of the grammar.
     """
     node = parse(text)
     if not isinstance(node, ast.Compare):
@@ -343,9 +332,6 @@ def pinned(constraints: Sequence[str]) -> dict[tuple[str, str, Optional[int]], i
     Example:
         >>> pinned(["x.stride[1] == 1", "x.shape[0] <= 8", "2 * 4 == y.numel"])
         {('x', 'stride', 1): 1, ('y', 'numel', None): 8}
-
-    Raises:
-        ExprError: a constraint is not an expression of the grammar.
     """
     out: dict[tuple[str, str, Optional[int]], int] = {}
     for c in constraints:
@@ -373,9 +359,6 @@ def substitute_tensors(text: str, shapes: Mapping[str, Sequence[str]]) -> str:
     Example:
         >>> substitute_tensors("cdiv(ws.numel, ws.stride[0])", {"ws": ("x.shape[0]", "4")})
         'cdiv(x.shape[0] * 4, 4)'
-
-    Raises:
-        ExprError: ``text`` or a shape rule is not an expression of the grammar.
     """
     rules = {k: [parse(e) for e in v] for k, v in shapes.items()}
 
