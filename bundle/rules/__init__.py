@@ -22,7 +22,8 @@ Rules, by subject:
   blocks are 1..``MAX_BLOCK`` per dimension, literal grids fit ``MAX_GRID``, ranks ``MAX_RANK``,
   every count its limit (:func:`check_manifest`);
 * kernarg layout against the metadata: fields tile the explicit kernel arguments exactly, each field's
-  kind, type, size, argument slot and dimension agree (:func:`check_layout`, :func:`check_fields`);
+  kind, type, size, argument slot and dimension (0..rank-1) agree, a constant fits its type, the layout's
+  alignment fits the loader's 64-byte buffer (:func:`check_layout`, :func:`check_fields`);
 * resources against the target: required workgroup size equals the launch block (the HIP runtime would
   silently replace it: ROCm/clr does not check ``.reqd_workgroup_size``), the block fits the kernel's
   max flat workgroup size, static LDS fits the target (:func:`check_resources`), no scratch unless
@@ -31,6 +32,10 @@ Rules, by subject:
   first dimension is a batched input's first (``x.shape[0]``), so the flattened rows map back to the leading
   dims; an autograd pair keeps the batch: a backward input fed from a batched tensor and a gradient of a
   batched input are batched in the backward op (:func:`check_batch`, :func:`check_backward`);
+* in-place inputs (schema 1.2): an op has an output or an input written in place, only tensors are written, an op
+  that writes an input is in no autograd pair, and its in-place inputs and outputs fit torch's alias letters
+  (:mod:`.inplace`); an op has an input tensor and at most 64 arguments and outputs (the C++ core's slots), and
+  its ``.out`` names do not collide with its inputs (:func:`check_op_head`);
 * files: every path the manifest names stays inside the bundle after resolving links, is at most
   ``MAX_CODE_OBJECT_BYTES`` and has the sha256 the manifest records (:func:`read_bundle_file`);
 * code objects against the manifest: the kernel and its descriptor exist, the file's target, kernarg
