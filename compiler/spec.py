@@ -31,8 +31,8 @@ from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
 from flyship.bundle.manifest import DTYPES, SCALAR_TYPES, Backward
-from flyship.compiler.tuning import Config  # noqa: F401  (re-exported: a spec file declares configs=[Config(...)])
-from flyship.compiler.tuning import kernel_name as _kernel_name
+from flyship.compiler.configs import Config  # noqa: F401  (re-exported: a spec file declares configs=[Config(...)])
+from flyship.compiler.configs import kernel_name as _kernel_name
 from flyship.errors import SpecError
 
 

@@ -22,7 +22,7 @@ from flyship.compiler.frontends.base import (
 )
 
 __all__ = ["BuildContext", "CompiledVariant", "Frontend", "FrontendError", "KernelBuild", "WorkerSetup",
-           "compile_variant", "detect", "finish", "get", "names", "register"]
+           "compile_variant", "detect", "finish", "get", "names", "register", "registered"]
 
 # The modules that register a frontend when imported, in the order declarations are matched against them.
 # Importing them imports no DSL (frontends import theirs lazily), so every name below is always available.
@@ -52,6 +52,11 @@ def _registry() -> dict[str, Frontend]:
     for m in FRONTEND_MODULES:
         importlib.import_module(m)
     return _REGISTRY
+
+
+def registered() -> list[Frontend]:
+    """The registered frontends, in matching order."""
+    return list(_registry().values())
 
 
 def names() -> list[str]:

@@ -16,9 +16,11 @@ import dataclasses
 import io
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
+from flyship.bundle import targets as _targets
 from flyship.bundle.manifest import DTYPES, FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch
+from flyship.compiler.configs import Autotuned, Config, is_native, native_pairs, refuse_pre_hook
 from flyship.compiler.frontends.base import (BuildContext, DSLError, Frontend, FrontendError, KernelBuild,
                                             WorkerSetup, example_device)
 from flyship.compiler.frontends.flydsl import capture as _capture
@@ -28,12 +30,17 @@ from flyship.compiler.frontends.flydsl import versions as _versions
 from flyship.compiler.spec import Constexpr, Entry, OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 
 
+def target_environment(target: str) -> dict[str, str]:
+    """The variables FlyDSL reads the target from at import: ``FLYDSL_GPU_ARCH`` and the bare ``ARCH``, which
+    overrides it (FlyDSL falls back to gfx942 silently when neither is set and no GPU answers)."""
+    processor = target.split(":")[0]
+    return {"FLYDSL_GPU_ARCH": processor, "ARCH": processor}
+
+
 def setup_environment(target: str, rocm_root: Path | None, cache_dir: Path) -> None:
     """Set the process environment FlyDSL reads, before flydsl is imported (worker initializer)."""
-    processor = target.split(":")[0]
     _versions.apply_compile_environment(os.environ)
-    os.environ["FLYDSL_GPU_ARCH"] = processor
-    os.environ["ARCH"] = processor
+    os.environ.update(target_environment(target))
     os.environ["FLYDSL_RUNTIME_CACHE_DIR"] = str(cache_dir)
     if rocm_root is not None:
         os.environ["ROCM_PATH"] = str(rocm_root)
@@ -808,6 +815,12 @@ class FlydslFrontend(Frontend):
     needs_llvm = True
     declares_grid = False
     config_options = COMPILE_HINT_OPTIONS  # flydsl.Config's num_warps and kwargs are launcher keywords: Constexprs
+    packages = ("flydsl",)
+    # MLIR_: FlyDSL's pipeline is MLIR's; ARCH and COMPILE_ONLY: bare names FlyDSL reads (docs/flydsl-versions.md).
+    env_prefixes = ("FLYDSL_", "MLIR_")
+    env_names = ("ARCH", "COMPILE_ONLY")
+    install_hint = ("run flyc-build from the build environment (make install creates .venv-flydsl: "
+                    ".venv-flydsl/bin/flyc-build), or pip install flydsl==0.5.0 there")
 
     def accepts(self, kernel: Any) -> bool:
         if isinstance(kernel, Entry):
@@ -818,7 +831,33 @@ class FlydslFrontend(Frontend):
         # Kernel modules may read the arch at import time: the planning import of a target sees what its worker
         # sees (setup_environment), and never falls back to a GPU probe.
         if amd_target:
-            os.environ["FLYDSL_GPU_ARCH"] = os.environ["ARCH"] = amd_target.split(":")[0]
+            os.environ.update(target_environment(amd_target))
+
+    def target_environment(self, target: _targets.TargetID) -> dict[str, str]:
+        return target_environment(target.text) if target.vendor == "amd" else {}
+
+    def check_installed(self, targets: Sequence[_targets.TargetID]) -> None:
+        _versions.check_installed()  # before the spec file imports flydsl: a release outside the range is refused
+
+    def read_autotuner(self, kernel: Any) -> Autotuned | None:
+        # FlyDSL 0.5.0 flydsl.autotune.Autotuner: .fn, .configs, .key, .prune_configs_by(configs, named_args).
+        if not is_native(kernel, "Autotuner", self.packages):
+            return None
+        return Autotuned(kernel.fn, native_pairs(kernel, self.read_config, "flydsl"), list(kernel.key),
+                         kernel.prune_configs_by)
+
+    def read_config(self, config: Any) -> Config | None:
+        # FlyDSL 0.5.0 flydsl.autotune.Config: kwargs and num_warps are keywords of the launcher (Constexprs of
+        # the op), waves_per_eu a compile hint.
+        if not is_native(config, "Config", self.packages):
+            return None
+        refuse_pre_hook(config)
+        values = dict(config.kwargs)
+        if config.num_warps is not None:
+            values["num_warps"] = config.num_warps
+        if config.waves_per_eu is not None:
+            values["waves_per_eu"] = config.waves_per_eu
+        return Config(**values)
 
     def prepare_worker(self, setup: WorkerSetup) -> None:
         import tempfile

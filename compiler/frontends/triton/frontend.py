@@ -36,9 +36,11 @@ from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.cubin import CubinFile
 from flyship.bundle.errors import BundleError
 from flyship.bundle.manifest import FIELD_TYPES, KernargField, KernargLayout, KernelMetadata, Launch, Proof
+from flyship.compiler.configs import Autotuned, Config, is_native, native_pairs, refuse_pre_hook
 from flyship.compiler.frontends.base import (BuildContext, DSLError, Frontend, FrontendError, KernelBuild,
                                             WorkerSetup, example_grid)
 from flyship.compiler.spec import Constexpr, OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
+from flyship.errors import SpecError
 
 # torch dtype name -> Triton signature element type (triton/language/core.py dtype names).
 TRITON_DTYPES: dict[str, str] = {
@@ -65,6 +67,8 @@ VENDOR_KEYS = {"nvidia": "cuda", "amd": "hip"}
 # options= may hold any other field of Triton's backend options as well.
 CONFIG_OPTIONS = ("num_warps", "num_stages", "waves_per_eu", "maxnreg", "matrix_instr_nonkdim", "kpack")
 # Options the bundle format cannot honour (no cluster / cooperative / PDL launch attributes).
+# triton.Config fields flyship can launch only at this value (read_config refuses others).
+CONFIG_DEFAULTS_DROPPED = {"num_ctas": 1}
 REFUSED_OPTIONS = {"num_ctas": 1, "launch_cooperative_grid": False, "launch_pdl": False}
 
 
@@ -490,6 +494,12 @@ class TritonFrontend(Frontend):
     needs_llvm = False
     declares_grid = True
     config_options = CONFIG_OPTIONS
+    packages = ("triton",)
+    # Triton's switches: TRITON_*, and MLIR_* / AMDGCN_* for its MLIR passes and AMD backend (MLIR_ENABLE_DUMP,
+    # AMDGCN_USE_BUFFER_OPS); LLVM_* is every build's (flyship.compiler.cache).
+    env_prefixes = ("TRITON_", "MLIR_", "AMDGCN_")
+    install_hint = ("run flyc-build from the build environment (make install creates .venv-flydsl: "
+                    ".venv-flydsl/bin/flyc-build), or pip install triton==3.6.0 there")
 
     def accepts(self, kernel: Any) -> bool:
         return (type(kernel).__module__ or "").startswith("triton")
@@ -503,6 +513,29 @@ class TritonFrontend(Frontend):
                                 f"({', '.join(k + v for k, v in target.features)}); its hsaco for {target.processor} "
                                 f"leaves sramecc and xnack unspecified and runs on every {target.processor} device "
                                 f"whatever their setting: use --arch {target.processor}")
+
+    def read_autotuner(self, kernel: Any) -> Optional[Autotuned]:
+        # triton.runtime.autotuner.Autotuner: .fn, .configs, .keys, .early_config_prune.
+        if not is_native(kernel, "Autotuner", self.packages):
+            return None
+        return Autotuned(kernel.fn, native_pairs(kernel, self.read_config, "triton"), list(kernel.keys),
+                         getattr(kernel, "early_config_prune", None))
+
+    def read_config(self, config: Any) -> Optional[Config]:
+        # triton.Config: kwargs (constexprs), num_warps, num_stages, maxnreg; num_ctas != 1 is refused.
+        if not is_native(config, "Config", self.packages):
+            return None
+        refuse_pre_hook(config)
+        values = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+        if getattr(config, "maxnreg", None) is not None:
+            values["maxnreg"] = config.maxnreg
+        for k, ok in CONFIG_DEFAULTS_DROPPED.items():
+            if getattr(config, k, ok) != ok:
+                raise SpecError(f"config {config}: sets {k}={getattr(config, k)}; flyship launches only {k}={ok}")
+        return Config(**values)
+
+    def config_block(self, config: Config, target: _targets.TargetID) -> Optional[int]:
+        return int(config.values.get("num_warps", 4)) * _targets.limits(target)["wavefront_size"]
 
     def prepare_worker(self, setup: WorkerSetup) -> None:
         import os
