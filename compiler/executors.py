@@ -100,7 +100,8 @@ def worker_config(opts: Any, target: str, toolchain: object, rocm_root: Optional
     return WorkerConfig(spec_path=str(Path(opts.spec_path).resolve()), target=target,
                         rocm_root=str(rocm_root) if rocm_root else None, toolchain=toolchain,
                         code_object_version=opts.code_object_version, keep_ir=opts.keep_ir,
-                        scratch_root=str(scratch), frontends=frontends, parent_pid=os.getpid())
+                        scratch_root=str(scratch), frontends=frontends, parent_pid=os.getpid(),
+                        frontend_modules=tuple(_frontends.origin(f) for f in frontends))
 
 
 def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path],

@@ -8,6 +8,7 @@ processes with ``FLYDSL_GPU_ARCH`` set before the spec file (and FlyDSL) is impo
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import sys
 import tempfile
@@ -37,6 +38,7 @@ class WorkerConfig:
     scratch_root: str
     frontends: tuple[str, ...] = ()
     parent_pid: int = 0
+    frontend_modules: tuple[str, ...] = ()  # imported first: they register frontends defined outside the registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +119,8 @@ def init_worker(cfg: WorkerConfig) -> None:
     setup = WorkerSetup(target=cfg.target, scratch_root=Path(cfg.scratch_root),
                         rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
     vendor = _targets.parse_target(cfg.target).vendor
+    for module in cfg.frontend_modules:
+        importlib.import_module(module)
     for name in cfg.frontends:
         fe = frontends.get(name)
         if vendor in fe.vendors:
