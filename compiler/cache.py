@@ -6,10 +6,10 @@ Two levels, both keyed by sha256 over canonical JSON:
   code object (:func:`task_key`): the kernel's source and what it closes over (the source files of the
   kernel's module and, recursively, of every module of the user's it reaches, plus the values captured in
   the kernel's closure), the op's parameters and grid, the specialization (dtypes, shapes, scalars,
-  constexprs, constraints, options), the target ID, the frontend and its DSL's version (each frontend names
-  its packages; and torch), the LLVM tools' versions, the code object version and ``--keep-ir``, the DSL-relevant
-  environment (each frontend's prefixes, such as ``FLYDSL_*``, ``TRITON_*``; ``LLVM_*``, ...) and flyship's own version and compile-side source (the
-  frontend adapters, assembly, proof, the bundle contract). The entry holds the compiled variant with its
+  constexprs, constraints, options), the target ID, the frontend and its DSL's version (the packages each
+  frontend names, and torch), the LLVM tools' versions, the code object version and ``--keep-ir``, the
+  DSL-relevant environment (each frontend's prefixes, such as ``FLYDSL_*``, ``TRITON_*``; ``LLVM_*``, ...) and
+  flyship's own version and compile-side source (the frontend adapters, assembly, proof, the bundle contract). The entry holds the compiled variant with its
   proof; its code object and ISA are blobs named by their sha256.
 * **Build entries**, one per (spec file, flyc-build options, environment): the bundle's files as blobs
   plus the list of every file the spec file read while it was imported (its modules, data files) with

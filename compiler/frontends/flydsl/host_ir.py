@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from flyship.bundle import expr as _expr
+from flyship.bundle.manifest import FIELD_TYPES
 from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 from flyship.compiler.frontends.base import FrontendError
 
@@ -414,8 +415,6 @@ class _Evaluator:
 
     # -- expressions ---------------------------------------------------------------------------
     def expr(self, v) -> str:
-        from flyship.bundle import expr as _expr
-
         return _expr.canonical(self._expr(v))
 
     def _expr(self, v) -> str:
@@ -483,8 +482,6 @@ class _Evaluator:
         t = str(o.results[0].type)
         bits = {"i32": 32, "i64": 64, "i16": 16}.get(t)
         if bits is not None:
-            from flyship.bundle import expr as _expr
-
             c = _expr.canonical(f"{e} <= {2 ** (bits - 1) - 1}")
             if c not in self.width_constraints:
                 self.width_constraints.append(c)
@@ -535,8 +532,6 @@ class _Evaluator:
             if comp == "value":
                 if t not in _INT_W:
                     raise FrontendError(f"{self.where}: Value {name} lowered to {t}; a Value is an integer parameter")
-                from flyship.bundle import expr as _expr
-
                 e = _expr.canonical(self.values[name])
                 bits = 8 * _INT_W[t]
                 c = _expr.canonical(f"{e} <= {2 ** (bits - 1) - 1}")  # packed at that width: it must fit
@@ -558,8 +553,6 @@ class _Evaluator:
             if t not in _SCALAR_FIELD:
                 raise FrontendError(f"{self.where}: scalar {name} lowered to {t}, which flyship cannot pack")
             ft = _SCALAR_FIELD[t]
-            from flyship.bundle.manifest import FIELD_TYPES
-
             return [FieldPlan(0, "scalar", ft, arg=name)], FIELD_TYPES[ft]
         if t in _INT_W:
             return [FieldPlan(0, "expr", t, expr=self.expr(v))], _INT_W[t]
