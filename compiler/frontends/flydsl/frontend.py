@@ -7,12 +7,17 @@ bare ``ARCH`` overrides it, so both are set). FlyDSL compiles once per launcher 
 several launchers), as for any user, with its IR dump off; :mod:`flyship.compiler.frontends.flydsl.capture`
 takes the final ISA, FlyDSL's own code object and the host function from each compile. The disk cache is
 turned off so every build really compiles.
+
+The protocol's face is here (:class:`FlydslFrontend`); the jobs are in their own modules: what a launcher declares
+(:mod:`.signature`), an ``Entry``'s calls bound to the op (:mod:`.entry`), the traced example call (:mod:`.trace`),
+a traced call's builds (:mod:`.launches`), and the host IR, capture, assembly and proof modules beside them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -103,8 +108,6 @@ class FlydslFrontend(Frontend):
         return Config(**values)
 
     def prepare_worker(self, setup: WorkerSetup) -> None:
-        import tempfile
-
         cache = Path(tempfile.mkdtemp(prefix="flydsl-cache-", dir=setup.scratch_root))
         setup_environment(setup.target, setup.rocm_root, cache)
 

@@ -234,7 +234,8 @@ def _recording(launches: list, captured: Capture):
     orig = getattr(JitFunction, "_compile_or_execute", None)
     if orig is None:
         raise FrontendError(f"entry points: this FlyDSL ({_versions.current().version}) has no "
-                            "JitFunction._compile_or_execute for flyship to record the launch with (FlyDSL 0.5.0 has); name the @flyc.jit launcher")
+                            "JitFunction._compile_or_execute for flyship to record the launch with (FlyDSL 0.5.0 "
+                            "has); name the @flyc.jit launcher")
 
     def record(self, args, kwargs, *, execute, return_compiled=False):
         if ir.Context.current is not None:
