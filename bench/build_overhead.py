@@ -46,7 +46,7 @@ def child(flydsl_first: bool, target: str, spec_path: str) -> None:
     from flyship.compiler import frontends
     from flyship.compiler import toolchain as _tc
     from flyship.compiler.frontends import BuildContext, WorkerSetup
-    from flyship.compiler.frontends.flydsl import frontend as _fd
+    from flyship.compiler.frontends.flydsl import trace as _fd
     from flyship.compiler.frontends.flydsl import versions as _versions
     from flyship.compiler.worker import load_spec_file
 

@@ -6,10 +6,10 @@ Two levels, both keyed by sha256 over canonical JSON:
   code object (:func:`task_key`): the kernel's source and what it closes over (the source files of the
   kernel's module and, recursively, of every module of the user's it reaches, plus the values captured in
   the kernel's closure), the op's parameters and grid, the specialization (dtypes, shapes, scalars,
-  constexprs, constraints, options), the target ID, the frontend and its DSL's version (FlyDSL, Triton,
-  torch), the LLVM tools' versions, the code object version and ``--keep-ir``, the DSL-relevant
-  environment (``FLYDSL_*``, ``TRITON_*``, ...) and flyship's own version and compile-side source (the
-  frontend adapters, assembly, proof, the bundle contract). The entry holds the compiled variant with its
+  constexprs, constraints, options), the target ID, the frontend and its DSL's version (the packages each
+  frontend names, and torch), the LLVM tools' versions, the code object version and ``--keep-ir``, the
+  DSL-relevant environment (each frontend's prefixes, such as ``FLYDSL_*``, ``TRITON_*``; ``LLVM_*``, ...) and
+  flyship's own version and compile-side source (the frontend adapters, assembly, proof, the bundle contract). The entry holds the compiled variant with its
   proof; its code object and ISA are blobs named by their sha256.
 * **Build entries**, one per (spec file, flyc-build options, environment): the bundle's files as blobs
   plus the list of every file the spec file read while it was imported (its modules, data files) with
@@ -45,13 +45,16 @@ from filelock import FileLock
 
 from flyship import __version__
 from flyship.bundle.files import atomic_write
+from flyship.compiler import frontends as _frontends
 
 CACHE_FORMAT = 1
-# Environment variables that steer the DSLs' code generation; cache and dump folders are not code.
-_ENV_PREFIXES = ("FLYDSL_", "TRITON_", "MLIR_", "LLVM_", "AMDGCN_", "ROCM_", "HIP_")
-_ENV_NAMES = ("ARCH", "COMPILE_ONLY")
+# Environment variables that steer code generation: each frontend names its DSL's (Frontend.env_prefixes,
+# env_names); these are every build's (flyship's LLVM toolchain, the ROCm runtime). Cache and dump folders are
+# not code.
+_ENV_PREFIXES = ("LLVM_", "ROCM_", "HIP_")
 _ENV_SKIP = ("CACHE", "DUMP")
-_VERSIONED = ("flydsl", "triton", "torch", "flyship")  # keyed by version (flyship: by its source), not walked
+# Keyed by version (flyship: by its source), not walked, besides each frontend's Frontend.packages.
+_VERSIONED = ("torch", "flyship")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,21 +151,31 @@ def flyship_fingerprint() -> str:
 
 
 def package_versions() -> dict[str, str]:
-    """Versions of the Python, the DSLs and torch (read from installed metadata; nothing is imported)."""
+    """Versions of the Python, each frontend's DSL (:meth:`Frontend.package_versions`) and torch (read from
+    installed metadata; nothing is imported)."""
     out = {"python": platform.python_version(), "machine": platform.machine()}
-    for name in ("flydsl", "triton", "torch"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "absent"
+    for fe in _frontends.registered():
+        out.update(fe.package_versions())
+    try:
+        out["torch"] = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        out["torch"] = "absent"
     return out
 
 
+def versioned_packages() -> tuple[str, ...]:
+    """Top-level packages keyed by their version (or flyship's by its source), whose modules are never walked."""
+    return (*_VERSIONED, *(p for fe in _frontends.registered() for p in fe.packages))
+
+
 def dsl_environment(environ: Optional[dict[str, str]] = None) -> dict[str, str]:
-    """The environment variables that can change what FlyDSL, Triton or LLVM generate."""
+    """The environment variables that can change what a frontend's DSL or LLVM generate."""
     environ = os.environ if environ is None else environ
+    fes = _frontends.registered()
+    prefixes = (*_ENV_PREFIXES, *(p for fe in fes for p in fe.env_prefixes))
+    names = {n for fe in fes for n in fe.env_names}
     return {k: v for k, v in sorted(environ.items())
-            if (k.startswith(_ENV_PREFIXES) or k in _ENV_NAMES) and not any(s in k for s in _ENV_SKIP)}
+            if (k.startswith(prefixes) or k in names) and not any(s in k for s in _ENV_SKIP)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,7 +258,7 @@ def kernel_sources(kernel: Any) -> dict[str, Any]:
         are the kernel's module and every user module reachable from its globals (modules, functions and
         DSL kernels imported from another of the user's files), recursively. A kernel that lives in an
         installed package (a kernel library in site-packages) has that package's modules walked the same
-        way, so upgrading it changes the key. FlyDSL, Triton and torch are left to their versions.
+        way, so upgrading it changes the key. The DSLs (:func:`versioned_packages`) are left to their versions.
     """
     if isinstance(kernel, (list, tuple)):  # kernel=[Launch(...), ...]: every kernel's sources, in order
         return {"launches": [kernel_sources(getattr(k, "kernel", k)) for k in kernel]}
@@ -255,7 +268,7 @@ def kernel_sources(kernel: Any) -> dict[str, Any]:
     home = ""  # the installed package the kernel itself comes from, if any
     if fn is not None:
         top = fn.__module__.split(".")[0]
-        if top not in _VERSIONED and not is_user_file(fn.__code__.co_filename or ""):
+        if top not in versioned_packages() and not is_user_file(fn.__code__.co_filename or ""):
             home = top
         ident = {"function": _function_name(fn), "closure": _closure(fn, modules)}
         mod = sys.modules.get(fn.__module__)

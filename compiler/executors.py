@@ -8,7 +8,8 @@ failure the same way whichever executor ran it.
 Ray (``flyc-build --executor ray[:ADDRESS]``; ``pip install 'flyship[ray]'``): each task is a Ray task of
 one CPU in a worker process of the cluster's Python, which must have FlyDSL/Triton and flyship (the same
 image on every node, as with any Ray job). Each target gets its own runtime environment (``env_vars``:
-``FLYDSL_GPU_ARCH``/``ARCH`` and the DSL variables of the submitting shell, plus a build id), so a worker
+what each frontend's DSL reads the target from at import (``Frontend.target_environment``: FlyDSL's
+``FLYDSL_GPU_ARCH``/``ARCH``) and the DSL variables of the submitting shell, plus a build id), so a worker
 process only ever serves one target of one build: FlyDSL modules that fix arch constants at import, and
 user modules edited between two builds, cannot leak into another build. The compiled variant travels back
 as the task's return value; nothing is read from a shared disk. The spec file and the user's kernel
@@ -18,7 +19,11 @@ modules are read at the same absolute path on every node (a shared checkout or i
 from __future__ import annotations
 
 import atexit
+import concurrent.futures as cf
 import contextlib
+import dataclasses
+import logging
+import multiprocessing
 import os
 import socket
 import tempfile
@@ -26,8 +31,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from flyship.compiler.worker import TaskResult, WorkerConfig
-
+from flyship.bundle import targets as _targets
+from flyship.compiler import cache as _cache
+from flyship.compiler import frontends as _frontends
+from flyship.compiler import toolchain as _tc
+from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, run_task
 from flyship.errors import CompileError
 
 
@@ -80,22 +88,105 @@ def _check_reachable(spec: str, address: str) -> None:
 def run(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path], scratch: Path,
         progress: Callable[[str], None], frontends: tuple[str, ...]) -> list[TaskResult]:
     """Run ``tasks`` on the executor ``opts.executor`` names; one result per task."""
-    from flyship.compiler.build import run_tasks
-
     kind, _, address = opts.executor.partition(":")
     if kind == "ray":
         return run_ray(tasks, opts, toolchain, rocm_root, scratch, progress, address or None, frontends)
     return run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress, frontends)
 
 
+def worker_config(opts: Any, target: str, toolchain: object, rocm_root: Optional[Path], scratch: Path,
+                   frontends: tuple[str, ...]) -> WorkerConfig:
+    """What each worker of ``target`` is told (picklable: it crosses to the worker process)."""
+    return WorkerConfig(spec_path=str(Path(opts.spec_path).resolve()), target=target,
+                        rocm_root=str(rocm_root) if rocm_root else None, toolchain=toolchain,
+                        code_object_version=opts.code_object_version, keep_ir=opts.keep_ir,
+                        scratch_root=str(scratch), frontends=frontends, parent_pid=os.getpid(),
+                        frontend_modules=tuple(_frontends.origin(f) for f in frontends))
+
+
+def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path],
+              scratch: Path, progress: Callable[[str], None], frontends: tuple[str, ...]) -> list[TaskResult]:
+    """Run the tasks in spawned worker processes, one pool per target; report each as it ends."""
+    by_target: dict[str, list[tuple[str, str]]] = {}
+    for o, s, t in tasks:
+        by_target.setdefault(t, []).append((o, s))
+    per_pool = max(1, opts.jobs // max(1, len(by_target)))
+    ctx = multiprocessing.get_context("spawn")
+    pools, futures = [], {}
+    results: list[TaskResult] = []
+    try:
+        for target, items in by_target.items():
+            cfg = worker_config(opts, target, toolchain, rocm_root, scratch, frontends)
+            pool = cf.ProcessPoolExecutor(max_workers=min(per_pool, len(items)), mp_context=ctx,
+                                          initializer=init_worker, initargs=(cfg,))
+            pools.append(pool)
+            for o, s in items:
+                futures[pool.submit(run_task, o, s)] = (o, s, target)
+        done = 0
+        broken: list[tuple[str, str, str]] = []
+        retry: list[tuple[str, str, str, Optional[str]]] = []
+        for fut in cf.as_completed(futures):
+            o, s, t = futures[fut]
+            try:
+                r = fut.result()
+            except cf.process.BrokenProcessPool:
+                # A worker died (an abort inside the DSL's native code takes its whole pool down); which
+                # task did it is found below, by running each of that pool's unfinished tasks alone.
+                broken.append((o, s, t))
+                continue
+            if r.variant is None and r.reused and not r.resource and not r.deterministic:
+                # Over a limit, or refused by flyship's own check (a SpecError, a FrontendError other than the
+                # DSL's own failure), is the same answer in any process: no retry, reported once.
+                # Some DSL kernels keep process-global state and cannot be traced twice in one process: a
+                # failure in a reused worker is retried once in a fresh one (below) before it counts, so
+                # -j 1 and -j 2 give the same bundle.
+                retry.append((o, s, t, r.error))
+                continue
+            done += 1
+            results.append(r)
+            status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
+            progress(f"[{done}/{len(futures)}] {t:<8} {o}.{s}  {status}")
+    finally:
+        for p in pools:
+            p.shutdown(wait=True, cancel_futures=True)
+    for o, s, t, first in retry:
+        r = _run_alone(o, s, worker_config(opts, t, toolchain, rocm_root, scratch, frontends), ctx)
+        if r.variant is None:
+            r = dataclasses.replace(r, error=r.error if r.error == first else
+                                    f"{r.error} (in a fresh process; in a reused worker it failed first with: {first})")
+        done += 1
+        results.append(r)
+        status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
+        progress(f"[{done}/{len(futures)}] {t:<8} {o}.{s}  {status} (retried in a fresh process after failing in "
+                 "a reused worker)")
+    for o, s, t in broken:
+        r = _run_alone(o, s, worker_config(opts, t, toolchain, rocm_root, scratch, frontends), ctx)
+        done += 1
+        results.append(r)
+        status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
+        progress(f"[{done}/{len(futures)}] {t:<8} {o}.{s}  {status} (rerun in its own process)")
+    return results
+
+
+def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
+    """One task in a process of its own, so a crash is pinned on the kernel that caused it."""
+    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker, initargs=(cfg,)) as pool:
+        try:
+            return pool.submit(run_task, o, s).result()
+        except cf.process.BrokenProcessPool:
+            return TaskResult(o, s, cfg.target, None,
+                              "the worker process died while compiling this kernel (a crash or abort in the DSL's "
+                              "native code; its own message, if any, is printed above)")
+
+
+
 def target_environment(target: str, build_id: str) -> dict[str, str]:
     """The environment a Ray worker process of ``target`` starts with (its runtime_env ``env_vars``)."""
-    from flyship.compiler import cache as _cache
-
     env = dict(_cache.dsl_environment())
-    if target.startswith("gfx"):
-        processor = target.split(":")[0]
-        env.update(FLYDSL_GPU_ARCH=processor, ARCH=processor)
+    tid = _targets.parse_target(target)
+    for fe in _frontends.registered():  # what each DSL of the target's vendor reads at import (FlyDSL: the arch)
+        if tid.vendor in fe.vendors:
+            env.update(fe.target_environment(tid))
     env["FLYSHIP_BUILD_ID"] = build_id
     return env
 
@@ -103,11 +194,7 @@ def target_environment(target: str, build_id: str) -> dict[str, str]:
 def run_ray(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path], scratch: Path,
             progress: Callable[[str], None], address: Optional[str], frontends: tuple[str, ...]) -> list[TaskResult]:
     """Run the tasks as Ray tasks on the cluster at ``address`` (None: ``RAY_ADDRESS`` or a local instance)."""
-    import logging
-
-    import ray
-
-    from flyship.compiler.build import _worker_config
+    import ray  # optional: pip install 'flyship[ray]' (check_executor said so before the build started)
 
     started_here = False
     try:
@@ -127,7 +214,7 @@ def run_ray(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, roc
         remote = ray.remote(_compile_on_worker)
         pending: dict[Any, tuple[str, str, str]] = {}
         for o, s, t in tasks:
-            cfg = _worker_config(opts, t, toolchain, rocm_root, scratch, frontends)
+            cfg = worker_config(opts, t, toolchain, rocm_root, scratch, frontends)
             ref = remote.options(num_cpus=1, max_retries=0,
                                  runtime_env={"env_vars": target_environment(t, build_id)}).remote(cfg, o, s)
             pending[ref] = (o, s, t)
@@ -164,8 +251,6 @@ def _compile_on_worker(cfg: WorkerConfig, op_name: str, spec_name: str) -> TaskR
     """One task in a Ray worker: the first task of a process sets it up for its target (as the local pool's
     initializer does), making its own scratch and ROCm-shaped folder when the submitting machine's paths do
     not exist here."""
-    from flyship.compiler import worker
-
     global _WORKER_CFG
     if _WORKER_CFG != cfg:
         local = _replace(cfg, parent_pid=0)  # the worker process is Ray's, not a child of flyc-build
@@ -173,15 +258,11 @@ def _compile_on_worker(cfg: WorkerConfig, op_name: str, spec_name: str) -> TaskR
             local = _replace(local, scratch_root=_WORKER_STACK.enter_context(
                 tempfile.TemporaryDirectory(prefix="flyc-ray-")))
         if cfg.rocm_root and not Path(cfg.rocm_root).is_dir():
-            from flyship.compiler import toolchain as _tc
-
             local = _replace(local, rocm_root=str(_WORKER_STACK.enter_context(_tc.rocm_root(cfg.toolchain))))
-        worker.init_worker(local)
+        init_worker(local)
         _WORKER_CFG = cfg
-    return worker.run_task(op_name, spec_name)
+    return run_task(op_name, spec_name)
 
 
 def _replace(cfg: WorkerConfig, **kw: Any) -> WorkerConfig:
-    import dataclasses
-
     return dataclasses.replace(cfg, **kw)

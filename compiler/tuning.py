@@ -29,129 +29,41 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from flyship.bundle import expr as _expr
 from flyship.bundle import targets as _targets
 from flyship.bundle import tuning as _tt
+from flyship.compiler import frontends as _frontends
+from flyship.compiler.configs import Autotuned, Config, ConfigSpace, kernel_name
+from flyship.compiler.spec.params import Constexpr, Scalar, Tensor, Value
 from flyship.errors import SpecError
 
-_TRITON_DEFAULTS_DROPPED = {"num_ctas": 1}  # triton.Config fields flyship can launch only at this value
+__all__ = ["Autotuned", "Config", "ConfigSpace", "drop_over_limits", "expand", "from_autotuner", "from_native_config",
+           "import_aiter_csv", "import_flydsl_cache", "key_from_names", "key_warnings", "kernel_name", "named_args",
+           "prune_tasks", "target_facts"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """One point of a config space: keyword -> value (constexprs and compile options alike).
-
-    Args:
-        name: short name used in specialization names (default: built from the values).
-        **values: ``BLOCK_M=64, num_warps=4, ...``.
-    """
-
-    values: dict[str, Any]
-    name: Optional[str] = None
-
-    def __init__(self, name: Optional[str] = None, **values: Any) -> None:
-        object.__setattr__(self, "values", dict(values))
-        object.__setattr__(self, "name", name)
-
-    def label(self) -> str:
-        if self.name:
-            return self.name
-        short = {"num_warps": "w", "num_stages": "s", "waves_per_eu": "wpe"}
-        parts = [f"{short.get(k, k.removeprefix('BLOCK_'))}{v}" for k, v in self.values.items()]
-        return re.sub(r"[^A-Za-z0-9_]", "_", "_".join(parts)) or "default"
-
-
-@dataclasses.dataclass(frozen=True)
-class ConfigSpace:
-    """What an op's config space expanded into: spec name -> (base spec name, config), the key, the
-    user's prune function and the objects it is given (the DSL's own Config objects when read from an
-    autotuned kernel, else :class:`Config`)."""
-
-    key: tuple[str, ...]
-    configs: dict[str, tuple[str, Config, Any]]
-    prune: Optional[Callable[..., Any]] = None
-
-
-def from_autotuner(kernel: Any) -> Optional[tuple[Any, list[tuple[Config, Any]], list[str], Optional[Callable]]]:
-    """Read an autotuned kernel: ``flydsl.autotune`` (FlyDSL 0.5.0 ``flydsl.autotune.Autotuner``: ``.fn``,
-    ``.configs``, ``.key``, ``.prune_configs_by(configs, named_args)``) or ``triton.autotune``
-    (``triton.runtime.autotuner.Autotuner``: ``.fn``, ``.configs``, ``.keys``, ``.early_config_prune``).
+def from_autotuner(kernel: Any) -> Optional[Autotuned]:
+    """Read an autotuned kernel through the frontend whose DSL made it (:meth:`Frontend.read_autotuner`).
 
     Returns:
         (the bare kernel, [(Config, the DSL's config object)] or None when the autotuner's configs are a function
         of the call's arguments (op()'s ``configs=`` must then give them), key argument names, prune function),
         or None when ``kernel`` is not autotuned.
     """
-    mod = type(kernel).__module__ or ""
-    if type(kernel).__name__ != "Autotuner" or not (mod.startswith("flydsl") or mod.startswith("triton")):
-        return None
-    out: Optional[list[tuple[Config, Any]]] = None
-    if not (callable(kernel.configs) and not isinstance(kernel.configs, (list, tuple))):
-        out = []
-        for c in kernel.configs:
-            cfg = from_native_config(c)
-            if cfg is None:
-                raise SpecError(f"autotuned kernel {kernel_name(kernel.fn)}: expected its configs to be "
-                                f"{mod.split('.')[0]}.Config objects, got {type(c).__name__}")
-            out.append((cfg, c))
-    if mod.startswith("triton"):
-        key, prune = list(kernel.keys), getattr(kernel, "early_config_prune", None)
-    else:
-        key, prune = list(kernel.key), kernel.prune_configs_by
-    return kernel.fn, out, key, prune
-
-
-def kernel_name(fn: Any) -> str:
-    """A kernel's name for messages: its function's ``__name__`` (a ``triton.jit`` kernel carries it, a FlyDSL
-    ``JitFunction`` wraps the function as ``.func``, an autotuner as ``.fn``), else its repr."""
-    for _ in range(4):
-        name = getattr(fn, "__name__", None) or getattr(fn, "__qualname__", None)
-        if isinstance(name, str):
-            return name
-        inner = getattr(fn, "func", None) or getattr(fn, "fn", None)
-        if inner is None or inner is fn:
-            break
-        fn = inner
-    return repr(fn)
+    return next((a for fe in _frontends.registered() if (a := fe.read_autotuner(kernel)) is not None), None)
 
 
 def from_native_config(c: Any) -> Optional[Config]:
-    """A DSL's own config object as a :class:`Config`, or None when ``c`` is not one.
-
-    ``flydsl.Config`` (FlyDSL 0.5.0 ``flydsl.autotune.Config``): ``kwargs`` and ``num_warps`` are keywords of the
-    launcher (Constexprs of the op), ``waves_per_eu`` a compile hint. ``triton.Config``: ``kwargs`` (constexprs),
-    ``num_warps``, ``num_stages``, ``maxnreg``; ``num_ctas != 1`` is refused.
+    """A DSL's own config object as a :class:`Config`, read by the frontend whose DSL made it
+    (:meth:`Frontend.read_config`), or None when ``c`` is no frontend's config.
 
     Raises:
-        SpecError: a config with a ``pre_hook`` (flyship launches from C++ and runs no Python hook per launch), or
-            a Triton config flyship cannot launch.
+        SpecError: a config flyship cannot launch (a ``pre_hook``, an option only one value of which it launches).
     """
-    mod = type(c).__module__ or ""
-    if type(c).__name__ != "Config" or not (mod.startswith("flydsl") or mod.startswith("triton")):
-        return None
-    if getattr(c, "pre_hook", None) is not None:
-        raise SpecError(f"config {c}: expected no pre_hook, got {c.pre_hook!r}; flyship launches the kernel from C++ "
-                        "and runs no Python hook before it: drop the hook (zero an output with Output(zero=True))")
-    values = dict(c.kwargs)
-    if mod.startswith("triton"):
-        values["num_warps"] = c.num_warps
-        values["num_stages"] = c.num_stages
-        if getattr(c, "maxnreg", None) is not None:
-            values["maxnreg"] = c.maxnreg
-        for k, ok in _TRITON_DEFAULTS_DROPPED.items():
-            if getattr(c, k, ok) != ok:
-                raise SpecError(f"config {c}: sets {k}={getattr(c, k)}; flyship launches only {k}={ok}")
-    else:
-        if c.num_warps is not None:
-            values["num_warps"] = c.num_warps
-        if c.waves_per_eu is not None:
-            values["waves_per_eu"] = c.waves_per_eu
-    return Config(**values)
+    return next((cfg for fe in _frontends.registered() if (cfg := fe.read_config(c)) is not None), None)
 
 
 def key_from_names(names: Sequence[str], args: Sequence[Any]) -> tuple[str, ...]:
     """A DSL autotuner's key (argument names) as flyship key expressions: a tensor gives every dim of its
     shape (as FlyDSL's key does), a Value its expression, an int scalar its name; a Constexpr gives nothing (each
     spec fixes its value, so the spec already tells its calls apart)."""
-    from flyship.compiler.spec import Constexpr, Scalar, Tensor, Value
-
     by_name = {a.name: a for a in args}
     out: list[str] = []
     for n in names:
@@ -179,9 +91,6 @@ def expand(op_name: str, frontend: str, args: Sequence[Any], specs: Sequence[Any
         SpecError: a config keyword the frontend does not understand (neither a ``Constexpr`` of the op nor
             one of the frontend's options), or two configs with the same name.
     """
-    from flyship.compiler import frontends as _frontends
-    from flyship.compiler.spec import Constexpr
-
     constexprs = {a.name for a in args if isinstance(a, Constexpr)}
     options = _frontends.get(frontend).config_options  # the frontend that reads the options owns their list
     out, space = [], {}
@@ -210,12 +119,6 @@ def target_facts(target: _targets.TargetID) -> dict[str, Any]:
     return {"target": target.text, **_targets.limits(target)}
 
 
-def _block(cfg: Config, frontend: str, target: _targets.TargetID) -> Optional[int]:
-    if frontend == "triton":
-        return int(cfg.values.get("num_warps", 4)) * _targets.limits(target)["wavefront_size"]
-    return None  # FlyDSL's block comes from the launcher; the common tail checks it after tracing
-
-
 def named_args(op: Any, spec: Any, target: _targets.TargetID) -> dict[str, Any]:
     """The example call as a prune function sees it: tensors as ``meta`` tensors of the example shapes and
     dtypes (shape and dtype only; torch is imported when present), scalars, constexprs, and the target's
@@ -239,8 +142,9 @@ def prune_tasks(ops: Iterable[Any], tasks: list[tuple[str, str, str]]
                 ) -> tuple[list[tuple[str, str, str]], list[str]]:
     """Drop the (op, spec, target) tasks a config space prunes on that target, before anything compiles.
 
-    Two rules: a Triton config whose block (``num_warps`` x the target's wavefront size) exceeds the
-    target's maximum workgroup size; and the op's ``prune`` function, called once per (base spec, target)
+    Two rules: a config whose block (as its frontend computes it before compiling,
+    :meth:`Frontend.config_block`: Triton's ``num_warps`` x the target's wavefront size) exceeds the target's
+    maximum workgroup size; and the op's ``prune`` function, called once per (base spec, target)
     as ``prune(configs, named_args)`` with the DSL's own config objects when the configs came from an
     autotuned kernel and :func:`named_args` (which holds the target's limits). A config it does not return
     is pruned.
@@ -258,7 +162,7 @@ def prune_tasks(ops: Iterable[Any], tasks: list[tuple[str, str, str]]
         space: Optional[ConfigSpace] = getattr(o, "tuning", None)
         if space is None:
             continue
-        fe = o.frontend
+        fe = _frontends.get(o.frontend)
         targets = sorted({t for (on, _s, t) in tasks if on == o.name})
         bases: dict[str, list[str]] = {}
         for sname, (base, _c, _n) in space.configs.items():
@@ -269,7 +173,7 @@ def prune_tasks(ops: Iterable[Any], tasks: list[tuple[str, str, str]]
             for base, snames in bases.items():
                 alive = []
                 for s in snames:
-                    blk = _block(space.configs[s][1], fe, tid)
+                    blk = fe.config_block(space.configs[s][1], tid)
                     if blk is not None and blk > max_wg:
                         drop[(o.name, s, t)] = f"block {blk} over {tid.processor}'s {max_wg}"
                     else:
@@ -330,8 +234,6 @@ def drop_over_limits(ops: Iterable[Any], results: list[Any]) -> tuple[list[Any],
 def _dims(text: str, op: Any, depth: int = 0) -> set[str]:
     """The input dimensions (``x.shape[0]``) an expression depends on; an output's dims through its shape rule,
     ``x.numel`` as every dim of ``x``."""
-    from flyship.compiler.spec import Tensor
-
     out: set[str] = set()
     tensors = {a.name: a for a in op.args if isinstance(a, Tensor)}
     outputs = {o.name: o for o in op.outputs}

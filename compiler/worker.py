@@ -8,6 +8,7 @@ processes with ``FLYDSL_GPU_ARCH`` set before the spec file (and FlyDSL) is impo
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import sys
 import tempfile
@@ -15,8 +16,12 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
+from flyship.bundle import targets as _targets
+from flyship.compiler import frontends
 from flyship.compiler.frontends import BuildContext, CompiledVariant, WorkerSetup
-from flyship.compiler.spec import SpecFile, run_spec_file
+from flyship.compiler.frontends.base import DSLError, FrontendError, ResourceError
+from flyship.compiler.hygiene import die_with_parent
+from flyship.compiler.spec import SpecError, SpecFile, run_spec_file
 from flyship.errors import CompileError
 
 
@@ -33,6 +38,7 @@ class WorkerConfig:
     scratch_root: str
     frontends: tuple[str, ...] = ()
     parent_pid: int = 0
+    frontend_modules: tuple[str, ...] = ()  # imported first: they register frontends defined outside the registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,16 +86,13 @@ def load_spec_file(path: str) -> SpecFile:
         except KeyboardInterrupt:
             raise
         except Exception as e:
-            from flyship.compiler.spec import SpecError
-
             if isinstance(e, SpecError):
                 raise
-            if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] in ("flydsl", "triton"):
-                raise SpecImportError(
-                    f"flyc-build {path}: expected a Python with {e.name.split('.')[0]} (the spec file imports it), got "
-                    f"{sys.executable}, which has none; run flyc-build from the build environment (make install "
-                    "creates .venv-flydsl: .venv-flydsl/bin/flyc-build), or pip install flydsl==0.5.0 / triton there"
-                ) from None
+            missing = (e.name or "").split(".")[0] if isinstance(e, ModuleNotFoundError) else ""
+            fe = next((fe for fe in frontends.registered() if missing in fe.packages), None) if missing else None
+            if fe is not None:
+                raise SpecImportError(f"flyc-build {path}: expected a Python with {missing} (the spec file imports "
+                                      f"it), got {sys.executable}, which has none; {fe.install_hint}") from None
             tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])
             raise SpecImportError(f"spec file {path} failed to import: {type(e).__name__}: {e}\n{tb}") from None
         except BaseException as e:  # pytest.skip(), sys.exit(), GeneratorExit: not an error of the code, one line
@@ -110,17 +113,14 @@ def init_worker(cfg: WorkerConfig) -> None:
     """Process initializer: each frontend that builds for this target prepares the environment, then the
     spec file is imported."""
     global _SPEC, _CFG
-    from flyship.bundle import targets as _targets
-    from flyship.compiler import frontends
-
     _CFG = cfg
     if cfg.parent_pid:  # first: a worker never outlives the build (kill -9 included)
-        from flyship.compiler.hygiene import die_with_parent
-
         die_with_parent(cfg.parent_pid)
     setup = WorkerSetup(target=cfg.target, scratch_root=Path(cfg.scratch_root),
                         rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
     vendor = _targets.parse_target(cfg.target).vendor
+    for module in cfg.frontend_modules:
+        importlib.import_module(module)
     for name in cfg.frontends:
         fe = frontends.get(name)
         if vendor in fe.vendors:
@@ -134,8 +134,6 @@ def init_worker(cfg: WorkerConfig) -> None:
 
 def run_task(op_name: str, spec_name: str) -> TaskResult:
     """Compile one (op, specialization) for this worker's target. Errors come back as text."""
-    from flyship.compiler import frontends
-
     global _TASKS_RUN
     cfg = _CFG
     assert cfg is not None
@@ -158,9 +156,6 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
         v = frontends.compile_variant(frontends.get(op.frontend), op, spec, cfg.target, ctx)
         return TaskResult(op_name, spec_name, cfg.target, v, None, reused)
     except Exception as e:
-        from flyship.compiler.frontends.base import DSLError, FrontendError, ResourceError
-        from flyship.compiler.spec import SpecError
-
         return TaskResult(op_name, spec_name, cfg.target, None, f"{type(e).__name__}: {e}", reused,
                           resource=isinstance(e, ResourceError),
                           deterministic=isinstance(e, (SpecError, FrontendError)) and not isinstance(e, DSLError))

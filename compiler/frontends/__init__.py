@@ -2,7 +2,9 @@
 
 Each frontend is a package beside this file whose ``__init__`` calls :func:`register` with an instance of
 its :class:`~flyship.compiler.frontends.base.Frontend`. Adding a frontend = its own folder + one line in
-:data:`FRONTEND_MODULES`.
+:data:`FRONTEND_MODULES`. A frontend registered from any other module (a plugin, a test) works the same way:
+:func:`origin` names the module that defines it, and each build worker imports that module before it
+imports the spec file.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from flyship.compiler.frontends.base import (
 )
 
 __all__ = ["BuildContext", "CompiledVariant", "Frontend", "FrontendError", "KernelBuild", "WorkerSetup",
-           "compile_variant", "detect", "finish", "get", "names", "register"]
+           "compile_variant", "detect", "finish", "get", "names", "origin", "register",
+           "registered"]
 
 # The modules that register a frontend when imported, in the order declarations are matched against them.
 # Importing them imports no DSL (frontends import theirs lazily), so every name below is always available.
@@ -52,6 +55,21 @@ def _registry() -> dict[str, Frontend]:
     for m in FRONTEND_MODULES:
         importlib.import_module(m)
     return _REGISTRY
+
+
+def origin(name: str) -> str:
+    """The module that defines the frontend registered as ``name``: importing it registers the frontend (a
+    worker process does, before it imports the spec file).
+
+    Raises:
+        FrontendError: no such frontend; the message lists the registered ones.
+    """
+    return type(get(name)).__module__
+
+
+def registered() -> list[Frontend]:
+    """The registered frontends, in matching order."""
+    return list(_registry().values())
 
 
 def names() -> list[str]:

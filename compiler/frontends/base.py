@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib.metadata
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Sequence
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import targets as _targets
@@ -23,6 +24,7 @@ from flyship.bundle.errors import BundleError
 from flyship.bundle import rules as _rules
 from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof, Workspace
 from flyship.bundle.rules import check_layout
+from flyship.compiler.configs import Autotuned, Config
 from flyship.compiler.spec import OpDecl, Scalar, Spec, Tensor
 from flyship.errors import CompileError
 
@@ -190,6 +192,17 @@ class Frontend(abc.ABC):
         config_options: the ``Spec.options`` keys a tuning ``Config`` may set for this frontend's kernels
             (compile options, not constexprs); ``flyship.compiler.tuning.expand`` reads it from here, so the
             frontend that interprets the options is the one place that lists them. Default: none.
+        packages: the DSL's top-level import packages, also its distribution names: the build cache keys them
+            by their installed versions (:meth:`package_versions`) instead of walking their source, and a spec
+            file that fails to import one of them gets :attr:`install_hint`. Default: none.
+        env_prefixes: prefixes of the environment variables that steer the DSL's code generation (the build
+            cache keys them; a Ray worker gets them); names containing ``CACHE`` or ``DUMP`` are left out.
+        env_names: whole names of such variables (FlyDSL reads a bare ``ARCH``).
+        install_hint: what to do when the build Python lacks the DSL (ends the import error's message).
+
+    A new frontend is its own folder plus one line in ``flyship.compiler.frontends.FRONTEND_MODULES`` (or a
+    :func:`flyship.compiler.frontends.register` call from any module: workers import that module too); nothing
+    outside its folder names its DSL.
     """
 
     name: ClassVar[str]
@@ -198,6 +211,10 @@ class Frontend(abc.ABC):
     needs_llvm: ClassVar[bool]
     declares_grid: ClassVar[bool]
     config_options: ClassVar[tuple[str, ...]] = ()
+    packages: ClassVar[tuple[str, ...]] = ()
+    env_prefixes: ClassVar[tuple[str, ...]] = ()
+    env_names: ClassVar[tuple[str, ...]] = ()
+    install_hint: ClassVar[str] = ""
 
     @abc.abstractmethod
     def accepts(self, kernel: Any) -> bool:
@@ -220,6 +237,54 @@ class Frontend(abc.ABC):
         Raises:
             FrontendError: naming the target, why, and which target to ask for instead.
         """
+
+    def target_environment(self, target: _targets.TargetID) -> dict[str, str]:
+        """The environment variables a process that builds for ``target`` must start with, because the DSL reads
+        them at import (a Ray worker's runtime environment). Default: none."""
+        return {}
+
+    def check_installed(self, targets: Sequence[_targets.TargetID]) -> None:
+        """Refuse, before the spec file imports any DSL, an installed DSL this frontend cannot build with
+        (called when a requested target is of one of :attr:`vendors`: ``targets`` are those). Default: accept.
+
+        Raises:
+            CompileError: naming the installed version, the supported ones and what to install.
+        """
+
+    def package_versions(self) -> dict[str, str]:
+        """Each of :attr:`packages` -> its installed version, ``absent`` when not installed (read from the
+        installed metadata: nothing is imported); part of every build cache key."""
+        out = {}
+        for name in self.packages:
+            try:
+                out[name] = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                out[name] = "absent"
+        return out
+
+    def read_autotuner(self, kernel: Any) -> Optional[Autotuned]:
+        """The bare kernel, configs, key and prune function of ``kernel`` when it is this DSL's autotuned kernel,
+        else None (``op(kernel=<autotuned>)``: :func:`flyship.compiler.tuning.from_autotuner`). Default: None.
+
+        Raises:
+            SpecError: an autotuner whose configs flyship cannot build.
+        """
+        return None
+
+    def read_config(self, config: Any) -> Optional[Config]:
+        """``config`` as a :class:`~flyship.compiler.configs.Config` when it is this DSL's own config object
+        (``op(configs=[<DSL config>, ...])``), else None. Default: None.
+
+        Raises:
+            SpecError: a config flyship cannot launch.
+        """
+        return None
+
+    def config_block(self, config: Config, target: _targets.TargetID) -> Optional[int]:
+        """The threads per block a config launches with on ``target``, when known before compiling (a config space
+        prunes a config over the target's maximum workgroup size); None when only the compile tells (the common
+        tail checks the block then). Default: None."""
+        return None
 
     def check_declaration(self, op: OpDecl) -> None:
         """Refuse a declaration that cannot compile, before any worker starts. Default: accept.

@@ -46,7 +46,9 @@ from flyship.compiler.spec.params import (
 )
 from flyship.compiler.spec.specialization import PER_TARGET_FIELDS, Spec, admits
 from flyship.compiler import tuning as _tuning
-from flyship.compiler.tuning import Config  # noqa: F401  (re-exported: a spec file declares configs=[Config(...)])
+from flyship.compiler.configs import Config  # noqa: F401  (re-exported: a spec file declares configs=[Config(...)])
+from flyship.compiler.configs import ConfigSpace
+from flyship.compiler.configs import kernel_name as _kernel_name
 from flyship.errors import SpecError
 
 __all__ = [
@@ -168,7 +170,7 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
     if tuned is not None:
         kernel, pairs, names, auto_prune = tuned
         if configs is None and pairs is None:
-            raise SpecError(f"op {name}: autotuned kernel {_tuning.kernel_name(kernel)}: expected a list of configs, "
+            raise SpecError(f"op {name}: autotuned kernel {_kernel_name(kernel)}: expected a list of configs, "
                             "got a function of the call's arguments; flyship builds ahead of time, so give the "
                             "configs to build: op(..., configs=[Config(...), ...])")
         if configs is None:
@@ -176,9 +178,9 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
         key = key if key is not None else (_tuning.key_from_names(names, args) if names else None)
         prune = prune or auto_prune
     if configs is not None:
-        pairs = [c if isinstance(c, tuple) else (c, c) if isinstance(c, _tuning.Config)
+        pairs = [c if isinstance(c, tuple) else (c, c) if isinstance(c, Config)
                  else (_tuning.from_native_config(c), c) for c in configs]
-        if not pairs or not all(isinstance(c, _tuning.Config) for c, _ in pairs):
+        if not pairs or not all(isinstance(c, Config) for c, _ in pairs):
             raise SpecError(f"op {name}: configs= expects a non-empty list of flyship.compiler.tuning.Config (or the "
                             f"DSL's own flydsl.Config / triton.Config, converted), got "
                             f"{[type(n).__name__ for _, n in pairs][:3]}; e.g. configs=[Config(BLOCK=256, "
@@ -192,7 +194,7 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
             raise SpecError(f"op {name}: key expression: {e}; a key is an integer expression over the inputs") \
                 from None
         specs, table = _tuning.expand(name, _detect_frontend(kernel), args, specs, pairs)
-        space = _tuning.ConfigSpace(key=key, configs=table, prune=prune)
+        space = ConfigSpace(key=key, configs=table, prune=prune)
     elif key or prune:
         raise SpecError(f"op {name}: key= and prune= go with configs= (a config space); add configs=[Config(...)]")
     return kernel, specs, space

@@ -15,7 +15,7 @@ from flyship.bundle.model import DTYPES, SCALAR_TYPES
 from flyship.compiler.spec.opdecl import OpDecl
 from flyship.compiler.spec.params import Constexpr, Output, Scalar, Tensor, Value
 from flyship.compiler.spec.specialization import Spec
-from flyship.compiler.tuning import kernel_name as _kernel_name
+from flyship.compiler.configs import kernel_name as _kernel_name
 from flyship.errors import SpecError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional
 
-from flyship.compiler.tuning import kernel_name as _kernel_name
+from flyship.compiler.configs import kernel_name as _kernel_name
 from flyship.errors import SpecError
 
 

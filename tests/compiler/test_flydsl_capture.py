@@ -71,7 +71,7 @@ import contextlib, dataclasses, io, json, os, sys, tempfile
 from pathlib import Path
 from flyship.compiler import frontends, toolchain as _tc
 from flyship.compiler.frontends import WorkerSetup, writes
-from flyship.compiler.frontends.flydsl import capture, frontend as F, host_ir, proof, versions
+from flyship.compiler.frontends.flydsl import capture, host_ir, launches, proof, signature, trace, versions
 from flyship.compiler.worker import load_spec_file
 
 out = {}
@@ -84,16 +84,16 @@ with _tc.rocm_root(tc) as rocm, tempfile.TemporaryDirectory() as scratch:
         if op.name not in ("add", "softmax"):
             continue
         spec = op.specs[-1]
-        pos, kw = F._call_args(op, spec)
-        name = F.launcher_name(op.kernel)
-        F._forget_compiled(op.kernel)
+        pos, kw = trace._call_args(op, spec)
+        name = signature.launcher_name(op.kernel)
+        trace._forget_compiled(op.kernel)
         with contextlib.redirect_stdout(io.StringIO()), capture.capturing() as whole:
             adapter.compile(op.kernel, pos, kw)
         (c,) = whole.compiles
         (ours,) = host_ir.analyze_functions(c.origin_types[name], c.lowered[name], op, spec, ir)
         dump = Path(scratch) / f"dump-{op.name}"
         os.environ.update(FLYDSL_DUMP_IR="1", FLYDSL_DUMP_DIR=str(dump))
-        F._forget_compiled(op.kernel)
+        trace._forget_compiled(op.kernel)
         with contextlib.redirect_stdout(io.StringIO()):
             adapter.compile(op.kernel, pos, kw)
         del os.environ["FLYDSL_DUMP_IR"]
@@ -107,7 +107,7 @@ with _tc.rocm_root(tc) as rocm, tempfile.TemporaryDirectory() as scratch:
             "host_equal": dataclasses.asdict(ours) == dataclasses.asdict(theirs),
             "grid": list(ours.grid),
             "llvm_ir": len(c.llvm_ir),
-            "written": sorted(F._written(c, ours.kernel_name, "test")[0] or []),
+            "written": sorted(launches._written(c, ours.kernel_name, "test")[0] or []),
             "written_in_dump": sorted(writes.llvm_written_params(next(kdir.glob("*_llvm_ir.ll")).read_text(),
                                                                  ours.kernel_name)),
         }

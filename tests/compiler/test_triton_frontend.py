@@ -26,7 +26,8 @@ triton = pytest.importorskip("triton", reason="needs triton 3.6 (the FlyDSL venv
 
 from flyship.compiler import frontends  # noqa: E402
 from flyship.compiler.frontends import BuildContext, FrontendError  # noqa: E402
-from flyship.compiler.frontends.triton import frontend as tf  # noqa: E402
+from flyship.compiler.frontends.triton import compiling as tc  # noqa: E402
+from flyship.compiler.frontends.triton import planning as tp  # noqa: E402
 from flyship.compiler.spec import Constexpr, OpDecl, Output, Spec, Tensor, Value  # noqa: E402
 from flyship.compiler.worker import load_spec_file  # noqa: E402
 
@@ -107,7 +108,7 @@ def test_block_is_num_warps_times_the_targets_warp_size(ops, target, tmp_path):
     for op_name, spec_name in [("add", "f16"), ("gemm", "bf16_aligned"), ("softmax", "f32_n16384")]:
         spec = spec_of(ops[op_name], spec_name)
         v = build(ops[op_name], spec, target, tmp_path / op_name)
-        warps = tf.plan(ops[op_name], spec, target).num_warps
+        warps = tp.plan(ops[op_name], spec, target).num_warps
         assert v.launch.block == (warps * WAVE[target], 1, 1)
         assert v.metadata.wavefront_size == WAVE[target]
         if target == "sm_90":  # ptxas records .reqntid: the launch must use exactly that block
@@ -120,8 +121,8 @@ def test_dynamic_shared_memory_is_tritons_shared_bytes(ops, target, tmp_path):
     op = ops["gemm_tma"]
     spec = spec_of(op, "bf16")
     v = build(op, spec, target, tmp_path / "v")
-    p = tf.plan(op, spec, target)
-    k = tf.run_triton(p, tf._targets.parse_target(target), BuildContext(workdir=tmp_path / "k", toolchain=None), "t")
+    p = tp.plan(op, spec, target)
+    k = tc.run_triton(p, tc._targets.parse_target(target), BuildContext(workdir=tmp_path / "k", toolchain=None), "t")
     assert v.launch.dynamic_lds == str(k.metadata.shared) and int(k.metadata.shared) > 0
 
 
@@ -147,7 +148,7 @@ def test_grid_expressions_equal_tritons_own_grid_functions(spec_file, ops, tmp_p
     probes = [(1, 1), (7, 1000), (1000, 7), (129, 4097), (4096, 8192)]
     for op in spec_file.ops:
         for spec in op.specs:
-            p = tf.plan(op, spec, "sm_90")
+            p = tp.plan(op, spec, "sm_90")
             for m, n in probes:
                 shapes = {"x": (m, n), "y": (m, n), "dy": (m, n), "w": (n,), "a": (m, n), "b": (n, n),
                           "residual": (m, n), "acc": (m * n,)}
@@ -167,7 +168,7 @@ def test_a_tma_kernel_gets_scratch_on_sm90_and_null_on_gfx942(ops, tmp_path):
     nv = build(op, spec, "sm_90", tmp_path / "nv")
     amd = build(op, spec, "gfx942", tmp_path / "amd")
     # What Triton itself would allocate: metadata.global_scratch_size per program, its alignment.
-    k = tf.run_triton(tf.plan(op, spec, "sm_90"), tf._targets.parse_target("sm_90"),
+    k = tc.run_triton(tp.plan(op, spec, "sm_90"), tc._targets.parse_target("sm_90"),
                       BuildContext(workdir=tmp_path / "k", toolchain=None), "t")
     assert k.metadata.global_scratch_size > 0
     g = next(f for f in nv.kernargs.fields if f.kernel_arg == "global_scratch")
@@ -182,7 +183,7 @@ def test_a_tma_kernel_gets_scratch_on_sm90_and_null_on_gfx942(ops, tmp_path):
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_plain_kernel_passes_null_for_both_hidden_pointers(ops, target, tmp_path):
     v = build(ops["softmax"], spec_of(ops["softmax"], "bf16_n1024"), target, tmp_path)
-    hidden = [f for f in v.kernargs.fields if f.kernel_arg in tf.HIDDEN_PARAMS]
+    hidden = [f for f in v.kernargs.fields if f.kernel_arg in tc.HIDDEN_PARAMS]
     assert [(f.kind, f.type, f.size) for f in hidden] == [("null", "ptr", 8)] * 2
 
 
@@ -190,8 +191,8 @@ def test_divisibility_is_compiled_only_where_the_guard_demands_it(ops, tmp_path)
     op = ops["gemm"]
     for spec_name, want in [("bf16_aligned", {"a", "b", "c", "stride_am", "stride_bn", "stride_cm"}), ("bf16", set())]:
         spec = spec_of(op, spec_name)
-        p = tf.plan(op, spec, "sm_90")
-        k = tf.run_triton(p, tf._targets.parse_target("sm_90"), BuildContext(workdir=tmp_path / spec_name,
+        p = tp.plan(op, spec, "sm_90")
+        k = tc.run_triton(p, tc._targets.parse_target("sm_90"), BuildContext(workdir=tmp_path / spec_name,
                                                                             toolchain=None), "t")
         head = re.search(r"tt\.func public @gemm_kernel\((.*?)\)\s*(attributes|\{)", k.asm["ttir"], re.S).group(1)
         params = re.findall(r"%(\w+): [^{,]+(\{[^}]*\})?", head)
@@ -219,18 +220,18 @@ def test_ints_are_never_specialized_to_one_behind_the_guards_back(ops, tmp_path)
 
 
 def test_32_bit_values_are_range_guarded(ops):
-    p = tf.plan(ops["add"], spec_of(ops["add"], "f32"), "sm_90")
+    p = tp.plan(ops["add"], spec_of(ops["add"], "f32"), "sm_90")
     assert "x.numel <= 2147483647" in p.constraints
     assert not any(">=" in c for c in p.constraints)  # numel is never negative: no lower bound needed
-    assert tf._range_constraints("x.shape[0] - 5", "i32") == ["x.shape[0] - 5 >= -2147483648",
+    assert tp._range_constraints("x.shape[0] - 5", "i32") == ["x.shape[0] - 5 >= -2147483648",
                                                               "x.shape[0] - 5 <= 2147483647"]
-    assert tf._range_constraints("x.numel", "i64") == []
+    assert tp._range_constraints("x.numel", "i64") == []
 
 
 def test_per_target_options_override_the_common_ones(ops):
     spec = spec_of(ops["gemm"], "bf16_aligned")
-    assert tf.plan(ops["gemm"], spec, "sm_90").options["num_stages"] == 3
-    assert tf.plan(ops["gemm"], spec, "gfx942").options["num_stages"] == 2
+    assert tp.plan(ops["gemm"], spec, "sm_90").options["num_stages"] == 3
+    assert tp.plan(ops["gemm"], spec, "gfx942").options["num_stages"] == 2
 
 
 def test_a_block_over_the_targets_limit_is_refused_before_compiling(ops):
@@ -238,10 +239,10 @@ def test_a_block_over_the_targets_limit_is_refused_before_compiling(ops):
     spec = dataclasses.replace(spec_of(op, "f32_n1024"), options={"num_warps": 32})
     with pytest.raises(FrontendError, match=r"num_warps=32 gives a block of 2048 threads \(32 x warp size 64\), "
                                             r"over the target's limit of 1024; use num_warps <= 16"):
-        tf.plan(op, spec, "gfx942")
-    assert tf.plan(op, spec, "sm_90").num_warps * 32 == 1024  # the same warps fit a 32-wide target
+        tp.plan(op, spec, "gfx942")
+    assert tp.plan(op, spec, "sm_90").num_warps * 32 == 1024  # the same warps fit a 32-wide target
     with pytest.raises(FrontendError, match="block of 2048 threads"):
-        tf.plan(op, dataclasses.replace(spec, options={"num_warps": 64}), "sm_90")
+        tp.plan(op, dataclasses.replace(spec, options={"num_warps": 64}), "sm_90")
 
 
 def test_too_much_shared_memory_is_refused_with_the_numbers(ops, tmp_path):
@@ -275,7 +276,7 @@ def test_options_the_bundle_cannot_launch_are_refused(ops):
                      ({"gfx0942": {"num_warps": 8}}, "did you mean 'gfx942'")]:
         spec = dataclasses.replace(spec_of(op, "f32"), options=opt)
         with pytest.raises(FrontendError, match=msg):
-            tf.run_triton(tf.plan(op, spec, "sm_90"), tf._targets.parse_target("sm_90"),
+            tc.run_triton(tp.plan(op, spec, "sm_90"), tc._targets.parse_target("sm_90"),
                           BuildContext(workdir=Path("/nonexistent"), toolchain=None), "where")
 
 
@@ -284,7 +285,7 @@ def test_spec_args_must_be_the_kernels_parameters(ops):
     bad = dataclasses.replace(op, args=(op.args[1], op.args[0], *op.args[2:]))
     with pytest.raises(FrontendError, match=r"args \['y', 'x', 'out', 'n_elements', 'BLOCK'\] must be the kernel "
                                             r"add_kernel's parameters \['x', 'y', 'out', 'n_elements', 'BLOCK'\]"):
-        tf.plan(bad, spec_of(op, "f32"), "sm_90")
+        tp.plan(bad, spec_of(op, "f32"), "sm_90")
 
 
 def test_an_example_outside_its_own_guard_is_refused(ops, tmp_path):
@@ -302,7 +303,7 @@ def test_an_autotuned_kernel_is_refused_with_what_to_do_instead():
     tuned = triton.autotune(configs=[triton.Config({"BLOCK": 1024})], key=["n_elements"])(elementwise.add_kernel)
     assert isinstance(tuned, Autotuner)
     with pytest.raises(FrontendError, match="declare each config as a Spec"):
-        tf.jit_function(tuned, "op add")
+        tp.jit_function(tuned, "op add")
 
 
 def test_flyc_build_writes_a_bundle_for_sm90_and_gfx942(tmp_path):
@@ -364,9 +365,9 @@ def test_the_softmax_backward_kernel_gives_autograds_gradient_under_tritons_inte
 
 
 def test_a_constant_value_adds_no_guard_and_one_out_of_its_range_is_refused():
-    assert tf._range_constraints("0", "i32") == []  # Value("x", "0"): no trivial "0 <= 2147483647" guard
-    assert tf._range_constraints("x.shape[0] - 1", "i32") == ["x.shape[0] - 1 >= -2147483648",
+    assert tp._range_constraints("0", "i32") == []  # Value("x", "0"): no trivial "0 <= 2147483647" guard
+    assert tp._range_constraints("x.shape[0] - 1", "i32") == ["x.shape[0] - 1 >= -2147483648",
                                                               "x.shape[0] - 1 <= 2147483647"]
     with pytest.raises(FrontendError, match=r"Value expression '3000000000' is 3000000000; expected a value in "
                                             r"-2147483648\.\.2147483647 for its type i32"):
-        tf._range_constraints("3000000000", "i32")
+        tp._range_constraints("3000000000", "i32")

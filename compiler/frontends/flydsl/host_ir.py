@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from flyship.bundle import expr as _expr
+from flyship.bundle.manifest import FIELD_TYPES
 from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 from flyship.compiler.frontends.base import FrontendError
 
@@ -236,45 +237,9 @@ def analyze_functions(o_types: list[str], lowered: Any, op: OpDecl, spec: Spec, 
     where = f"op {op.name} spec {spec.name}"
     params = [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value, Workspace))]
     with lowered.context:  # the evaluator may build attributes in the function's own context
-        if len(o_types) != len(params):
-            raise FrontendError(f"{where}: the launcher's host function takes {len(o_types)} runtime arguments "
-                                f"({o_types}) but the spec declares {len(params)} (Tensor/Output/Scalar: "
-                                f"{[p.name for p in params]}); make args= list every launcher parameter in order")
-        layouts: dict[str, TensorLayout] = {}
-        pointers: set[str] = set()  # fx.Pointer launcher parameters bound to a tensor's data pointer
-        for p, t in zip(params, o_types):
-            if isinstance(p, (Tensor, Output)) and t.startswith("!fly.ptr"):
-                check_pointee(t, p, op, spec, where)
-                pointers.add(p.name)
-            elif isinstance(p, (Tensor, Output, Workspace)):
-                if not t.startswith("!fly.memref"):
-                    raise FrontendError(f"{where}: parameter {p.name} is declared a tensor but FlyDSL lowered it "
-                                        f"as {t}")
-                layouts[p.name] = parse_layout(t)
-            elif t.startswith("!fly."):
-                raise FrontendError(f"{where}: parameter {p.name} is declared a scalar but FlyDSL lowered it as {t}")
-
-        # Map lowered host block arguments to (param, component).
-        l_args = list(lowered.regions[0].blocks[0].arguments)
-        # The stream lowers to a !gpu.async.token argument where the launcher declares it, possibly between
-        # runtime parameters (``(x, stream, TILE_N, out, alpha)``): bind the other arguments by their position.
-        real = [k for k, a in enumerate(l_args) if "async.token" not in str(a.type)]
-        binding: dict[int, tuple[str, str]] = {}
-        i = 0
-        for p in params:
-            parts = [(p.name, "pointer" if p.name in layouts or p.name in pointers else
-                      "value" if isinstance(p, Value) else "scalar")]
-            if p.name in layouts and layouts[p.name].dynamic:
-                parts.append((p.name, "layout"))
-            for part in parts:
-                if i < len(real):
-                    binding[real[i]] = part
-                i += 1
-        n_real = len(real)
-        if i != n_real:
-            raise FrontendError(f"{where}: expected {i} lowered host arguments from the tensor layouts, got {n_real} "
-                                f"in {stage}")
-
+        layouts, pointers = _argument_layouts(params, o_types, op, spec, where)
+        binding = _bind_arguments(list(lowered.regions[0].blocks[0].arguments), params, layouts, pointers, where,
+                                  stage)
         launches = [o for o in lowered.regions[0].blocks[0].operations if o.operation.name == "gpu.launch_func"]
         if not launches:
             raise FrontendError(f"{where}: the launcher launches no kernel (no gpu.launch_func in its host function)")
@@ -285,6 +250,78 @@ def analyze_functions(o_types: list[str], lowered: Any, op: OpDecl, spec: Spec, 
         found = [_launch(ir, o.operation, op, spec, binding, layouts, shapes, strides, where, device)
                  for o in launches]
 
+    constraints = _layout_constraints(layouts, op)
+    # A static layout reaches the kernel as a bare pointer (shape compiled in; FlyDSL before 0.2.0 makes
+    # every torch tensor one); a dynamic layout as a pointer + a struct of its dynamic shape/stride values.
+    abi = {name: "dynamic" if lay.dynamic else "static" for name, lay in layouts.items()}
+    abi.update({name: "pointer" for name in pointers})
+    out = []
+    for a, ev in found:
+        extra = [c for c in ev.width_constraints if c not in constraints]
+        out.append(dataclasses.replace(a, constraints=tuple(constraints + extra), tensor_abi=abi))
+    return out
+
+
+def _argument_layouts(params: list, o_types: list[str], op: OpDecl, spec: Spec,
+                      where: str) -> tuple[dict[str, TensorLayout], set[str]]:
+    """Each tensor parameter's layout from the host function's argument types before lowering, and the
+    ``fx.Pointer`` parameters bound to a tensor's data pointer.
+
+    Raises:
+        FrontendError: the argument count or a kind disagrees with the declaration.
+    """
+    if len(o_types) != len(params):
+        raise FrontendError(f"{where}: the launcher's host function takes {len(o_types)} runtime arguments "
+                            f"({o_types}) but the spec declares {len(params)} (Tensor/Output/Scalar: "
+                            f"{[p.name for p in params]}); make args= list every launcher parameter in order")
+    layouts: dict[str, TensorLayout] = {}
+    pointers: set[str] = set()
+    for p, t in zip(params, o_types):
+        if isinstance(p, (Tensor, Output)) and t.startswith("!fly.ptr"):
+            check_pointee(t, p, op, spec, where)
+            pointers.add(p.name)
+        elif isinstance(p, (Tensor, Output, Workspace)):
+            if not t.startswith("!fly.memref"):
+                raise FrontendError(f"{where}: parameter {p.name} is declared a tensor but FlyDSL lowered it "
+                                    f"as {t}")
+            layouts[p.name] = parse_layout(t)
+        elif t.startswith("!fly."):
+            raise FrontendError(f"{where}: parameter {p.name} is declared a scalar but FlyDSL lowered it as {t}")
+    return layouts, pointers
+
+
+def _bind_arguments(l_args: list, params: list, layouts: dict[str, TensorLayout], pointers: set[str], where: str,
+                    stage: str) -> dict[int, tuple[str, str]]:
+    """Map the lowered host block arguments to (param, component): ``pointer``, ``layout`` (a dynamic layout's
+    struct), ``value`` or ``scalar``.
+
+    Raises:
+        FrontendError: the lowered function has another number of arguments than the layouts give.
+    """
+    # The stream lowers to a !gpu.async.token argument where the launcher declares it, possibly between
+    # runtime parameters (``(x, stream, TILE_N, out, alpha)``): bind the other arguments by their position.
+    real = [k for k, a in enumerate(l_args) if "async.token" not in str(a.type)]
+    binding: dict[int, tuple[str, str]] = {}
+    i = 0
+    for p in params:
+        parts = [(p.name, "pointer" if p.name in layouts or p.name in pointers else
+                  "value" if isinstance(p, Value) else "scalar")]
+        if p.name in layouts and layouts[p.name].dynamic:
+            parts.append((p.name, "layout"))
+        for part in parts:
+            if i < len(real):
+                binding[real[i]] = part
+            i += 1
+    n_real = len(real)
+    if i != n_real:
+        raise FrontendError(f"{where}: expected {i} lowered host arguments from the tensor layouts, got {n_real} "
+                            f"in {stage}")
+    return binding
+
+
+def _layout_constraints(layouts: dict[str, TensorLayout], op: OpDecl) -> list[str]:
+    """Guard constraints an input tensor's lowered layout relies on: its static sizes and strides, and i32 bounds
+    on the dynamic ones FlyDSL packs as i32."""
     constraints = []
     for name, lay in layouts.items():
         if name not in {t.name for t in op.args if isinstance(t, Tensor)}:
@@ -299,15 +336,7 @@ def analyze_functions(o_types: list[str], lowered: Any, op: OpDecl, spec: Spec, 
                 constraints.append(f"{name}.stride[{d}] == {e.static}")
             elif e.width == "i32":
                 constraints.append(f"{name}.stride[{d}] <= 2147483647")
-    # A static layout reaches the kernel as a bare pointer (shape compiled in; FlyDSL before 0.2.0 makes
-    # every torch tensor one); a dynamic layout as a pointer + a struct of its dynamic shape/stride values.
-    abi = {name: "dynamic" if lay.dynamic else "static" for name, lay in layouts.items()}
-    abi.update({name: "pointer" for name in pointers})
-    out = []
-    for a, ev in found:
-        extra = [c for c in ev.width_constraints if c not in constraints]
-        out.append(dataclasses.replace(a, constraints=tuple(constraints + extra), tensor_abi=abi))
-    return out
+    return constraints
 
 
 def _launch(ir: Any, launch: Any, op: OpDecl, spec: Spec, binding: dict, layouts: dict, shapes: dict, strides: dict,
@@ -414,8 +443,6 @@ class _Evaluator:
 
     # -- expressions ---------------------------------------------------------------------------
     def expr(self, v) -> str:
-        from flyship.bundle import expr as _expr
-
         return _expr.canonical(self._expr(v))
 
     def _expr(self, v) -> str:
@@ -483,8 +510,6 @@ class _Evaluator:
         t = str(o.results[0].type)
         bits = {"i32": 32, "i64": 64, "i16": 16}.get(t)
         if bits is not None:
-            from flyship.bundle import expr as _expr
-
             c = _expr.canonical(f"{e} <= {2 ** (bits - 1) - 1}")
             if c not in self.width_constraints:
                 self.width_constraints.append(c)
@@ -535,8 +560,6 @@ class _Evaluator:
             if comp == "value":
                 if t not in _INT_W:
                     raise FrontendError(f"{self.where}: Value {name} lowered to {t}; a Value is an integer parameter")
-                from flyship.bundle import expr as _expr
-
                 e = _expr.canonical(self.values[name])
                 bits = 8 * _INT_W[t]
                 c = _expr.canonical(f"{e} <= {2 ** (bits - 1) - 1}")  # packed at that width: it must fit
@@ -558,8 +581,6 @@ class _Evaluator:
             if t not in _SCALAR_FIELD:
                 raise FrontendError(f"{self.where}: scalar {name} lowered to {t}, which flyship cannot pack")
             ft = _SCALAR_FIELD[t]
-            from flyship.bundle.manifest import FIELD_TYPES
-
             return [FieldPlan(0, "scalar", ft, arg=name)], FIELD_TYPES[ft]
         if t in _INT_W:
             return [FieldPlan(0, "expr", t, expr=self.expr(v))], _INT_W[t]

@@ -1,0 +1,83 @@
+"""The compile stage, end to end: spec file -> per-target workers -> verified bundle on disk.
+
+:func:`build` reads like its steps, each in the module named for its job:
+
+* :mod:`.planning`: check the request, read the declarations, :func:`plan` the (op, spec, target) tasks,
+  find the tools the frontends in use need;
+* :mod:`.running`: take what the build cache holds, run the rest on the executor
+  (:mod:`flyship.compiler.executors`), judge what came back;
+* :mod:`.assembling`: manifest entries, offload bundles and the summary rows from the compiled variants;
+* :mod:`.checking`: the checks that need a whole declaration (references module, guards, reachability);
+* :mod:`.writing`: write the bundle atomically, and the whole-build cache entry of an unchanged build.
+
+What a build leaves behind is :mod:`flyship.compiler.hygiene`'s business.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Callable
+
+from flyship.compiler import cache as _cache
+from flyship.compiler import executors as _executors
+from flyship.compiler import hygiene as _hygiene
+from flyship.compiler.build.assembling import assemble_manifest, frontend_versions, offload_bundles, summary_rows
+from flyship.compiler.build.checking import (check_reachable, check_reference_outputs, check_references_module,
+                                             guard_constraints, _example_tensor)
+from flyship.compiler.build.options import BuildError, BuildOptions, PartialBuildError, Row
+from flyship.compiler.build.planning import (check_archs, check_offload_targets, check_output, check_request,
+                                             find_tools, plan, plan_tasks, read_declarations)
+from flyship.compiler.build.running import (compile_with_cache, failure_report, next_step, partial_build_error,
+                                            spec_refusal, succeeded, task_keys, verdict)
+from flyship.compiler.build.writing import build_key, remember_build, reuse_bundle, write_bundle, write_results
+from flyship.compiler.worker import load_spec_file
+
+__all__ = ["BuildError", "BuildOptions", "PartialBuildError", "Row", "assemble_manifest", "build", "check_archs",
+           "check_offload_targets", "check_reachable", "check_reference_outputs", "check_references_module",
+           "compile_with_cache", "failure_report", "find_tools", "frontend_versions", "guard_constraints",
+           "load_spec_file", "next_step", "offload_bundles", "plan", "read_declarations", "remember_build",
+           "spec_refusal", "succeeded", "summary_rows", "task_keys", "write_bundle", "_example_tensor"]
+
+
+def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> list[Row]:
+    """Run the whole compile stage.
+
+    Returns:
+        One :class:`Row` per compiled variant, for the summary table.
+
+    Raises:
+        BuildError: anything that stops the build (unknown arch, tools missing, output exists, a kernel
+            failing to compile or prove); every failing task is listed. Nothing is written then.
+        PartialBuildError: ``--keep-going`` wrote the bundle without the kernels that failed.
+        flyship.compiler.hygiene.OutputBusyError: another build is writing ``opts.out_dir``.
+    """
+    targets = check_request(opts)
+    out_dir = Path(opts.out_dir)
+    cache = _cache.open_cache(opts.cache, progress)
+    with _hygiene.output_lock(out_dir.resolve()):
+        check_output(out_dir, opts.force)
+        bkey = build_key(opts, cache) if cache else ""
+        if cache and (rows := reuse_bundle(cache, bkey, out_dir, opts.force, progress)) is not None:
+            return rows
+        with _cache.record_reads() as deps:  # every file the spec reads while imported: the whole-build entry's inputs
+            sf = read_declarations(opts.spec_path, targets)
+        tasks = plan_tasks(sf, targets, progress)
+        frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
+        with contextlib.ExitStack() as stack:
+            scratch = stack.enter_context(_hygiene.scratch_dir())
+            toolchain, rocm_root, tools = find_tools(frontends_used, targets, opts, stack)
+            progress(f"flyc-build: {len(tasks)} kernels ({len(sf.ops)} ops) for "
+                     f"{', '.join(t.text for t in targets)}, jobs={opts.jobs}")
+            results, hits = compile_with_cache(
+                tasks, sf, tools, opts, cache, progress,
+                lambda todo: _executors.run(todo, opts, toolchain, rocm_root, scratch, progress, frontends_used))
+            results, variants, failures = verdict(sf, results, opts.keep_going, progress)
+            write_results(sf, variants, failures, tools, toolchain, scratch, out_dir, opts)
+        rows = summary_rows(sf, variants, hits)
+        if failures:  # a partial bundle is never the cached answer to an unchanged build: it would hide them
+            raise partial_build_error(out_dir, rows, failures, results)
+        if cache:
+            remember_build(cache, bkey, deps, opts.spec_path, out_dir, rows)
+    return rows

@@ -1,0 +1,165 @@
+"""Checks of what the spec file declares that need the whole declaration: the references module (it must stand
+alone, and agree with the ``Output`` rules at each example), constant guard constraints, and specializations
+that an earlier one always shadows."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from flyship.bundle import expr as _expr
+from flyship.bundle import manifest as M
+from flyship.compiler.build.options import BuildError
+from flyship.compiler.spec import SpecFile, Tensor
+
+
+def check_references_module(path: Path, needed: dict[str, str]) -> None:
+    """The references module is copied into the bundle alone and run in the workload Python (torch, no FlyDSL):
+    it may import torch and the standard library, nothing relative, and must define every reference an op
+    names (``needed``: op name -> function name).
+
+    Raises:
+        BuildError: naming the module, the import or the missing function.
+    """
+    tree = ast.parse(path.read_text(), filename=str(path))
+    stdlib = getattr(sys, "stdlib_module_names", frozenset())
+    for node in ast.walk(tree):
+        mods = []
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise BuildError(f"references module {path}: relative import at line {node.lineno}; only "
+                                 f"{path.name} is copied into the bundle, so it must stand alone")
+            mods = [node.module or ""]
+        for m in mods:
+            top = m.split(".")[0]
+            if top != "torch" and top not in stdlib:
+                raise BuildError(f"references module {path}: imports {m!r}; it is copied into the bundle and run in "
+                                 "the workload Python, which has torch and the standard library only")
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    for op, fn in sorted(needed.items()):
+        if fn not in defined:
+            raise BuildError(f"op {op}: reference={fn!r} is not defined in {path}; it defines "
+                             f"{', '.join(sorted(d for d in defined if not d.startswith('_'))) or 'nothing'}")
+
+
+def _example_tensor(torch: Any, shape: tuple[int, ...], dtype: str, random: bool, written: bool = False) -> Any:
+    """A CPU example tensor for a reference check: zeros, or (for an op that writes inputs in place, whose effect
+    must show) seeded random floats. Integer and bool tensors stay zero (they are often indices or positions, and
+    zero is in range for any of them), except one the op writes in place: that one gets seeded random values in
+    [2, 100), so a reference that zeroes it, fills it with -1/0/1 or counts up from it visibly changes it."""
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(0)
+    if written and dt == torch.bool:
+        return torch.randint(0, 2, shape, generator=gen).to(dt)
+    if written and not dt.is_floating_point and not dt.is_complex:
+        return torch.randint(2, 100, shape, generator=gen).to(dt)  # in range for every integer dtype, uint8 included
+    if not (random or written) or not dt.is_floating_point or (dt.itemsize == 1 and not written):
+        return torch.zeros(shape, dtype=dt)
+    return torch.rand(shape, generator=gen).to(dt) + 0.5
+
+
+def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
+    """Call each op's reference on each specialization's example (zero-filled CPU tensors) and compare what it
+    returns with the op's ``Output`` rules: a shape or dtype rule that disagrees with the reference would
+    otherwise show only at the first call (an output of the wrong size, a verify failure).
+
+    Raises:
+        BuildError: naming the op, the spec, the output, the rule's shape and the reference's.
+    """
+    import torch  # the build Python has it (FlyDSL imports it); imported only when references are checked
+
+    mod_spec = importlib.util.spec_from_file_location("_flyship_references_check", references_path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    for op in sf.ops:
+        if not op.reference:
+            continue
+        fn = getattr(mod, op.reference)
+        for s in (form for spec in op.specs for _, form in spec.resolved()):
+            shapes = op.example_shapes(s)
+            scalars = op.example_scalars(s)
+            if any(v is None for v in scalars.values()):
+                continue  # no example value to call with; the frontend reports the missing scalar
+            written = [a.name for a in op.inputs if isinstance(a, Tensor) and a.mutable]
+            args = [_example_tensor(torch, s.shapes[a.name], s.dtypes[a.name], random=bool(written),
+                                    written=a.name in written)
+                    if isinstance(a, Tensor) else scalars[a.name] for a in op.inputs]
+            before = {a.name: t.clone() for a, t in zip(op.inputs, args) if a.name in written}
+            where = f"op {op.name} spec {s.name}"
+            what = "random values" if written else "zeros"
+            try:
+                with torch.no_grad():
+                    got = fn(*args)
+            except Exception as e:
+                raise BuildError(f"{where}: reference {op.reference}() failed on the example inputs ({what} of shapes "
+                                 f"{dict(s.shapes)}): {type(e).__name__}: {e}") from None
+            returned = got
+            got = list(got) if isinstance(got, (tuple, list)) else [] if got is None and written else [got]
+            if len(got) != len(op.outputs):
+                hint = (f"; the kernel writes {', '.join(written)} in place, so the reference must write it in place "
+                        f"(e.g. {written[0]}.copy_(new_value)) and return only the outputs"
+                        if written and len(got) > len(op.outputs) else
+                        f"; return {', '.join(o.name for o in op.outputs)} from {op.reference}()" if op.outputs else "")
+                found = "None" if returned is None else f"{len(got)}"
+                raise BuildError(f"{where}: expected reference {op.reference}() to return {len(op.outputs)} tensor(s) "
+                                 f"({', '.join(o.name for o in op.outputs) or 'None'}), got {found}{hint}")
+            for a, t in zip(op.inputs, args):
+                if a.name in written and torch.equal(t, before[a.name]):
+                    raise BuildError(f"{where}: expected reference {op.reference}() to write {a.name} in place (the "
+                                     f"kernel does: Tensor({a.name!r}, mutable=True)), got {a.name} unchanged after a "
+                                     f"call on random example values; write it in place, e.g. {a.name}.copy_(...)")
+            for o, t in zip(op.outputs, got):
+                want_dtype = op.output_dtype_for(o, s)
+                if tuple(t.shape) != tuple(shapes[o.name]) or str(t.dtype) != f"torch.{want_dtype}":
+                    raise BuildError(
+                        f"{where}: output {o.name}: expected the reference's result to match the output rule "
+                        f"(shape {list(op.output_shape(o))} = {list(shapes[o.name])}, dtype {want_dtype}), got shape "
+                        f"{list(t.shape)}, dtype {str(t.dtype).removeprefix('torch.')} from {op.reference}() at the "
+                        "example; fix the Output's shape=/dtype= rule (or the reference)")
+
+
+def guard_constraints(where: str, constraints: tuple[str, ...]) -> tuple[str, ...]:
+    """The constraints a guard keeps: one that reads nothing of the call (``1024 <= 2147483647``, from a constant
+    ``Value`` feeding the launcher's arithmetic) is decided here: a true one is dropped, a false one fails the
+    build (no call could ever take the specialization).
+
+    Raises:
+        BuildError: a constant constraint that is false, naming it.
+    """
+    kept = []
+    for c in constraints:
+        if not _expr.is_constant(c):
+            kept.append(c)
+        elif not _expr.evaluate_with_shapes(c, {}):
+            raise BuildError(f"{where}: expected every guard constraint to hold for some call, got {c!r}, which "
+                             "reads nothing of the call and is false; no call could take this specialization: fix "
+                             "the spec's constraint, or the constant Value / constexpr it was computed from")
+    return tuple(kept)
+
+
+def check_reachable(op_name: str, specs: list[M.Specialization]) -> None:
+    """Specializations are tried in order: refuse one that an earlier one always takes first (same dtypes, the
+    earlier guard's constraints a subset of its own, no stricter alignment, built for at least its targets).
+    The test is syntactic, so it catches the usual mistake (a general spec listed before a narrower one)
+    without claiming to decide every implication between constraints.
+
+    Raises:
+        BuildError: naming both specializations and what to change.
+    """
+    for j, later in enumerate(specs):
+        for earlier in specs[:j]:
+            g0, g1 = earlier.guard, later.guard
+            if (g0.dtypes == g1.dtypes and set(g0.constraints) <= set(g1.constraints)
+                    and all(a <= g1.alignment.get(k, 1) for k, a in g0.alignment.items())
+                    and {v.target for v in later.variants} <= {v.target for v in earlier.variants}):
+                raise BuildError(
+                    f"op {op_name}: expected every specialization to be reachable, got {later.name!r} behind "
+                    f"{earlier.name!r}, which accepts every call {later.name!r} accepts (same dtypes, constraints "
+                    f"{list(g0.constraints)} all among {later.name!r}'s) and is tried first; list {later.name!r} "
+                    f"before {earlier.name!r} or give {earlier.name!r} a constraint that excludes its calls")

@@ -1,0 +1,187 @@
+"""Planning a build: the targets asked for, the spec file's declarations, the (op, spec, target) tasks and the
+tools the frontends in use need, all settled before any worker starts."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Callable, Optional
+
+from flyship.bundle import manifest as M
+from flyship.bundle import targets as _targets
+from flyship.compiler import declarations as _declarations
+from flyship.compiler import frontends as _frontends
+from flyship.compiler import hygiene as _hygiene
+from flyship.compiler import spec as _spec_mod
+from flyship.compiler import executors as _executors
+from flyship.compiler import tuning as _tuning
+from flyship.compiler import toolchain as _tc
+from flyship.compiler.build.checking import check_reference_outputs, check_references_module
+from flyship.compiler.build.options import BuildError, BuildOptions
+from flyship.compiler.spec import SpecFile
+from flyship.compiler.worker import load_spec_file
+from flyship.errors import CompileError
+
+
+def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
+    """Parse the requested targets; unknown ones fail with the list of known processors."""
+    if not archs:
+        raise BuildError("flyc-build: expected at least one --arch (e.g. --arch gfx942 --arch gfx950)")
+    out = []
+    for a in archs:
+        try:
+            t = _targets.parse_target(a)
+            _targets.limits(t)
+        except M.BundleError as e:
+            raise BuildError(f"flyc-build: unknown arch {a!r}: {e}") from None
+        out.append(t)
+    return out
+
+
+def check_offload_targets(targets: list[_targets.TargetID]) -> None:
+    """``--offload-bundle`` holds one entry per AMD target ID, and clang-offload-bundler refuses two IDs of one
+    processor with different features (``gfx942`` and ``gfx942:sramecc+:xnack-``: "conflicting targets", LLVM
+    ``getConflictTargetIDCombination``), so refuse them before compiling.
+
+    Raises:
+        BuildError: naming both target IDs and what to do.
+    """
+    seen: dict[str, str] = {}
+    for t in targets:
+        if t.vendor != "amd":
+            continue
+        other = seen.setdefault(t.processor, t.text)
+        if other != t.text:
+            raise BuildError(f"flyc-build --offload-bundle: expected one target ID per processor, got {other} and "
+                             f"{t.text}; clang-offload-bundler refuses conflicting targets in one bundle (the loader "
+                             "could not choose between them); build them into separate bundles, or drop "
+                             "--offload-bundle (each code object is in the bundle folder either way)")
+
+
+def plan(sf: SpecFile, targets: list[_targets.TargetID],
+         note: Callable[[str], None] = lambda s: None) -> list[tuple[str, str, str]]:
+    """(op, spec, target) tasks: each op for every requested target whose vendor its frontend builds for,
+    a spec limited by ``Spec(targets=...)`` only for the requested targets of those processors; a spec that
+    no requested target admits is reported through ``note`` (never dropped silently)."""
+    tasks = []
+    for op in sf.ops:
+        fe = _frontends.get(op.frontend)
+        usable = [t for t in targets if t.vendor in fe.vendors]
+        if not usable:
+            raise BuildError(f"flyc-build: op {op.name} ({op.frontend}) has no target among "
+                             f"{[t.text for t in targets]}; {op.frontend} builds for "
+                             f"{' and '.join(sorted(fe.vendors))} targets ({_VENDOR_EXAMPLES[min(fe.vendors)]}, ...)")
+        for t in usable:
+            try:
+                fe.check_target(t)
+            except CompileError as e:
+                raise BuildError(f"flyc-build: op {op.name} ({fe.title}): {e}") from None
+        for s in op.specs:
+            mine = [t for t in usable if _spec_admits(s.targets, t)]
+            if not mine:
+                note(f"flyc-build: note: {op.name}.{s.name} is limited to {', '.join(s.targets)}, and no --arch "
+                     f"is one of them ({', '.join(t.text for t in targets)}): not built")
+            for key in s.per_target:
+                if mine and not any(s.override_for(t.text) is s.per_target[key] for t in mine):
+                    note(f"flyc-build: note: {op.name}.{s.name} has a per_target entry for {key}, and no --arch is "
+                         f"{key} ({', '.join(t.text for t in targets)}): that form is not built")
+            for t in mine:
+                tasks.append((op.name, s.name, t.text))
+        if not any(o == op.name for o, _s, _t in tasks):
+            limits = "; ".join(f"{op.name}.{s.name}: {', '.join(s.targets)}" for s in op.specs)
+            raise BuildError(f"flyc-build: op {op.name}: expected a specialization for some --arch "
+                             f"({', '.join(t.text for t in targets)}), got none: its specs are limited to other "
+                             f"targets ({limits}); "
+                             "add one of those --arch, or widen a spec's targets=(...) (a bundle op without code "
+                             "objects would only ever run its reference)")
+    return tasks
+
+
+def _spec_admits(limited_to: tuple[str, ...], t: _targets.TargetID) -> bool:
+    """Whether a spec limited to ``limited_to`` (processors, or full target IDs; empty: all) builds for ``t``."""
+    return _spec_mod.admits(limited_to, t)
+
+
+_VENDOR_EXAMPLES = {"amd": "gfx942, gfx950", "nvidia": "sm_90"}
+
+
+def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecFile:
+    """Import the spec file here, only to list ops and specs (compiles happen in workers), once per target
+    environment (:mod:`flyship.compiler.declarations`: each target's tasks follow what its own import declared),
+    and refuse what would fail later: a references module that cannot stand alone, a declaration its frontend
+    rejects.
+
+    Raises:
+        BuildError: naming the spec file or the op.
+    """
+    try:
+        imports, sf = _declarations.load_for_targets(spec_path, targets, load_spec_file)
+    except Exception as e:
+        raise BuildError(f"flyc-build: {e}") from None
+    if sf.references:
+        rp = (Path(sf.path).parent / sf.references).resolve()
+        if not rp.is_file():
+            raise BuildError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
+        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference})
+        check_reference_outputs(sf, rp)
+    elif any(o.reference for o in sf.ops):
+        raise BuildError(f"spec file {sf.path}: ops name references but the spec calls no references('<file>.py')")
+    for op in (o for imp in imports for o in imp.spec_file.ops):  # each declaration as its targets import it
+        try:
+            _frontends.get(op.frontend).check_declaration(op)
+        except Exception as e:
+            raise BuildError(f"flyc-build: {e}") from None
+    return sf
+
+
+def find_tools(frontends_used: tuple[str, ...], targets: list[_targets.TargetID], opts: BuildOptions,
+               stack: contextlib.ExitStack) -> tuple[object, Optional[Path], dict[str, str]]:
+    """The LLVM toolchain, checked for every AMD target, and a ROCm-shaped root (kept for ``stack``'s life),
+    when a frontend in use needs them or offload bundles are asked for; else ``(None, None, {})``."""
+    amd = [t.text for t in targets if t.vendor == "amd"]
+    if not amd or not (opts.offload_bundle or any(_frontends.get(f).needs_llvm for f in frontends_used)):
+        return None, None, {}
+    toolchain = _tc.find_toolchain(opts.llvm_bin)
+    _tc.check_targets(toolchain, amd)
+    rocm_root = stack.enter_context(_tc.rocm_root(toolchain))
+    return toolchain, rocm_root, dict(toolchain.describe())
+
+
+def check_request(opts: BuildOptions) -> list[_targets.TargetID]:
+    """What can be refused before anything is read: the targets, offload bundle conflicts, an installed DSL a
+    frontend cannot build with (before the spec file imports it), the executor.
+
+    Raises:
+        BuildError: naming what was asked and what to do.
+    """
+    targets = check_archs(opts.archs)
+    if opts.offload_bundle:
+        check_offload_targets(targets)
+    for name in _frontends.names():
+        fe = _frontends.get(name)
+        mine = [t for t in targets if t.vendor in fe.vendors]
+        if mine:
+            fe.check_installed(mine)
+    _executors.check_executor(opts.executor)
+    return targets
+
+
+def check_output(out_dir: Path, force: bool) -> None:
+    """Recover what an interrupted build left at ``out_dir`` (under its lock), then refuse an existing bundle
+    unless ``force``."""
+    _hygiene.recover_output(out_dir.resolve())
+    if out_dir.exists() and not force:
+        raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
+
+
+def plan_tasks(sf: SpecFile, targets: list[_targets.TargetID],
+               progress: Callable[[str], None]) -> list[tuple[str, str, str]]:
+    """:func:`plan`, less what the config spaces prune on each target before compiling (each pruning reported)."""
+    tasks = plan(sf, targets, progress)
+    try:
+        tasks, pruned = _tuning.prune_tasks(sf.ops, tasks)
+    except CompileError as e:
+        raise BuildError(f"flyc-build: {e}") from None
+    for line in pruned:
+        progress(f"flyc-build: {line}")
+    return tasks

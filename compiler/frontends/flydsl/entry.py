@@ -1,0 +1,185 @@
+"""The example call's values, and an ``Entry``'s launcher calls bound to the op's arguments: which op tensor,
+scalar or constant each ``@flyc.jit`` parameter of each call receives, found by tracing the entry on
+placeholders and matching the values each call was given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flyship.bundle import expr as _expr
+from flyship.bundle.manifest import DTYPES
+from flyship.compiler.frontends.base import FrontendError, example_device
+from flyship.compiler.frontends.flydsl.signature import (_is_compile_time, _is_stream, entry_arguments,
+                                                         launcher_constant, launcher_name)
+from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    if name not in DTYPES:
+        raise FrontendError(f"dtype {name!r}: expected one of {', '.join(DTYPES)}")
+    return getattr(torch, name)
+
+
+def workspace_example_shape(op: OpDecl, w: Workspace, spec: Spec) -> tuple[int, ...]:
+    """A workspace's shape at the spec's example call."""
+    shapes = op.example_shapes(spec)
+    scal = {k: v for k, v in op.example_scalars(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
+    return tuple(_expr.evaluate_with_shapes(e, shapes, scal) for e in op.workspace_shape(w, spec))
+
+
+def _entry_bindings(op: OpDecl, spec: Spec, calls: list[tuple[Any, tuple, dict]], pos: list,
+                    where: str, target: str | None = None) -> list[OpDecl]:
+    """The op's declaration in each launcher call's parameter order (:func:`_entry_binding`), in call order. A
+    buffer the entry allocated is one declared Workspace in every call that receives it (by identity: the
+    recorded arguments keep each buffer alive, so no two share an ``id``); every declared workspace must be
+    passed to some launcher."""
+    _check_constants_pinned(op, spec, pos, where)
+    allocated: dict[int, Workspace] = {}
+    bound = [_entry_binding(op, spec, jit, args, kwargs, pos, allocated,
+                            where if len(calls) == 1 else f"{where} launcher {k + 1} ({launcher_name(jit)})", target)
+             for k, (jit, args, kwargs) in enumerate(calls)]
+    spare = [w.name for w in op.workspaces if w not in allocated.values()]
+    if spare:
+        launchers = "its launchers" if len(calls) > 1 else "the launcher"
+        raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes {launchers} no tensor for {spare}; declare "
+                            "only the workspaces the entry allocates")
+    return bound
+
+
+def _example_sizes(op: OpDecl, pos: list) -> list[tuple[str, int]]:
+    """(expression, example value) of every dimension and element count of the op's example input tensors, in
+    declaration order: ``("x.shape[0]", 128)``, ..., ``("x.numel", 524288)``."""
+    import torch
+
+    sizes: list[tuple[str, int]] = []
+    for a, v in zip(entry_arguments(op), pos):
+        if isinstance(a, Tensor) and isinstance(v, torch.Tensor):
+            sizes += [(f"{a.name}.shape[{i}]", int(d)) for i, d in enumerate(v.shape)]
+            sizes.append((f"{a.name}.numel", int(v.numel())))
+    return sizes
+
+
+def _check_constants_pinned(op: OpDecl, spec: Spec, pos: list, where: str) -> None:
+    """A constant ``Value("m", "64")`` equal to an example input's dimension (or element count) is baked into
+    the kernel: the spec must pin that size with a constraint (``"x.shape[0] == 64"``), else a call of another
+    size would dispatch to a kernel fixed to the example's."""
+    constraints = (*spec.constraints, *op.constraints(spec))
+    equal = [cmp[1:] for cmp in map(_expr.comparison, constraints) if cmp and cmp[0] == "eq"]
+    pins = set(equal) | {(b, a) for a, b in equal}
+    sizes = _example_sizes(op, pos)
+    for a in op.args:
+        if not launcher_constant(a):
+            continue
+        value = int(a.expr.strip())
+        same = [e for e, v in sizes if v == value]
+        if same and not any((e, str(value)) in pins for e in same):
+            raise FrontendError(
+                f"{where}: constant Value({a.name!r}, {a.expr!r}) equals the example's {' / '.join(same)}, expected a "
+                f"constraint pinning that size (e.g. constraints=({same[0] + ' == ' + str(value)!r},)), got none; "
+                "without it the kernel is fixed to this size and a call of another size would run it: if the entry "
+                f"computes the value from the tensor, make it an entry parameter declared Value({a.name!r}, "
+                f"{same[0]!r}) instead; if it is that fixed size, add the constraint; if it is unrelated, give the "
+                "example another size")
+
+
+def _shape_hint(op: OpDecl, pos: list, name: str, value: Any) -> str:
+    """For an int the entry passes that equals an example input's size: how to declare it (the entry takes
+    it as a parameter, declared ``Value(name, "x.shape[0]")``), else ""."""
+    if type(value) is not int:
+        return ""
+    same = [e for e, v in _example_sizes(op, pos) if v == value]
+    if not same:
+        return ""
+    return (f"; {value} is the example's {' / '.join(same)}: if the entry computes it from the tensor, take it as "
+            f"an entry parameter instead and declare Value({name!r}, {same[0]!r}) in args= (the entry passes it on "
+            f"to the launcher), so each call gets its own size")
+
+
+def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, pos: list,
+                   allocated: dict[int, Workspace], where: str, target: str | None = None) -> OpDecl:
+    """The op's declaration in one inner launcher's parameter order: each runtime argument the entry passed
+    is one of the op's own (a tensor passed through, by identity, bare or wrapped by ``flyc.from_torch_tensor``
+    / ``flyc.from_dlpack``; a scalar equal to exactly one declared scalar's example, or to a declared constant
+    ``Value("n", "128")``), or a buffer the entry allocated: the Workspace ``allocated`` maps it to (an earlier
+    launcher received it), else the next unused declared Workspace of its shape and dtype (recorded in
+    ``allocated``). An argument the entry computed itself cannot be bound, and is refused."""
+    import inspect
+
+    import torch
+
+    sig = inspect.signature(jit.func)
+    bound = sig.bind(*args, **kwargs)
+    declared = entry_arguments(op)
+    values = op.example_values(spec, example_device(spec, target))
+    constants = [(a, values[a.name]) for a in op.args if launcher_constant(a)]
+    mapped: list = []
+    for name, value in bound.arguments.items():
+        ann = sig.parameters[name].annotation
+        if _is_stream(ann) or (ann is not inspect.Parameter.empty and _is_compile_time(ann)):
+            continue
+        wrapped = _wrapped_tensor(value)
+        if wrapped is not None and wrapped is not value:
+            value = wrapped  # flyc.from_torch_tensor(t).mark_layout_dynamic(...): the launcher reads t's storage
+        if isinstance(value, torch.Tensor):
+            hit = [a for a, v in zip(declared, pos) if v is value]
+            if not hit and id(value) in allocated:
+                hit = [allocated[id(value)]]
+            if not hit:  # a buffer the entry allocated: the next unused Workspace of its shape and dtype
+                used = list(allocated.values())
+                hit = [w for w in op.workspaces if w not in used
+                       and tuple(value.shape) == workspace_example_shape(op, w, spec)
+                       and value.dtype == _torch_dtype(w.dtype) and value.is_contiguous()][:1]
+                if hit:
+                    allocated[id(value)] = hit[0]
+            if not hit:
+                raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
+                                    f"tensor that is none of the op's arguments (shape {tuple(value.shape)}, "
+                                    f"{value.dtype}: a view, a fresh tensor, or one buffer more than the declared "
+                                    "workspaces); flyship binds tensors the entry passes through unchanged (or "
+                                    "wrapped by flyc.from_torch_tensor / from_dlpack), and buffers it allocates as "
+                                    "declared Workspace(...)s of the same shape rule and dtype (contiguous), one per "
+                                    "buffer; for a view (t.view(-1), t.view(torch.int8), t.reshape(...)), pass the "
+                                    "tensor itself and let the launcher index it, or declare the op's tensor as the "
+                                    "launcher sees it (a flat 1-D Tensor with rules on its numel, or the dtype the "
+                                    "launcher reads) so the entry passes it unchanged")
+        elif isinstance(value, (bool, int, float)):
+            hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
+                   and v == value]
+            hit += [a for a, v in constants if type(value) is int and v == value]
+            if len(hit) != 1:
+                shape = _shape_hint(op, pos, name, value) if not hit else ""
+                constant = (f"; {'else ' if shape else ''}a constant the entry passes itself (a fixed size, pinned "
+                            f"by a constraint if it equals an input's) is declared Value({name!r}, {str(value)!r}) "
+                            "in args=" if type(value) is int and not hit else "")
+                constant = shape + constant
+                raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} the "
+                                    f"value {value!r}, which is {'none' if not hit else 'more than one'} of the op's "
+                                    "scalar arguments; flyship binds scalars the entry passes through (give the "
+                                    f"example scalars distinct values){constant}")
+        else:
+            raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
+                                f"{type(value).__module__}.{type(value).__qualname__}, expected a torch tensor (or "
+                                "one wrapped by flyc.from_torch_tensor / flyc.from_dlpack) or a Python scalar; "
+                                "flyship binds only the op's tensors and scalars the entry passes through: pass the "
+                                "tensor itself, or name the launcher in op(kernel=...)")
+        mapped.append(hit[0])
+    consts = tuple(a for a in op.args if not isinstance(a, (Tensor, Output, Scalar, Value, Workspace)))
+    return op.call_view(tuple(mapped) + consts)
+
+
+def _wrapped_tensor(value: Any) -> Any:
+    """The torch tensor a FlyDSL tensor argument wraps (FlyDSL 0.5.0: ``flyc.from_torch_tensor(t)`` keeps ``t`` as
+    ``torch_tensor``, ``flyc.from_dlpack(t)`` as ``dltensor``; ``mark_layout_dynamic`` returns the same wrapper),
+    else None."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    for attr in ("torch_tensor", "dltensor"):
+        inner = getattr(value, attr, None)
+        if isinstance(inner, torch.Tensor):
+            return inner
+    return None
