@@ -377,7 +377,7 @@ def record_reads() -> Iterator[dict[str, str]]:
 class _ResultUnpickler(pickle.Unpickler):
     """Admits only flyship's result dataclasses and plain builtins: a planted pickle cannot run code."""
 
-    _MODULES = ("flyship.bundle.manifest", "flyship.compiler.frontends")  # and their submodules
+    _MODULES = ("flyship.bundle.model", "flyship.bundle.manifest", "flyship.compiler.frontends")  # and their submodules
     _BUILTINS = {"tuple", "list", "dict", "set", "frozenset", "int", "float", "str", "bytes", "bool", "NoneType"}
 
     def find_class(self, module: str, name: str) -> Any:
