@@ -33,14 +33,14 @@ import dataclasses
 import functools
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from flyship.bundle import limits as _limits
 from flyship.bundle.errors import ExprError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_EXPR_CHARS = 1000
-# The C++ core refuses longer or deeper programs (csrc/expr.h kMaxProgramWords / kMaxProgramDepth; the
-# extension exports them as PLAN_TABLES and a test compares).
-MAX_PROGRAM_WORDS = 256
-MAX_PROGRAM_DEPTH = 32
+# The C++ core refuses longer or deeper programs: one table for both (bundle/limits.py -> csrc/limits.h).
+MAX_PROGRAM_WORDS = _limits.MAX_PROGRAM_WORDS
+MAX_PROGRAM_DEPTH = _limits.MAX_PROGRAM_DEPTH
 
 # Opcode mnemonics of the postfix program; the C++ core maps them to its codes (csrc/expr.h kOpcodeNames).
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.FloorDiv: "floordiv", ast.Mod: "mod"}

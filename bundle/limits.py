@@ -65,3 +65,69 @@ MAX_SCRATCH_BYTES_PER_PROGRAM = 1 << 30
 """``bytes_per_program`` of a scratch field."""
 MAX_RESOURCE = 1 << 32
 """Any resource count in kernel metadata (LDS, scratch, registers, kernarg segment)."""
+
+# Shared with the C++ core (csrc/limits.h is generated from this table: ``python scripts/limits_header.py --write``).
+MAX_SLOTS = 64
+"""Arguments and outputs of one op together: the C++ core's per-call slot arrays (csrc/call.h)."""
+KERNARG_BUFFER_ALIGNMENT = 64
+"""The loader's kernarg buffer is aligned to this (csrc/launch.cpp): a kernarg layout may ask for at most this."""
+MAX_PROGRAM_WORDS = 256
+"""Words (opcodes and operands) of one compiled expression program."""
+MAX_PROGRAM_DEPTH = 32
+"""Evaluation stack entries one expression program may need."""
+
+# The plan contract: what Python (flyship/loader/plan.py) lowers and the C++ core parses (csrc/plan.cpp).
+PLAN_VERSION = 9
+"""The plan's format version; the per-user plan cache keys on it."""
+
+# C++ name -> this module's name: the constants csrc/limits.h defines, each with the value above.
+CXX_CONSTANTS = (
+    ("kPlanVersion", "PLAN_VERSION"),
+    ("kMaxSlots", "MAX_SLOTS"),
+    ("kMaxLaunches", "MAX_LAUNCHES"),
+    ("kMaxWorkspaces", "MAX_WORKSPACES"),
+    ("kMaxKernargBytes", "MAX_KERNARG_BYTES"),
+    ("kKernargBufferAlignment", "KERNARG_BUFFER_ALIGNMENT"),
+    ("kMaxBlock", "MAX_BLOCK"),
+    ("kMaxRank", "MAX_RANK"),
+    ("kMaxProgramWords", "MAX_PROGRAM_WORDS"),
+    ("kMaxProgramDepth", "MAX_PROGRAM_DEPTH"),
+)
+HEADER = "limits.h"
+"""The generated header's name in csrc/."""
+
+
+def cxx_header() -> str:
+    """The text of csrc/limits.h: every shared limit as a ``constexpr``, generated from this table."""
+    table = globals()
+    lines = ["// GENERATED from bundle/limits.py by `python scripts/limits_header.py --write`: do not edit.",
+             "// The limits the rule book and the C++ core share; a test keeps this file equal to the generator's output",
+             "// and compares the compiled values (the extension's LIMITS) with flyship.bundle.limits.",
+             "#pragma once", "", "#include <cstdint>", "", "namespace flyship {", ""]
+    for cxx, name in CXX_CONSTANTS:
+        lines.append(f"constexpr int64_t {cxx} = {int(table[name])};  // {name}")
+    lines += ["", "}  // namespace flyship", ""]
+    return "\n".join(lines)
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    """``scripts/limits_header.py [--write|--check] [CSRC]``: print, write or check csrc/limits.h."""
+    import sys
+    from pathlib import Path
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    mode = args.pop(0) if args and args[0] in ("--write", "--check") else "--print"
+    csrc = Path(args[0]) if args else Path(__file__).resolve().parent.parent / "csrc"
+    text = cxx_header()
+    if mode == "--print":
+        sys.stdout.write(text)
+        return 0
+    path = csrc / HEADER
+    if mode == "--write":
+        path.write_text(text)
+        return 0
+    if not path.is_file() or path.read_text() != text:
+        print(f"{path}: not what bundle/limits.py generates; run `python scripts/limits_header.py --write`",
+              file=sys.stderr)
+        return 1
+    return 0

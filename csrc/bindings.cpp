@@ -109,6 +109,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     tables["max_program_words"] = kMaxProgramWords;
     m.attr("PLAN_TABLES") = tables;
   }
+  {
+    // The shared limits as this extension was compiled with them (limits.h, generated from bundle/limits.py).
+    py::dict limits;
+#define FLYSHIP_LIMIT(name) limits[#name] = name
+    FLYSHIP_LIMIT(kPlanVersion);
+    FLYSHIP_LIMIT(kMaxSlots);
+    FLYSHIP_LIMIT(kMaxLaunches);
+    FLYSHIP_LIMIT(kMaxWorkspaces);
+    FLYSHIP_LIMIT(kMaxKernargBytes);
+    FLYSHIP_LIMIT(kKernargBufferAlignment);
+    FLYSHIP_LIMIT(kMaxBlock);
+    FLYSHIP_LIMIT(kMaxRank);
+    FLYSHIP_LIMIT(kMaxProgramWords);
+    FLYSHIP_LIMIT(kMaxProgramDepth);
+#undef FLYSHIP_LIMIT
+    m.attr("LIMITS") = limits;
+  }
   m.def(
       "evaluate_program",
       [](const py::dict& program, const std::vector<std::vector<int64_t>>& shapes,

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "limits.h"  // kMaxProgramWords, kMaxProgramDepth (generated from bundle/limits.py)
+
 namespace flyship {
 
 enum Opcode : int64_t {
@@ -42,8 +44,6 @@ constexpr const char* kDevicePropertyNames[DEV_COUNT] = {"cu_count"};
 
 // Limits of a program; flyship/bundle/expr.py enforces the same when it compiles an expression, so a bundle
 // that flyc-build accepts never fails here (a test compares them through PLAN_TABLES).
-constexpr int kMaxProgramDepth = 32;  // deepest evaluation stack
-constexpr int kMaxProgramWords = 256;  // words (opcodes and operands)
 
 // The opcode of a mnemonic, or -1.
 inline int64_t opcode_of(const std::string& name) {

@@ -122,7 +122,7 @@ void OpState::enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKern
   const int64_t* g = ls.grid;
   const int64_t dyn = ls.dynamic_lds;
   c10::DeviceGuard guard(c.device);
-  alignas(64) uint8_t inline_buf[kInlineKernargBytes];
+  alignas(kKernargBufferAlignment) uint8_t inline_buf[kInlineKernargBytes];
   std::vector<uint8_t> heap_buf;
   uint8_t* buf = inline_buf;
   if (static_cast<size_t>(v.kernarg_size) > kInlineKernargBytes) {

@@ -93,9 +93,9 @@ VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shape
     FLYSHIP_CHECK(need<py::list>(d, "workspaces", vw).empty(), "flyship plan: ", vw,
                   ": a following launch declares workspaces of its own");
   }
-  FLYSHIP_CHECK(v.kernarg_size >= 0 && v.kernarg_size <= (1 << 20), "flyship plan: ", vw, ": kernarg size ",
+  FLYSHIP_CHECK(v.kernarg_size >= 0 && v.kernarg_size <= kMaxKernargBytes, "flyship plan: ", vw, ": kernarg size ",
               v.kernarg_size);
-  FLYSHIP_CHECK(v.kernarg_align > 0 && v.kernarg_align <= 64 && (v.kernarg_align & (v.kernarg_align - 1)) == 0,
+  FLYSHIP_CHECK(v.kernarg_align > 0 && v.kernarg_align <= kKernargBufferAlignment && (v.kernarg_align & (v.kernarg_align - 1)) == 0,
               "flyship plan: ", vw, ": kernarg alignment ", v.kernarg_align,
               " is not a power of two up to 64 (the loader aligns its buffer to 64 bytes)");
   for (auto p : need<py::list>(d, "programs", vw)) v.programs.push_back(parse_program(p, shapes, vw));
@@ -105,7 +105,7 @@ VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shape
   FLYSHIP_CHECK(grid.size() == 3 && block.size() == 3, "flyship plan: ", vw, ": grid and block need 3 entries");
   for (int i = 0; i < 3; ++i) {
     FLYSHIP_CHECK(grid[i] >= 0 && grid[i] < n_programs, "flyship plan: ", vw, ": grid program index out of range");
-    FLYSHIP_CHECK(block[i] >= 1 && block[i] <= 65536, "flyship plan: ", vw, ": block size ", block[i], " out of range");
+    FLYSHIP_CHECK(block[i] >= 1 && block[i] <= kMaxBlock, "flyship plan: ", vw, ": block size ", block[i], " out of range");
     v.grid[i] = grid[i];
     v.block[i] = static_cast<uint32_t>(block[i]);
   }

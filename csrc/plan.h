@@ -13,15 +13,13 @@
 
 #include "check.h"
 #include "expr.h"
+#include "limits.h"  // generated from bundle/limits.py: kPlanVersion, kMaxSlots, kMaxLaunches, ...
 
 namespace flyship {
 
 namespace py = pybind11;
 
-// Plan format version: flyship/loader/plan.py PLAN_VERSION.
-constexpr int kPlanVersion = 8;
 constexpr int kMaxDevices = 64;
-constexpr int kMaxSlots = 64;
 // Kernarg buffers up to this size live on the stack; bigger ones on the heap.
 constexpr size_t kInlineKernargBytes = 1024;
 
@@ -35,9 +33,6 @@ enum FieldKind : int {
 };
 constexpr const char* kFieldKindName[kFieldKindCount] = {"pointer", "shape", "stride", "scalar",   "expr",
                                                          "constant", "null", "scratch", "workspace"};
-// Launches of one call (a variant and its `then`) and workspaces of one variant: flyship.bundle.limits.
-constexpr int kMaxLaunches = 16;
-constexpr int kMaxWorkspaces = 16;
 enum FieldType : int { kPtr, kI64, kU64, kI32, kU32, kI16, kI8, kF64, kF32, kF16, kBF16, kFieldTypeCount };
 constexpr const char* kTypeName[kFieldTypeCount] = {"ptr", "i64", "u64", "i32", "u32", "i16",
                                                     "i8",  "f64", "f32", "f16", "bf16"};

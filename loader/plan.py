@@ -15,10 +15,11 @@ import struct
 from typing import Any, Callable, Optional
 
 from flyship.bundle import expr as _expr
+from flyship.bundle import limits as _limits
 from flyship.bundle import manifest as _m
 from flyship.loader.cpu import mutable_hint
 
-PLAN_VERSION = 8
+PLAN_VERSION = _limits.PLAN_VERSION  # one constant for both languages (csrc/limits.h is generated from it)
 FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
 _PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d",
          "f32": "<f", "f16": "<e"}

@@ -18,8 +18,6 @@ _INT_TYPES = {"i64": (L.INT64_MIN, L.INT64_MAX), "u64": (0, (1 << 64) - 1), "i32
 _FLOAT_TYPES = ("f64", "f32", "f16", "bf16")
 # The struct format a float constant is packed with (bf16 through its float32 bits, as the loader packs it).
 _FLOAT_FORMATS = {"f64": "<d", "f32": "<f", "f16": "<e", "bf16": "<f"}
-# The loader's kernarg buffer is aligned to 64 bytes (csrc/kernargs.cpp); a layout asking for more cannot be met.
-KERNARG_BUFFER_ALIGNMENT = 64
 # Field kinds -> the kernarg types they may have, and whether they name a tensor / a scalar argument.
 _POINTER_KINDS = ("pointer", "null", "scratch", "workspace")
 _TENSOR_KINDS = ("pointer", "shape", "stride")
@@ -80,8 +78,8 @@ def check_fields(layout: _m.KernargLayout, slots: dict[str, _expr.Slot], where: 
     and alignment are sane."""
     if not 0 <= layout.size <= L.MAX_KERNARG_BYTES:
         raise _fail(f"{where}.size", f"expected a kernarg size in 0..{L.MAX_KERNARG_BYTES}, got {layout.size}")
-    if not _is_pow2(layout.alignment) or layout.alignment > KERNARG_BUFFER_ALIGNMENT:
-        raise _fail(f"{where}.alignment", f"expected a power of two up to {KERNARG_BUFFER_ALIGNMENT} (the loader's "
+    if not _is_pow2(layout.alignment) or layout.alignment > L.KERNARG_BUFFER_ALIGNMENT:
+        raise _fail(f"{where}.alignment", f"expected a power of two up to {L.KERNARG_BUFFER_ALIGNMENT} (the loader's "
                                           f"kernarg buffer alignment), got {layout.alignment}")
     _count(layout.fields, L.MAX_KERNARG_FIELDS, "kernarg fields", f"{where}.fields")
     for i, f in enumerate(layout.fields):

@@ -66,7 +66,7 @@ def check_op_head(op: _m.Op, where: str) -> None:
         check_name(op.reference, f"{where}.reference")
     _count(op.args, L.MAX_ARGS, "arguments", f"{where}.args")
     _count(op.outputs, L.MAX_OUTPUTS, "outputs", f"{where}.outputs")
-    _count((*op.args, *op.outputs), L.MAX_ARGS, "arguments and outputs together", where)  # the core's slots
+    _count((*op.args, *op.outputs), L.MAX_SLOTS, "arguments and outputs together", where)  # the core's slots
     check_args(op.args, where)
     if not any(a.kind == "tensor" for a in op.args):
         raise _fail(f"{where}.args", "expected at least one input tensor, got none; the loader runs the kernel on "
