@@ -188,7 +188,7 @@ OpPlan parse_op(const py::dict& d) {
     FLYSHIP_PLAN_CHECK(!slot.is_mutable || slot.kind == kTensor, where, "argument '", slot.name,
                        "' is mutable but not a tensor");
     op.has_mutable |= slot.is_mutable;
-    FLYSHIP_PLAN_CHECK(slot.rank >= 0 && (slot.kind == kTensor || slot.rank == 0), where,
+    FLYSHIP_PLAN_CHECK(slot.rank >= 0 && slot.rank <= kMaxRank && (slot.kind == kTensor || slot.rank == 0), where,
                        "argument '", slot.name, "' has rank ", slot.rank);
     FLYSHIP_PLAN_CHECK(!slot.batch || (slot.kind == kTensor && slot.rank >= 1), where, "argument '", slot.name,
                        "' is batched but is not a tensor of rank >= 1");
