@@ -1,0 +1,152 @@
+"""Hostile inputs the loader must refuse: a planted prebuilt extension, a newline in a hook's patches path, a
+swapped bundle-cache entry. Each hostile case runs where it could do harm (a subprocess that would dlopen, a
+fresh interpreter that would run a .pth) and checks that nothing ran."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flyship.errors import ConfigError
+from flyship.loader import build, hook, prebuilt
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+pytestmark = pytest.mark.cpu
+
+PLANT = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void planted(void) {
+    const char *p = getenv("PLANTED_MARK");
+    FILE *f = p ? fopen(p, "w") : NULL;
+    if (f) { fputs("ran", f); fclose(f); }
+}
+"""
+
+FIND = """
+import sys
+from pathlib import Path
+from flyship.loader import build
+found = build.find_prebuilt(sys.argv[1], near=Path(sys.argv[2]))
+if found is not None:
+    build._import(sys.argv[1], found)
+print("found" if found else "none")
+"""
+
+NAME = "flyship_planted_test_0123456789ab"
+
+
+@pytest.fixture(scope="module")
+def planted_so(tmp_path_factory) -> Path:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to make the planted library with")
+    d = tmp_path_factory.mktemp("plant")
+    (d / "plant.c").write_text(PLANT)
+    out = d / f"{NAME}.so"  # the name the loader looks for
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(d / "plant.c")], check=True, timeout=120)
+    return out
+
+
+def find_in(folder: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, bool]:
+    mark = tmp_path / "mark"
+    env = {k: v for k, v in os.environ.items() if k != "FLYSHIP_EXTENSION_PATH"}
+    env["PLANTED_MARK"] = str(mark)
+    r = subprocess.run([PY, "-c", FIND, NAME, str(folder), str(tmp_path / "prefix")], cwd=ROOT, capture_output=True,
+                       text=True, env=env, timeout=120)
+    return r, mark.exists()
+
+
+def test_a_planted_library_in_a_world_writable_folder_beside_a_bundle_is_never_opened(planted_so, tmp_path):
+    shared = tmp_path / "shared_tmp"
+    shared.mkdir()
+    shutil.copy(planted_so, shared / f"{NAME}.so")
+    build.install(planted_so, tmp_path / "recorded")  # a valid record, to plant beside it as well
+    shutil.copy(prebuilt.record_path(tmp_path / "recorded" / f"{NAME}.so"), shared)
+    os.chmod(shared, 0o1777)  # like /tmp
+    r, ran = find_in(shared, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert not ran and r.stdout.strip() == "none"
+    assert "writable by group or others" in r.stderr
+
+
+def test_a_library_without_a_record_or_with_other_bytes_is_refused(planted_so, tmp_path):
+    own = tmp_path / "own"
+    own.mkdir()
+    shutil.copy(planted_so, own / f"{NAME}.so")
+    r, ran = find_in(own, tmp_path)
+    assert not ran and r.stdout.strip() == "none" and "no record" in r.stderr
+    build.install(own / f"{NAME}.so", own)  # now recorded; then its bytes change
+    with open(own / f"{NAME}.so", "ab") as f:
+        f.write(b"\0")
+    r, ran = find_in(own, tmp_path)
+    assert not ran and r.stdout.strip() == "none" and "differs from the recorded" in r.stderr
+
+
+def test_a_link_to_a_recorded_library_is_refused(planted_so, tmp_path):
+    build.install(planted_so, tmp_path / "real")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / f"{NAME}.so").symlink_to(tmp_path / "real" / f"{NAME}.so")
+    shutil.copy(prebuilt.record_path(tmp_path / "real" / f"{NAME}.so"), linked)
+    r, ran = find_in(linked, tmp_path)
+    assert not ran and "symbolic link" in r.stderr
+
+
+def test_a_library_installed_by_prebuild_with_its_record_is_imported(planted_so, tmp_path):
+    build.install(planted_so, tmp_path / "ok")
+    r, ran = find_in(tmp_path / "ok", tmp_path)
+    # the planted library is no Python module, so the import fails after dlopen: the constructor ran, as a
+    # recorded library is trusted
+    assert ran and "PyInit_" in r.stderr
+
+
+def test_a_newline_in_the_patches_path_is_refused_and_adds_no_line(tmp_path, tiny_bundle):
+    folder = tmp_path / "evil\nimport os; os.system('touch PWNED')\n"
+    folder.mkdir()
+    pf = folder / "patches.json"
+    pf.write_text('{"bundle": "%s", "patches": []}' % tiny_bundle)
+    site = tmp_path / "site"
+    site.mkdir()
+    with pytest.raises(ConfigError, match="without control characters"):
+        hook.install(pf, site)
+    assert not (site / hook.PTH_NAME).exists()
+
+
+def test_the_pth_holds_the_path_as_a_string_literal_only(tmp_path, tiny_bundle):
+    folder = tmp_path / "it's \"quoted\" \\ here"
+    folder.mkdir()
+    pf = folder / "patches.json"
+    pf.write_text('{"bundle": "%s", "patches": []}' % tiny_bundle)
+    site = tmp_path / "site"
+    site.mkdir()
+    pth = hook.install(pf, site)
+    lines = pth.read_text().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("import flyship._startup")
+    assert hook.status(site)["patches"] == str(pf)
+
+
+@pytest.mark.parametrize("text", ["", "\n", "garbage\x00\xff", "# flyship hook: [1, 2]\n"])
+def test_an_empty_or_garbage_pth_does_not_break_status(tmp_path, text):
+    (tmp_path / hook.PTH_NAME).write_text(text, errors="surrogateescape")
+    s = hook.status(tmp_path)
+    assert s is not None and not s["ok"] and s["patches"] == "?"
+
+
+def test_hook_remove_on_a_read_only_site_is_a_flyship_error(tmp_path):
+    if os.getuid() == 0:
+        pytest.skip("root can delete from a read-only folder")
+    (tmp_path / hook.PTH_NAME).write_text("")
+    os.chmod(tmp_path, 0o555)
+    try:
+        with pytest.raises(ConfigError, match="hook remove: cannot delete"):
+            hook.remove(tmp_path)
+    finally:
+        os.chmod(tmp_path, 0o755)
