@@ -32,6 +32,7 @@ from flyship.bundle import manifest as _m
 from flyship.bundle import files as _files
 from flyship.bundle.files import atomic_write
 from flyship.bundle import rules as _rules
+from flyship.bundle import trust as _trust
 from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
 
@@ -41,6 +42,7 @@ PACK_VERSION = 1
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time zip can hold
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_+\-][A-Za-z0-9._+\-]*$")
 _ZIP_LOCAL_HEADER = b"PK\x03\x04"  # every pack starts with its index member's local header
+_MAX_MEMBER = 1 << 31  # no bundle file comes near 2 GiB; bounds every read of the cache
 _REDO = "rebuild or re-copy it with `flyc-build ... --pack` or `flyship pack BUNDLE -o FILE`"
 # What reading a damaged member can raise: a bad header or CRC (BadZipFile), data cut short (EOFError), a
 # compressed member from another writer (zlib.error, NotImplementedError for a method zipfile lacks).
@@ -200,8 +202,13 @@ def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
         listed = _read_index(z, where)
         root = Path(cache) if cache is not None else cache_root()
         final = root / digest
-        if final.is_dir() and _matches(final, listed):
-            return final
+        if os.path.lexists(final):
+            why = _trust.untrusted_reason(final, kind="folder")
+            if why is not None:  # a link to someone else's folder, or an entry another user made: never read it
+                raise BundleError(f"open packed bundle {where}: refused the cache entry {final}: {why}; delete it, "
+                                  "or set FLYSHIP_BUNDLE_CACHE to a folder only you can write")
+            if _matches(final, listed):
+                return final
         try:
             return _extract(z, listed, root, final, where)
         except OSError as e:  # the cache, not the pack: an unwritable HOME, a file in the way, a full disk
@@ -214,8 +221,8 @@ def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
 
 def _extract(z: zipfile.ZipFile, listed: dict[str, str], root: Path, final: Path, where: str) -> Path:
     """Check and extract the members of an opened pack into ``final`` under ``root``, by an atomic rename."""
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:16]}.", dir=root))
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:16]}.", dir=root))  # mode 0700
     try:
         for n, want in listed.items():
             data = _read_member(z, n, where)
@@ -225,27 +232,47 @@ def _extract(z: zipfile.ZipFile, listed: dict[str, str], root: Path, final: Path
                                   f"{want}; the file is damaged or was altered, {_REDO}")
             (tmp / n).write_bytes(data)
         (tmp / INDEX_NAME).write_text(json.dumps(listed, sort_keys=True))
-        if final.exists():  # a stale or damaged folder: replace it
-            shutil.rmtree(final, ignore_errors=True)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final.is_dir() and _matches(final, listed)):  # another process won the race with the same bytes
-                raise
+        _publish(tmp, final, listed)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
+def _publish(tmp: Path, final: Path, listed: dict[str, str]) -> None:
+    """Rename the checked folder ``tmp`` into place as ``final``. A stale or damaged ``final`` is first renamed
+    aside (never deleted in place: another process may have just renamed a good copy there and be reading it);
+    when another process wins the race with the same bytes, its folder is kept."""
+    for _ in range(3):
+        try:
+            os.rename(tmp, final)
+            return
+        except OSError:
+            if os.path.isdir(final) and not os.path.islink(final) and _matches(final, listed):
+                return  # another process published the same bytes
+            if not os.path.lexists(final):
+                continue  # removed meanwhile: try again
+            if _trust.untrusted_reason(final, kind="folder") is not None:
+                raise
+            aside = Path(tempfile.mkdtemp(prefix=f".stale-{final.name[:16]}.", dir=final.parent))
+            try:
+                os.rename(final, aside / "old")
+            except OSError:
+                pass  # another process moved it first
+            shutil.rmtree(aside, ignore_errors=True)
+    os.rename(tmp, final)
+
+
 def _matches(folder: Path, listed: dict[str, str]) -> bool:
-    """Whether an extracted folder holds exactly the listed files with their sha256."""
-    try:
-        for n, want in listed.items():
-            if hashlib.sha256((folder / n).read_bytes()).hexdigest() != want:
-                return False
-    except OSError:
-        return False
+    """Whether an extracted folder holds exactly the listed files with their sha256, each a regular file (not a
+    link) owned by the user or root and writable by no one else, so the bytes read after this check are these."""
+    for n, want in listed.items():
+        try:
+            data = _trust.read_trusted(folder / n, _MAX_MEMBER, what="bundle cache entry")
+        except (OSError, ValueError):
+            return False
+        if hashlib.sha256(data).hexdigest() != want:
+            return False
     return True
 
 

@@ -39,7 +39,9 @@ def untrusted_reason(path: Path, *, kind: str = "file") -> str | None:
                 return f"cannot stat its folder ({e.strerror or e})"
         if s.st_uid not in _owners():
             return f"{what} is owned by uid {s.st_uid}, not by you (uid {os.getuid()}) or root"
-        if s.st_mode & _WRITABLE_BY_OTHERS:
+        # A sticky folder (/tmp) lets others add files but not rename or delete ours: our own file stays ours.
+        sticky_parent = what == "its folder" and s.st_mode & stat.S_ISVTX
+        if s.st_mode & _WRITABLE_BY_OTHERS and not sticky_parent:
             return f"{what} is writable by group or others (mode {stat.S_IMODE(s.st_mode):o})"
     return None
 

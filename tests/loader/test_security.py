@@ -70,11 +70,24 @@ def test_a_planted_library_in_a_world_writable_folder_beside_a_bundle_is_never_o
     shutil.copy(planted_so, shared / f"{NAME}.so")
     build.install(planted_so, tmp_path / "recorded")  # a valid record, to plant beside it as well
     shutil.copy(prebuilt.record_path(tmp_path / "recorded" / f"{NAME}.so"), shared)
-    os.chmod(shared, 0o1777)  # like /tmp
+    os.chmod(shared, 0o777)
     r, ran = find_in(shared, tmp_path)
     assert r.returncode == 0, r.stderr
     assert not ran and r.stdout.strip() == "none"
     assert "writable by group or others" in r.stderr
+
+
+def test_a_library_planted_by_another_user_in_a_sticky_tmp_is_never_opened(planted_so, tmp_path):
+    if os.getuid() != 0:
+        pytest.skip("planting a file owned by another user needs root")
+    shared = tmp_path / "tmp_like"
+    shared.mkdir()
+    build.install(planted_so, shared)  # a library and a matching record, both then handed to "nobody"
+    for f in shared.iterdir():
+        os.chown(f, 65534, 65534)
+    os.chmod(shared, 0o1777)  # like /tmp: anyone may add files
+    r, ran = find_in(shared, tmp_path)
+    assert not ran and r.stdout.strip() == "none" and "owned by uid 65534" in r.stderr
 
 
 def test_a_library_without_a_record_or_with_other_bytes_is_refused(planted_so, tmp_path):
@@ -150,3 +163,82 @@ def test_hook_remove_on_a_read_only_site_is_a_flyship_error(tmp_path):
             hook.remove(tmp_path)
     finally:
         os.chmod(tmp_path, 0o755)
+
+
+# --- the bundle cache: an entry someone else controls is never read --------------------------------------------
+
+
+def _entry(pack_file: Path, cache: Path) -> Path:
+    import hashlib
+
+    return cache / hashlib.sha256(pack_file.read_bytes()).hexdigest()
+
+
+def test_a_cache_entry_that_is_a_link_to_another_folder_is_refused(tiny_bundle, tmp_path):
+    from flyship.bundle import pack as _pack
+    from flyship.bundle.errors import BundleError
+
+    f = _pack.pack(tiny_bundle, tmp_path / "tiny.flyship")
+    theirs = _pack.open_pack(f, tmp_path / "their_cache")  # a valid copy in a folder "someone else" controls
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    _entry(f, cache).symlink_to(theirs, target_is_directory=True)
+    with pytest.raises(BundleError, match="refused the cache entry .*symbolic link"):
+        _pack.open_pack(f, cache)
+
+
+def test_a_cache_entry_writable_by_others_is_refused(tiny_bundle, tmp_path):
+    from flyship.bundle import pack as _pack
+    from flyship.bundle.errors import BundleError
+
+    f = _pack.pack(tiny_bundle, tmp_path / "tiny.flyship")
+    d = _pack.open_pack(f, tmp_path / "cache")
+    os.chmod(d, 0o777)
+    with pytest.raises(BundleError, match="writable by group or others"):
+        _pack.open_pack(f, tmp_path / "cache")
+
+
+def test_a_cache_entry_owned_by_another_user_is_refused(tiny_bundle, tmp_path):
+    from flyship.bundle import pack as _pack
+    from flyship.bundle.errors import BundleError
+
+    if os.getuid() != 0:
+        pytest.skip("making a folder owned by another user needs root")
+    f = _pack.pack(tiny_bundle, tmp_path / "tiny.flyship")
+    d = _pack.open_pack(f, tmp_path / "cache")
+    os.chown(d, 65534, 65534)
+    with pytest.raises(BundleError, match="owned by uid 65534"):
+        _pack.open_pack(f, tmp_path / "cache")
+
+
+def test_a_file_swapped_into_a_cache_entry_for_a_link_is_replaced_by_the_verified_bytes(tiny_bundle, tmp_path):
+    from flyship.bundle import pack as _pack
+
+    f = _pack.pack(tiny_bundle, tmp_path / "tiny.flyship")
+    d = _pack.open_pack(f, tmp_path / "cache")
+    evil = tmp_path / "evil_references.py"
+    evil.write_bytes((d / "references.py").read_bytes())  # same bytes: only the link would betray it
+    (d / "references.py").unlink()
+    (d / "references.py").symlink_to(evil)
+    d2 = _pack.open_pack(f, tmp_path / "cache")
+    assert d2 == d and not (d / "references.py").is_symlink()
+
+
+OPEN_ONE = """
+import sys
+from flyship.bundle import pack
+print(pack.open_pack(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_sixteen_processes_opening_one_pack_into_an_empty_cache_all_succeed(tiny_bundle, tmp_path):
+    from flyship.bundle import pack as _pack
+
+    f = _pack.pack(tiny_bundle, tmp_path / "tiny.flyship")
+    cache = tmp_path / "cache"
+    procs = [subprocess.Popen([PY, "-c", OPEN_ONE, str(f), str(cache)], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(16)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 16, [e for _, e in outs if e]
+    assert {o.strip() for o, _ in outs} == {str(_entry(f, cache))}
+    assert sorted(p.name for p in cache.iterdir()) == [_entry(f, cache).name]
