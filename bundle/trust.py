@@ -19,9 +19,10 @@ def _owners() -> tuple[int, ...]:
     return (os.getuid(), 0)
 
 
-def untrusted_reason(path: Path, *, kind: str = "file") -> str | None:
+def untrusted_reason(path: Path, *, kind: str = "file", group_ok: bool = False) -> str | None:
     """Why ``path`` (a regular file, or a folder when ``kind == "folder"``) and its folder cannot be trusted,
-    or None when both are owned by the user or root and writable by no one else. Links are refused."""
+    or None when both are owned by the user or root and writable by no one else (``group_ok``: by no one outside
+    the owner's group either, for a cache a team shares). Links are refused."""
     try:
         st = os.lstat(path)
     except OSError as e:
@@ -41,12 +42,12 @@ def untrusted_reason(path: Path, *, kind: str = "file") -> str | None:
             return f"{what} is owned by uid {s.st_uid}, not by you (uid {os.getuid()}) or root"
         # A sticky folder (/tmp) lets others add files but not rename or delete ours: our own file stays ours.
         sticky_parent = what == "its folder" and s.st_mode & stat.S_ISVTX
-        if s.st_mode & _WRITABLE_BY_OTHERS and not sticky_parent:
+        if s.st_mode & (stat.S_IWOTH if group_ok else _WRITABLE_BY_OTHERS) and not sticky_parent:
             return f"{what} is writable by group or others (mode {stat.S_IMODE(s.st_mode):o})"
     return None
 
 
-def read_trusted(path: Path, limit: int, *, what: str) -> bytes:
+def read_trusted(path: Path, limit: int, *, what: str, group_ok: bool = False) -> bytes:
     """The bytes of a trusted regular file, read once through one descriptor (no second open of the path) and at
     most ``limit`` bytes.
 
@@ -55,13 +56,14 @@ def read_trusted(path: Path, limit: int, *, what: str) -> bytes:
             between the check and the open.
         ValueError: the file is larger than ``limit``.
     """
-    why = untrusted_reason(path)
+    why = untrusted_reason(path, group_ok=group_ok)
     if why is not None:
         raise PermissionError(f"{what}: refused {path}: {why}")
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid not in _owners() or st.st_mode & _WRITABLE_BY_OTHERS:
+        writable = stat.S_IWOTH if group_ok else _WRITABLE_BY_OTHERS
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in _owners() or st.st_mode & writable:
             raise PermissionError(f"{what}: refused {path}: it changed after the check")
         if st.st_size > limit:
             raise ValueError(f"{what}: expected at most {limit} bytes, got {st.st_size} ({path})")
