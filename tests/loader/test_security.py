@@ -242,3 +242,92 @@ def test_sixteen_processes_opening_one_pack_into_an_empty_cache_all_succeed(tiny
     assert [p.returncode for p in procs] == [0] * 16, [e for _, e in outs if e]
     assert {o.strip() for o, _ in outs} == {str(_entry(f, cache))}
     assert sorted(p.name for p in cache.iterdir()) == [_entry(f, cache).name]
+
+
+# --- signed packs ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def keys(tmp_path):
+    pytest.importorskip("cryptography", reason="signed packs need the optional 'cryptography' (flyship[sign])")
+    from flyship.bundle import signing
+
+    return signing.generate_key(tmp_path / "k1"), signing.generate_key(tmp_path / "k2")
+
+
+def test_a_signed_pack_opens_under_a_policy_that_trusts_its_key(tiny_bundle, tmp_path, keys):
+    from flyship.bundle import pack as _pack
+
+    (k1, pub1), _ = keys
+    f = _pack.pack(tiny_bundle, tmp_path / "tiny.flyship", sign_key=k1)
+    d = _pack.open_pack(f, tmp_path / "cache", trusted_keys=[pub1])
+    assert (d / "manifest.json").read_bytes() == (tiny_bundle / "manifest.json").read_bytes()
+    assert _pack.open_pack(f, tmp_path / "cache2").is_dir()  # no policy: a signed pack opens as any other
+
+
+def test_a_pack_signed_by_an_unknown_key_is_refused(tiny_bundle, tmp_path, keys):
+    from flyship.bundle import pack as _pack
+    from flyship.bundle.errors import BundleError
+
+    (k1, _), (_, pub2) = keys
+    f = _pack.pack(tiny_bundle, tmp_path / "tiny.flyship", sign_key=k1)
+    with pytest.raises(BundleError, match="unknown key"):
+        _pack.open_pack(f, tmp_path / "cache", trusted_keys=[pub2])
+    assert not (tmp_path / "cache").exists()
+
+
+def test_an_unsigned_pack_or_a_folder_is_refused_when_a_signature_is_required(tiny_bundle, tmp_path, keys,
+                                                                                monkeypatch):
+    from flyship.bundle import pack as _pack
+    from flyship.bundle.errors import BundleError
+
+    (_, pub1), _ = keys
+    f = _pack.pack(tiny_bundle, tmp_path / "tiny.flyship")
+    monkeypatch.setenv("FLYSHIP_TRUSTED_KEYS", str(pub1))
+    with pytest.raises(BundleError, match="got an unsigned pack"):
+        _pack.bundle_dir(f)
+    with pytest.raises(BundleError, match="got a bundle folder"):
+        _pack.bundle_dir(tiny_bundle)
+
+
+def test_a_bad_signature_is_refused(tiny_bundle, tmp_path, keys):
+    import io
+    import zipfile
+
+    from flyship.bundle import pack as _pack
+    from flyship.bundle import signing
+    from flyship.bundle.errors import BundleError
+
+    (k1, pub1), _ = keys
+    good = _pack.pack_bytes(tiny_bundle, sign_key=k1)
+    # Another manifest under the same signature: rewrite the index (one member's sha256 changed) and keep the sig.
+    zin = zipfile.ZipFile(io.BytesIO(good))
+    members = {n: zin.read(n) for n in zin.namelist()}
+    members[_pack.INDEX_NAME] = members[_pack.INDEX_NAME].replace(b'"members"', b'"members" ')
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for n in zin.namelist():
+            z.writestr(_pack._info(n), members[n])
+    (tmp_path / "bad.flyship").write_bytes(buf.getvalue())
+    with pytest.raises(BundleError, match="does not match the pack's index"):
+        _pack.open_pack(tmp_path / "bad.flyship", tmp_path / "cache", trusted_keys=[pub1])
+    assert signing.SIG_NAME in zin.namelist()
+
+
+def test_sign_and_load_end_to_end_through_the_cli(tiny_bundle, tmp_path, keys):
+    (_, pub1), _ = keys
+    key = tmp_path / "cli_key"
+    r = subprocess.run([PY, "-m", "flyship.loader.cli", "keygen", str(key)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert oct(os.stat(key).st_mode & 0o777) == "0o600"
+    f = tmp_path / "tiny.flyship"
+    r = subprocess.run([PY, "-m", "flyship.loader.cli", "pack", str(tiny_bundle), "-o", str(f), "--sign", str(key)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    env = {**os.environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "c")}
+    for trusted, ok in ((f"{key}.pub", True), (str(pub1), False)):
+        r = subprocess.run([PY, "-m", "flyship.loader.cli", "list", str(f)], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120, env={**env, "FLYSHIP_TRUSTED_KEYS": trusted})
+        assert (r.returncode == 0) == ok, r.stderr
+        assert ok or "unknown key" in r.stderr
