@@ -45,7 +45,9 @@ SIGNED_PACK_VERSION = 2  # a signed pack: the index, the signature (flyship-pack
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time zip can hold
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_+\-][A-Za-z0-9._+\-]*$")
 _ZIP_LOCAL_HEADER = b"PK\x03\x04"  # every pack starts with its index member's local header
-_MAX_MEMBER = 1 << 31  # no bundle file comes near 2 GiB; bounds every read of the cache
+_MAX_MEMBER = 1 << 31  # no bundle file comes near 2 GiB; bounds every read of the cache and a pack's total
+_MAX_INDEX = 1 << 24  # the index and the signature: a line per member
+_MAX_MEMBERS = 100_000
 _REDO = "rebuild or re-copy it with `flyc-build ... --pack` or `flyship pack BUNDLE -o FILE`"
 # What reading a damaged member can raise: a bad header or CRC (BadZipFile), data cut short (EOFError), a
 # compressed member from another writer (zlib.error, NotImplementedError for a method zipfile lacks).
@@ -132,6 +134,7 @@ def _read_index(z: zipfile.ZipFile, where: str, trusted: frozenset[str] | None =
     if not names or names[0] != INDEX_NAME:
         raise BundleError(f"open packed bundle {where}: expected {INDEX_NAME} as the first member, got "
                           f"{names[0] if names else 'an empty archive'}; pack the bundle with `flyship pack`")
+    _check_sizes(z, where)
     raw_index = _read_member(z, INDEX_NAME, where)
     signed = len(names) > 1 and names[1] == _signing.SIG_NAME
     if trusted is not None:  # before anything else of the index is believed
@@ -161,6 +164,30 @@ def _read_index(z: zipfile.ZipFile, where: str, trusted: frozenset[str] | None =
     if _m.MANIFEST_NAME not in listed:
         raise BundleError(f"open packed bundle {where}: expected a {_m.MANIFEST_NAME} member, found none")
     return listed
+
+
+def _check_sizes(z: zipfile.ZipFile, where: str) -> None:
+    """Refuse, from the archive's directory alone and before any member is read, what no flyship pack holds: a
+    compressed member (a deflated gigabyte fits in a megabyte: a pack is all stored, so a member's size is its
+    size in the file), a member or a total over the limits, too many members, an oversized index."""
+    infos = z.infolist()
+    if len(infos) > _MAX_MEMBERS:
+        raise BundleError(f"open packed bundle {where}: expected at most {_MAX_MEMBERS} members, got {len(infos)}; "
+                          "refusing to extract it")
+    total = 0
+    for zi in infos:
+        if zi.compress_type != zipfile.ZIP_STORED or zi.compress_size != zi.file_size:
+            raise BundleError(f"open packed bundle {where}: expected every member stored (uncompressed), got "
+                              f"{zi.filename!r} compressed ({zi.compress_size} bytes for {zi.file_size}); refusing to "
+                              f"extract it, {_REDO}")
+        limit = _MAX_INDEX if zi.filename in (INDEX_NAME, _signing.SIG_NAME) else _MAX_MEMBER
+        if zi.file_size > limit:
+            raise BundleError(f"open packed bundle {where}: member {zi.filename!r} has {zi.file_size} bytes, over the "
+                              f"limit of {limit}; refusing to extract it")
+        total += zi.file_size
+    if total > _MAX_MEMBER:
+        raise BundleError(f"open packed bundle {where}: members total {total} bytes, over the limit of {_MAX_MEMBER}; "
+                          "refusing to extract it")
 
 
 def _read_member(z: zipfile.ZipFile, name: str, where: str) -> bytes:

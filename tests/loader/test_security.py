@@ -331,3 +331,46 @@ def test_sign_and_load_end_to_end_through_the_cli(tiny_bundle, tmp_path, keys):
                            timeout=120, env={**env, "FLYSHIP_TRUSTED_KEYS": trusted})
         assert (r.returncode == 0) == ok, r.stderr
         assert ok or "unknown key" in r.stderr
+
+
+# --- hostile packs ----------------------------------------------------------------------------------------------
+
+
+BOMB = """
+import resource, sys
+from flyship.bundle import pack
+from flyship.bundle.errors import BundleError
+try:
+    pack.open_pack(sys.argv[1], sys.argv[2])
+    print("opened")
+except BundleError as e:
+    print("refused:", e)
+print("maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_a_small_pack_with_a_deflated_gigabyte_member_is_refused_in_little_memory(tiny_bundle, tmp_path):
+    import hashlib
+    import json
+    import zipfile
+
+    from flyship.bundle import pack as _pack
+
+    bomb = tmp_path / "bomb.flyship"
+    zeros = b"\0" * (1 << 20)
+    h = hashlib.sha256()
+    for _ in range(1024):
+        h.update(zeros)
+    index = {"format": "flyship-pack", "version": 1, "members": {"manifest.json": h.hexdigest()}}
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        z.writestr(_pack._info(_pack.INDEX_NAME), json.dumps(index, sort_keys=True))
+        with z.open("manifest.json", "w", force_zip64=True) as m:
+            for _ in range(1024):
+                m.write(zeros)
+    assert bomb.stat().st_size < 1_200_000
+    cache = tmp_path / "cache"
+    r = subprocess.run([PY, "-c", BOMB, str(bomb), str(cache)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "refused:" in r.stdout and "compressed" in r.stdout
+    assert int(r.stdout.split("maxrss_kb")[1]) <= 100_000
+    assert not cache.exists() or not any(cache.iterdir())
