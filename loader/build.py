@@ -398,7 +398,7 @@ def install(library: Path, dest: Path) -> Path:
     """
     tmp = None
     try:
-        dest.mkdir(parents=True, exist_ok=True)
+        dest.mkdir(mode=0o755, parents=True, exist_ok=True)  # lookup refuses a folder others can write
         fd, tmp = tempfile.mkstemp(prefix=f".{library.name}.", dir=dest)
         os.close(fd)
         shutil.copyfile(library, tmp)
@@ -447,7 +447,13 @@ def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
                  f"{cfg.directory}")
         lock.acquire()
     try:
-        if cfg.library.is_file():
+        if os.path.lexists(cfg.library):
+            from flyship.bundle import trust
+
+            why = trust.untrusted_reason(cfg.library, group_ok=True)  # its own cache: as the build cache
+            if why is not None:  # planted in a shared extensions folder: never dlopen it
+                raise ExtensionBuildError(f"load flyship extension: refused {cfg.library}: {why}; delete it, or set "
+                                          "FLYSHIP_EXTENSIONS_DIR to a folder only you can write")
             return cfg.library
         _say(f"flyship: building the C++ extension ({cfg.flavor} flavor) in {cfg.directory} with "
              f"{os.environ.get('CXX', 'c++')}; this takes about a minute, once (`flyship prebuild` does it ahead of "

@@ -374,3 +374,34 @@ def test_a_small_pack_with_a_deflated_gigabyte_member_is_refused_in_little_memor
     assert "refused:" in r.stdout and "compressed" in r.stdout
     assert int(r.stdout.split("maxrss_kb")[1]) <= 100_000
     assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_a_library_planted_in_a_shared_extensions_folder_is_refused_not_opened(ext, planted_so, tmp_path):
+    import dataclasses
+
+    cfg = build.config(ext.flavor())
+    cfg = dataclasses.replace(cfg, directory=tmp_path / "shared_ext" / cfg.name)
+    cfg.directory.mkdir(parents=True)
+    shutil.copy(planted_so, cfg.library)
+    os.chmod(cfg.directory, 0o777)
+    with pytest.raises(build.ExtensionBuildError, match="refused .*writable by group or others"):
+        build.build(cfg)
+
+
+PTH_START = """
+import site, sys
+site.addsitedir(sys.argv[1])
+print("started")
+"""
+
+
+DANGLING = ('# flyship hook: "/no/such/patches.json"\n'
+            'import flyship._startup as s; s.activate("/no/such/patches.json")\n')
+
+
+@pytest.mark.parametrize("text", ["", "garbage line\n\0\n", DANGLING])
+def test_an_empty_garbage_or_dangling_pth_does_not_break_interpreter_start(tmp_path, text):
+    (tmp_path / hook.PTH_NAME).write_text(text)
+    r = subprocess.run([PY, "-c", PTH_START, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "started", r.stderr
+    assert ("cannot read the patches file" in r.stderr) == (text == DANGLING)
