@@ -299,15 +299,18 @@ def _publish(tmp: Path, final: Path, listed: dict[str, str]) -> None:
                 return  # another process published the same bytes
             if not os.path.lexists(final):
                 continue  # removed meanwhile: try again
-            if _trust.untrusted_reason(final, kind="folder") is not None:
-                raise
+            why = _trust.untrusted_reason(final, kind="folder")
+            if why is not None:
+                raise BundleError(f"open packed bundle: refused the cache entry {final}: {why}; delete it, or set "
+                                  "FLYSHIP_BUNDLE_CACHE to a folder only you can write") from None
             aside = Path(tempfile.mkdtemp(prefix=f".stale-{final.name[:16]}.", dir=final.parent))
             try:
                 os.rename(final, aside / "old")
             except OSError:
                 pass  # another process moved it first
             shutil.rmtree(aside, ignore_errors=True)
-    os.rename(tmp, final)
+    raise BundleError(f"open packed bundle: cannot put the checked folder in place at {final}: something keeps "
+                      "replacing it; set FLYSHIP_BUNDLE_CACHE to a folder only you can write")
 
 
 def _matches(folder: Path, listed: dict[str, str]) -> bool:

@@ -405,3 +405,45 @@ def test_an_empty_garbage_or_dangling_pth_does_not_break_interpreter_start(tmp_p
     r = subprocess.run([PY, "-c", PTH_START, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "started", r.stderr
     assert ("cannot read the patches file" in r.stderr) == (text == DANGLING)
+
+
+def test_racing_a_link_into_the_cache_entry_never_hands_out_the_other_folder(tiny_bundle, tmp_path):
+    import threading
+
+    from flyship.bundle import pack as _pack
+    from flyship.bundle.errors import BundleError
+
+    f = _pack.pack(tiny_bundle, tmp_path / "tiny.flyship")
+    theirs = _pack.open_pack(f, tmp_path / "their_cache")
+    cache = tmp_path / "cache"
+    entry = _entry(f, cache)
+    stop = threading.Event()
+
+    def attacker() -> None:  # keeps swapping a link to its own folder in for the entry
+        while not stop.is_set():
+            link = cache / ".attacker-link"
+            try:
+                link.unlink(missing_ok=True)
+                link.symlink_to(theirs, target_is_directory=True)
+                if entry.is_dir() and not entry.is_symlink():
+                    os.rename(entry, cache / f".moved-{os.urandom(4).hex()}")
+                os.rename(link, entry)
+            except OSError:
+                pass
+
+    _pack.open_pack(f, cache)
+    t = threading.Thread(target=attacker, daemon=True)
+    t.start()
+    handed, refused = [], 0
+    try:
+        for _ in range(25):
+            try:
+                handed.append(_pack.open_pack(f, cache))
+            except BundleError:
+                refused += 1
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    assert refused + len(handed) == 25 and refused > 0
+    for d in handed:  # whatever was handed out was checked as a real folder of ours (the link was refused)
+        assert d == entry
