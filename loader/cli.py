@@ -172,7 +172,10 @@ def hook_remove_cmd(site_dir: Path | None) -> None:
     """Delete the hook's .pth: later processes are no longer patched."""
     from flyship.loader import hook
 
-    pth = hook.remove(site_dir)
+    try:
+        pth = hook.remove(site_dir)
+    except FlyshipError as e:
+        raise click.ClickException(str(e)) from None
     click.echo(f"removed {pth}" if pth else f"no flyship hook in {hook.site_dir(site_dir)}")
 
 
