@@ -20,7 +20,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
@@ -31,10 +31,11 @@ _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
 _MAX_KEY_FILE = 1 << 16
 
 
-def _crypto():  # noqa: ANN202 - the module, imported when used
+def _crypto() -> tuple[Any, Any]:
+    """cryptography's ed25519 and serialization modules, imported when a signature is made or checked."""
     try:
-        from cryptography.hazmat.primitives.asymmetric import ed25519
         from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError as e:
         raise ConfigError(f"signed packs: expected the 'cryptography' package, got {e}; install it with "
                           "`pip install flyship[sign]`") from None
@@ -64,7 +65,7 @@ def generate_key(path: Path | str) -> tuple[Path, Path]:
     return path, pub
 
 
-def _public_hex(public) -> str:  # noqa: ANN001
+def _public_hex(public: Any) -> str:
     _, serialization = _crypto()
     return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
 
