@@ -41,7 +41,9 @@ setup(
         "triton": ["triton==3.6.0"],
         # flyc-build --executor ray[:ADDRESS]: compile tasks on a Ray cluster (local builds need no Ray).
         "ray": ["ray>=2.9"],
-        "test": ["pytest>=7", "jsonschema>=4", "numpy", "expecttest", "hypothesis>=6"],
+        # flyship pack --sign / load(trusted_keys=): Ed25519 signatures over a pack's index (docs/security.md).
+        "sign": ["cryptography>=42"],
+        "test": ["pytest>=7", "jsonschema>=4", "numpy", "expecttest", "hypothesis>=6", "cryptography>=42"],
     },
     entry_points={
         "console_scripts": [

@@ -27,20 +27,27 @@ import tempfile
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Iterable
 
 from flyship.bundle import manifest as _m
 from flyship.bundle import files as _files
 from flyship.bundle.files import atomic_write
 from flyship.bundle import rules as _rules
+from flyship.bundle import signing as _signing
+from flyship.bundle import trust as _trust
 from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
 
 INDEX_NAME = "flyship-pack.json"
 PACK_FORMAT = "flyship-pack"
-PACK_VERSION = 1
+PACK_VERSION = 1  # an unsigned pack: the index, then the members
+SIGNED_PACK_VERSION = 2  # a signed pack: the index, the signature (flyship-pack.sig), then the members
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time zip can hold
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_+\-][A-Za-z0-9._+\-]*$")
 _ZIP_LOCAL_HEADER = b"PK\x03\x04"  # every pack starts with its index member's local header
+_MAX_MEMBER = 1 << 31  # no bundle file comes near 2 GiB; bounds every read of the cache and a pack's total
+_MAX_INDEX = 1 << 24  # the index and the signature: a line per member
+_MAX_MEMBERS = 100_000
 _REDO = "rebuild or re-copy it with `flyc-build ... --pack` or `flyship pack BUNDLE -o FILE`"
 # What reading a damaged member can raise: a bad header or CRC (BadZipFile), data cut short (EOFError), a
 # compressed member from another writer (zlib.error, NotImplementedError for a method zipfile lacks).
@@ -77,8 +84,10 @@ def _info(name: str) -> zipfile.ZipInfo:
     return zi
 
 
-def pack_bytes(root: Path | str) -> bytes:
-    """The packed bytes of the bundle directory ``root`` (see the module docstring).
+def pack_bytes(root: Path | str, sign_key: Path | str | None = None) -> bytes:
+    """The packed bytes of the bundle directory ``root`` (see the module docstring); signed with the Ed25519
+    private key file ``sign_key`` when given (:mod:`flyship.bundle.signing`: index version 2, the signature the
+    second member).
 
     Raises:
         BundleError: the manifest is invalid, names a missing file, or a file differs from its sha256.
@@ -90,23 +99,27 @@ def pack_bytes(root: Path | str) -> bytes:
     _rules.check_bundle(root, manifest)
     names = members(root, manifest)
     data = {n: (root / n).read_bytes() for n in names}
-    index = {"format": PACK_FORMAT, "version": PACK_VERSION,
+    index = {"format": PACK_FORMAT, "version": PACK_VERSION if sign_key is None else SIGNED_PACK_VERSION,
              "members": {n: hashlib.sha256(b).hexdigest() for n, b in data.items()}}
+    index_bytes = (json.dumps(index, sort_keys=True, indent=1) + "\n").encode()
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as z:
-        z.writestr(_info(INDEX_NAME), json.dumps(index, sort_keys=True, indent=1) + "\n")
+        z.writestr(_info(INDEX_NAME), index_bytes)
+        if sign_key is not None:
+            z.writestr(_info(_signing.SIG_NAME), _signing.sign(index_bytes, sign_key))
         for n in names:
             z.writestr(_info(n), data[n])
     return buf.getvalue()
 
 
-def pack(root: Path | str, out: Path | str) -> Path:
-    """Write the pack of bundle ``root`` to ``out`` (atomically: a temporary sibling, then a rename).
+def pack(root: Path | str, out: Path | str, sign_key: Path | str | None = None) -> Path:
+    """Write the pack of bundle ``root`` to ``out`` (atomically: a temporary sibling, then a rename), signed with
+    ``sign_key`` when given.
 
     Returns:
         ``out`` as a Path.
     """
-    return atomic_write(out, pack_bytes(root))
+    return atomic_write(out, pack_bytes(root, sign_key))
 
 
 def is_pack(path: Path | str) -> bool:
@@ -115,24 +128,32 @@ def is_pack(path: Path | str) -> bool:
     return p.is_file() and zipfile.is_zipfile(p)
 
 
-def _read_index(z: zipfile.ZipFile, where: str) -> dict[str, str]:
+def _read_index(z: zipfile.ZipFile, where: str, trusted: frozenset[str] | None = None) -> dict[str, str]:
+    """The index's member table, after the signature over the index is checked when ``trusted`` keys require one."""
     names = z.namelist()
     if not names or names[0] != INDEX_NAME:
         raise BundleError(f"open packed bundle {where}: expected {INDEX_NAME} as the first member, got "
                           f"{names[0] if names else 'an empty archive'}; pack the bundle with `flyship pack`")
+    _check_sizes(z, where)
+    raw_index = _read_member(z, INDEX_NAME, where)
+    signed = len(names) > 1 and names[1] == _signing.SIG_NAME
+    if trusted is not None:  # before anything else of the index is believed
+        _signing.verify(raw_index, _read_member(z, _signing.SIG_NAME, where) if signed else None, trusted, where)
     try:
-        index = json.loads(_read_member(z, INDEX_NAME, where))
+        index = json.loads(raw_index)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BundleError(f"open packed bundle {where}: {INDEX_NAME} is not valid JSON ({e}); the file is "
                           "damaged") from None
-    if not isinstance(index, dict) or index.get("format") != PACK_FORMAT or index.get("version") != PACK_VERSION:
+    version = SIGNED_PACK_VERSION if signed else PACK_VERSION
+    if not isinstance(index, dict) or index.get("format") != PACK_FORMAT or index.get("version") != version:
         got = {k: index.get(k) for k in ("format", "version")} if isinstance(index, dict) else index
-        raise BundleError(f"open packed bundle {where}: expected a {PACK_FORMAT} index of version {PACK_VERSION}, got "
-                          f"{got!r}; repack it with this flyship's `flyship pack`")
+        raise BundleError(f"open packed bundle {where}: expected a {PACK_FORMAT} index of version {version} "
+                          f"({'signed' if signed else 'unsigned'}), got {got!r}; repack it with this flyship's "
+                          "`flyship pack`")
     listed = index.get("members")
     if not isinstance(listed, dict):
         raise BundleError(f"open packed bundle {where}: {INDEX_NAME} has no members table; the file is damaged")
-    rest = names[1:]
+    rest = names[2:] if signed else names[1:]
     if len(set(rest)) != len(rest) or sorted(rest) != sorted(listed):
         raise BundleError(f"open packed bundle {where}: expected the members the index lists "
                           f"({', '.join(sorted(listed))}), got {', '.join(rest)}; the file is damaged or was altered")
@@ -143,6 +164,30 @@ def _read_index(z: zipfile.ZipFile, where: str) -> dict[str, str]:
     if _m.MANIFEST_NAME not in listed:
         raise BundleError(f"open packed bundle {where}: expected a {_m.MANIFEST_NAME} member, found none")
     return listed
+
+
+def _check_sizes(z: zipfile.ZipFile, where: str) -> None:
+    """Refuse, from the archive's directory alone and before any member is read, what no flyship pack holds: a
+    compressed member (a deflated gigabyte fits in a megabyte: a pack is all stored, so a member's size is its
+    size in the file), a member or a total over the limits, too many members, an oversized index."""
+    infos = z.infolist()
+    if len(infos) > _MAX_MEMBERS:
+        raise BundleError(f"open packed bundle {where}: expected at most {_MAX_MEMBERS} members, got {len(infos)}; "
+                          "refusing to extract it")
+    total = 0
+    for zi in infos:
+        if zi.compress_type != zipfile.ZIP_STORED or zi.compress_size != zi.file_size:
+            raise BundleError(f"open packed bundle {where}: expected every member stored (uncompressed), got "
+                              f"{zi.filename!r} compressed ({zi.compress_size} bytes for {zi.file_size}); refusing to "
+                              f"extract it, {_REDO}")
+        limit = _MAX_INDEX if zi.filename in (INDEX_NAME, _signing.SIG_NAME) else _MAX_MEMBER
+        if zi.file_size > limit:
+            raise BundleError(f"open packed bundle {where}: member {zi.filename!r} has {zi.file_size} bytes, over the "
+                              f"limit of {limit}; refusing to extract it")
+        total += zi.file_size
+    if total > _MAX_MEMBER:
+        raise BundleError(f"open packed bundle {where}: members total {total} bytes, over the limit of {_MAX_MEMBER}; "
+                          "refusing to extract it")
 
 
 def _read_member(z: zipfile.ZipFile, name: str, where: str) -> bytes:
@@ -175,10 +220,13 @@ def cache_root() -> Path:
     return env.bundle_cache_dir()
 
 
-def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
+def open_pack(path: Path | str, cache: Path | str | None = None,
+              trusted_keys: Iterable[str | os.PathLike] | None = None) -> Path:
     """Extract a packed bundle into its content-addressed cache folder (or reuse it) and return the folder.
 
-    Every member's sha256 is checked against the index on each open, including a reused folder's files.
+    Every member's sha256 is checked against the index on each open, including a reused folder's files. When
+    ``trusted_keys`` (or ``FLYSHIP_TRUSTED_KEYS``) name keys, the index must carry a valid signature by one of them
+    (:mod:`flyship.bundle.signing`), checked on each open before anything is extracted or reused.
 
     Raises:
         BundleError: not a pack (or unreadable), a damaged or altered member, an unsafe member name.
@@ -192,16 +240,22 @@ def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
         raise BundleError(f"open packed bundle {where}: expected a readable file, got {e.strerror or e}; check its "
                           "permissions, or pass the bundle directory") from e
     digest = hashlib.sha256(blob).hexdigest()
+    trusted = _signing.policy(trusted_keys)
     try:
         z = zipfile.ZipFile(io.BytesIO(blob))
     except (zipfile.BadZipFile, EOFError, ValueError) as e:  # ValueError: a damaged directory's offsets
         raise _not_a_zip(blob, where, str(e)) from None
     with z:
-        listed = _read_index(z, where)
+        listed = _read_index(z, where, trusted)
         root = Path(cache) if cache is not None else cache_root()
         final = root / digest
-        if final.is_dir() and _matches(final, listed):
-            return final
+        if os.path.lexists(final):
+            why = _trust.untrusted_reason(final, kind="folder")
+            if why is not None:  # a link to someone else's folder, or an entry another user made: never read it
+                raise BundleError(f"open packed bundle {where}: refused the cache entry {final}: {why}; delete it, "
+                                  "or set FLYSHIP_BUNDLE_CACHE to a folder only you can write")
+            if _matches(final, listed):
+                return final
         try:
             return _extract(z, listed, root, final, where)
         except OSError as e:  # the cache, not the pack: an unwritable HOME, a file in the way, a full disk
@@ -214,8 +268,8 @@ def open_pack(path: Path | str, cache: Path | str | None = None) -> Path:
 
 def _extract(z: zipfile.ZipFile, listed: dict[str, str], root: Path, final: Path, where: str) -> Path:
     """Check and extract the members of an opened pack into ``final`` under ``root``, by an atomic rename."""
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:16]}.", dir=root))
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name[:16]}.", dir=root))  # mode 0700
     try:
         for n, want in listed.items():
             data = _read_member(z, n, where)
@@ -225,31 +279,54 @@ def _extract(z: zipfile.ZipFile, listed: dict[str, str], root: Path, final: Path
                                   f"{want}; the file is damaged or was altered, {_REDO}")
             (tmp / n).write_bytes(data)
         (tmp / INDEX_NAME).write_text(json.dumps(listed, sort_keys=True))
-        if final.exists():  # a stale or damaged folder: replace it
-            shutil.rmtree(final, ignore_errors=True)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final.is_dir() and _matches(final, listed)):  # another process won the race with the same bytes
-                raise
+        _publish(tmp, final, listed)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
+def _publish(tmp: Path, final: Path, listed: dict[str, str]) -> None:
+    """Rename the checked folder ``tmp`` into place as ``final``. A stale or damaged ``final`` is first renamed
+    aside (never deleted in place: another process may have just renamed a good copy there and be reading it);
+    when another process wins the race with the same bytes, its folder is kept."""
+    for _ in range(3):
+        try:
+            os.rename(tmp, final)
+            return
+        except OSError:
+            if os.path.isdir(final) and not os.path.islink(final) and _matches(final, listed):
+                return  # another process published the same bytes
+            if not os.path.lexists(final):
+                continue  # removed meanwhile: try again
+            why = _trust.untrusted_reason(final, kind="folder")
+            if why is not None:
+                raise BundleError(f"open packed bundle: refused the cache entry {final}: {why}; delete it, or set "
+                                  "FLYSHIP_BUNDLE_CACHE to a folder only you can write") from None
+            aside = Path(tempfile.mkdtemp(prefix=f".stale-{final.name[:16]}.", dir=final.parent))
+            try:
+                os.rename(final, aside / "old")
+            except OSError:
+                pass  # another process moved it first
+            shutil.rmtree(aside, ignore_errors=True)
+    raise BundleError(f"open packed bundle: cannot put the checked folder in place at {final}: something keeps "
+                      "replacing it; set FLYSHIP_BUNDLE_CACHE to a folder only you can write")
+
+
 def _matches(folder: Path, listed: dict[str, str]) -> bool:
-    """Whether an extracted folder holds exactly the listed files with their sha256."""
-    try:
-        for n, want in listed.items():
-            if hashlib.sha256((folder / n).read_bytes()).hexdigest() != want:
-                return False
-    except OSError:
-        return False
+    """Whether an extracted folder holds exactly the listed files with their sha256, each a regular file (not a
+    link) owned by the user or root and writable by no one else, so the bytes read after this check are these."""
+    for n, want in listed.items():
+        try:
+            data = _trust.read_trusted(folder / n, _MAX_MEMBER, what="bundle cache entry")
+        except (OSError, ValueError):
+            return False
+        if hashlib.sha256(data).hexdigest() != want:
+            return False
     return True
 
 
-def bundle_dir(path: str | Path) -> Path:
+def bundle_dir(path: str | Path, trusted_keys: Iterable[str | os.PathLike] | None = None) -> Path:
     """The bundle directory ``path`` names: the directory itself, the one holding a ``manifest.json`` given
     by its file name, or a packed bundle's private cache folder (:func:`flyship.bundle.pack.open_pack`, every
     member's sha256 checked); absolute, so a later chdir cannot make the same bundle look like another.
@@ -262,10 +339,14 @@ def bundle_dir(path: str | Path) -> Path:
         p = Path(path).resolve()
     except (OSError, RuntimeError):  # a symlink loop: RuntimeError before Python 3.13, OSError (ELOOP) since
         p = Path(os.path.abspath(path))
-    if p.is_file() and p.name == _m.MANIFEST_NAME:
+    if p.is_file() and p.name != _m.MANIFEST_NAME:  # any other file is meant as a pack; open_pack says what is
+        return open_pack(p, trusted_keys=trusted_keys)  # wrong with one that is not
+    if _signing.policy(trusted_keys) is not None:  # a folder carries no signature
+        raise BundleError(f"load bundle {p}: expected a pack signed by a trusted key (trusted_keys / "
+                          "FLYSHIP_TRUSTED_KEYS are set), got a bundle folder, which carries no signature; load the "
+                          "signed .flyship file")
+    if p.is_file():
         return p.parent
-    if p.is_file():  # any other file is meant as a pack; open_pack says what is wrong with one that is not
-        return open_pack(p)
     if not p.is_dir():
         raise BundleError(f"load bundle: expected a bundle directory (holding {_m.MANIFEST_NAME}), its "
                           f"{_m.MANIFEST_NAME} or a packed bundle at {p}, found {_files.found_at(p)}; pass the "

@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterator, Optional
 from filelock import FileLock
 
 from flyship import __version__
+from flyship.bundle import trust as _trust
 from flyship.bundle.files import atomic_write
 from flyship.compiler import frontends as _frontends
 
@@ -374,6 +375,16 @@ def record_reads() -> Iterator[dict[str, str]]:
 # The store
 
 
+_MAX_CACHED = 1 << 31  # bounds every read of the cache; no code object or entry comes near it
+
+
+def _read_cached(path: Path) -> bytes:
+    """A cache file's bytes, read once and bounded, only when it is a regular file (not a link) that the user or
+    root owns and no one outside the owner's group can write (docs/security.md, "A shared build cache"): a
+    forged entry must come from someone who could already write the user's files."""
+    return _trust.read_trusted(path, _MAX_CACHED, what="build cache", group_ok=True)
+
+
 class _ResultUnpickler(pickle.Unpickler):
     """Admits only flyship's result dataclasses and plain builtins: a planted pickle cannot run code."""
 
@@ -414,7 +425,7 @@ class BuildCache:
     def put_blob(self, data: bytes) -> str:
         sha = sha256_bytes(data)
         p = self._blob_path(sha)
-        if not p.exists() or sha256_file(p) != sha:
+        if _trust.untrusted_reason(p, group_ok=True) is not None or sha256_file(p) != sha:  # missing, a link, ...
             atomic_write(p, data)
         return sha
 
@@ -422,8 +433,10 @@ class BuildCache:
         """The blob's bytes, or None when missing or corrupt (a corrupt one is removed)."""
         p = self._blob_path(sha)
         try:
-            data = p.read_bytes()
-        except OSError:
+            data = _read_cached(p)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):  # a link, someone else's file: never read, never deleted
             return None
         if sha256_bytes(data) != sha:
             with contextlib.suppress(OSError):
@@ -443,7 +456,7 @@ class BuildCache:
     def _read_entry(self, kind: str, key: str) -> Optional[dict]:
         p = self._entry_path(kind, key)
         try:
-            data = json.loads(p.read_text())
+            data = json.loads(_read_cached(p))
             if isinstance(data, dict) and data.get("format") == CACHE_FORMAT and data.get("key") == key:
                 return data
         except (OSError, ValueError):

@@ -35,6 +35,9 @@ Options:
     FLYSHIP_PLAN_CACHE: where ``flyship.load`` keeps each bundle's checked, lowered plan, keyed by the manifest's
         sha256 and flyship's code (default: ``$XDG_CACHE_HOME/flyship/plans``, else ``~/.cache/flyship/plans``);
         ``off`` reads, checks and lowers the manifest at every load instead (docs/loader.md, "The plan cache").
+    FLYSHIP_TRUSTED_KEYS: public keys (``:``-separated ``.pub`` files from ``flyship keygen``, or 64 hex digits);
+        when set, ``flyship.load`` accepts only packs signed by one of them (docs/security.md); ``load(...,
+        trusted_keys=)`` overrides it.
 """
 
 from __future__ import annotations
@@ -133,3 +136,7 @@ def plan_cache_dir() -> Path | None:
 
 def extension_path() -> list[str]:
     return [d for d in _get("FLYSHIP_EXTENSION_PATH").split(os.pathsep) if d]
+
+
+def trusted_keys() -> list[str]:
+    return [k for k in _get("FLYSHIP_TRUSTED_KEYS").split(os.pathsep) if k]

@@ -20,6 +20,7 @@ import dataclasses
 import glob
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -373,10 +374,18 @@ def search_dirs(near: Path | None = None) -> list[Path]:
 
 
 def find_prebuilt(name: str, near: Path | None = None) -> Path | None:
-    """The first ``<name>.so`` in :func:`search_dirs`, or None."""
+    """The first ``<name>.so`` in :func:`search_dirs` that :func:`flyship.loader.prebuilt.refusal` accepts, or
+    None; a refused candidate is never opened (each refusal is printed once, with its reason)."""
+    from flyship.loader import prebuilt
+
     for d in search_dirs(near):
-        if (d / f"{name}.so").is_file():
-            return d / f"{name}.so"
+        candidate = d / f"{name}.so"
+        if not os.path.lexists(candidate):
+            continue
+        why = prebuilt.refusal(candidate, name)
+        if why is None:
+            return candidate
+        _say(f"flyship: not importing the prebuilt extension {candidate}: {why}")
     return None
 
 
@@ -389,12 +398,20 @@ def install(library: Path, dest: Path) -> Path:
     """
     tmp = None
     try:
-        dest.mkdir(parents=True, exist_ok=True)
+        dest.mkdir(mode=0o755, parents=True, exist_ok=True)  # lookup refuses a folder others can write
         fd, tmp = tempfile.mkstemp(prefix=f".{library.name}.", dir=dest)
         os.close(fd)
         shutil.copyfile(library, tmp)
         os.chmod(tmp, 0o755)
         os.replace(tmp, dest / library.name)
+        from flyship.loader import prebuilt
+
+        rec = prebuilt.record(dest / library.name, library.name[: -len(".so")])
+        fd, tmp = tempfile.mkstemp(prefix=f".{library.name}.", dir=dest)
+        with os.fdopen(fd, "w") as f:
+            json.dump(rec, f, sort_keys=True)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, prebuilt.record_path(dest / library.name))
     except OSError as e:
         raise ConfigError(f"install the flyship extension into {dest}: expected a folder it can create and write, "
                           f"got {type(e).__name__}: {e.strerror or e}{f' ({e.filename})' if e.filename else ''}; "
@@ -430,7 +447,13 @@ def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
                  f"{cfg.directory}")
         lock.acquire()
     try:
-        if cfg.library.is_file():
+        if os.path.lexists(cfg.library):
+            from flyship.bundle import trust
+
+            why = trust.untrusted_reason(cfg.library, group_ok=True)  # its own cache: as the build cache
+            if why is not None:  # planted in a shared extensions folder: never dlopen it
+                raise ExtensionBuildError(f"load flyship extension: refused {cfg.library}: {why}; delete it, or set "
+                                          "FLYSHIP_EXTENSIONS_DIR to a folder only you can write")
             return cfg.library
         _say(f"flyship: building the C++ extension ({cfg.flavor} flavor) in {cfg.directory} with "
              f"{os.environ.get('CXX', 'c++')}; this takes about a minute, once (`flyship prebuild` does it ahead of "

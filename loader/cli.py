@@ -5,7 +5,8 @@
     flyship prebuild [-o DIR]  build the C++ extension and install it (the environment, or DIR beside a bundle)
     flyship hook install|status|remove   patch every process of this environment (docs/integrate.md)
     flyship bench FACTORY --patches FILE  baseline / patched / compiled / patched+compiled timings
-    flyship pack BUNDLE -o F   write the bundle as one reproducible file that flyship.load(F) opens
+    flyship pack BUNDLE -o F [--sign KEY]  write the bundle as one reproducible file that flyship.load(F) opens
+    flyship keygen KEY         an Ed25519 key pair (KEY, KEY.pub) for signed packs (docs/security.md)
     flyship inspect BUNDLE     per kernel: symbol, kernargs, registers, LDS, scratch, spills, occupancy [--json];
                                every code object checked, exit 1 when one is bad
     flyship tune BUNDLE --shapes FILE      race each tuned op's configs on this GPU, write a tuning table
@@ -171,7 +172,10 @@ def hook_remove_cmd(site_dir: Path | None) -> None:
     """Delete the hook's .pth: later processes are no longer patched."""
     from flyship.loader import hook
 
-    pth = hook.remove(site_dir)
+    try:
+        pth = hook.remove(site_dir)
+    except FlyshipError as e:
+        raise click.ClickException(str(e)) from None
     click.echo(f"removed {pth}" if pth else f"no flyship hook in {hook.site_dir(site_dir)}")
 
 
@@ -231,17 +235,33 @@ def inspect_cmd(bundle: Path, as_json: bool) -> None:
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="the file to write (e.g. my_kernels.flyship)")
-def pack_cmd(bundle: Path, out: Path) -> None:
+@click.option("--sign", "sign", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Ed25519 private key (from `flyship keygen`) to sign the pack's sha256 index with")
+def pack_cmd(bundle: Path, out: Path, sign: Path | None) -> None:
     """Write BUNDLE (a folder, its manifest.json or a packed file) as one reproducible file (manifest, references,
-    code objects; sha256 of each)."""
+    code objects; sha256 of each), signed with --sign KEY when given (docs/security.md)."""
     try:
-        path = _pack.pack(_pack.bundle_dir(bundle), out)
+        path = _pack.pack(_pack.bundle_dir(bundle, trusted_keys=()), out, sign)
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:  # the output: a missing folder, no permission, a full disk
         raise click.ClickException(f"flyship pack -o {out}: expected a file it can write, got {type(e).__name__}: "
                                    f"{e.strerror or e}; pass -o a path in a writable folder") from None
     click.echo(f"packed {bundle} into {path} ({path.stat().st_size} bytes)")
+
+
+@main.command("keygen")
+@click.argument("key", type=click.Path(dir_okay=False, path_type=Path))
+def keygen_cmd(key: Path) -> None:
+    """Write a new Ed25519 signing key to KEY (mode 0600) and its public key to KEY.pub, for `flyship pack --sign`
+    and `FLYSHIP_TRUSTED_KEYS`."""
+    from flyship.bundle import signing
+
+    try:
+        private, public = signing.generate_key(key)
+    except (FlyshipError, OSError) as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"private key: {private} (keep it secret)\npublic key:  {public} (give it to those who load your packs)")
 
 
 @main.command("tune")

@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from flyship import env
 from flyship.bundle import manifest as _m
@@ -736,7 +736,8 @@ def _check_load_args(path: Any, references: Any, verify: Any, tuning: Any) -> No
 
 def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., Any]]] = None,
          fallback: Optional[bool] = None, verify: bool = False, namespace: Optional[str] = None,
-         tuning: Optional[str | Path] = None, tuning_device: int = 0) -> Ops:
+         tuning: Optional[str | Path] = None, tuning_device: int = 0,
+         trusted_keys: Optional[Sequence[str | Path]] = None) -> Ops:
     """Load a bundle built by ``flyc-build`` and register its ops with torch.
 
     Args:
@@ -752,6 +753,8 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             ``tuning_device`` (target ID and CU count) are dispatched first, by guards the C++ core checks per
             call; entries for other devices are ignored with a warning.
         tuning_device: the GPU whose target and CU count select the table's entries.
+        trusted_keys: public keys (``.pub`` files from ``flyship keygen`` or hex); when given (default:
+            ``FLYSHIP_TRUSTED_KEYS``), only a pack signed by one of them loads (docs/security.md).
 
     Returns:
         The bundle's :class:`Ops`. Loading the same bundle again returns the same object.
@@ -771,7 +774,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
     _check_load_args(path, references, verify, tuning)
     if fallback is not None:
         fallback = fallback_flag(fallback, "flyship.load(fallback=)")
-    root = _pack.bundle_dir(path)
+    root = _pack.bundle_dir(path, trusted_keys)
     raw, where = _m.read_bytes(root)
     digest = hashlib.sha256(raw).hexdigest()
     # The checked, lowered plan: from the plan cache when it has this manifest (keyed by its sha256), else read

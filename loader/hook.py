@@ -29,6 +29,7 @@ import dataclasses
 import json
 import sysconfig
 import threading
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -167,9 +168,7 @@ def install(patches: str | Path, folder: str | Path | None = None) -> Path:
     pth = target / PTH_NAME
     tmp = pth.with_suffix(".tmp")
     try:
-        tmp.write_text(f"{_MARK}{pf.path}\n"
-                       f"import flyship._startup as _flyship_startup; _flyship_startup.activate({str(pf.path)!r})\n",
-                       encoding="utf-8")
+        tmp.write_text(_pth_text(pf.path), encoding="utf-8")
         tmp.replace(pth)  # atomic: a Python starting meanwhile sees the old hook or the new one, never half
     except OSError as e:
         raise ConfigError(f"hook install: cannot write {pth}: {e}; run it as the environment's owner, or pass "
@@ -177,13 +176,41 @@ def install(patches: str | Path, folder: str | Path | None = None) -> Path:
     return pth
 
 
+def _pth_text(patches: Path) -> str:
+    """The ``.pth`` text, built from data: Python runs every line of a ``.pth`` that starts with ``import``, so a
+    path that could end a line (a newline, any control character) would add a line of code; such a path is refused,
+    and the path enters both lines only as a JSON/Python string literal, never pasted."""
+    text = str(patches)
+    bad = [c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+    if bad:
+        raise ConfigError(f"hook install: expected a patches-file path without control characters, got {text!r} "
+                          f"(contains {', '.join(sorted({repr(c) for c in bad}))}); move or rename the file")
+    literal = json.dumps(text)  # a JSON string is also a valid Python string literal for this alphabet
+    return f"{_MARK}{literal}\nimport flyship._startup as _flyship_startup; _flyship_startup.activate({literal})\n"
+
+
+def _pth_patches(pth: Path) -> str:
+    """The patches path the hook's ``.pth`` names, or ``"?"`` when it is empty, garbage or not flyship's."""
+    try:
+        first = (pth.read_text(encoding="utf-8", errors="replace").splitlines() or [""])[0]
+    except OSError:
+        return "?"
+    if not first.startswith(_MARK):
+        return "?"
+    rest = first[len(_MARK):]
+    try:
+        value = json.loads(rest)
+    except ValueError:
+        return rest  # a hook written before the path was stored as a JSON string
+    return value if isinstance(value, str) else "?"
+
+
 def status(folder: str | Path | None = None) -> dict[str, Any] | None:
     """The installed hook of a site folder, or None: ``{"pth", "patches", "ok", "error", "targets"}``."""
     pth = site_dir(folder) / PTH_NAME
     if not pth.is_file():
         return None
-    first = pth.read_text(encoding="utf-8").splitlines()[0]
-    path = first[len(_MARK):] if first.startswith(_MARK) else "?"
+    path = _pth_patches(pth)
     try:
         pf = read_patches(path)
         return {"pth": str(pth), "patches": path, "ok": True, "error": "",
@@ -197,5 +224,9 @@ def remove(folder: str | Path | None = None) -> Path | None:
     pth = site_dir(folder) / PTH_NAME
     if not pth.is_file():
         return None
-    pth.unlink()
+    try:
+        pth.unlink()
+    except OSError as e:
+        raise ConfigError(f"hook remove: cannot delete {pth}: {e}; run it as the environment's owner, or pass "
+                          "--site-dir") from e
     return pth

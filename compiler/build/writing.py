@@ -34,15 +34,14 @@ def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, 
         os.chmod(tmp, 0o777 & ~_files.umask())
         for name, data in sorted(files.items()):
             (tmp / name).write_bytes(data)
-        if isinstance(m, bytes):  # from the build cache: checked when first written, sha256-checked when read
+        if isinstance(m, bytes):  # from the build cache: its blobs were sha256-checked when read
             (tmp / M.MANIFEST_NAME).write_bytes(m)
         else:
             M.write(m, tmp / M.MANIFEST_NAME)
-            written = M.read(tmp)  # what we wrote must read back and pass every rule the loader applies
-            try:
-                _rules.check_bundle(tmp, written)
-            except M.BundleError as e:
-                raise BuildError(f"flyc-build: the bundle would be refused at load: {e}") from e
+        try:  # what we wrote, fresh or cached, must read back and pass every rule the loader applies
+            _rules.check_bundle(tmp, M.read(tmp))
+        except M.BundleError as e:
+            raise BuildError(f"flyc-build: the bundle would be refused at load: {e}") from e
         if out_dir.exists() and not force:
             raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
         _hygiene.replace_dir(tmp, out_dir)

@@ -1,0 +1,152 @@
+"""Signed packs: an Ed25519 signature over a pack's sha256 index, and the policy that requires one.
+
+A signed pack (``flyship pack --sign KEY``, index version 2) holds a second member ``flyship-pack.sig``:
+``{"format": "flyship-pack-signature", "version": 1, "algorithm": "ed25519", "public_key": hex, "signature": hex}``,
+the signature over the exact bytes of the index member ``flyship-pack.json``, which records every other member's
+sha256: verifying the signature and then every member against the index vouches for every byte extracted.
+
+When trusted keys are given (``flyship.load(..., trusted_keys=[...])`` or ``FLYSHIP_TRUSTED_KEYS``), a bundle
+loads only from a pack signed by one of them: an unsigned pack, a bad signature, an unknown key and a bundle
+folder (which carries no signature) are refused. Without trusted keys a signature is not required (and not
+checked: a signature from a key nobody trusts proves nothing). Keys come from ``flyship keygen``: the private
+key as PKCS#8 PEM (mode 0600), the public key as one line ``ed25519 <64 hex digits>`` in ``KEY.pub``.
+
+The Ed25519 code is the ``cryptography`` package's (an optional dependency: ``pip install flyship[sign]``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from flyship.bundle.errors import BundleError
+from flyship.errors import ConfigError
+
+SIG_NAME = "flyship-pack.sig"
+SIG_FORMAT = "flyship-pack-signature"
+_HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
+_MAX_KEY_FILE = 1 << 16
+
+
+def _crypto() -> tuple[Any, Any]:
+    """cryptography's ed25519 and serialization modules, imported when a signature is made or checked."""
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError as e:
+        raise ConfigError(f"signed packs: expected the 'cryptography' package, got {e}; install it with "
+                          "`pip install flyship[sign]`") from None
+    return ed25519, serialization
+
+
+def generate_key(path: Path | str) -> tuple[Path, Path]:
+    """Write a new Ed25519 private key to ``path`` (PEM, mode 0600, refused if it exists) and its public key to
+    ``path.pub``.
+
+    Returns:
+        (private key path, public key path).
+    """
+    ed25519, serialization = _crypto()
+    path = Path(path)
+    key = ed25519.Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise ConfigError(f"flyship keygen: expected a new file, got an existing {path}; pick another name") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    pub = path.with_name(path.name + ".pub")
+    pub.write_text(f"ed25519 {_public_hex(key.public_key())}\n")
+    return path, pub
+
+
+def _public_hex(public: Any) -> str:
+    _, serialization = _crypto()
+    return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+
+
+def sign(index: bytes, key_path: Path | str) -> bytes:
+    """The ``flyship-pack.sig`` member for the index bytes ``index``, signed with the private key at ``key_path``."""
+    ed25519, serialization = _crypto()
+    try:
+        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"flyship pack --sign {key_path}: expected an unencrypted Ed25519 private key (PEM) from "
+                          f"`flyship keygen`, got {type(e).__name__}: {e}") from None
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
+        raise ConfigError(f"flyship pack --sign {key_path}: expected an Ed25519 key, got {type(key).__name__}")
+    sig = {"format": SIG_FORMAT, "version": 1, "algorithm": "ed25519", "public_key": _public_hex(key.public_key()),
+           "signature": key.sign(index).hex()}
+    return (json.dumps(sig, sort_keys=True, indent=1) + "\n").encode()
+
+
+def read_public_key(spec: str | os.PathLike) -> str:
+    """A trusted key as 64 hex digits: given as the hex itself, or a ``.pub`` file ``flyship keygen`` wrote."""
+    text = str(spec).strip()
+    if _HEX_KEY.match(text.lower()):
+        return text.lower()
+    try:
+        with open(spec, encoding="ascii") as f:
+            line = f.read(_MAX_KEY_FILE).strip()
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"trusted key {spec}: expected 64 hex digits or a readable .pub file from `flyship keygen`, "
+                          f"got {type(e).__name__}: {e}") from None
+    kind, _, hexkey = line.partition(" ")
+    if kind != "ed25519" or not _HEX_KEY.match(hexkey.strip()):
+        raise ConfigError(f"trusted key {spec}: expected one line 'ed25519 <64 hex digits>', got {line[:80]!r}")
+    return hexkey.strip()
+
+
+def policy(trusted_keys: Iterable[str | os.PathLike] | None) -> frozenset[str] | None:
+    """The keys a pack must be signed by: ``trusted_keys`` when given, else ``FLYSHIP_TRUSTED_KEYS``; None when
+    neither names any (no signature required)."""
+    from flyship import env
+
+    specs = list(trusted_keys) if trusted_keys is not None else env.trusted_keys()
+    if not specs:
+        return None
+    return frozenset(read_public_key(s) for s in specs)
+
+
+def verify(index: bytes, sig_member: bytes | None, trusted: frozenset[str], where: str) -> str:
+    """Check that ``sig_member`` is a valid signature of ``index`` by one of the ``trusted`` keys.
+
+    Returns:
+        The hex public key that signed.
+
+    Raises:
+        BundleError: no signature, a malformed one, a key not trusted, a signature that does not verify.
+    """
+    ed25519, _ = _crypto()
+    keys = ", ".join(sorted(k[:16] + "..." for k in trusted))
+    if sig_member is None:
+        raise BundleError(f"open packed bundle {where}: expected a pack signed by a trusted key ({keys}), got an "
+                          "unsigned pack; sign it with `flyship pack --sign KEY`, or unset FLYSHIP_TRUSTED_KEYS")
+    try:
+        sig = json.loads(sig_member)
+        ok = (isinstance(sig, dict) and sig.get("format") == SIG_FORMAT and sig.get("version") == 1
+              and sig.get("algorithm") == "ed25519" and _HEX_KEY.match(str(sig.get("public_key"))))
+        signature = bytes.fromhex(sig["signature"]) if ok else b""
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise BundleError(f"open packed bundle {where}: {SIG_NAME} is not an ed25519 {SIG_FORMAT} record; the file "
+                          "is damaged or was altered")
+    key = sig["public_key"]
+    if key not in trusted:
+        raise BundleError(f"open packed bundle {where}: expected a signature by a trusted key ({keys}), got one by "
+                          f"the unknown key {key}; add its .pub to trusted_keys / FLYSHIP_TRUSTED_KEYS if you trust "
+                          "its owner")
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        ed25519.Ed25519PublicKey.from_public_bytes(bytes.fromhex(key)).verify(signature, index)
+    except InvalidSignature:
+        raise BundleError(f"open packed bundle {where}: the signature by key {key} does not match the pack's index; "
+                          "the file was altered after it was signed") from None
+    return key
