@@ -37,6 +37,7 @@ from flyship.loader import plan as _plan
 from flyship.loader import plancache as _plancache
 from flyship.loader import references as _references
 from flyship.loader import schema as _schema
+from flyship.loader import tuned as _tuned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -802,11 +803,9 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             refs = _references.resolve(root, plan.head, references)
             ext = _build.extension(near=_beside(path))
             if table is not None:
-                from flyship.loader import tune as _tune
-
                 gpu = device_index(tuning_device, "flyship.load(tuning_device=)")
                 target = ext.device_info(gpu)["target"]
-                tuned = _tune.apply(plan.manifest, table, target, _tune.device_cus(gpu))
+                tuned = _tuned.apply(plan.manifest, table, target, _tuned.device_cus(gpu))
                 plan = _plancache.BundlePlan.of(tuned)
             code_objects = _CodeObjects(root, plan)
             heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from flyship.errors import ConfigError
-from flyship.loader import report as _report  # noqa: F401 - FLYSHIP_REPORT's summary at exit
+from flyship.loader import report as _report  # the patch registry; FLYSHIP_REPORT's summary at exit
 
 _MISSING = object()
 
@@ -185,8 +185,6 @@ class _Signature:
 
 # -- the patch --------------------------------------------------------------------------------------------
 
-_registry_lock = threading.Lock()
-_registry: list[Patch] = []
 
 
 class Patch:
@@ -404,9 +402,7 @@ class Patch:
             wrapper = classmethod(wrapper)
         setattr(self._owner, self._name, wrapper)
         self.active = True
-        with _registry_lock:
-            if self not in _registry:
-                _registry.append(self)
+        _report.register(self)
         return self
 
     def undo(self) -> None:
@@ -483,5 +479,4 @@ def patch(target: str, op: Any, *, args: Mapping[str, Source] | None = None, inp
 
 def patches() -> list[Patch]:
     """Every patch made in this process (active or undone), in the order they were applied."""
-    with _registry_lock:
-        return list(_registry)
+    return _report.patches()

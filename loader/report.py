@@ -22,6 +22,23 @@ from flyship import env
 
 _errors_lock = threading.Lock()
 _errors: list[str] = []
+# Every patch applied in this process (flyship.loader.patch registers each here on its first apply): the sites
+# the report covers. Kept here, not in patch.py, so the report needs nothing from the module that patches.
+_registry_lock = threading.Lock()
+_registry: list[Any] = []
+
+
+def register(patch: Any) -> None:
+    """Remember a patch (once) for :func:`patches` and the routing report."""
+    with _registry_lock:
+        if patch not in _registry:
+            _registry.append(patch)
+
+
+def patches() -> list[Any]:
+    """Every patch made in this process (active or undone), in the order they were applied."""
+    with _registry_lock:
+        return list(_registry)
 
 
 def note_error(message: str) -> None:
@@ -47,8 +64,6 @@ def routing_report() -> dict[str, Any]:
         of ``ROUTED``, ``PARTLY ROUTED``, ``ALL TO ORIGINAL``, ``NO CALLS``; ``op_stats`` is the op's
         :meth:`~flyship.loader.OpHandle.stats` (it also counts calls from compiled graphs).
     """
-    from flyship.loader.patch import patches
-
     sites = []
     for p in patches():
         s = p.stats()

@@ -15,11 +15,9 @@ Python on the hot path.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 import sys
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -27,63 +25,8 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle import tuning as _tt
 from flyship.errors import ConfigError
-
-
-def device_cus(device: int = 0) -> Optional[int]:
-    """The device's CU (AMD) / SM (NVIDIA) count as torch reports it, or None without a GPU."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return int(torch.cuda.get_device_properties(device).multi_processor_count)
-    except Exception:  # no GPU runtime: the table's CU counts are then not compared
-        pass
-    return None
-
-
-def _note(msg: str) -> None:
-    warnings.warn(msg, stacklevel=3)
-
-
-def apply(manifest: _m.Manifest, table: _tt.Table, target: str, cus: Optional[int],
-          note: Callable[[str], None] = _note) -> _m.Manifest:
-    """The manifest with the table's winners for this device placed first, per op, as guards.
-
-    Each bucket of the nearest-bucket policy becomes a specialization named ``<winner>__t<i>``: the
-    winner's guard plus the bucket's bounds on the key expressions, and the winner's variants. The
-    bundle's own specializations follow unchanged, for inputs the winner's guard does not admit.
-
-    Raises:
-        TuningError: the table names an op the bundle lacks, an op whose key differs from the bundle's,
-            or a winner the op does not have.
-    """
-    if table.namespace and table.namespace != manifest.namespace:
-        note(f"flyship tuning: the table was written for namespace {table.namespace!r}, the bundle is "
-             f"{manifest.namespace!r}; using it by op name")
-    entries = _tt.entries_for(table, target, cus, note)
-    ops = []
-    for op in manifest.ops:
-        mine = [e for e in entries if e.op == op.name]
-        key = table.keys.get(op.name)
-        if key is not None and tuple(_expr.canonical(k) for k in key) != op.tuning_key:
-            raise _tt.TuningError(f"tuning table: op {op.name} is keyed by {list(key)}, the bundle's key is "
-                                  f"{list(op.tuning_key)}; re-run `flyship tune` for this bundle")
-        if not mine:
-            ops.append(op)
-            continue
-        specs = {s.name: s for s in op.specializations}
-        tuned = []
-        for i, (winner, cons) in enumerate(_tt.dispatch_plan(op.tuning_key, mine)):
-            if winner not in specs:
-                raise _tt.TuningError(f"tuning table: op {op.name}: winner {winner!r} is not a specialization of "
-                                      f"the bundle ({', '.join(specs)}); the table belongs to another build")
-            s = specs[winner]
-            guard = dataclasses.replace(s.guard, constraints=tuple(s.guard.constraints) + cons)
-            tuned.append(dataclasses.replace(s, name=f"{winner}{_tt.TUNED_SUFFIX}{i}", guard=guard))
-        ops.append(dataclasses.replace(op, specializations=tuple(tuned) + tuple(op.specializations)))
-    for name in sorted({e.op for e in entries} - {o.name for o in manifest.ops}):
-        raise _tt.TuningError(f"tuning table: op {name} is not in the bundle ({', '.join(o.name for o in manifest.ops)})")
-    return dataclasses.replace(manifest, ops=tuple(ops))
+from flyship.loader import core as _core
+from flyship.loader.tuned import apply, device_cus  # noqa: F401  (the load-time step, re-exported)
 
 
 def read_shapes(path: Path | str) -> dict[str, list[dict[str, Any]]]:
@@ -215,9 +158,7 @@ def tune(bundle: Path | str, shapes: Path | str, out: Optional[Path | str] = Non
     Returns:
         The table's path.
     """
-    from flyship.loader import core
-
-    ops = core.load(bundle)
+    ops = _core.load(bundle)
     table = race(ops, read_shapes(shapes), device=device, warmup=warmup, repeats=repeats)
     path = Path(out) if out else Path(bundle) / "tuning.json"
     if merge and path.is_file():
