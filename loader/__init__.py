@@ -13,7 +13,9 @@ Never imports flydsl or triton. ``docs/loader.md`` describes the design.
 from __future__ import annotations
 
 from flyship.loader.build import ExtensionBuildError, extension
-from flyship.loader.core import Decision, OpHandle, Ops, load
+from flyship.loader.core import load
+from flyship.loader.handles import OpHandle, Ops
+from flyship.loader.selection import Decision
 from flyship.loader.verify import Report, VerificationError, verify
 
 __all__ = [

@@ -14,7 +14,7 @@ from flyship.bundle import targets as _targets
 from flyship.errors import LoadError
 
 if TYPE_CHECKING:
-    from flyship.loader.core import Ops
+    from flyship.loader.handles import Ops
 
 # (rtol, atol) per output dtype: a kernel and the reference may round differently.
 TOLERANCES = {

@@ -12,7 +12,7 @@ from flyship.bundle import manifest as _m
 from flyship.bundle import rules as _rules
 from flyship.loader import blame as _blame
 from flyship.loader import plan as _plan
-from flyship.loader.core import make_selector
+from flyship.loader.selection import make_selector
 
 pytestmark = pytest.mark.cpu
 

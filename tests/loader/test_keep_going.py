@@ -15,7 +15,7 @@ import torch
 import flyship
 from flyship.bundle import manifest as M
 from flyship.bundle.codeobject import CodeObjectFile
-from flyship.loader.core import make_selector
+from flyship.loader.selection import make_selector
 from flyship.loader.verify import example_inputs
 
 pytestmark = pytest.mark.cpu

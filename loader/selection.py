@@ -1,0 +1,142 @@
+"""Selection on the Python side: which variant of each specialization a device target runs (the chooser the
+C++ core asks once per (bundle, device target)), why none fits, and the fallback and device arguments as the
+loader reads them."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from flyship.bundle import manifest as _m
+from flyship.bundle import targets as _targets
+from flyship.errors import ConfigError
+from flyship.loader import plancache as _plancache
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What a call would run.
+
+    Attributes:
+        spec: the specialization's name, or None when nothing fits (the call falls back).
+        target: the chosen variant's target, or None.
+        reason: why nothing fits (the fallback reason), or "".
+    """
+
+    spec: Optional[str]
+    target: Optional[str]
+    reason: str
+
+
+def make_selector(plan: _plancache.BundlePlan | _m.Manifest) -> Callable[[str], list[list[tuple[int, str]]]]:
+    """The variant chooser the C++ core calls once per (bundle, device target): per op, per
+    specialization, the index of the variant to run (:func:`flyship.bundle.targets.select`) or -1 with
+    the reason. It reads only the plan's variant targets (no op is read for it)."""
+    if isinstance(plan, _m.Manifest):
+        plan = _plancache.BundlePlan.of(plan)
+    head, spec_names, spec_targets = plan.head, plan.spec_names, plan.spec_targets
+
+    def select(device_target: str) -> list[list[tuple[int, str]]]:
+        chosen: dict[tuple[str, ...], tuple[int, str]] = {}  # specializations mostly share their targets
+        out = []
+        for k, per_op in enumerate(spec_targets):
+            per = []
+            for si, cands in enumerate(per_op):
+                if cands not in chosen:
+                    i = _targets.select(list(cands), device_target)
+                    chosen[cands] = (-1, _no_code_object(device_target, list(cands))) if i is None else (i, "")
+                i, why = chosen[cands]
+                if i < 0 and head.failed:  # a --keep-going bundle: the build's own reason when it has one
+                    why = _not_built(head, head.ops[k].name, spec_names[k][si], device_target) or why
+                per.append((i, why))
+            out.append(per)
+        return out
+
+    return select
+
+
+def failures_for(manifest: _m.Manifest, op: str, spec: Optional[str] = None) -> list[_m.Failure]:
+    """The manifest's ``failed`` entries (a ``--keep-going`` build) of ``op`` (and of the declared spec that
+    manifest specialization ``spec`` comes from: ``fp8`` or a per-target ``fp8__gfx942``)."""
+    return [f for f in manifest.failed if f.op == op and (spec is None or spec == f.spec
+                                                          or spec.startswith(f.spec + "__"))]
+
+
+def _not_built(manifest: _m.Manifest, op: str, spec: str, device_target: str) -> str:
+    """The fallback reason when the build of this specialization failed for the device's target, or ""."""
+    for f in failures_for(manifest, op, spec):
+        if _targets.is_compatible(f.target, device_target):
+            return f"{op}.{f.spec} did not build for {f.target} (flyc-build --keep-going): {f.reason}"
+    return ""
+
+
+def warn_not_built(manifest: _m.Manifest, root: Path) -> None:
+    """Say once at load that a ``--keep-going`` bundle lacks kernels: calls they would take fall back."""
+    if not manifest.failed:
+        return
+    import warnings
+
+    listed = "; ".join(f"{f.op}.{f.spec} on {f.target}: {f.reason.splitlines()[0][:200]}" for f in manifest.failed)
+    warnings.warn(f"flyship.load {root}: the bundle was built with --keep-going and {len(manifest.failed)} kernel(s) "
+                  f"did not build; calls they would take run the next specialization or the reference: {listed}",
+                  UserWarning, stacklevel=3)
+
+
+def _no_code_object(device_target: str, candidates: list[str]) -> str:
+    """The fallback reason when no variant runs on a device: its target and the bundle's targets of the
+    same vendor (all of them if it has none of that vendor)."""
+    vendor = _targets.parse_target(device_target).vendor
+    same = sorted({c for c in candidates if _targets.parse_target(c).vendor == vendor})
+    if same:
+        return f"no code object for {device_target}; bundle has {', '.join(same)}"
+    names = {"amd": "AMD", "nvidia": "NVIDIA"}
+    return (f"no code object for {device_target}; bundle has no {names[vendor]} code objects "
+            f"({', '.join(sorted(set(candidates)))})")
+
+
+
+def fallback_flag(value: Any, where: str) -> bool:
+    """``value`` as the fallback switch: a bool only. A string such as ``"off"`` or ``"0"`` is truthy in Python,
+    so taking it would turn the fallback on when the caller meant off; refuse it instead.
+
+    Raises:
+        ConfigError: ``value`` is not a bool.
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected True or False, got {value!r} ({type(value).__name__}); pass True to "
+                          "run the reference when no specialization fits, False to raise instead")
+    return value
+
+
+def device_index(device: Any, where: str) -> int:
+    """The GPU index ``device`` names, read as ``torch.device`` reads it: an int, a string (``"cuda:1"``) or a
+    ``torch.device``; one without an index (``"cuda"``) is torch's current device.
+
+    Raises:
+        ConfigError: another type (a float, a bool), a string torch does not read, or a device that is not a GPU.
+    """
+    import torch
+
+    usage = "pass a GPU index (0), a string ('cuda:0') or a torch.device"
+    if isinstance(device, bool) or not isinstance(device, (int, str, torch.device)):
+        raise ConfigError(f"{where}: expected a GPU device, got {device!r} ({type(device).__name__}); {usage}")
+    if isinstance(device, int):
+        if device < 0:
+            raise ConfigError(f"{where}: expected a GPU index of 0 or more, got {device}; {usage}")
+        return device
+    try:
+        d = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ConfigError(f"{where}: expected a GPU device, got {device!r}, which torch.device refuses ({e}); "
+                          f"{usage}") from None
+    if d.type not in ("cuda", "hip"):  # a ROCm build of torch calls its GPUs "cuda" too
+        raise ConfigError(f"{where}: expected a GPU device, got {device!r} (a {d.type} device); {usage}")
+    if d.index is not None:
+        return d.index
+    try:
+        return torch.cuda.current_device()
+    except (RuntimeError, AssertionError) as e:  # a CPU-only torch asserts
+        raise ConfigError(f"{where}: expected a GPU device, got {device!r} without an index and torch has no "
+                          f"current GPU ({e}); pass an index, e.g. 'cuda:0'") from None
