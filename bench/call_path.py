@@ -66,9 +66,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     import torch
 
     import flyship
-    from flyship.loader import build
+    from flyship.loader import extension
 
-    ext = build.extension("record")
+    ext = extension.extension("record")
     ext.set_recorded_device(0, args.target)
     t = time.perf_counter()
     ops = flyship.load(args.bundle, namespace=f"flyship_bench_{uuid.uuid4().hex[:8]}")

@@ -46,11 +46,11 @@ def main() -> None:
     import torch
 
     import flyship
-    from flyship.loader import build
+    from flyship.loader import extension
 
     counts = [int(s) for s in args.specs.split(",")]
     bundles = {n: generated_bundle(ROOT / "tests" / "loader" / "data" / "tiny", work / f"b{n}", n) for n in counts}
-    record = build.extension("record")
+    record = extension.extension("record")
     timed_load(bundles[counts[0]])  # imports, torch's first registrations, the extension
     print(f"flyship {flyship.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs; times in ms")

@@ -7,17 +7,18 @@
     torch.ops.<namespace>.softmax(x)            # the same op, traceable by torch.compile
     ops.softmax.stats()                         # launches per specialization, fallbacks per reason
 
-Never imports flydsl or triton. ``docs/loader.md`` describes the design.
+Never imports flydsl or triton. ``docs/loader.md`` describes the design. The C++ extension is
+``flyship.loader.extension`` (``extension.extension()`` builds or finds it).
 """
 
 from __future__ import annotations
 
-from flyship.loader.build import ExtensionBuildError, extension
+from flyship.loader.extension import ExtensionBuildError
 from flyship.loader.core import load
 from flyship.loader.handles import OpHandle, Ops
 from flyship.loader.selection import Decision
 from flyship.loader.verify import Report, VerificationError, verify
 
 __all__ = [
-    "Decision", "ExtensionBuildError", "OpHandle", "Ops", "Report", "VerificationError", "extension", "load", "verify",
+    "Decision", "ExtensionBuildError", "OpHandle", "Ops", "Report", "VerificationError", "load", "verify",
 ]

@@ -29,7 +29,7 @@ from flyship.errors import FlyshipError
 def describe(manifest: _m.Manifest) -> str:
     """A readable listing of a manifest: ops, schemas, specializations with guards and targets."""
     from flyship.loader.plan import implied_layout_constraints
-    from flyship.loader.schema import schemas
+    from flyship.loader.opschema import schemas
 
     lines = [f"namespace {manifest.namespace} (schema {manifest.schema_version}, built by flyship "
              f"{manifest.build.flyship_version} under Python {manifest.build.python}; "
@@ -111,11 +111,11 @@ def verify_cmd(bundle: Path, namespace: str | None) -> None:
 def prebuild_cmd(flavor: str | None, out: Path | None) -> None:
     """Build the loader's C++ extension and install it where later loads find it without a compiler, whatever
     their HOME, CXX or current directory."""
-    from flyship.loader import build
+    from flyship.loader import extension
 
     try:
-        cfg = build.config(flavor)
-        path = build.install(build.build(cfg), out if out is not None else build.installed_dir())
+        cfg = extension.config(flavor)
+        path = extension.install(extension.build(cfg), out if out is not None else extension.installed_dir())
     except (FlyshipError, OSError) as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"flyship extension ({cfg.flavor}) ready: {path}")

@@ -29,12 +29,12 @@ from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
 from flyship.loader import autograd as _autograd
 from flyship.loader import blame as _blame
-from flyship.loader import build as _build
+from flyship.loader import extension as _extension
 from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
 from flyship.loader import plancache as _plancache
 from flyship.loader import references as _references
-from flyship.loader import schema as _schema
+from flyship.loader import opschema as _opschema
 from flyship.loader import tuned as _tuned
 from flyship.loader.handles import Ops, _CodeObjects
 from flyship.loader.selection import device_index, fallback_flag, make_selector, warn_not_built
@@ -85,7 +85,7 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
     lib = torch.library.Library(namespace, "FRAGMENT")
     cpu_kernels = []
     for k, (op, reference) in enumerate(zip(manifest.ops, references)):
-        functional, out = _schema.schemas(op)
+        functional, out = _opschema.schemas(op)
         try:
             lib.define(functional)
             if out is not None:  # an in-place-only op has no .out variant
@@ -94,9 +94,9 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
             raise BundleError(f"register op {namespace}::{op.name}: torch refused the schema {functional!r} / {out!r}: "
                               f"{e}; load the bundle under another namespace (load(..., namespace='...'))") from e
         qual = f"{namespace}::{op.name}"
-        torch.library.register_fake(qual, _schema.make_fake(op, False, qual), lib=lib)
+        torch.library.register_fake(qual, _opschema.make_fake(op, False, qual), lib=lib)
         if out is not None:
-            torch.library.register_fake(qual + ".out", _schema.make_fake(op, True, qual), lib=lib)
+            torch.library.register_fake(qual + ".out", _opschema.make_fake(op, True, qual), lib=lib)
         # ``op`` may be the head alone (no specializations): the CPU kernel reads those only for an error message.
         cpu_kernel = _cpu.CpuKernel(op, qual, reference, lambda: core.fallback,
                                     lambda args, is_out, k=k: core.check_call(k, args, is_out),
@@ -212,7 +212,7 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     """A bundle not loaded in this process yet: its references, the extension, the tuning table's winners for the
     device, the lowered plan handed to the C++ core, and the ops registered with torch."""
     refs = _references.resolve(root, plan.head, references)
-    ext = _build.extension(near=_beside(path))
+    ext = _extension.extension(near=_beside(path))
     if table is not None:
         gpu = device_index(tuning_device, "flyship.load(tuning_device=)")
         target = ext.device_info(gpu)["target"]

@@ -25,7 +25,7 @@ from flyship.bundle import batch as _batch
 from flyship.bundle import manifest as _m
 from flyship.errors import CallError
 from flyship.loader import blame as _blame
-from flyship.loader import schema as _schema
+from flyship.loader import opschema as _opschema
 from flyship.loader import references as _references
 
 REASON = "cpu"
@@ -54,8 +54,8 @@ class CpuKernel:
         self._fallback_on = fallback_on
         self._arg_names = [a.name for a in op.args]
         self._defaults = {a.name: a.default for a in op.args if a.default is not None}
-        self._out_names = _schema.out_names(op)
-        self._fake = _schema.make_fake(op, False, qualname)
+        self._out_names = _opschema.out_names(op)
+        self._fake = _opschema.make_fake(op, False, qualname)
         self._expected_cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._lock = threading.Lock()
         self.calls = 0

@@ -17,7 +17,7 @@ from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
 from flyship.loader import plancache as _plancache
 from flyship.loader.selection import Decision, device_index, failures_for, fallback_flag
-from flyship.loader import schema as _schema
+from flyship.loader import opschema as _opschema
 
 
 
@@ -57,8 +57,8 @@ class OpHandle:
         self.default = self.packet.default
         # An op whose only effect is in place (mutable inputs, no outputs) has no .out variant.
         self.out_overload = self.packet.out if op.outputs else None
-        self.schema, self.out_schema = _schema.schemas(op)
-        self._out_names = _schema.out_names(op)
+        self.schema, self.out_schema = _opschema.schemas(op)
+        self._out_names = _opschema.out_names(op)
         self.out = ops._out_class(self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -82,7 +82,7 @@ class OpHandle:
         fit the schema (the error is about something else and stands as it is)."""
         if isinstance(e, FlyshipError):
             return
-        misfit = _schema.call_misfit(self._head, args, kwargs, outs)
+        misfit = _opschema.call_misfit(self._head, args, kwargs, outs)
         if misfit is not None:
             raise CallTypeError(f"{self.qualname}{'.out' if outs else ''}: {misfit}") from e
 
@@ -120,7 +120,7 @@ class OpHandle:
 
     def _out_kwargs(self, args: tuple, kwargs: dict[str, Any]) -> None:
         """Resolve the out tensors of an ``.out`` call in ``kwargs`` to one keyword per output (the out schema's
-        names, :func:`flyship.loader.schema.out_names`); say how to call it when they are not all there."""
+        names, :func:`flyship.loader.opschema.out_names`); say how to call it when they are not all there."""
         names = self._out_names
         n_in = len(self._head.args)
         if len(args) > n_in:  # out tensors given by position: they are keyword-only in the schema

@@ -2,7 +2,7 @@
 installed and recorded.
 
 ``flyship prebuild`` writes ``<name>.so.json`` beside the library: the module name (which encodes the C++
-sources, the flavor, torch's version and commit, the Python ABI and the flags: ``build.extension_name``) and the
+sources, the flavor, torch's version and commit, the Python ABI and the flags: ``extension.extension_name``) and the
 library's sha256. A candidate found by the search (``FLYSHIP_EXTENSION_PATH``, the bundle's folder, the
 environment) is imported only when the library, its record and their folder are owned by the user or root and
 writable by no one else, and the library's bytes hash to the recorded sha256. Any other ``.so`` of the right name

@@ -55,7 +55,7 @@ export FLYSHIP_EXTENSIONS_DIR="${FLYSHIP_EXTENSIONS_DIR:-/tmp/flyship-gpu-check-
   "$PY" -c 'import triton; print("triton", triton.__version__)' 2>&1
   "$PY" -c 'import json, sys; m = json.load(open(sys.argv[1])); print("bundle", sys.argv[1], "built by python", m["build"]["python"], "frontends", m["build"]["frontends"], "ops", [o["name"] for o in m["ops"]])' "$BUNDLE/manifest.json"
   echo "FLYSHIP_FLAVOR=${FLYSHIP_FLAVOR:-} (empty: from the torch build)"
-  "$PY" -c 'from flyship.loader import build; c = build.config(); print("extension", c.flavor, c.name, "includes", c.include_dirs, "cflags", c.cflags, "links", c.ldflags)' 2>&1
+  "$PY" -c 'from flyship.loader import extension; c = extension.config(); print("extension", c.flavor, c.name, "includes", c.include_dirs, "cflags", c.cflags, "links", c.ldflags)' 2>&1
 } > "$OUT/env.txt" 2>&1
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 cat "$OUT/env.txt"

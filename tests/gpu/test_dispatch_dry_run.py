@@ -116,11 +116,11 @@ def test_model_shaped_gpu_test_inputs_dispatch_as_their_flattened_rows(ops, targ
 def recorded(monkeypatch, triton_bundle):
     """``recorded(target)``: the Triton bundle on the recording driver (``FLYSHIP_FLAVOR=record``) as a device
     of ``target`` runs it, and a function returning the launches recorded since the last call."""
-    from flyship.loader import build
+    from flyship.loader import extension
 
     try:
-        ext = build.extension("record")
-    except build.ExtensionBuildError as e:
+        ext = extension.extension("record")
+    except extension.ExtensionBuildError as e:
         pytest.skip(f"the recording extension cannot be built here: {e}")
     import flyship
 

@@ -49,11 +49,11 @@ def tiny_bundle() -> Path:
 @pytest.fixture(scope="session")
 def ext() -> Any:
     """The loader's C++ extension (built once into the user's cache; later runs import it)."""
-    from flyship.loader import build
+    from flyship.loader import extension
 
     try:
-        return build.extension()
-    except build.ExtensionBuildError as e:
+        return extension.extension()
+    except extension.ExtensionBuildError as e:
         pytest.skip(f"the loader extension cannot be built here, so C++ paths are untested: {e}")
 
 
@@ -68,11 +68,11 @@ def tiny(tiny_bundle: Path, ext: Any) -> Any:
 @pytest.fixture(scope="session")
 def record_ext() -> Any:
     """The extension with the recording driver (builds without any GPU SDK)."""
-    from flyship.loader import build
+    from flyship.loader import extension
 
     try:
-        return build.extension("record")
-    except build.ExtensionBuildError as e:
+        return extension.extension("record")
+    except extension.ExtensionBuildError as e:
         pytest.skip(f"the recording extension cannot be built here, so the C++ call path is untested: {e}")
 
 

@@ -12,10 +12,10 @@ import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-from flyship.loader import build
+from flyship.loader import extension
 
 ROOT = Path(__file__).resolve().parents[2]
-HIP_HEADERS = build.find_hip_headers()
+HIP_HEADERS = extension.find_hip_headers()
 needs_hip = pytest.mark.skipif(
     HIP_HEADERS is None,
     reason="no HIP headers (hip/hip_runtime_api.h); install libamdhip64-dev to build the HIP flavor")
@@ -42,15 +42,15 @@ def dynamic_tags(path: Path) -> dict[str, list[str]]:
 def test_hip_flavor_compiles_and_links_against_the_installed_hip(tmp_path, monkeypatch):
     monkeypatch.setenv("FLYSHIP_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hip")
-    cfg = build.config()
+    cfg = extension.config()
     assert cfg.flavor == "hip" and cfg.directory.parent == tmp_path / "flyship"
-    lib = build.build(cfg, verbose=False)
+    lib = extension.build(cfg, verbose=False)
     tags = dynamic_tags(lib)
-    hip = build.find_hip_library()[0]
+    hip = extension.find_hip_library()[0]
     assert any(n.startswith("libamdhip64.so") for n in tags["needed"]), tags
     assert str(hip.parent) in ":".join(tags.get("runpath", [])), tags
     # Import it in a fresh process (the same way load() does) and ask the HIP runtime for its version.
-    code = ("from flyship.loader import build; cfg = build.config(); m = build._import(cfg.name, cfg.library); "
+    code = ("from flyship.loader import extension; cfg = extension.config(); m = extension._import(cfg.name, cfg.library); "
             "print(m.flavor(), '|', m.runtime_version())")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "FLYSHIP_EXTENSIONS_DIR": str(tmp_path), "FLYSHIP_FLAVOR": "hip"})
@@ -64,10 +64,10 @@ def test_hip_flavor_compiles_and_links_against_the_installed_hip(tmp_path, monke
 @pytest.mark.cpu
 def test_flavor_comes_from_the_environment_first(monkeypatch):
     monkeypatch.setenv("FLYSHIP_FLAVOR", "cuda")
-    assert build.choose_flavor() == "cuda"
+    assert extension.choose_flavor() == "cuda"
     monkeypatch.setenv("FLYSHIP_FLAVOR", "rocm")
     with pytest.raises(ValueError, match="expected 'hip' or 'cuda' .*, got 'rocm'"):
-        build.choose_flavor()
+        extension.choose_flavor()
 
 
 @pytest.mark.cpu
@@ -77,9 +77,9 @@ def test_cpu_only_torch_without_hip_headers_is_refused_listing_the_paths_tried(m
     if torch.version.hip or torch.version.cuda:
         pytest.skip("this torch is a GPU build; the CPU-only rule does not apply")
     monkeypatch.delenv("FLYSHIP_FLAVOR", raising=False)
-    monkeypatch.setattr(build, "hip_roots", lambda: [tmp_path / "rocm"])
-    with pytest.raises(build.ExtensionBuildError, match="CPU-only torch") as e:
-        build.choose_flavor()
+    monkeypatch.setattr(extension, "hip_roots", lambda: [tmp_path / "rocm"])
+    with pytest.raises(extension.ExtensionBuildError, match="CPU-only torch") as e:
+        extension.choose_flavor()
     assert str(tmp_path / "rocm" / "include" / "hip" / "hip_runtime_api.h") in str(e.value)
 
 
@@ -91,7 +91,7 @@ def test_cpu_only_torch_with_hip_headers_builds_the_hip_flavor(monkeypatch):
     if torch.version.hip or torch.version.cuda:
         pytest.skip("this torch is a GPU build; the CPU-only rule does not apply")
     monkeypatch.delenv("FLYSHIP_FLAVOR", raising=False)
-    assert build.choose_flavor() == "hip"
+    assert extension.choose_flavor() == "hip"
 
 
 @pytest.mark.cpu
@@ -100,16 +100,16 @@ def test_extension_name_carries_flavor_python_torch_and_a_source_hash(monkeypatc
     import torch
 
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hip")
-    cfg = build.config()
+    cfg = extension.config()
     assert cfg.name.startswith("flyship_hip_" + sys.implementation.cache_tag.replace("-", "_"))
-    assert "torch" + build._sanitize(torch.__version__) in cfg.name
+    assert "torch" + extension._sanitize(torch.__version__) in cfg.name
     # Changing one source changes the name, so a stale build is never imported.
     csrc = tmp_path / "csrc"
-    shutil.copytree(build.CSRC, csrc)
-    monkeypatch.setattr(build, "CSRC", csrc)
-    assert build.config().name == cfg.name
+    shutil.copytree(extension.CSRC, csrc)
+    monkeypatch.setattr(extension, "CSRC", csrc)
+    assert extension.config().name == cfg.name
     (csrc / "expr.h").write_text((csrc / "expr.h").read_text() + "\n// changed\n")
-    assert build.config().name != cfg.name
+    assert extension.config().name != cfg.name
 
 
 @pytest.mark.cpu
@@ -117,7 +117,7 @@ def test_a_cached_extension_imports_without_a_compiler_or_ninja(ext, tmp_path):
     # An empty PATH: no c++, no ninja. extension() must import the cached build directly.
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    code = "from flyship.loader import build; m = build.extension(); print(m.flavor())"
+    code = "from flyship.loader import extension; m = extension.extension(); print(m.flavor())"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "PATH": str(bindir)})
     assert r.returncode == 0, r.stderr
@@ -137,7 +137,7 @@ def test_an_extension_with_its_own_static_libstdcxx_is_refused(tmp_path):
     r = subprocess.run([cxx, "-shared", "-fPIC", "-static-libstdc++", str(src), "-o", str(static)], capture_output=True)
     if r.returncode != 0:
         pytest.skip(f"{cxx} cannot link libstdc++ statically here ({r.stderr.decode()[:200]})")
-    build.check_shared_libstdcxx(shared)
-    with pytest.raises(build.ExtensionBuildError, match=r"expected static\.so to link the shared libstdc\+\+ as torch "
+    extension.check_shared_libstdcxx(shared)
+    with pytest.raises(extension.ExtensionBuildError, match=r"expected static\.so to link the shared libstdc\+\+ as torch "
                                                        r"does, got a static copy"):
-        build.check_shared_libstdcxx(static)
+        extension.check_shared_libstdcxx(static)

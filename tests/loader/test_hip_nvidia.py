@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from flyship.errors import ConfigError
-from flyship.loader import build
+from flyship.loader import extension
 
 pytestmark = [pytest.mark.cpu, pytest.mark.hipnv]
 
@@ -33,7 +33,7 @@ def cuda_include() -> Path | None:
     """``FLYSHIP_TEST_CUDA_INCLUDE``, else where the cuda flavor would look (CUDA_HOME, /usr/local/cuda, pip)."""
     if os.environ.get("FLYSHIP_TEST_CUDA_INCLUDE"):
         return Path(os.environ["FLYSHIP_TEST_CUDA_INCLUDE"])
-    return build.find_cuda_header()[0]
+    return extension.find_cuda_header()[0]
 
 
 CUDA_INCLUDE = cuda_include()
@@ -151,27 +151,27 @@ def test_no_device_is_the_drivers_error_not_a_crash(probe):
 def test_the_hip_nvidia_flavor_is_only_built_when_asked_for(monkeypatch):
     monkeypatch.delenv("FLYSHIP_FLAVOR", raising=False)
     try:
-        chosen = build.choose_flavor()
-    except build.ExtensionBuildError:  # a CPU-only torch without HIP headers: nothing is chosen at all
+        chosen = extension.choose_flavor()
+    except extension.ExtensionBuildError:  # a CPU-only torch without HIP headers: nothing is chosen at all
         chosen = None
     assert chosen in ("hip", "cuda", None)
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hip-nvidia")
-    assert build.choose_flavor() == "hip-nvidia"
+    assert extension.choose_flavor() == "hip-nvidia"
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hipnvidia")
     with pytest.raises(ConfigError,
                        match="expected 'hip' or 'cuda' \\(or the test-only 'hip-nvidia', 'record'\\), got"):
-        build.choose_flavor()
+        extension.choose_flavor()
 
 
 def test_the_hip_nvidia_flavor_needs_the_test_header_folder(monkeypatch, tmp_path):
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hip-nvidia")
     monkeypatch.delenv("FLYSHIP_HIP_NVIDIA_INCLUDE", raising=False)
-    with pytest.raises(build.ExtensionBuildError, match="expected FLYSHIP_HIP_NVIDIA_INCLUDE to name a folder with "
+    with pytest.raises(extension.ExtensionBuildError, match="expected FLYSHIP_HIP_NVIDIA_INCLUDE to name a folder with "
                                                         "hip/hip_runtime_api.h, got 'nothing'"):
-        build.config()
+        extension.config()
     monkeypatch.setenv("FLYSHIP_HIP_NVIDIA_INCLUDE", str(tmp_path))
-    with pytest.raises(build.ExtensionBuildError, match="set it to tests/gpu/hip_nvidia/include"):
-        build.config()
+    with pytest.raises(extension.ExtensionBuildError, match="set it to tests/gpu/hip_nvidia/include"):
+        extension.config()
 
 
 @needs_cuda_h
@@ -179,11 +179,11 @@ def test_the_hip_nvidia_build_compiles_the_hip_shim_for_the_nvidia_platform(monk
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hip-nvidia")
     monkeypatch.setenv("FLYSHIP_HIP_NVIDIA_INCLUDE", str(HIPNV / "include"))
     monkeypatch.setenv("FLYSHIP_EXTENSIONS_DIR", str(tmp_path))
-    monkeypatch.setattr(build, "find_cuda_header", lambda: (CUDA_INCLUDE, [str(CUDA_INCLUDE)]))
-    monkeypatch.setattr(build, "find_cuda_library", lambda: tmp_path / "libcuda.so")  # linking happens on the GPU
-    cfg = build.config()
+    monkeypatch.setattr(extension, "find_cuda_header", lambda: (CUDA_INCLUDE, [str(CUDA_INCLUDE)]))
+    monkeypatch.setattr(extension, "find_cuda_library", lambda: tmp_path / "libcuda.so")  # linking happens on the GPU
+    cfg = extension.config()
     assert cfg.flavor == "hip-nvidia" and cfg.name.startswith("flyship_hip_nvidia_")
-    assert [Path(s).name for s in cfg.sources] == [*build.CORE_SOURCES, "driver_hip.cpp"]
+    assert [Path(s).name for s in cfg.sources] == [*extension.CORE_SOURCES, "driver_hip.cpp"]
     assert "-D__HIP_PLATFORM_NVIDIA__=1" in cfg.cflags and not any("AMD" in f for f in cfg.cflags)
     assert cfg.include_dirs == (str(HIPNV / "include"), str(CUDA_INCLUDE))
     assert cfg.ldflags == (str(tmp_path / "libcuda.so"),)
@@ -195,10 +195,10 @@ def test_the_hip_nvidia_build_compiles_the_hip_shim_for_the_nvidia_platform(monk
 E2E = """
 import json, sys
 from pathlib import Path
-from flyship.loader import build
+from flyship.loader import extension
 inc, stub, tiny = sys.argv[1:4]
-build.find_cuda_header = lambda: (Path(inc), [inc])
-build.find_cuda_library = lambda: Path(stub)
+extension.find_cuda_header = lambda: (Path(inc), [inc])
+extension.find_cuda_library = lambda: Path(stub)
 import flyship
 ops = flyship.load(tiny)
 out = {"flavor": ops.flavor, "ext_flavor": ops._ext.flavor(), "version": ops._ext.runtime_version(),
@@ -211,7 +211,7 @@ print(json.dumps(out))
 
 @needs_cuda_h
 def test_the_whole_extension_builds_as_hip_nvidia_and_loads_a_cubin_through_the_hip_shim(tiny_bundle):
-    stub_dir = build.extensions_root() / "hipnv-recording-driver"
+    stub_dir = extension.extensions_root() / "hipnv-recording-driver"
     stub_dir.mkdir(parents=True, exist_ok=True)
     stub = stub_dir / "libcuda.so"
     r = subprocess.run(["c++", "-std=c++17", "-shared", "-fPIC", "-O1", f"-I{HIPNV}", f"-I{CUDA_INCLUDE}",

@@ -120,7 +120,7 @@ def test_the_spec_api_refuses_a_declaration_with_the_rule_books_words():
 
 
 def test_the_schema_builders_rules_are_the_rule_books_and_refused_when_the_manifest_is_read():
-    from flyship.loader import schema
+    from flyship.loader import opschema as schema
 
     op = M.Op(name="k", frontend="triton", doc="", args=(M.Arg(name="out", kind="tensor", rank=1),),
               outputs=(M.Output(name="y", shape=("out.shape[0]",), dtype="out"),), reference=None,

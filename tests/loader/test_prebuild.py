@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle import pack as _pack
-from flyship.loader import build
+from flyship.loader import extension
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -51,7 +51,7 @@ def shipped(ext, tmp_path_factory) -> Path:
     r = subprocess.run([PY, "-m", "flyship.loader.cli", "prebuild", "-o", str(ship)], cwd=ROOT, capture_output=True,
                        text=True, timeout=900)
     assert r.returncode == 0, r.stderr
-    assert (ship / f"{build.extension_name(ext.flavor())}.so").is_file()
+    assert (ship / f"{extension.extension_name(ext.flavor())}.so").is_file()
     shutil.copytree(ROOT / "tests" / "loader" / "data" / "tiny", ship / "tiny")
     _pack.pack(ship / "tiny", ship / "tiny.flyship")
     return ship
@@ -85,25 +85,25 @@ def test_a_prebuilt_extension_installed_into_the_environment_is_found_from_anywh
 
 
 def test_the_extension_name_does_not_depend_on_home_cxx_or_the_cache_folder(monkeypatch, tmp_path, ext):
-    name = build.extension_name(ext.flavor())
+    name = extension.extension_name(ext.flavor())
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("CXX", "/opt/other/clang++")
     monkeypatch.setenv("FLYSHIP_EXTENSIONS_DIR", str(tmp_path / "x"))
     monkeypatch.chdir(tmp_path)
-    assert build.extension_name(ext.flavor()) == name
+    assert extension.extension_name(ext.flavor()) == name
 
 
 INTERRUPTED = """
 import sys, time
 from pathlib import Path
-from flyship.loader import build
+from flyship.loader import extension
 def slow(cfg, work, verbose):
     out = work / cfg.library.name
     out.write_bytes(b"")          # a linker that was killed after creating its output
     print("linking", flush=True)
     time.sleep(600)
-build._compile = slow
-build.build(build.config())
+extension._compile = slow
+extension.build(extension.config())
 """
 
 
@@ -116,7 +116,7 @@ def test_a_build_killed_while_linking_leaves_no_library_a_later_load_would_trust
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=60)
-    code = "from flyship.loader import build; cfg = build.config(); print(cfg.library, cfg.library.exists())"
+    code = "from flyship.loader import extension; cfg = extension.config(); print(cfg.library, cfg.library.exists())"
     r = subprocess.run([PY, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     library, exists = r.stdout.split()
     assert exists == "False", r.stdout
@@ -125,15 +125,15 @@ def test_a_build_killed_while_linking_leaves_no_library_a_later_load_would_trust
 
 def test_a_failed_build_removes_its_work_folder_and_installs_nothing(tmp_path, monkeypatch, ext):
     monkeypatch.setenv("FLYSHIP_EXTENSIONS_DIR", str(tmp_path))
-    cfg = build.config()
+    cfg = extension.config()
 
     def fail(cfg, work, verbose):
         (work / cfg.library.name).write_bytes(b"\x7fELF partial")
-        raise build.ExtensionBuildError("linker died")
+        raise extension.ExtensionBuildError("linker died")
 
-    monkeypatch.setattr(build, "_compile", fail)
-    with pytest.raises(build.ExtensionBuildError, match="linker died"):
-        build.build(cfg)
+    monkeypatch.setattr(extension, "_compile", fail)
+    with pytest.raises(extension.ExtensionBuildError, match="linker died"):
+        extension.build(cfg)
     assert not cfg.library.exists() and not list(cfg.directory.glob(".build-*"))
 
 
@@ -143,8 +143,8 @@ t0 = float(sys.argv[1])
 sys.prefix = sys.argv[2]  # an environment with no extension installed: this rank must find or build one
 while time.time() < t0:
     time.sleep(0.005)
-from flyship.loader import build
-m = build.extension()
+from flyship.loader import extension
+m = extension.extension()
 print("rank", os.environ["RANK"], m.flavor(), flush=True)
 """
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flyship.errors import ConfigError
-from flyship.loader import build, hook, prebuilt
+from flyship.loader import extension, hook, prebuilt
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -33,10 +33,10 @@ __attribute__((constructor)) static void planted(void) {
 FIND = """
 import sys
 from pathlib import Path
-from flyship.loader import build
-found = build.find_prebuilt(sys.argv[1], near=Path(sys.argv[2]))
+from flyship.loader import extension
+found = extension.find_prebuilt(sys.argv[1], near=Path(sys.argv[2]))
 if found is not None:
-    build._import(sys.argv[1], found)
+    extension._import(sys.argv[1], found)
 print("found" if found else "none")
 """
 
@@ -68,7 +68,7 @@ def test_a_planted_library_in_a_world_writable_folder_beside_a_bundle_is_never_o
     shared = tmp_path / "shared_tmp"
     shared.mkdir()
     shutil.copy(planted_so, shared / f"{NAME}.so")
-    build.install(planted_so, tmp_path / "recorded")  # a valid record, to plant beside it as well
+    extension.install(planted_so, tmp_path / "recorded")  # a valid record, to plant beside it as well
     shutil.copy(prebuilt.record_path(tmp_path / "recorded" / f"{NAME}.so"), shared)
     os.chmod(shared, 0o777)
     r, ran = find_in(shared, tmp_path)
@@ -82,7 +82,7 @@ def test_a_library_planted_by_another_user_in_a_sticky_tmp_is_never_opened(plant
         pytest.skip("planting a file owned by another user needs root")
     shared = tmp_path / "tmp_like"
     shared.mkdir()
-    build.install(planted_so, shared)  # a library and a matching record, both then handed to "nobody"
+    extension.install(planted_so, shared)  # a library and a matching record, both then handed to "nobody"
     for f in shared.iterdir():
         os.chown(f, 65534, 65534)
     os.chmod(shared, 0o1777)  # like /tmp: anyone may add files
@@ -96,7 +96,7 @@ def test_a_library_without_a_record_or_with_other_bytes_is_refused(planted_so, t
     shutil.copy(planted_so, own / f"{NAME}.so")
     r, ran = find_in(own, tmp_path)
     assert not ran and r.stdout.strip() == "none" and "no record" in r.stderr
-    build.install(own / f"{NAME}.so", own)  # now recorded; then its bytes change
+    extension.install(own / f"{NAME}.so", own)  # now recorded; then its bytes change
     with open(own / f"{NAME}.so", "ab") as f:
         f.write(b"\0")
     r, ran = find_in(own, tmp_path)
@@ -104,7 +104,7 @@ def test_a_library_without_a_record_or_with_other_bytes_is_refused(planted_so, t
 
 
 def test_a_link_to_a_recorded_library_is_refused(planted_so, tmp_path):
-    build.install(planted_so, tmp_path / "real")
+    extension.install(planted_so, tmp_path / "real")
     linked = tmp_path / "linked"
     linked.mkdir()
     (linked / f"{NAME}.so").symlink_to(tmp_path / "real" / f"{NAME}.so")
@@ -114,7 +114,7 @@ def test_a_link_to_a_recorded_library_is_refused(planted_so, tmp_path):
 
 
 def test_a_library_installed_by_prebuild_with_its_record_is_imported(planted_so, tmp_path):
-    build.install(planted_so, tmp_path / "ok")
+    extension.install(planted_so, tmp_path / "ok")
     r, ran = find_in(tmp_path / "ok", tmp_path)
     # the planted library is no Python module, so the import fails after dlopen: the constructor ran, as a
     # recorded library is trusted
@@ -385,13 +385,13 @@ def test_a_small_pack_with_a_deflated_gigabyte_member_is_refused_in_little_memor
 def test_a_library_planted_in_a_shared_extensions_folder_is_refused_not_opened(ext, planted_so, tmp_path):
     import dataclasses
 
-    cfg = build.config(ext.flavor())
+    cfg = extension.config(ext.flavor())
     cfg = dataclasses.replace(cfg, directory=tmp_path / "shared_ext" / cfg.name)
     cfg.directory.mkdir(parents=True)
     shutil.copy(planted_so, cfg.library)
     os.chmod(cfg.directory, 0o777)
-    with pytest.raises(build.ExtensionBuildError, match="refused .*writable by group or others"):
-        build.build(cfg)
+    with pytest.raises(extension.ExtensionBuildError, match="refused .*writable by group or others"):
+        extension.build(cfg)
 
 
 PTH_START = """

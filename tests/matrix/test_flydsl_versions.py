@@ -90,9 +90,9 @@ def _check_packing(bundle, name: str) -> None:
     """Each variant's kernargs, as the loader packs them for the example call on the recording driver (the real
     C++ call path, launches recorded instead of run), against the code object's own metadata."""
     import flyship
-    from flyship.loader import build
+    from flyship.loader import extension
 
-    record = build.extension("record")
+    record = extension.extension("record")
     manifest = M.read(bundle)
     op = manifest.op(name)
     for target in sorted({v.target for s in op.specializations for v in s.variants}):

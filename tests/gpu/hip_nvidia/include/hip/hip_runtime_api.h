@@ -1,6 +1,6 @@
 // TEST-ONLY. The part of HIP's runtime API that csrc/driver_hip.cpp uses, mapped onto the CUDA driver API,
 // so the HIP driver shim's own code runs on an NVIDIA GPU (issue 16). Never used by a production build:
-// flyship/loader/build.py puts this folder on the include path only for FLYSHIP_FLAVOR=hip-nvidia.
+// flyship/loader/extension.py puts this folder on the include path only for FLYSHIP_FLAVOR=hip-nvidia.
 //
 // Why not HIP's own NVIDIA platform: Debian's HIP 5.2 `hip/nvidia_detail/` headers do not compile against
 // CUDA 13 (cudaDeviceProp lost clockRate etc.; see /work/shared/FIELD-NOTES.md, 2026-12-01).
