@@ -104,6 +104,15 @@ def _read_float(data: Any, where: Where, lenient: bool) -> float:
 Reader = Callable[[Any, Where, bool], Any]
 
 
+def _check_list(data: Any, where: Where) -> None:
+    """A JSON list of at most MAX_ITEMS items (an object there is counted first, so a huge one is named as such)."""
+    if type(data) is not list:
+        if isinstance(data, dict):
+            _too_many(data, where)
+        raise BundleError(f"manifest {_w(where)}: expected a list, got {type(data).__name__}")
+    _too_many(data, where)
+
+
 @functools.lru_cache(maxsize=None)
 def _reader(cls: Any) -> Reader:
     """The function that builds ``cls`` from JSON data, checking keys, types and the sizes of
@@ -130,22 +139,14 @@ def _reader(cls: Any) -> Reader:
             item = _reader(args[0])
 
             def read_seq(data: Any, where: Where, lenient: bool) -> tuple:
-                if type(data) is not list:
-                    if isinstance(data, dict):
-                        _too_many(data, where)
-                    raise BundleError(f"manifest {_w(where)}: expected a list, got {type(data).__name__}")
-                _too_many(data, where)
+                _check_list(data, where)
                 return tuple([item(x, (where, f"[{i}]"), lenient) for i, x in enumerate(data)])
 
             return read_seq
         items = [_reader(a) for a in args]
 
         def read_fixed(data: Any, where: Where, lenient: bool) -> tuple:
-            if type(data) is not list:
-                if isinstance(data, dict):
-                    _too_many(data, where)
-                raise BundleError(f"manifest {_w(where)}: expected a list, got {type(data).__name__}")
-            _too_many(data, where)
+            _check_list(data, where)
             if len(items) != len(data):
                 raise BundleError(f"manifest {_w(where)}: expected {len(items)} items, got {len(data)}")
             return tuple([r(x, (where, f"[{i}]"), lenient) for i, (r, x) in enumerate(zip(items, data))])
