@@ -38,8 +38,9 @@ def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, 
             (tmp / M.MANIFEST_NAME).write_bytes(m)
         else:
             M.write(m, tmp / M.MANIFEST_NAME)
-        try:  # what we wrote, fresh or cached, must read back and pass every rule the loader applies
-            _rules.check_bundle(tmp, M.read(tmp))
+        written = M.read(tmp)  # what we wrote, fresh or cached, must read back (the rule book's own refusal) ...
+        try:  # ... and pass every check the loader applies to the files
+            _rules.check_bundle(tmp, written)
         except M.BundleError as e:
             raise BuildError(f"flyc-build: the bundle would be refused at load: {e}") from e
         if out_dir.exists() and not force:
