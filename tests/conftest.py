@@ -16,6 +16,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# What a clean copy of the checkout leaves out: at the root only (compiler/build/ is a source package, the root's
+# build/ is setuptools' scratch that it would reuse stale), and caches anywhere.
+_ROOT_ONLY = {".git", "build", "artifacts", ".dev", ".whl", ".matrix", ".pytest_cache", ".hypothesis"}
+_ANYWHERE = ("__pycache__", "*.egg-info", ".venv-*")
+
+
+def copy_checkout(dest: Path) -> Path:
+    """A clean copy of this checkout at ``dest`` (what a fresh clone holds, without git), for install tests."""
+    import fnmatch
+    import shutil
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        out = {n for n in names if any(fnmatch.fnmatch(n, p) for p in _ANYWHERE)}
+        return out | (set(names) & _ROOT_ONLY if Path(folder).resolve() == ROOT else set())
+
+    shutil.copytree(ROOT, dest, symlinks=True, ignore=ignore)
+    return dest
+
 
 def flydsl_python() -> str | None:
     env = os.environ.get("FLYSHIP_TEST_FLYDSL_PY")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from .conftest import copy_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.cpu
@@ -16,8 +17,7 @@ pytestmark = pytest.mark.cpu
 def test_a_plain_install_holds_every_module_csrc_and_the_schema(tmp_path):
     # Build from a clean copy: setuptools reuses a stale build/ folder, which would hide a missing package.
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv-*", "build", "*.egg-info", "artifacts", "__pycache__", ".pytest_cache", ".dev", ".whl"))
+    copy_checkout(src)
     target = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                         "--target", str(target), str(src)], capture_output=True, text=True, timeout=300)
@@ -27,7 +27,8 @@ def test_a_plain_install_holds_every_module_csrc_and_the_schema(tmp_path):
     modules = sorted("flyship." + ".".join(s.parts) for s in sources if s.name != "__init__")
     code = ("import importlib, sys\n"
             f"for m in {modules!r}:\n"  # frontends import their DSL lazily: every module loads without it
-            "    importlib.import_module(m)\n"
+            "    f = importlib.import_module(m).__file__\n"
+            "    assert f.startswith(sys.argv[1]), (m, f)\n"  # from the install, never an editable finder's checkout
             "import flyship\n"
             "assert flyship.__file__.startswith(sys.argv[1]), flyship.__file__\n")
     r = subprocess.run([sys.executable, "-c", code, str(target)], cwd=str(tmp_path), capture_output=True, text=True,
@@ -48,8 +49,7 @@ def test_a_python_started_in_the_checkout_root_imports_a_whole_flyship_after_a_n
     import sysconfig
 
     src = tmp_path / "checkout"
-    shutil.copytree(ROOT, src, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv-*", "build", "*.egg-info", "artifacts", "__pycache__", ".pytest_cache", ".dev", ".whl"))
+    copy_checkout(src)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"

@@ -5,12 +5,11 @@ numpy came with it (FlyDSL imports it undeclared), and the installed ``flyc-buil
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 import pytest
 
-from ..conftest import ROOT
+from ..conftest import copy_checkout
 from .conftest import PORTABLE, need_matrix
 
 pytestmark = pytest.mark.matrix
@@ -34,9 +33,7 @@ def test_pip_install_compiler_extra_keeps_the_installed_flydsl_and_builds_the_ex
     run([py, "-m", "pip", "install", "-q", "--no-deps", f"flydsl=={oldest.flydsl}"])
     # The README's step, from a clean copy of this checkout (no stale build/ folder).
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, symlinks=True, ignore=shutil.ignore_patterns(
-        ".git", ".venv-*", "build", "*.egg-info", "artifacts", "__pycache__", ".pytest_cache", ".dev", ".whl",
-        ".matrix"))
+    copy_checkout(src)
     run([py, "-m", "pip", "install", "-q", f"{src}[compiler]"])
     show = run([py, "-c", "import flydsl, numpy; print(flydsl.__version__)"]).stdout.strip()
     assert show == oldest.flydsl
