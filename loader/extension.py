@@ -90,12 +90,12 @@ def hip_roots() -> list[Path]:
     """Candidate HIP install roots, in search order: ``$FLYSHIP_HIP_PATH``, ``$ROCM_PATH``, torch's
     ``ROCM_HOME``, ``/opt/rocm``, then ``/usr`` (Debian's libamdhip64-dev)."""
     roots: list[str] = [env.hip_path(), os.environ.get("ROCM_PATH", "")]
-    try:
-        from torch.utils import cpp_extension
-
-        roots.append(cpp_extension.ROCM_HOME or "")
-    except Exception:  # noqa: BLE001 - torch's ROCm probe is best-effort here
-        pass
+    # What torch.utils.cpp_extension's ROCM_HOME would find (ROCM_HOME, the hipcc on PATH), read here without
+    # importing it: that import pulls in setuptools (~150 ms), and a load that finds its extension compiles nothing.
+    roots.append(os.environ.get("ROCM_HOME", ""))
+    hipcc = shutil.which("hipcc")
+    if hipcc:
+        roots.append(str(Path(os.path.realpath(hipcc)).parent.parent))
     roots += ["/opt/rocm", "/usr"]
     out: list[Path] = []
     for r in roots:
@@ -540,6 +540,19 @@ _lock = threading.Lock()
 _loaded: dict[str, ModuleType] = {}
 
 
+def _cached(name: str) -> Path | None:
+    """The build cache's library of this name when it is there and trusted, found without a toolkit (no headers
+    looked up, no cpp_extension imported: a warm load compiles nothing). A build renames its library into place
+    only once complete (:func:`build`), so one that exists is whole; anything else goes through :func:`build`,
+    which says what is wrong with it."""
+    from flyship.bundle import trust
+
+    library = extensions_root() / name / f"{name}.so"
+    if os.path.lexists(library) and trust.untrusted_reason(library, group_ok=True) is None:
+        return library
+    return None
+
+
 def extension(flavor: str | None = None, near: Path | None = None) -> ModuleType:
     """The extension module for this process: a prebuilt one (:func:`find_prebuilt`; ``near`` is the folder
     holding the bundle being loaded), else the build cache's, built on first use.
@@ -558,7 +571,7 @@ def extension(flavor: str | None = None, near: Path | None = None) -> ModuleType
                 raise ExtensionBuildError(f"load flyship extension: expected one flavor per process, got {flavor!r} "
                                           f"after {other!r}; unset FLYSHIP_FLAVOR or use one value")
             name = extension_name(flavor)
-            prebuilt = find_prebuilt(name, near)
+            prebuilt = find_prebuilt(name, near) or _cached(name)
             if prebuilt is not None:
                 _loaded[flavor] = _import(name, prebuilt)
             else:

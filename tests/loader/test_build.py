@@ -141,3 +141,14 @@ def test_an_extension_with_its_own_static_libstdcxx_is_refused(tmp_path):
     with pytest.raises(extension.ExtensionBuildError, match=r"expected static\.so to link the shared libstdc\+\+ as torch "
                                                        r"does, got a static copy"):
         extension.check_shared_libstdcxx(static)
+
+
+def test_a_load_that_finds_its_extension_cached_imports_no_build_tooling(ext, tiny_bundle):
+    # Choosing the flavor and finding the cached library needs neither torch.utils.cpp_extension nor setuptools
+    # (~150 ms of a first load): they are imported only to build.
+    code = ("import sys, torch, flyship\n"
+            f"flyship.load({str(tiny_bundle)!r}, namespace='flyship_warm_load')\n"
+            "print(sorted(m for m in ('torch.utils.cpp_extension', 'setuptools') if m in sys.modules))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
