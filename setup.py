@@ -48,7 +48,7 @@ setup(
     entry_points={
         "console_scripts": [
             "flyc-build=flyship.compiler.cli:main",
-            "flyship=flyship.loader.cli:main",
+            "flyship=flyship.loader.tools.cli:main",
         ]
     },
 )

@@ -51,14 +51,14 @@ def main() -> int:
     shapes.write_text(json.dumps({op: [s for _, s in regs] for op, regs in REGIMES.items()}, indent=1))
     table = out / "tuning.json"
     table.unlink(missing_ok=True)
-    subprocess.run([sys.executable, "-m", "flyship.loader.cli", "tune", a.bundle, "--shapes", str(shapes),
+    subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "tune", a.bundle, "--shapes", str(shapes),
                     "-o", str(table), "--repeats", "15"], check=True)
 
     import torch
 
     import flyship
     from flyship.bundle.targets import select
-    from flyship.loader.tune import key_values, time_call
+    from flyship.loader.tools.tune import key_values, time_call
 
     fixed = flyship.load(a.bundle, namespace=f"tb_fixed_{uuid.uuid4().hex[:6]}")
     tuned = flyship.load(a.bundle, namespace=f"tb_tuned_{uuid.uuid4().hex[:6]}", tuning=table)

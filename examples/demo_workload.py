@@ -19,8 +19,8 @@ import torch
 
 import flyship
 from flyship.bundle import manifest as M
-from flyship.loader.cli import describe
-from flyship.loader.verify import example_inputs
+from flyship.loader.tools.cli import describe
+from flyship.loader.tools.verify import example_inputs
 
 
 def main(path: str) -> int:

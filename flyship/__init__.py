@@ -48,9 +48,9 @@ def load(path, **kwargs):
 
 # The drop-in API, imported on first use (``import flyship`` stays light: a .pth hook imports it at start-up).
 _LAZY = {
-    "patch": "flyship.loader.patch", "Patch": "flyship.loader.patch", "PatchError": "flyship.loader.patch",
-    "Const": "flyship.loader.patch", "Prepared": "flyship.loader.patch",
-    "routing_report": "flyship.loader.report", "bench": "flyship.loader.bench",
+    "patch": "flyship.loader.tools.patch", "Patch": "flyship.loader.tools.patch", "PatchError": "flyship.loader.tools.patch",
+    "Const": "flyship.loader.tools.patch", "Prepared": "flyship.loader.tools.patch",
+    "routing_report": "flyship.loader.tools.report", "bench": "flyship.loader.tools.bench",
 }
 
 

@@ -2,7 +2,7 @@
 
 Every Python of the environment runs it (pip, torchrun's launcher and each of its ranks), so it imports
 the standard library only: it reads the patches file's module names and puts a finder on
-``sys.meta_path``. The bundle is loaded and the patches are applied (:mod:`flyship.loader.hook`) only
+``sys.meta_path``. The bundle is loaded and the patches are applied (:mod:`flyship.loader.tools.hook`) only
 when one of those modules is first imported; a process that never imports them pays for a JSON read.
 """
 
@@ -57,7 +57,7 @@ class _Loader:
 
 def _apply(path: str, module_name: str) -> None:
     try:
-        from flyship.loader.hook import apply_for_module
+        from flyship.loader.tools.hook import apply_for_module
 
         apply_for_module(path, module_name)
     except Exception as e:  # noqa: BLE001 - a hook must never stop the user's import; it says what failed

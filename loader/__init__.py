@@ -17,7 +17,18 @@ from flyship.loader.extension import ExtensionBuildError
 from flyship.loader.core import load
 from flyship.loader.handles import OpHandle, Ops
 from flyship.loader.selection import Decision
-from flyship.loader.verify import Report, VerificationError, verify
+
+# The integrations (flyship.loader.tools) are not the call path: imported on first use, so a load imports only
+# what it needs.
+_TOOLS = {"Report": "verify", "VerificationError": "verify", "verify": "verify"}
+
+
+def __getattr__(name: str):
+    if name in _TOOLS:
+        import importlib
+
+        return getattr(importlib.import_module(f"flyship.loader.tools.{_TOOLS[name]}"), name)
+    raise AttributeError(f"module 'flyship.loader' has no attribute {name!r}")
 
 __all__ = [
     "Decision", "ExtensionBuildError", "OpHandle", "Ops", "Report", "VerificationError", "load", "verify",

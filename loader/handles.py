@@ -440,8 +440,8 @@ class Ops:
         return {name: op.stats() for name, op in self._ops.items()}
 
     def verify(self, **kwargs: Any) -> "Any":
-        """Run every specialization against its reference on a GPU; see :func:`flyship.loader.verify.verify`."""
-        from flyship.loader.verify import verify
+        """Run every specialization against its reference on a GPU; see :func:`flyship.loader.tools.verify.verify`."""
+        from flyship.loader.tools.verify import verify
 
         return verify(self, **kwargs)
 

@@ -1,5 +1,5 @@
 """A tuning table applied at load (``load(tuning=)``): the winners for this device become guards the C++ core
-checks per call (:func:`apply`). The race that writes tables is :mod:`flyship.loader.tune`."""
+checks per call (:func:`apply`). The race that writes tables is :mod:`flyship.loader.tools.tune`."""
 
 from __future__ import annotations
 

@@ -121,3 +121,21 @@ def test_the_product_tree_has_no_import_cycle():
     found = cycles(graph())
     assert not found, "import cycles (each a set of modules that import each other):\n" + "\n".join(
         " <-> ".join(c) for c in found)
+
+
+def test_the_call_path_does_not_import_the_integrations_when_it_loads():
+    """``flyship.loader`` (load, handles, selection, plan, extension) never imports ``flyship.loader.tools`` (patch,
+    hook, report, bench, tune, inspect, verify, cli) at import time: a load imports only what it needs. A method that
+    hands off to a tool (``OpHandle.verify``) imports it when called."""
+    modules = product_modules()
+    offenders = []
+    for name, path in modules.items():
+        if not name.startswith("flyship.loader") or name.startswith("flyship.loader.tools"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in tree.body:  # module level only
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom)
+                     else [])
+            offenders += [f"{name} imports {n}" for n in names if n.startswith("flyship.loader.tools")]
+    assert not offenders, "\n".join(offenders)

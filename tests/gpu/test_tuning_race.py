@@ -37,7 +37,7 @@ def test_flyship_tune_writes_the_fastest_candidate_per_key_for_this_device(gpu, 
     shapes = {"gemm": [{"a": [8, 1024], "b": [1024, 1024]}, {"a": [2048, 1024], "b": [1024, 1024]}],
               "rmsnorm": [{"x": [4, 4096], "w": [4096]}, {"x": [16384, 4096], "w": [4096]}]}
     (tmp_path / "shapes.json").write_text(json.dumps(shapes))
-    subprocess.run([sys.executable, "-m", "flyship.loader.cli", "tune", str(tuned_bundle), "--shapes",
+    subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "tune", str(tuned_bundle), "--shapes",
                     str(tmp_path / "shapes.json"), "-o", str(tmp_path / "t.json"), "--repeats", "5"], check=True)
     table = tt.read(tmp_path / "t.json")
     ops = flyship.load(tuned_bundle, namespace=f"tr_{uuid.uuid4().hex[:6]}", tuning=tmp_path / "t.json")

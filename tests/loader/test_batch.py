@@ -296,7 +296,7 @@ def test_warnings_of_batched_fallbacks_name_the_callers_line(recorded, batched_b
 
 
 def test_flyship_list_says_which_tensors_take_leading_batch_dims(batched_bundle):
-    from flyship.loader.cli import describe
+    from flyship.loader.tools.cli import describe
 
     text = describe(_m.read(batched_bundle))
     assert "leading batch dims: x (rank 2) flatten into their first dim; out get them back" in text

@@ -89,7 +89,7 @@ def test_the_bench_command_times_a_factory_with_a_patches_file(tmp_path, tiny_bu
     pf.write_text(json.dumps({"bundle": str(tiny_bundle), "patches": [
         {"target": "dropin_model:add", "op": "add", "args": {"x": "a", "y": "b"}, "cpu_target": "gfx942"}]}))
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent / "data" / "dropin"))
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "bench", "dropin_model:bench_case", "--patches",
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "bench", "dropin_model:bench_case", "--patches",
                         str(pf), "--repeats", "2", "--iters", "2", "--warmup", "1", "--backend", "aot_eager"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -97,6 +97,6 @@ def test_the_bench_command_times_a_factory_with_a_patches_file(tmp_path, tiny_bu
     assert rows["baseline"][3] == "0" and rows["patched"][3] == "1" and rows["compiled"][3] == "0"
     assert rows["patched+compiled"][3] == "1"
     assert "dropin_model:add -> flyship_tiny::add" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "bench", "dropin_model:nothing", "--patches",
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "bench", "dropin_model:nothing", "--patches",
                         str(pf)], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 1 and "expected a factory 'package.module:function', got 'dropin_model:nothing'" in r.stderr

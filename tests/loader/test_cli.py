@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def flyship_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flyship.loader.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
 
 
@@ -131,7 +131,7 @@ def test_pack_takes_a_bundles_manifest_or_packed_file_as_docs_loader_md_says(tin
 
     src = tiny_bundle / "manifest.json" if given == "manifest" else _pack.pack(tiny_bundle, tmp_path / "in.flyship")
     out = tmp_path / "o.flyship"
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "pack", str(src), "-o", str(out)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "pack", str(src), "-o", str(out)], cwd=ROOT,
                        capture_output=True, text=True, timeout=600,
                        env={**os.environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "cache")})
     assert r.returncode == 0, r.stderr

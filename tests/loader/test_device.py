@@ -67,7 +67,7 @@ def test_verification_without_a_gpu_says_it_needs_one(tiny, tiny_bundle):
 
 
 def test_a_report_fails_on_a_mismatch_and_when_nothing_could_run():
-    from flyship.loader.verify import Report, Row
+    from flyship.loader.tools.verify import Report, Row
 
     good = Row("add", "f32", "gfx942", 0.0, 0.0, True)
     skipped = Row("add", "f16", None, float("nan"), float("nan"), True, "no code object for gfx950", skipped=True)

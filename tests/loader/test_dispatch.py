@@ -108,7 +108,7 @@ def test_multi_output_ops_decide_on_all_their_arguments(tiny):
 
 def test_example_inputs_fit_their_own_specialization_on_their_own_targets(example_bundle, ext):
     import flyship
-    from flyship.loader.verify import example_inputs
+    from flyship.loader.tools.verify import example_inputs
 
     ops = flyship.load(example_bundle)
     checked = 0

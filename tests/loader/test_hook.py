@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flyship.errors import ConfigError
-from flyship.loader import hook
+from flyship.loader.tools import hook
 
 pytestmark = pytest.mark.cpu
 
@@ -70,7 +70,7 @@ def run(py: Path, *args: str, env: dict | None = None, cwd: Path | None = None) 
 
 
 def test_every_torchrun_rank_routes_calls_to_the_op(env_python, tmp_path, tiny_bundle):
-    r = run(env_python, "-m", "flyship.loader.cli", "hook", "install", "--patches",
+    r = run(env_python, "-m", "flyship.loader.tools.cli", "hook", "install", "--patches",
             str(patches_file(tmp_path, tiny_bundle)))
     assert r.returncode == 0, r.stderr
     assert "zz_flyship_hook.pth" in r.stdout and "dropin_model:add -> add" in r.stdout
@@ -90,7 +90,7 @@ def test_every_torchrun_rank_routes_calls_to_the_op(env_python, tmp_path, tiny_b
 
 
 def test_a_process_that_never_imports_the_target_loads_nothing(env_python, tmp_path, tiny_bundle):
-    assert run(env_python, "-m", "flyship.loader.cli", "hook", "install", "--patches",
+    assert run(env_python, "-m", "flyship.loader.tools.cli", "hook", "install", "--patches",
                str(patches_file(tmp_path, tiny_bundle))).returncode == 0
     r = run(env_python, "-c", "import sys; print(sorted(m for m in sys.modules if m.startswith(('torch', "
                               "'flyship'))), [type(f).__name__ for f in sys.meta_path][0])")
@@ -103,24 +103,24 @@ def test_a_process_that_never_imports_the_target_loads_nothing(env_python, tmp_p
 
 def test_hook_status_and_remove_report_and_undo_the_install(env_python, tmp_path, tiny_bundle):
     pf = patches_file(tmp_path, tiny_bundle)
-    assert run(env_python, "-m", "flyship.loader.cli", "hook", "install", "--patches", str(pf)).returncode == 0
-    r = run(env_python, "-m", "flyship.loader.cli", "hook", "status")
+    assert run(env_python, "-m", "flyship.loader.tools.cli", "hook", "install", "--patches", str(pf)).returncode == 0
+    r = run(env_python, "-m", "flyship.loader.tools.cli", "hook", "status")
     assert r.returncode == 0 and f"patches: {pf}" in r.stdout and "dropin_model:add -> add" in r.stdout
     pf.write_text("{broken")
-    r = run(env_python, "-m", "flyship.loader.cli", "hook", "status")
+    r = run(env_python, "-m", "flyship.loader.tools.cli", "hook", "status")
     assert r.returncode == 1 and "the patches file is invalid" in r.stderr and "expected JSON" in r.stderr
     r = run(env_python, "-c", "import dropin_model")
     assert r.returncode == 0 and "flyship hook: cannot read the patches file" in r.stderr
-    r = run(env_python, "-m", "flyship.loader.cli", "hook", "remove")
+    r = run(env_python, "-m", "flyship.loader.tools.cli", "hook", "remove")
     assert r.returncode == 0 and "removed" in r.stdout and "zz_flyship_hook.pth" in r.stdout
-    r = run(env_python, "-m", "flyship.loader.cli", "hook", "status")
+    r = run(env_python, "-m", "flyship.loader.tools.cli", "hook", "status")
     assert r.returncode == 0 and "no flyship hook" in r.stdout
 
 
 def test_a_patch_the_hook_cannot_make_is_reported_and_the_import_still_works(env_python, tmp_path, tiny_bundle):
     pf = tmp_path / "patches.json"
     pf.write_text(json.dumps({"bundle": str(tiny_bundle), "patches": [{"target": "dropin_model:add", "op": "add"}]}))
-    assert run(env_python, "-m", "flyship.loader.cli", "hook", "install", "--patches", str(pf)).returncode == 0
+    assert run(env_python, "-m", "flyship.loader.tools.cli", "hook", "install", "--patches", str(pf)).returncode == 0
     r = run(env_python, "-c", "import dropin_model, flyship; print(flyship.routing_report()['errors'])")
     assert r.returncode == 0, r.stderr
     assert "flyship hook: not patched: dropin_model:add -> add" in r.stderr and "have no source" in r.stdout

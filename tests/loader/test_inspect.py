@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from flyship.bundle import manifest as M
-from flyship.loader.inspect import inspect_bundle
+from flyship.loader.tools.inspect import inspect_bundle
 
 pytestmark = pytest.mark.cpu
 
@@ -29,11 +29,11 @@ def test_inspect_lists_every_kernel_with_its_resources_and_occupancy(tiny_bundle
 
 
 def test_the_inspect_command_prints_text_and_json_without_a_dsl(tiny_bundle):
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "inspect", str(tiny_bundle)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "inspect", str(tiny_bundle)], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "add / f32 / gfx942: add_kernel" in r.stdout and "waves/SIMD" in r.stdout and "blocks/SM" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "inspect", "--json", str(tiny_bundle)],
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "inspect", "--json", str(tiny_bundle)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     code_objects = list(tiny_bundle.glob("*.hsaco")) + list(tiny_bundle.glob("*.cubin"))
@@ -42,13 +42,13 @@ def test_the_inspect_command_prints_text_and_json_without_a_dsl(tiny_bundle):
 
 def test_inspect_of_a_damaged_bundle_prints_one_line_not_a_traceback(tmp_path):
     (tmp_path / "manifest.json").write_text("{not json")
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "inspect", str(tmp_path)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "inspect", str(tmp_path)], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr and "not valid JSON" in r.stderr
 
 
 def run_inspect(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flyship.loader.cli", "inspect", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "inspect", *args], capture_output=True,
                           text=True, timeout=120)
 
 

@@ -16,7 +16,7 @@ import flyship
 from flyship.bundle import manifest as M
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.loader.selection import make_selector
-from flyship.loader.verify import example_inputs
+from flyship.loader.tools.verify import example_inputs
 
 pytestmark = pytest.mark.cpu
 FMT = {"ptr": "<Q", "i32": "<i", "i64": "<q", "f32": "<f"}

@@ -18,7 +18,7 @@ import torch
 from flyship.bundle import expr
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.cubin import CubinFile
-from flyship.loader.verify import example_inputs
+from flyship.loader.tools.verify import example_inputs
 
 pytestmark = pytest.mark.cpu
 

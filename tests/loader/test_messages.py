@@ -74,7 +74,7 @@ def test_flyc_build_from_a_python_without_flydsl_names_the_python_to_use(tmp_pat
 def test_flyship_list_on_a_damaged_bundle_prints_one_line_not_a_traceback(tmp_path, manifest):
     if manifest:
         (tmp_path / "manifest.json").write_text(manifest)
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "list", str(tmp_path)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "list", str(tmp_path)], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("Error: "), r.stderr

@@ -15,7 +15,7 @@ from torch.library import opcheck
 
 import flyship
 from flyship.errors import FlyshipError
-from flyship.loader.verify import example_inputs
+from flyship.loader.tools.verify import example_inputs
 
 pytestmark = pytest.mark.cpu
 

@@ -129,7 +129,7 @@ def test_a_cache_folder_that_cannot_be_made_is_a_config_error_saying_to_set_flys
 def test_flyship_list_of_a_pack_whose_cache_cannot_be_made_prints_the_message_not_a_traceback(tiny_bundle, tmp_path):
     (tmp_path / "a_file").write_text("in the way")
     f = _pack.pack(tiny_bundle, tmp_path / "t.flyship")
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "list", str(f)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "list", str(f)], capture_output=True, text=True,
                        timeout=120, env={**__import__("os").environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "a_file")})
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     assert "set FLYSHIP_BUNDLE_CACHE to a writable folder" in r.stderr
@@ -149,12 +149,12 @@ def test_an_unreadable_pack_is_a_bundle_error(tiny_bundle, tmp_path, monkeypatch
 
 def test_the_pack_command_writes_the_file_and_list_reads_it(tiny_bundle, tmp_path):
     out = tmp_path / "t.flyship"
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "pack", str(tiny_bundle), "-o", str(out)],
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "pack", str(tiny_bundle), "-o", str(out)],
                        capture_output=True, text=True, timeout=120, env={**__import__("os").environ,
                                                                          "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "c")})
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == _pack.pack_bytes(tiny_bundle)
-    r = subprocess.run([sys.executable, "-m", "flyship.loader.cli", "list", str(out)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "list", str(out)], capture_output=True, text=True,
                        timeout=120, env={**__import__("os").environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "c")})
     assert r.returncode == 0 and "flyship_tiny::addsub" in r.stdout, r.stderr
 
@@ -163,7 +163,7 @@ def test_the_pack_command_writes_the_file_and_list_reads_it(tiny_bundle, tmp_pat
 def test_the_packed_file_gets_the_mode_of_any_file_the_user_writes(tiny_bundle, tmp_path, umask):
     """Not mkstemp's private 0600: a file for shipping is readable as the user's umask allows."""
     out = tmp_path / "t.flyship"
-    r = subprocess.run(["sh", "-c", f'umask {umask:03o} && exec "$0" -m flyship.loader.cli pack "$1" -o "$2"',
+    r = subprocess.run(["sh", "-c", f'umask {umask:03o} && exec "$0" -m flyship.loader.tools.cli pack "$1" -o "$2"',
                         sys.executable, str(tiny_bundle), str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import flyship
-from flyship.loader.patch import Const, PatchError, Prepared
-from flyship.loader.report import format_report, routing_report
+from flyship.loader.tools.patch import Const, PatchError, Prepared
+from flyship.loader.tools.report import format_report, routing_report
 
 pytestmark = pytest.mark.cpu
 
@@ -158,7 +158,7 @@ def test_the_routing_report_names_each_site_its_verdict_and_reasons(fresh_ops, m
     text = format_report(report)
     assert "[rank 3/4," in text and f"dropin_model:add -> {ops.add.qualname}  ALL TO ORIGINAL  0 to op, 1 to " \
         "original (undone)" in text and "1 cpu tensors" in text
-    assert p in flyship.loader.patch.patches()
+    assert p in flyship.loader.tools.patch.patches()
 
 
 def test_the_patched_function_inside_a_compiled_model_stays_one_graph(fresh_ops, model):
@@ -221,6 +221,6 @@ def test_a_prepared_source_in_a_patch_feeds_the_op_the_prepared_copy(fresh_ops, 
 
 
 def test_the_flyship_package_exposes_the_drop_in_api_lazily():
-    assert flyship.patch is flyship.loader.patch.patch
+    assert flyship.patch is flyship.loader.tools.patch.patch
     assert flyship.Prepared is Prepared and callable(flyship.routing_report)
-    assert "flyship.loader.bench" in sys.modules or callable(flyship.bench)
+    assert "flyship.loader.tools.bench" in sys.modules or callable(flyship.bench)

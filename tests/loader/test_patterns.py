@@ -12,7 +12,7 @@ import torch
 import flyship
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.expr import evaluate_with_shapes
-from flyship.loader.verify import example_inputs
+from flyship.loader.tools.verify import example_inputs
 
 pytestmark = pytest.mark.cpu
 FMT = {"ptr": "<Q", "i32": "<i", "i64": "<q", "f32": "<f"}

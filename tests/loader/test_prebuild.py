@@ -48,7 +48,7 @@ print(ops.add.dispatch(x, x, target="gfx942").spec, ops.addsub.dispatch(x, x, ta
 def shipped(ext, tmp_path_factory) -> Path:
     """`flyship prebuild -o ship/` next to a copy of the tiny bundle and its packed file."""
     ship = tmp_path_factory.mktemp("ship")
-    r = subprocess.run([PY, "-m", "flyship.loader.cli", "prebuild", "-o", str(ship)], cwd=ROOT, capture_output=True,
+    r = subprocess.run([PY, "-m", "flyship.loader.tools.cli", "prebuild", "-o", str(ship)], cwd=ROOT, capture_output=True,
                        text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     assert (ship / f"{extension.extension_name(ext.flavor())}.so").is_file()
@@ -72,7 +72,7 @@ def test_a_prebuilt_extension_beside_the_bundle_loads_with_no_compiler_another_h
 
 def test_a_prebuilt_extension_installed_into_the_environment_is_found_from_anywhere(shipped, tmp_path):
     prefix = tmp_path / "prefix"
-    inst = f"import sys; sys.prefix = {str(prefix)!r}; from flyship.loader.cli import main; main(['prebuild'])"
+    inst = f"import sys; sys.prefix = {str(prefix)!r}; from flyship.loader.tools.cli import main; main(['prebuild'])"
     r = subprocess.run([PY, "-c", inst], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     assert list((prefix / "share" / "flyship" / "extensions").glob("flyship_*.so"))

@@ -158,7 +158,7 @@ import pathlib, sys
 def unlink(self, missing_ok=False):  # a read-only site-packages (root ignores a folder's mode, so fake it)
     raise PermissionError(30, "Read-only file system", str(self))
 pathlib.Path.unlink = unlink
-from flyship.loader.cli import main
+from flyship.loader.tools.cli import main
 main(["hook", "remove", "--site-dir", sys.argv[1]])
 """
 
@@ -323,17 +323,17 @@ def test_a_bad_signature_is_refused(tiny_bundle, tmp_path, keys):
 def test_sign_and_load_end_to_end_through_the_cli(tiny_bundle, tmp_path, keys):
     (_, pub1), _ = keys
     key = tmp_path / "cli_key"
-    r = subprocess.run([PY, "-m", "flyship.loader.cli", "keygen", str(key)], cwd=ROOT, capture_output=True,
+    r = subprocess.run([PY, "-m", "flyship.loader.tools.cli", "keygen", str(key)], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert oct(os.stat(key).st_mode & 0o777) == "0o600"
     f = tmp_path / "tiny.flyship"
-    r = subprocess.run([PY, "-m", "flyship.loader.cli", "pack", str(tiny_bundle), "-o", str(f), "--sign", str(key)],
+    r = subprocess.run([PY, "-m", "flyship.loader.tools.cli", "pack", str(tiny_bundle), "-o", str(f), "--sign", str(key)],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     env = {**os.environ, "FLYSHIP_BUNDLE_CACHE": str(tmp_path / "c")}
     for trusted, ok in ((f"{key}.pub", True), (str(pub1), False)):
-        r = subprocess.run([PY, "-m", "flyship.loader.cli", "list", str(f)], cwd=ROOT, capture_output=True, text=True,
+        r = subprocess.run([PY, "-m", "flyship.loader.tools.cli", "list", str(f)], cwd=ROOT, capture_output=True, text=True,
                            timeout=120, env={**env, "FLYSHIP_TRUSTED_KEYS": trusted})
         assert (r.returncode == 0) == ok, r.stderr
         assert ok or "unknown key" in r.stderr

@@ -94,7 +94,7 @@ def test_inputs_the_winners_guard_refuses_fall_through_to_the_bundles_own_order(
 
 def test_the_race_times_only_the_candidates_whose_guard_admits_the_call_and_keeps_the_fastest(
         bundle_copy, recorded, record_ext):
-    from flyship.loader import tune
+    from flyship.loader.tools import tune
 
     ops = recorded(bundle_copy(_tuned_add), target=GFX942)
     clock = {"f32__small": 5.0, "f32__large": 2.0, "f32": 3.0, "f16": 1.0}
@@ -124,7 +124,7 @@ def test_the_race_times_only_the_candidates_whose_guard_admits_the_call_and_keep
 
 def test_a_shapes_file_that_is_not_op_to_calls_is_refused(tmp_path):
     from flyship.errors import ConfigError
-    from flyship.loader import tune
+    from flyship.loader.tools import tune
 
     (tmp_path / "s.json").write_text('{"add": {"x": [4]}}')
     with pytest.raises(ConfigError, match="expected"):

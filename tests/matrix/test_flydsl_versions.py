@@ -18,7 +18,7 @@ import torch
 
 from flyship.bundle import manifest as M
 from flyship.bundle.codeobject import CodeObjectFile
-from flyship.loader.verify import example_inputs
+from flyship.loader.tools.verify import example_inputs
 
 from .conftest import ARCHS, Built, cells
 

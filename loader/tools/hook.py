@@ -113,14 +113,14 @@ def apply_for_module(path: str | Path, module: str) -> list[Any]:
     A patch that cannot be made is reported (stderr and the routing summary) and skipped.
 
     Returns:
-        The :class:`~flyship.loader.patch.Patch` objects applied.
+        The :class:`~flyship.loader.tools.patch.Patch` objects applied.
     """
     import sys
 
     from flyship.errors import FlyshipError
     from flyship.loader import core
-    from flyship.loader import report as _report
-    from flyship.loader.patch import Const, patch
+    from flyship.loader.tools import report as _report
+    from flyship.loader.tools.patch import Const, patch
 
     pf = read_patches(path)
     key = (str(pf.path), module)

@@ -92,7 +92,7 @@ def bench(fn: Callable[..., Any], *args: Any, patches: Sequence[Any], repeats: i
 
     Args:
         fn: the user's callable (a model, a step function).
-        patches: the :class:`~flyship.loader.patch.Patch` objects that make the "patched" arms; they are
+        patches: the :class:`~flyship.loader.tools.patch.Patch` objects that make the "patched" arms; they are
             undone for the baseline arms and left as they were found at the end.
         repeats: timed runs per arm (interleaved); the median is reported.
         iters: calls of ``fn`` per timed run.
@@ -180,7 +180,7 @@ def bench_from_files(factory: str, patches_file: str, **options: Any) -> tuple[B
     """
     import importlib
 
-    from flyship.loader import hook
+    from flyship.loader.tools import hook
 
     pf = hook.read_patches(patches_file)
     patches: list[Any] = []

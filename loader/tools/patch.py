@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from flyship.errors import ConfigError
-from flyship.loader import report as _report  # the patch registry; FLYSHIP_REPORT's summary at exit
+from flyship.loader.tools import report as _report  # the patch registry; FLYSHIP_REPORT's summary at exit
 
 _MISSING = object()
 

@@ -22,7 +22,7 @@ from flyship import env
 
 _errors_lock = threading.Lock()
 _errors: list[str] = []
-# Every patch applied in this process (flyship.loader.patch registers each here on its first apply): the sites
+# Every patch applied in this process (flyship.loader.tools.patch registers each here on its first apply): the sites
 # the report covers. Kept here, not in patch.py, so the report needs nothing from the module that patches.
 _registry_lock = threading.Lock()
 _registry: list[Any] = []

@@ -87,7 +87,7 @@ def verify_cmd(bundle: Path, namespace: str | None) -> None:
     """Check BUNDLE entirely (every rule, every code object), then run every specialization against its reference
     on generated inputs (needs a GPU)."""
     from flyship.loader import core
-    from flyship.loader.verify import VerificationError
+    from flyship.loader.tools.verify import VerificationError
 
     try:
         ops = core.load(bundle, namespace=namespace)
@@ -136,7 +136,7 @@ SITE_DIR = click.option("--site-dir", type=click.Path(file_okay=False, path_type
 @SITE_DIR
 def hook_install_cmd(patches: Path, site_dir: Path | None) -> None:
     """Write a .pth that applies PATCHES when their modules are first imported, in every interpreter here."""
-    from flyship.loader import hook
+    from flyship.loader.tools import hook
 
     try:
         pth = hook.install(patches, site_dir)
@@ -152,7 +152,7 @@ def hook_install_cmd(patches: Path, site_dir: Path | None) -> None:
 @SITE_DIR
 def hook_status_cmd(site_dir: Path | None) -> None:
     """Show the installed hook, its patches file and whether that file is valid (exit 1 when it is not)."""
-    from flyship.loader import hook
+    from flyship.loader.tools import hook
 
     st = hook.status(site_dir)
     if st is None:
@@ -170,7 +170,7 @@ def hook_status_cmd(site_dir: Path | None) -> None:
 @SITE_DIR
 def hook_remove_cmd(site_dir: Path | None) -> None:
     """Delete the hook's .pth: later processes are no longer patched."""
-    from flyship.loader import hook
+    from flyship.loader.tools import hook
 
     try:
         pth = hook.remove(site_dir)
@@ -194,8 +194,8 @@ def bench_cmd(factory: str, patches: Path, repeats: int, iters: int, warmup: int
 
     FACTORY is 'package.module:function'; the function returns (fn, args) or (fn, args, kwargs).
     """
-    from flyship.loader.bench import bench_from_files
-    from flyship.loader.report import format_report, routing_report
+    from flyship.loader.tools.bench import bench_from_files
+    from flyship.loader.tools.report import format_report, routing_report
 
     options = {"backend": backend, **({"mode": mode} if mode else {})}
     try:
@@ -216,7 +216,7 @@ def inspect_cmd(bundle: Path, as_json: bool) -> None:
     says what the manifest says); bad ones are marked and the command exits 1."""
     import json
 
-    from flyship.loader.inspect import format_inspect, inspect_bundle
+    from flyship.loader.tools.inspect import format_inspect, inspect_bundle
 
     try:
         data = inspect_bundle(_pack.bundle_dir(bundle))
@@ -278,7 +278,7 @@ def tune_cmd(bundle: Path, shapes: Path, out: Path | None, device: int, warmup: 
              no_merge: bool) -> None:
     """Race every candidate config of BUNDLE's tuned ops for each call in --shapes on a GPU (needs torch and
     a GPU; no DSL, no compiler) and write the winners as a tuning table for flyship.load(..., tuning=)."""
-    from flyship.loader.tune import tune
+    from flyship.loader.tools.tune import tune
 
     try:
         path = tune(bundle, shapes, out, device=device, warmup=warmup, repeats=repeats, merge=not no_merge)
