@@ -17,7 +17,10 @@ Both run back to back per kernel, in alternating order (flydsl first on even rou
 shared machine hits both; one untimed compile of each kind warms the process first. Per kernel it prints the
 median over rounds of the per-round ratio flyship/flydsl and its spread (min..max). Then whole ``flyc-build``
 runs (process start, spec import, pools, bundle writing; --no-cache): wall seconds per kernel with -j 1
-against the sum of FlyDSL's per-kernel compiles, a warm-cache rebuild, and a no-op rebuild. ``--ray-workers
+against the sum of FlyDSL's per-kernel compiles, a warm-cache rebuild, and a no-op rebuild; then whole process
+against whole process (``--pipeline-only`` runs just these): ``flyc-build -j 1`` (whose workers pipeline: one
+kernel's assembly and proof overlap the next kernel's trace, -j traces at a time) against one fresh process
+compiling the same kernels FlyDSL's own way, wall and CPU seconds, interleaved rounds. ``--ray-workers
 1 2`` adds throughput on a local Ray instance (docs/scale.md).
 """
 
@@ -80,6 +83,40 @@ def child(flydsl_first: bool, target: str, spec_path: str) -> None:
     print(json.dumps(times))
 
 
+def flydsl_only(target: str, spec_path: str) -> None:
+    """One process that compiles every kernel of the spec FlyDSL's own way, as a user's fresh process would (DSL
+    import and spec import included): what ``flyc-build -j 1`` is compared with, whole process against whole
+    process."""
+    from flyship.compiler import frontends
+    from flyship.compiler import toolchain as _tc
+    from flyship.compiler.frontends import WorkerSetup
+    from flyship.compiler.frontends.flydsl import trace as _fd
+    from flyship.compiler.frontends.flydsl import versions as _versions
+    from flyship.compiler.worker import load_spec_file
+
+    tc = _tc.find_toolchain()
+    with _tc.rocm_root(tc) as rocm, tempfile.TemporaryDirectory(prefix="bench-") as scratch:
+        frontends.get("flydsl").prepare_worker(WorkerSetup(target=target, scratch_root=Path(scratch), rocm_root=rocm))
+        sf = load_spec_file(spec_path)
+        adapter = _versions.current()
+        for op in sf.ops:
+            for spec in op.specs:
+                pos, kw = _fd._call_args(op, spec)
+                _fd._forget_compiled(op.kernel)
+                with contextlib.redirect_stdout(io.StringIO()):
+                    adapter.compile(op.kernel, pos, kw)
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the process and its children) of one command."""
+    before = os.times()
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=str(ROOT))
+    wall = time.perf_counter() - t0
+    after = os.times()
+    return wall, (after.children_user - before.children_user) + (after.children_system - before.children_system)
+
+
 def run_child(flydsl_first: bool, target: str) -> dict[str, dict[str, float]]:
     out = subprocess.run([sys.executable, __file__, "--child", "flydsl" if flydsl_first else "flyship", target],
                          capture_output=True, text=True, check=True, cwd=str(ROOT))
@@ -92,9 +129,32 @@ def flyc_build(out: Path, archs: list[str], *extra: str, cache: Path | None = No
         env["FLYSHIP_CACHE_DIR"] = str(cache)
     cmd = [sys.executable, "-m", "flyship.compiler.cli", str(SPEC), "-o", str(out), "--force",
            *sum((["--arch", a] for a in archs), []), *extra, *(() if cache is not None else ("--no-cache",))]
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=str(ROOT))
-    return time.perf_counter() - t0
+    return timed(cmd, env)[0]
+
+
+def pipeline_arms(arch: str, out: Path, rounds: int) -> dict:
+    """Whole processes, interleaved: ``flyc-build -j 1 --no-cache`` (pipelined: one kernel's assembly and proof
+    overlap the next kernel's trace) against one fresh process compiling the same kernels FlyDSL's own way;
+    wall and CPU seconds, medians over ``rounds``."""
+    arms: dict[str, list[tuple[float, float]]] = {"flydsl": [], "flyc-build": []}
+    for r in range(rounds):
+        order = ("flydsl", "flyc-build") if r % 2 == 0 else ("flyc-build", "flydsl")
+        for arm in order:
+            if arm == "flydsl":
+                arms[arm].append(timed([sys.executable, __file__, "--flydsl-only", arch]))
+            else:
+                arms[arm].append(timed([sys.executable, "-m", "flyship.compiler.cli", str(SPEC), "-o", str(out),
+                                        "--force", "--arch", arch, "-j", "1", "--no-cache"]))
+    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in arms.items()}
+    res = {"rounds": rounds, "flydsl_wall_s": med["flydsl"][0], "flydsl_cpu_s": med["flydsl"][1],
+           "flyc_build_wall_s": med["flyc-build"][0], "flyc_build_cpu_s": med["flyc-build"][1],
+           "wall_ratio": med["flyc-build"][0] / med["flydsl"][0], "cpu_ratio": med["flyc-build"][1] / med["flydsl"][1],
+           "wall_ratios_per_round": [b[0] / a[0] for a, b in zip(arms["flydsl"], arms["flyc-build"])]}
+    print(f"whole process, {rounds} rounds: flyc-build -j 1 {res['flyc_build_wall_s']:.2f} s wall / "
+          f"{res['flyc_build_cpu_s']:.2f} s CPU; FlyDSL's own {res['flydsl_wall_s']:.2f} s wall / "
+          f"{res['flydsl_cpu_s']:.2f} s CPU: wall {res['wall_ratio']:.3f}x, CPU {res['cpu_ratio']:.3f}x "
+          f"(per round {', '.join(f'{x:.2f}' for x in res['wall_ratios_per_round'])})")
+    return res
 
 
 def versions() -> dict[str, str]:
@@ -109,9 +169,12 @@ def versions() -> dict[str, str]:
     return out
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--child", nargs=2, metavar=("MODE", "TARGET"), help=argparse.SUPPRESS)
+    ap.add_argument("--flydsl-only", metavar="TARGET", help=argparse.SUPPRESS)
+    ap.add_argument("--pipeline-only", action="store_true", help="only the whole-process arms: flyc-build -j 1 "
+                                                                  "(pipelined) against FlyDSL's own compiles")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--arch", default="gfx942")
     ap.add_argument("--ray-workers", type=int, nargs="*", default=[], help="also time flyc-build on a local Ray "
@@ -121,9 +184,23 @@ def main() -> None:
                                                              "of the FlyDSL examples")
     ap.add_argument("--json", default=None, help="write every figure here")
     ap.add_argument("--kernels-only", action="store_true", help="only the per-kernel comparison (no flyc-build runs)")
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    a = parse_args()
     if a.child:
         child(a.child[0] == "flydsl", a.child[1], str(SPEC))
+        return
+    if a.flydsl_only:
+        flydsl_only(a.flydsl_only, str(SPEC))
+        return
+    if a.pipeline_only:
+        with tempfile.TemporaryDirectory(prefix="bench-build-") as tmp:
+            report = {"versions": versions(), "loadavg_start": os.getloadavg(),
+                      "pipeline": pipeline_arms(a.arch, Path(tmp) / "out", a.rounds), "loadavg_end": os.getloadavg()}
+        if a.json:
+            Path(a.json).write_text(json.dumps(report, indent=1))
         return
     report: dict = {"versions": versions(), "rounds": a.rounds, "arch": a.arch, "per_kernel": {},
                     "loadavg_start": os.getloadavg()}
@@ -173,6 +250,7 @@ def main() -> None:
         print(f"flyc-build -j 1 --no-cache: {cold:.2f} s for {n} kernels = {cold / n:.3f} s/kernel; FlyDSL's own "
               f"compiles sum to {fl:.2f} s ({cold / fl:.2f}x, process start and spec import included)")
         print(f"no-op rebuild (whole-build entry): {noop:.2f} s; from task entries only: {tasks_only:.2f} s")
+        report["pipeline"] = pipeline_arms(a.arch, t / "pipe", a.rounds)
         spec = str(SPEC)
         if a.ray_space:
             sys.path.insert(0, str(ROOT))

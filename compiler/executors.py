@@ -117,8 +117,11 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
     try:
         for target, items in by_target.items():
             cfg = worker_config(opts, target, toolchain, rocm_root, scratch, frontends)
-            pool = cf.ProcessPoolExecutor(max_workers=min(per_pool, len(items)), mp_context=ctx,
-                                          initializer=init_worker, initargs=(cfg,))
+            # Pipelined: one worker more than may trace at once, so one kernel's assembly and proof (external
+            # tools, waiting) overlap the next kernel's trace; the semaphore keeps the traces at per_pool.
+            slots = ctx.BoundedSemaphore(per_pool) if len(items) > per_pool else None
+            pool = cf.ProcessPoolExecutor(max_workers=min(per_pool + (slots is not None), len(items)), mp_context=ctx,
+                                          initializer=init_worker, initargs=(cfg, slots))
             pools.append(pool)
             for o, s in items:
                 futures[pool.submit(run_task, o, s)] = (o, s, target)

@@ -7,6 +7,7 @@ processes with ``FLYDSL_GPU_ARCH`` set before the spec file (and FlyDSL) is impo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -62,6 +63,7 @@ class TaskResult:
 _SPEC: Optional[SpecFile] = None
 _CFG: Optional[WorkerConfig] = None
 _TASKS_RUN = 0  # tasks this worker process has started (a reused worker has run one before)
+_TRACE_SLOTS = None  # the pool's semaphore: how many of its workers may trace at once (executors.run_tasks)
 
 
 def load_spec_file(path: str) -> SpecFile:
@@ -109,11 +111,13 @@ class SpecImportError(CompileError, RuntimeError):
     """The spec file could not be imported."""
 
 
-def init_worker(cfg: WorkerConfig) -> None:
+def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
     """Process initializer: each frontend that builds for this target prepares the environment, then the
-    spec file is imported."""
-    global _SPEC, _CFG
+    spec file is imported. ``trace_slots``: a semaphore shared by the pool's workers, held while a DSL traces
+    (:attr:`BuildContext.trace_slot`), or None for no limit."""
+    global _SPEC, _CFG, _TRACE_SLOTS
     _CFG = cfg
+    _TRACE_SLOTS = trace_slots
     if cfg.parent_pid:  # first: a worker never outlives the build (kill -9 included)
         die_with_parent(cfg.parent_pid)
     setup = WorkerSetup(target=cfg.target, scratch_root=Path(cfg.scratch_root),
@@ -151,9 +155,13 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
                                "the target (FLYDSL_GPU_ARCH), not on other state")
         spec = decl.for_target(cfg.target)
         workdir = Path(tempfile.mkdtemp(prefix=f"{op_name}.{spec_name}.", dir=cfg.scratch_root))
+        slot = _TRACE_SLOTS if _TRACE_SLOTS is not None else contextlib.nullcontext()
         ctx = BuildContext(workdir=workdir, toolchain=cfg.toolchain, code_object_version=cfg.code_object_version,
-                           keep_ir=cfg.keep_ir, rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
-        v = frontends.compile_variant(frontends.get(op.frontend), op, spec, cfg.target, ctx)
+                           keep_ir=cfg.keep_ir, rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None,
+                           trace_slot=lambda: slot)
+        fe = frontends.get(op.frontend)
+        with contextlib.nullcontext() if fe.pipelined else slot:  # else the slot is held throughout
+            v = frontends.compile_variant(fe, op, spec, cfg.target, ctx)
         return TaskResult(op_name, spec_name, cfg.target, v, None, reused)
     except Exception as e:
         return TaskResult(op_name, spec_name, cfg.target, None, f"{type(e).__name__}: {e}", reused,

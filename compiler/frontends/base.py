@@ -11,11 +11,12 @@ build process.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import importlib.metadata
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, Callable, ClassVar, ContextManager, Optional, Sequence
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import targets as _targets
@@ -60,6 +61,10 @@ class BuildContext:
         code_object_version: AMDHSA code object version to emit (5 or 6), None for the frontend's own.
         keep_ir: keep the ISA text in the result.
         rocm_root: ROCm-shaped root for FlyDSL's link step.
+        trace_slot: a context manager factory; a :attr:`Frontend.pipelined` frontend holds it only while its
+            DSL traces and compiles in this process (the CPU-bound part), so a build worker's assembly, proof
+            and checks of one kernel overlap the next kernel's trace in another worker (flyc-build starts one
+            worker more than ``-j`` and lets ``-j`` of them trace at once). Default: no limit.
     """
 
     workdir: Path
@@ -67,6 +72,7 @@ class BuildContext:
     code_object_version: Optional[int] = None
     keep_ir: bool = False
     rocm_root: Optional[Path] = None
+    trace_slot: Callable[[], ContextManager[Any]] = contextlib.nullcontext
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +205,9 @@ class Frontend(abc.ABC):
             cache keys them; a Ray worker gets them); names containing ``CACHE`` or ``DUMP`` are left out.
         env_names: whole names of such variables (FlyDSL reads a bare ``ARCH``).
         install_hint: what to do when the build Python lacks the DSL (ends the import error's message).
+        pipelined: True when :meth:`compile` holds ``ctx.trace_slot`` around its DSL trace only, so its
+            post-trace steps (external assembler and linker, proof) overlap other kernels' traces; False (the
+            default) makes the worker hold the slot around the whole compile.
 
     A new frontend is its own folder plus one line in ``flyship.compiler.frontends.FRONTEND_MODULES`` (or a
     :func:`flyship.compiler.frontends.register` call from any module: workers import that module too); nothing
@@ -215,6 +224,7 @@ class Frontend(abc.ABC):
     env_prefixes: ClassVar[tuple[str, ...]] = ()
     env_names: ClassVar[tuple[str, ...]] = ()
     install_hint: ClassVar[str] = ""
+    pipelined: ClassVar[bool] = False
 
     @abc.abstractmethod
     def accepts(self, kernel: Any) -> bool:

@@ -5,6 +5,7 @@ path (spawned workers included) by asking the frontend, with no product file nam
 from __future__ import annotations
 
 import importlib
+import json
 import textwrap
 from pathlib import Path
 
@@ -107,3 +108,36 @@ def test_no_product_file_names_the_tests_frontend():
     product = [p for d in ("bundle", "compiler", "loader", "flyship", "csrc") for p in (ROOT / d).rglob("*")
                if p.is_file() and p.suffix in (".py", ".json", ".cpp", ".h")]
     assert product and not [p for p in product if any(w in p.read_text() for w in ("tinydsl", "tiny_frontend"))]
+
+
+PIPE_SPEC = """
+    from flyship.compiler.spec import *
+    from tests.compiler.pipe_frontend import PipeKernel
+
+    namespace("pipe_ops")
+    op("vadd", kernel=PipeKernel(), grid=("cdiv(a.numel, 64)",),
+       args=[Tensor("a", rank=1), Tensor("b", rank=1), Output("c", like="a")],
+       specs=[Spec(f"s{k}", dtypes={"a": "float32", "b": "float32"}, shapes={"a": (4096,), "b": (4096,)})
+              for k in range(4)])
+"""
+
+
+def test_a_pipelined_frontends_post_trace_steps_overlap_the_next_trace_with_one_trace_at_a_time(tmp_path, monkeypatch):
+    """-j 1: one kernel traces at a time (the slot), while the kernel before it assembles and proves in a second
+    worker: the build's wall time is below the sum of the steps, and no two traces ever overlap."""
+    monkeypatch.setattr(frontends, "_REGISTRY", dict(frontends._registry()))
+    frontends.register(importlib.import_module("tests.compiler.pipe_frontend").FRONTEND)
+    log = tmp_path / "steps.jsonl"
+    monkeypatch.setenv("TINYPIPE_LOG", str(log))
+    path = spec_file(tmp_path, PIPE_SPEC)
+    targets = B.check_archs(("gfx942",))
+    sf = B.read_declarations(str(path), targets)
+    opts = B.BuildOptions(spec_path=str(path), out_dir=str(tmp_path / "out"), archs=("gfx942",), jobs=1)
+    results = executors.run(B.plan(sf, targets), opts, None, None, tmp_path, lambda line: None, ("tinypipe",))
+    assert not [r.error for r in results if r.error]
+    steps = sorted((json.loads(line) for line in log.read_text().splitlines()), key=lambda s: s["trace"][0])
+    assert len(steps) == 4 and len({s["pid"] for s in steps}) == 2  # -j 1 + one pipelining worker
+    for a, b in zip(steps, steps[1:]):
+        assert b["trace"][0] >= a["trace"][1] - 0.01, f"two traces at once: {a} {b}"
+    # Some kernel's post-trace step ran while the next one traced.
+    assert any(b["trace"][0] < a["end"] for a, b in zip(steps, steps[1:])), steps

@@ -62,6 +62,7 @@ class FlydslFrontend(Frontend):
     vendors = frozenset({"amd"})
     needs_llvm = True
     declares_grid = False
+    pipelined = True  # compile() holds ctx.trace_slot around the FlyDSL compile only
     config_options = COMPILE_HINT_OPTIONS  # flydsl.Config's num_warps and kwargs are launcher keywords: Constexprs
     packages = ("flydsl",)
     # MLIR_: FlyDSL's pipeline is MLIR's; ARCH and COMPILE_ONLY: bare names FlyDSL reads (docs/flydsl-versions.md).
@@ -154,7 +155,8 @@ class FlydslFrontend(Frontend):
 
         # The assembler and linker start now and load while FlyDSL compiles; they get the ISA at the end.
         with _assemble.Assembler(ctx.toolchain, target, triple, ctx.workdir / "asm") as asm:
-            calls = _trace(op, spec, target)
+            with ctx.trace_slot():  # the CPU-bound part; assembly and proof overlap the next kernel's trace
+                calls = _trace(op, spec, target)
             assembled = [assemble_call(calls[0], asm)]
         for k, call in enumerate(calls[1:], 2):  # each further launcher call: its own code object
             with _assemble.Assembler(ctx.toolchain, target, triple, ctx.workdir / f"asm{k}") as asm:

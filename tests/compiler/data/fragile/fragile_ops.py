@@ -42,4 +42,4 @@ op("fragile", kernel=add_kernel, doc="x + y, from a kernel that can be traced on
                constexprs={"BLOCK": b}, options={"num_warps": 4},
                constraints=("x.stride[0] == 1", "y.stride[0] == 1", "out.stride[0] == 1",
                             "y.shape[0] == x.shape[0]", "x.numel + 1024 <= 2147483647", f"x.numel % {b} == 0"))
-          for b in (1024, 256)])  # the larger block first: each specialization is reachable
+          for b in (1024, 512, 256)])  # the larger block first: each specialization is reachable
