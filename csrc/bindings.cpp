@@ -110,6 +110,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.attr("PLAN_TABLES") = tables;
   }
   {
+    // The plan's keys as this extension was compiled with them (plan_fields.h, generated from
+    // bundle/plan_contract.py): (struct, key, reader, C++ type) per key, in the contract's order.
+    py::list fields;
+#define FLYSHIP_PLAN_EXPORT(S, member, key, T, R, ...) fields.append(py::make_tuple(#S, key, #R, #T));
+#define FLYSHIP_PLAN_EXPORT_STRUCT(S) FLYSHIP_PLAN_FIELDS_##S(FLYSHIP_PLAN_EXPORT)
+    FLYSHIP_PLAN_STRUCTS(FLYSHIP_PLAN_EXPORT_STRUCT)
+#undef FLYSHIP_PLAN_EXPORT_STRUCT
+#undef FLYSHIP_PLAN_EXPORT
+    m.attr("PLAN_FIELDS") = fields;
+  }
+  {
     // The shared limits as this extension was compiled with them (limits.h, generated from bundle/limits.py).
     py::dict limits;
 #define FLYSHIP_LIMIT(name) limits[#name] = name

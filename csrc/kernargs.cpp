@@ -155,7 +155,7 @@ void OpState::pack_kernargs(const VariantPlan& v, const Call& c, int64_t program
       case kWorkspace:  // launch_all allocated every workspace before the first launch
         put<uint64_t>(buf, f.offset, reinterpret_cast<uintptr_t>(c.workspaces[f.slot].data_ptr()));
         continue;
-      case kConstant: std::memcpy(buf + f.offset, f.constant, kTypeSize[f.type]); continue;
+      case kConstant: std::memcpy(buf + f.offset, f.constant.data(), kTypeSize[f.type]); continue;
       case kScalar: {
         const int kind = plan_.slots[f.slot].kind;
         if (kind == kFloat) {

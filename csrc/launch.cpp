@@ -138,7 +138,7 @@ void OpState::enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKern
                      ? nullptr
                      : c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(c.device).native_handle();
   const uint32_t grid32[3] = {static_cast<uint32_t>(g[0]), static_cast<uint32_t>(g[1]), static_cast<uint32_t>(g[2])};
-  driver::Status s = driver::launch(dev, k.function, grid32, v.block, static_cast<uint32_t>(dyn), stream, buf,
+  driver::Status s = driver::launch(dev, k.function, grid32, v.block.data(), static_cast<uint32_t>(dyn), stream, buf,
                                     static_cast<size_t>(v.kernarg_size));
   FLYSHIP_CHECK(s.ok(), label(), ": launching ", v.label, " on device ", dev, " (", ds.info.target, ") failed: ",
               s.message, " [grid ", g[0], "x", g[1], "x", g[2], ", block ", v.block[0], "x", v.block[1], "x",
