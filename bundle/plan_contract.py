@@ -51,6 +51,7 @@ class PlanField:
         default: the member's C++ initializer (brace contents), for structs made before they are parsed.
         source: a dotted attribute path on the manifest object the dict is lowered from, when the value is a plain
             copy of it (None: the lowering computes it).
+        none_as: what the plan carries when the ``source`` attribute is None (an optional manifest key).
     """
 
     struct: str
@@ -60,6 +61,7 @@ class PlanField:
     cxx_type: str = ""
     default: str = ""
     source: Optional[str] = None
+    none_as: Any = None
 
     @property
     def cxx_member(self) -> str:
@@ -152,10 +154,13 @@ def as_rows() -> list[tuple[str, str, str, str]]:
     return [(f.struct, f.key, f.reader, f.cxx) for f in FIELDS]
 
 
-def source_value(obj: Any, path: str) -> Any:
-    """The value at dotted attribute ``path`` of ``obj``, as the plan carries it (tuples become lists)."""
-    for part in path.split("."):
+def source_value(obj: Any, f: PlanField) -> Any:
+    """The value of ``f`` copied from ``obj`` (its dotted ``source`` path), as the plan carries it: tuples become
+    lists, None becomes ``f.none_as``."""
+    for part in (f.source or "").split("."):
         obj = getattr(obj, part)
+    if obj is None:
+        return f.none_as
     return list(obj) if isinstance(obj, tuple) else obj
 
 

@@ -96,7 +96,7 @@ def lower_by_contract(struct: str, obj: Any, computed: dict[str, Any]) -> dict[s
     """
     out: dict[str, Any] = {}
     for f in _contract.fields_of(struct):
-        out[f.key] = _contract.source_value(obj, f.source) if f.source is not None else computed.get(f.key, computed)
+        out[f.key] = _contract.source_value(obj, f) if f.source is not None else computed.get(f.key, computed)
     missing = sorted(k for k, v in out.items() if v is computed)
     extra = sorted(set(computed) - set(out))
     if missing or extra:
