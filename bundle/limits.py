@@ -77,7 +77,7 @@ MAX_PROGRAM_DEPTH = 32
 """Evaluation stack entries one expression program may need."""
 
 # The plan contract: what Python (flyship/loader/plan.py) lowers and the C++ core parses (csrc/plan.cpp).
-PLAN_VERSION = 9
+PLAN_VERSION = 10
 """The plan's format version; the per-user plan cache keys on it."""
 
 # C++ name -> this module's name: the constants csrc/limits.h defines, each with the value above.

@@ -113,6 +113,7 @@ FIELDS: tuple[PlanField, ...] = (
     F("VariantPlan", "file", "str", source="code_object.file"),
     F("VariantPlan", "symbol", "str", source="code_object.symbol"),
     F("VariantPlan", "sha256", "str", source="code_object.sha256"),
+    F("VariantPlan", "code_object_version", "int", source="code_object.code_object_version", none_as=0),  # 0: cubin
     F("VariantPlan", "kernarg_size", "i64", source="kernargs.size"),
     F("VariantPlan", "kernarg_align", "i64", default="8", source="kernargs.alignment"),
     F("VariantPlan", "static_lds", "i64", source="metadata.group_segment_fixed_size"),

@@ -53,6 +53,7 @@
   X(VariantPlan, file, "file", std::string, str, ) \
   X(VariantPlan, symbol, "symbol", std::string, str, ) \
   X(VariantPlan, sha256, "sha256", std::string, str, ) \
+  X(VariantPlan, code_object_version, "code_object_version", int, int, ) \
   X(VariantPlan, kernarg_size, "kernarg_size", int64_t, i64, ) \
   X(VariantPlan, kernarg_align, "kernarg_align", int64_t, i64, 8) \
   X(VariantPlan, static_lds, "static_lds", int64_t, i64, ) \

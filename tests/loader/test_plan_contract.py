@@ -105,3 +105,20 @@ def test_the_parser_refuses_a_key_of_the_wrong_type_naming_it(field, record_ext)
     _instances(plan, specs)[field.struct][field.key] = wrong
     with pytest.raises(RuntimeError, match=f"key '{field.key}': expected"):
         _parse(record_ext, plan)
+
+
+@pytest.mark.parametrize("version", [5, 6])
+def test_the_code_object_version_travels_in_the_plan_and_a_failed_v6_load_says_which_rocm_loads_it(
+        version, record_ext):
+    op = M.read(TINY).op("add")
+    specs = _plan.lower_specs(op)
+    v = specs[0]["variants"][0]
+    assert v["code_object_version"] == (op.specializations[0].variants[0].code_object.code_object_version or 0)
+    v["code_object_version"] = version
+    plan = _plan.lower_bundle([_plan.lower_op(op, "flyship_cov")], "flyship_cov", [None], lambda k: specs,
+                              lambda vid: b"not a code object", lambda *a: "")
+    core = record_ext.Bundle(plan, lambda target: None, False)
+    with pytest.raises(RuntimeError, match="not an ELF code object") as e:
+        core.load_kernel(0, 0, 0, 0)  # the recording driver refuses the image as a runtime would
+    assert ("code object v6, which ROCm releases before 6.2 refuse" in str(e.value)) == (version == 6)
+    assert ("--code-object-version 5" in str(e.value)) == (version == 6)
