@@ -5,8 +5,9 @@ into the plan cache: :mod:`flyship.loader.plancache`): slots (argument positions
 offsets, and postfix programs (:func:`flyship.bundle.expr.compile_program`). Kinds, field types and opcodes travel
 by the manifest's names ("tensor", "pointer", "i32", "cdiv"); the core maps each name to its code once, at plan
 parse, so the codes exist only in C++ (``csrc/plan.h``, ``csrc/expr.h``; exported as ``PLAN_TABLES``). The plan
-travels as plain dicts and lists; its shape is versioned by ``PLAN_VERSION`` (``kPlanVersion`` in C++) and
-documented in ``docs/loader.md``.
+travels as plain dicts and lists, each built by the plan contract (:mod:`flyship.bundle.plan_contract`, from which
+``csrc/plan_fields.h`` is generated: :func:`lower_by_contract`); its shape is versioned by ``PLAN_VERSION``
+(``kPlanVersion`` in C++) and documented in ``docs/loader.md``.
 """
 
 from __future__ import annotations

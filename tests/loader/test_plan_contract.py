@@ -6,6 +6,7 @@ reads every one of them: a plan with any key missing, or of the wrong type, is r
 from __future__ import annotations
 
 import copy
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,7 @@ def test_the_code_object_version_travels_in_the_plan_and_a_failed_v6_load_says_w
     v = specs[0]["variants"][0]
     assert v["code_object_version"] == (op.specializations[0].variants[0].code_object.code_object_version or 0)
     v["code_object_version"] = version
+    v["sha256"] = uuid.uuid4().hex  # a code object no earlier test loaded (the module cache keys on it)
     plan = _plan.lower_bundle([_plan.lower_op(op, "flyship_cov")], "flyship_cov", [None], lambda k: specs,
                               lambda vid: b"not a code object", lambda *a: "")
     core = record_ext.Bundle(plan, lambda target: None, False)
