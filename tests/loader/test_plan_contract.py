@@ -82,10 +82,11 @@ def test_a_lowering_that_lacks_or_adds_a_key_is_a_contract_error():
                                 {"dtype": "", "shape": [], "extra": 1})
 
 
-# A value of the wrong type for each reader or C++ type a key is read as (py::object keys take any value: the callables).
-WRONG = {"arg_kind": 1, "field_kind": 1, "field_type": 1, "dtype": 1, "std::string": 1, "int": "1", "int64_t": "1", "bool": 1, "std::vector<int>": ["1"], "Int3": [0, "1", 2],
-         "U32x3": "1", "Bytes8": 1.5, "at::ScalarType": 1}
-ROWS = [f for f in C.FIELDS]
+# A value of the wrong type for each reader or C++ type a key is read as (py::object keys take any value: the
+# callables).
+WRONG = {"arg_kind": 1, "field_kind": 1, "field_type": 1, "dtype": 1, "std::string": 1, "int": "1", "int64_t": "1",
+         "bool": 1, "std::vector<int>": ["1"], "Int3": [0, "1", 2], "U32x3": "1", "Bytes8": 1.5, "at::ScalarType": 1}
+ROWS = list(C.FIELDS)
 
 
 @pytest.mark.parametrize("field", ROWS, ids=[f"{f.struct}.{f.key}" for f in ROWS])
