@@ -77,7 +77,7 @@ MAX_PROGRAM_DEPTH = 32
 """Evaluation stack entries one expression program may need."""
 
 # The plan contract: what Python (flyship/loader/plan.py) lowers and the C++ core parses (csrc/plan.cpp).
-PLAN_VERSION = 9
+PLAN_VERSION = 10
 """The plan's format version; the per-user plan cache keys on it."""
 
 # C++ name -> this module's name: the constants csrc/limits.h defines, each with the value above.
@@ -109,25 +109,3 @@ def cxx_header() -> str:
     lines += ["", "}  // namespace flyship", ""]
     return "\n".join(lines)
 
-
-def main(argv: "list[str] | None" = None) -> int:
-    """``scripts/limits_header.py [--write|--check] [CSRC]``: print, write or check csrc/limits.h."""
-    import sys
-    from pathlib import Path
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    mode = args.pop(0) if args and args[0] in ("--write", "--check") else "--print"
-    csrc = Path(args[0]) if args else Path(__file__).resolve().parent.parent / "csrc"
-    text = cxx_header()
-    if mode == "--print":
-        sys.stdout.write(text)
-        return 0
-    path = csrc / HEADER
-    if mode == "--write":
-        path.write_text(text)
-        return 0
-    if not path.is_file() or path.read_text() != text:
-        print(f"{path}: not what bundle/limits.py generates; run `python scripts/limits_header.py --write`",
-              file=sys.stderr)
-        return 1
-    return 0

@@ -19,7 +19,7 @@ c10::IntArrayRef leading(const at::Tensor& x, int rank) { return x.sizes().slice
 
 }  // namespace
 
-void OpState::flatten_batch(Call& c, bool is_out) const {
+void Binder::flatten_batch(Call& c, bool is_out) const {
   const OpPlan& p = plan_;
   if (p.batch_inputs.empty()) return;
   const int s0 = p.batch_inputs[0];
@@ -78,7 +78,7 @@ void OpState::flatten_batch(Call& c, bool is_out) const {
   }
 }
 
-c10::SmallVector<int64_t, 6> OpState::user_shape(const Call& c, size_t j) const {
+c10::SmallVector<int64_t, 6> Binder::user_shape(const Call& c, size_t j) const {
   const c10::SmallVector<int64_t, 6>& flat = c.out_shapes[j];
   if (c.lead.empty() || !plan_.slots[plan_.n_inputs + j].batch) return flat;
   c10::SmallVector<int64_t, 6> full(c.lead.begin(), c.lead.end());

@@ -13,7 +13,7 @@
 
 namespace flyship {
 
-void OpState::check_device_type(const at::Tensor& x, const std::string& name) const {
+void Binder::check_device_type(const at::Tensor& x, const std::string& name) const {
   if (driver::host_tensors()) {
     FLYSHIP_CHECK(x.device().is_cpu(), label(), ": expected CPU tensors (this extension is the recording driver, "
                   "FLYSHIP_FLAVOR=record, which runs no GPU), got ", x.device().str(), " for argument '", name,
@@ -24,7 +24,7 @@ void OpState::check_device_type(const at::Tensor& x, const std::string& name) co
   }
 }
 
-void OpState::bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const {
+void Binder::bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const {
   const OpPlan& p = plan_;
   c.op = &p;
   const size_t expect = p.n_inputs + (is_out ? p.outputs.size() : 0);
@@ -51,7 +51,7 @@ void OpState::bind(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool c
   check_tensors(c, expect, check_device);
 }
 
-void OpState::check_tensors(Call& c, size_t n, bool check_device) const {
+void Binder::check_tensors(Call& c, size_t n, bool check_device) const {
   const OpPlan& p = plan_;
   c.op = &p;
   const at::Tensor* first = nullptr;
@@ -90,7 +90,7 @@ void OpState::check_tensors(Call& c, size_t n, bool check_device) const {
   c.device = first->device();
 }
 
-void OpState::output_rules(Call& c) const {
+void Binder::output_rules(Call& c) const {
   const OpPlan& p = plan_;
   c.out_shapes.clear();
   c.out_strides.clear();
@@ -129,7 +129,7 @@ void OpState::output_rules(Call& c) const {
   }
 }
 
-at::Tensor OpState::allocate(c10::IntArrayRef shape, at::ScalarType dtype, c10::Device device, bool zero,
+at::Tensor Binder::allocate(c10::IntArrayRef shape, at::ScalarType dtype, c10::Device device, bool zero,
                              const char* kind, const std::string& name) const {
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
   try {
@@ -146,7 +146,7 @@ at::Tensor OpState::allocate(c10::IntArrayRef shape, at::ScalarType dtype, c10::
   }
 }
 
-void OpState::allocate_outputs(Call& c) const {
+void Binder::allocate_outputs(Call& c) const {
   const OpPlan& p = plan_;
   c.fresh.clear();
   c.fresh.reserve(p.outputs.size());  // pointers into `fresh` are kept in c.t
@@ -207,7 +207,7 @@ bool elements_apart(const at::Tensor& t) {
 // memory (an expand()ed or as_strided view): the kernel's writes to them would race, and torch refuses such
 // writes too. Only a layout proven apart passes (elements_apart). what/name: "out tensor '" + name, or
 // "input '" + name.
-void OpState::check_no_self_overlap(const at::Tensor& t, const char* what, const std::string& name) const {
+void Binder::check_no_self_overlap(const at::Tensor& t, const char* what, const std::string& name) const {
   FLYSHIP_CHECK(elements_apart(t), label(), ": ", what, name, "', which the kernel writes, has elements that share "
                 "memory (strides ", shape_str(t.strides()), " for shape ", shape_str(t.sizes()), ", e.g. from "
                 "expand()); its writes would race, so pass a tensor whose elements do not overlap "
@@ -217,7 +217,7 @@ void OpState::check_no_self_overlap(const at::Tensor& t, const char* what, const
 // The out variant's tensors must not share memory with an input or with each other. A kernel may read an
 // input after writing an output (a GEMM reads A and B across the whole K loop), so even an exact alias can
 // give wrong results silently; flyship cannot know which kernels tolerate it, so it refuses all overlap.
-void OpState::check_no_overlap(const Call& c) const {
+void Binder::check_no_overlap(const Call& c) const {
   const OpPlan& p = plan_;
   const int n = p.n_inputs + static_cast<int>(p.outputs.size());
   for (int j = p.n_inputs; j < n; ++j) {
@@ -238,7 +238,7 @@ void OpState::check_no_overlap(const Call& c) const {
 // An input the kernel writes in place must not share memory with another input: the kernel may read that input
 // after writing (fused add + RMSNorm reads x while it updates the residual), so a view of one through the other
 // gives wrong results silently. The same rule as out= tensors.
-void OpState::check_mutable_not_shared(const Call& c) const {
+void Binder::check_mutable_not_shared(const Call& c) const {
   const OpPlan& p = plan_;
   for (int j = 0; j < p.n_inputs; ++j) {
     if (!p.slots[j].is_mutable) continue;
@@ -256,12 +256,12 @@ void OpState::check_mutable_not_shared(const Call& c) const {
   }
 }
 
-void OpState::prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const {
+void Binder::prepare(Call& c, c10::ArrayRef<c10::IValue> args, bool is_out, bool check_device) const {
   bind(c, args, is_out, check_device);
   prepare_bound(c, is_out);
 }
 
-void OpState::prepare_bound(Call& c, bool is_out) const {
+void Binder::prepare_bound(Call& c, bool is_out) const {
   const OpPlan& p = plan_;
   if (p.has_mutable && !c.device.is_meta()) check_mutable_not_shared(c);
   flatten_batch(c, is_out);

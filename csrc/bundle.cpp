@@ -28,7 +28,7 @@ DeviceState& BundleCore::device(int index) {
   return *ds;
 }
 
-LoadedKernel& BundleCore::kernel(DeviceState& ds, const VariantPlan& v, const OpState& op) {
+LoadedKernel& BundleCore::kernel(DeviceState& ds, const VariantPlan& v, const OpPart& op) {
   LoadedKernel* k = ds.kernels[v.id].load(std::memory_order_acquire);
   if (k != nullptr) return *k;
   const int64_t threads = int64_t(v.block[0]) * v.block[1] * v.block[2];

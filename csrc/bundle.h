@@ -73,7 +73,7 @@ class BundleCore {
   // The state of device `index`, created on first use (reads the device's target ID).
   DeviceState& device(int index);
   // The kernel of variant `v` on device `ds`, loaded on first use; checks the device limits.
-  LoadedKernel& kernel(DeviceState& ds, const VariantPlan& v, const OpState& op);
+  LoadedKernel& kernel(DeviceState& ds, const VariantPlan& v, const OpPart& op);
   // Variant `v`'s code object, asked of Python (which reads and checks it by the rule book) before its
   // first load onto any device; never called on the launch path once the kernel is loaded.
   std::shared_ptr<const std::string> image(const VariantPlan& v);

@@ -5,7 +5,7 @@
 
 namespace flyship {
 
-bool OpState::fits(const Call& c, int si, const Selection& sel, bool is_out, std::string* why,
+bool Decider::fits(const Call& c, int si, const Selection& sel, bool is_out, std::string* why,
                    LaunchShape* ls) const {
   const OpPlan& p = plan_;
   const SpecPlan& s = p.specs[si];
@@ -48,11 +48,11 @@ bool OpState::fits(const Call& c, int si, const Selection& sel, bool is_out, std
   LaunchShape local;
   LaunchShape* first = ls ? ls : &local;
   const VariantPlan& v = s.variants[sel.variant[index_][si]];
-  if (!check_launch(v, c, first, why)) return false;
-  return (v.then.empty() && v.workspaces.empty()) || check_following(v, c, *first, why);
+  if (!packer_.check_launch(v, c, first, why)) return false;
+  return (v.then.empty() && v.workspaces.empty()) || packer_.check_following(v, c, *first, why);
 }
 
-Decision OpState::decide(const Call& c, const Selection& sel, bool is_out) const {
+Decision Decider::decide(const Call& c, const Selection& sel, bool is_out) const {
   Decision d;
   const int n = static_cast<int>(plan_.specs.size());
   for (int s = 0; s < n; ++s) {

@@ -3,7 +3,7 @@
 // autograd kernel. The handle classes (flyship/loader/core.py) derive from FastCall, a C type whose instances
 // are called through CPython's vectorcall protocol: the arguments go from the Python call straight into a
 // Call (slots by name, scalar defaults), then through the SAME path as the dispatcher's kernel
-// (OpState::check_tensors -> prepare_bound -> try_launch: guards, allocation, kernarg packing, launch).
+// (Binder::check_tensors -> prepare_bound -> Launcher::try_launch: guards, allocation, kernarg packing, launch).
 //
 // It takes a call only when the dispatcher would do nothing but run our kernel: every tensor a plain
 // torch.Tensor, no TorchFunctionMode or TorchDispatchMode, no functorch/vmap, functionalization, tracing or
@@ -80,90 +80,86 @@ int slot_of(const FastOp& f, PyObject* key, int n) {
   return -1;
 }
 
-// The fast path; false when the call is for the dispatcher path (nothing has run). On success *result is the
-// new reference the call returns.
-bool try_fast(FastOp& f, PyObject* const* args, size_t nargsf, PyObject* kwnames, PyObject** result) {
-  OpState& op = *f.op;
-  const OpPlan& p = op.plan();
+// The call's arguments by slot (positional, then keywords, then an `out=` tuple); false when the call does not
+// fit the fast entry's shapes (the dispatcher path then parses it and says why).
+bool fast_gather(const FastOp& f, PyObject* const* args, size_t nargsf, PyObject* kwnames, int n, PyObject** slot) {
+  const OpPlan& p = f.op->plan();
   const int n_in = p.n_inputs;
   const int n_out = static_cast<int>(p.outputs.size());
-  const int n = n_in + (f.is_out ? n_out : 0);
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   if (nargs > n_in) return false;
-  PyObject* slot[kMaxSlots];
   for (int k = 0; k < n; ++k) slot[k] = k < nargs ? args[k] : nullptr;
-  if (kwnames != nullptr) {
-    const Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
-    for (Py_ssize_t k = 0; k < nkw; ++k) {
-      PyObject* key = PyTuple_GET_ITEM(kwnames, k);
-      PyObject* value = args[nargs + k];
-      const int s = slot_of(f, key, n);
-      if (s >= 0) {
-        if (slot[s] != nullptr) return false;
-        slot[s] = value;
-        continue;
-      }
-      if (!f.out_tuple || PyUnicode_CompareWithASCIIString(key, "out") != 0) return false;
-      if (!PyTuple_CheckExact(value) && !PyList_CheckExact(value)) return false;
-      if (PySequence_Fast_GET_SIZE(value) != n_out) return false;
-      for (int j = 0; j < n_out; ++j) {
-        if (slot[n_in + j] != nullptr) return false;
-        slot[n_in + j] = PySequence_Fast_GET_ITEM(value, j);
-      }
+  if (kwnames == nullptr) return true;
+  const Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+    PyObject* value = args[nargs + k];
+    const int s = slot_of(f, key, n);
+    if (s >= 0) {
+      if (slot[s] != nullptr) return false;
+      slot[s] = value;
+      continue;
+    }
+    if (!f.out_tuple || PyUnicode_CompareWithASCIIString(key, "out") != 0) return false;
+    if (!PyTuple_CheckExact(value) && !PyList_CheckExact(value)) return false;
+    if (PySequence_Fast_GET_SIZE(value) != n_out) return false;
+    for (int j = 0; j < n_out; ++j) {
+      if (slot[n_in + j] != nullptr) return false;
+      slot[n_in + j] = PySequence_Fast_GET_ITEM(value, j);
     }
   }
-  Call c;
-  c.op = &p;
-  c10::DispatchKeySet keys;
-  bool requires_grad = false;
-  for (int k = 0; k < n; ++k) {
-    PyObject* v = slot[k];
-    if (v == nullptr) {
-      if (k >= n_in || f.defaults[k].is_none()) return false;
-      v = slot[k] = f.defaults[k].ptr();
-    }
-    switch (p.slots[k].kind) {
-      case kTensor: {
-        if (!THPVariable_CheckExact(v)) return false;  // a subclass may override __torch_function__
-        const at::Tensor& t = THPVariable_Unpack(v);
-        if (!t.defined()) return false;
-        keys = keys | t.key_set();
-        requires_grad |= t.requires_grad();
-        if (t._fw_grad(/*level=*/0).defined()) return false;
-        c.t[k] = &t;
-        break;
-      }
-      case kFloat:
-        if (PyFloat_CheckExact(v)) {
-          c.f[k] = PyFloat_AS_DOUBLE(v);
-        } else if (PyLong_CheckExact(v)) {
-          int overflow = 0;
-          const long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
-          if (overflow != 0 || (i == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
-            return false;
-          }
-          c.f[k] = static_cast<double>(i);
-        } else {
-          return false;
-        }
-        break;
-      case kInt: {
-        if (!PyLong_CheckExact(v)) return false;  // bool is not an exact int
-        int overflow = 0;
-        const long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow != 0 || (i == -1 && PyErr_Occurred())) {
-          PyErr_Clear();
-          return false;
-        }
-        c.i[k] = i;
-        break;
-      }
-      default:
-        if (v != Py_True && v != Py_False) return false;
-        c.i[k] = v == Py_True ? 1 : 0;
-    }
+  return true;
+}
+
+// A Python int as a long long; false (error cleared) when it does not fit.
+bool fast_long(PyObject* v, long long* out) {
+  int overflow = 0;
+  const long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+  if (overflow != 0 || (i == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return false;
   }
+  *out = i;
+  return true;
+}
+
+// Bind slot k's value `v` into `c` by the slot's kind, gathering the tensors' dispatch keys; false when the
+// dispatcher path must take it (a tensor subclass, a forward-mode gradient, a value of another Python type).
+bool fast_bind(int kind, PyObject* v, int k, Call& c, c10::DispatchKeySet* keys, bool* requires_grad) {
+  long long i = 0;
+  switch (kind) {
+    case kTensor: {
+      if (!THPVariable_CheckExact(v)) return false;  // a subclass may override __torch_function__
+      const at::Tensor& t = THPVariable_Unpack(v);
+      if (!t.defined()) return false;
+      *keys = *keys | t.key_set();
+      *requires_grad |= t.requires_grad();
+      if (t._fw_grad(/*level=*/0).defined()) return false;
+      c.t[k] = &t;
+      return true;
+    }
+    case kFloat:
+      if (PyFloat_CheckExact(v)) {
+        c.f[k] = PyFloat_AS_DOUBLE(v);
+        return true;
+      }
+      if (!PyLong_CheckExact(v) || !fast_long(v, &i)) return false;
+      c.f[k] = static_cast<double>(i);
+      return true;
+    case kInt:
+      if (!PyLong_CheckExact(v) || !fast_long(v, &i)) return false;  // bool is not an exact int
+      c.i[k] = i;
+      return true;
+    default:
+      if (v != Py_True && v != Py_False) return false;
+      c.i[k] = v == Py_True ? 1 : 0;
+      return true;
+  }
+}
+
+// Whether the dispatcher would run only the plain kernel for these tensors' keys (no mode, no autograd, no
+// profiler, no inference-mode out= tensors): else the fast entry steps aside.
+bool fast_plain(const FastOp& f, const Call& c, int n_in, int n, c10::DispatchKeySet keys, bool requires_grad) {
   // What the dispatcher would see: the tensors' keys with the thread's included/excluded keys applied.
   if (at::impl::torch_function_mode_enabled() || c10::impl::dispatch_mode_enabled()) return false;
   const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
@@ -176,21 +172,17 @@ bool try_fast(FastOp& f, PyObject* const* args, size_t nargsf, PyObject* kwnames
     for (int j = n_in; j < n; ++j)
       if (c.t[j]->is_inference()) return false;
   }
-  if (at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value()) return false;  // a profiler
-  op.ensure_specs();  // the op's specializations, read on its first call (one acquire load afterwards)
-  {
-    py::gil_scoped_release nogil;  // as torch's own ops run: other Python threads go on meanwhile
-    op.check_tensors(c, static_cast<size_t>(n), /*check_device=*/true);
-    op.prepare_bound(c, f.is_out);
-    Decision d;
-    if (!op.try_launch(c, f.is_out, -1, &d)) return false;  // the fallback: the dispatcher path counts it
-  }
+  return !at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value();  // a profiler
+}
+
+// What a launched call returns: its out= tensors (version bumped, as ADInplaceOrView does) or its fresh outputs;
+// one output alone, several as a tuple. A new reference.
+PyObject* fast_result(const FastOp& f, Call& c, PyObject* const* slot, int n_in, int n_out) {
   if (f.is_out) {
-    for (int j = n_in; j < n; ++j) torch::autograd::impl::bump_version(*c.t[j]);  // as ADInplaceOrView does
+    for (int j = n_in; j < n_in + n_out; ++j) torch::autograd::impl::bump_version(*c.t[j]);
     if (n_out == 1) {
       Py_INCREF(slot[n_in]);
-      *result = slot[n_in];
-      return true;
+      return slot[n_in];
     }
     PyObject* tuple = PyTuple_New(n_out);
     if (tuple == nullptr) throw py::error_already_set();
@@ -198,13 +190,12 @@ bool try_fast(FastOp& f, PyObject* const* args, size_t nargsf, PyObject* kwnames
       Py_INCREF(slot[n_in + j]);
       PyTuple_SET_ITEM(tuple, j, slot[n_in + j]);
     }
-    *result = tuple;
-    return true;
+    return tuple;
   }
   if (n_out == 1) {
-    *result = THPVariable_Wrap(std::move(c.fresh[0]));
-    if (*result == nullptr) throw py::error_already_set();
-    return true;
+    PyObject* t = THPVariable_Wrap(std::move(c.fresh[0]));
+    if (t == nullptr) throw py::error_already_set();
+    return t;
   }
   py::tuple out(n_out);
   for (int j = 0; j < n_out; ++j) {
@@ -212,7 +203,40 @@ bool try_fast(FastOp& f, PyObject* const* args, size_t nargsf, PyObject* kwnames
     if (t == nullptr) throw py::error_already_set();
     PyTuple_SET_ITEM(out.ptr(), j, t);
   }
-  *result = out.release().ptr();
+  return out.release().ptr();
+}
+
+// The fast path; false when the call is for the dispatcher path (nothing has run). On success *result is the
+// new reference the call returns.
+bool try_fast(FastOp& f, PyObject* const* args, size_t nargsf, PyObject* kwnames, PyObject** result) {
+  OpState& op = *f.op;
+  const OpPlan& p = op.plan();
+  const int n_in = p.n_inputs;
+  const int n_out = static_cast<int>(p.outputs.size());
+  const int n = n_in + (f.is_out ? n_out : 0);
+  PyObject* slot[kMaxSlots];
+  if (!fast_gather(f, args, nargsf, kwnames, n, slot)) return false;
+  Call c;
+  c.op = &p;
+  c10::DispatchKeySet keys;
+  bool requires_grad = false;
+  for (int k = 0; k < n; ++k) {
+    if (slot[k] == nullptr) {
+      if (k >= n_in || f.defaults[k].is_none()) return false;
+      slot[k] = f.defaults[k].ptr();
+    }
+    if (!fast_bind(p.slots[k].kind, slot[k], k, c, &keys, &requires_grad)) return false;
+  }
+  if (!fast_plain(f, c, n_in, n, keys, requires_grad)) return false;
+  op.ensure_specs();  // the op's specializations, read on its first call (one acquire load afterwards)
+  {
+    py::gil_scoped_release nogil;  // as torch's own ops run: other Python threads go on meanwhile
+    op.binder().check_tensors(c, static_cast<size_t>(n), /*check_device=*/true);
+    op.binder().prepare_bound(c, f.is_out);
+    Decision d;
+    if (!op.launcher().try_launch(c, f.is_out, -1, &d)) return false;  // the fallback: the dispatcher path counts it
+  }
+  *result = fast_result(f, c, slot, n_in, n_out);
   return true;
 }
 

@@ -65,7 +65,7 @@ bool int_fits(int type, int64_t v) {
   }
 }
 
-int64_t OpState::eval(const VariantPlan& v, const Program& p, const Call& c, const char* what) const {
+int64_t Packer::eval(const VariantPlan& v, const Program& p, const Call& c, const char* what) const {
   int64_t out = 0;
   const EvalStatus st = evaluate(p.code, c, &out);
   FLYSHIP_CHECK(st == EvalStatus::kOk, label(), ": ", what, " expression '", p.text, "' of ", v.label, " ",
@@ -73,7 +73,7 @@ int64_t OpState::eval(const VariantPlan& v, const Program& p, const Call& c, con
   return out;
 }
 
-bool OpState::check_launch(const VariantPlan& v, const Call& c, LaunchShape* ls, std::string* why) const {
+bool Packer::check_launch(const VariantPlan& v, const Call& c, LaunchShape* ls, std::string* why) const {
   auto fail = [&](const std::string& s) {
     if (why) *why = s;
     return false;
@@ -144,7 +144,7 @@ bool OpState::check_launch(const VariantPlan& v, const Call& c, LaunchShape* ls,
   return true;
 }
 
-void OpState::pack_kernargs(const VariantPlan& v, const Call& c, int64_t programs, uint8_t* buf,
+void Packer::pack_kernargs(const VariantPlan& v, const Call& c, int64_t programs, uint8_t* buf,
                             c10::SmallVector<at::Tensor, 2>* scratch) const {
   std::memset(buf, 0, v.kernarg_size);  // padding and null fields read as zero
   for (const Field& f : v.fields) {
@@ -155,7 +155,7 @@ void OpState::pack_kernargs(const VariantPlan& v, const Call& c, int64_t program
       case kWorkspace:  // launch_all allocated every workspace before the first launch
         put<uint64_t>(buf, f.offset, reinterpret_cast<uintptr_t>(c.workspaces[f.slot].data_ptr()));
         continue;
-      case kConstant: std::memcpy(buf + f.offset, f.constant, kTypeSize[f.type]); continue;
+      case kConstant: std::memcpy(buf + f.offset, f.constant.data(), kTypeSize[f.type]); continue;
       case kScalar: {
         const int kind = plan_.slots[f.slot].kind;
         if (kind == kFloat) {
@@ -172,7 +172,7 @@ void OpState::pack_kernargs(const VariantPlan& v, const Call& c, int64_t program
         // bytes_per_program x programs of fresh device memory, aligned. The tensor is kept alive until
         // the launch is enqueued; torch's stream-ordered allocator then reuses it only after the kernel.
         const int64_t bytes = f.bytes_per_program * programs;  // check_launch proved it fits
-        at::Tensor t = allocate({bytes + f.align}, at::kByte, c.device, false, "scratch for", v.label);
+        at::Tensor t = binder_.allocate({bytes + f.align}, at::kByte, c.device, false, "scratch for", v.label);
         const uintptr_t base = reinterpret_cast<uintptr_t>(t.data_ptr());
         const uintptr_t aligned = (base + f.align - 1) & ~static_cast<uintptr_t>(f.align - 1);
         put<uint64_t>(buf, f.offset, aligned);

@@ -22,9 +22,9 @@ void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
   FLYSHIP_CHECK(stack->size() >= n_args, label(), ": internal error: stack holds ", stack->size(), " values");
   auto args = torch::jit::last(*stack, n_args);
   Call c;
-  prepare(c, args, is_out, /*check_device=*/true);
+  binder_.prepare(c, args, is_out, /*check_device=*/true);
   Decision d;
-  if (!try_launch(c, is_out, forced_spec, &d)) fallback(c, d.reason, is_out);
+  if (!launcher_.try_launch(c, is_out, forced_spec, &d)) fallback_.run(c, d.reason, is_out);
   // Results: the fresh outputs; the out variant returns nothing (its schema mutates the out tensors and
   // returns (), the form torch.compile can functionalize for a custom op).
   torch::jit::drop(*stack, n_args);
@@ -33,7 +33,7 @@ void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
   }
 }
 
-bool OpState::try_launch(Call& c, bool is_out, int forced_spec, Decision* d) {
+bool Launcher::try_launch(Call& c, bool is_out, int forced_spec, Decision* d) {
   const OpPlan& p = plan_;
   DeviceState& ds = bundle_->device(device_index(c.device));
   c.device_properties[DEV_CU_COUNT] = ds.info.cu_count;  // read once per device (BundleCore::device)
@@ -47,30 +47,30 @@ bool OpState::try_launch(Call& c, bool is_out, int forced_spec, Decision* d) {
   }
   if (forced_spec >= 0) {
     std::string why;
-    FLYSHIP_CHECK(fits(c, forced_spec, *ds.selection, is_out, &why, &d->launch), label(),
+    FLYSHIP_CHECK(decider_.fits(c, forced_spec, *ds.selection, is_out, &why, &d->launch), label(),
                   ": these inputs do not fit specialization ", p.specs[forced_spec].name, ": ", why);
     d->spec = forced_spec;
     d->variant = ds.selection->variant[index_][forced_spec];
   } else {
-    *d = decide(c, *ds.selection, is_out);
+    *d = decider_.decide(c, *ds.selection, is_out);
   }
   if (d->spec < 0) return false;
-  if (!is_out && c.fresh.empty()) allocate_outputs(c);
-  if (is_out) zero_out_tensors(c);
+  if (!is_out && c.fresh.empty()) binder_.allocate_outputs(c);
+  if (is_out) binder_.zero_out_tensors(c);
   launch(c, ds, *d);
   return true;
 }
 
 // out= tensors of outputs the kernel accumulates into (manifest `zero`) start from zeros, as a fresh output does:
 // filled on the current stream, before the launch, only when a kernel runs (the reference overwrites them).
-void OpState::zero_out_tensors(Call& c) const {
+void Binder::zero_out_tensors(Call& c) const {
   const OpPlan& p = plan_;
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     if (p.outputs[j].zero) c.user_tensor(p.n_inputs + static_cast<int>(j)).zero_();
   }
 }
 
-void OpState::launch(Call& c, DeviceState& ds, const Decision& d) {
+void Launcher::launch(Call& c, DeviceState& ds, const Decision& d) {
   const VariantPlan& v = plan_.specs[d.spec].variants[d.variant];
   const LaunchShape& ls = d.launch;
   if (!v.then.empty() || !v.workspaces.empty()) {  // several kernels in one call (launches.cpp)
@@ -87,7 +87,7 @@ void OpState::launch(Call& c, DeviceState& ds, const Decision& d) {
   launches_[d.spec].fetch_add(1, std::memory_order_relaxed);
 }
 
-LoadedKernel& OpState::ready(DeviceState& ds, const VariantPlan& v, const LaunchShape& ls) {
+LoadedKernel& Launcher::ready(DeviceState& ds, const VariantPlan& v, const LaunchShape& ls) {
   const int dev = ds.device;
   LoadedKernel& k = bundle_->kernel(ds, v, *this);
   if (ls.empty) return k;
@@ -117,7 +117,7 @@ LoadedKernel& OpState::ready(DeviceState& ds, const VariantPlan& v, const Launch
   return k;
 }
 
-void OpState::enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKernel& k, const LaunchShape& ls) {
+void Launcher::enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKernel& k, const LaunchShape& ls) {
   const int dev = device_index(c.device);
   const int64_t* g = ls.grid;
   const int64_t dyn = ls.dynamic_lds;
@@ -130,7 +130,7 @@ void OpState::enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKern
     buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(heap_buf.data()) + 63) & ~uintptr_t(63));
   }
   c10::SmallVector<at::Tensor, 2> scratch;
-  pack_kernargs(v, c, ls.programs, buf, &scratch);
+  packer_.pack_kernargs(v, c, ls.programs, buf, &scratch);
   // torch's current stream of this device; Stream::native_handle gives the hipStream_t / cudaStream_t
   // without the CUDA or HIP torch headers (c10::Stream::native_handle, torch >= 2.2). CPU tensors (the
   // recording driver) have no stream: it gets a null one.
@@ -138,7 +138,7 @@ void OpState::enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKern
                      ? nullptr
                      : c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(c.device).native_handle();
   const uint32_t grid32[3] = {static_cast<uint32_t>(g[0]), static_cast<uint32_t>(g[1]), static_cast<uint32_t>(g[2])};
-  driver::Status s = driver::launch(dev, k.function, grid32, v.block, static_cast<uint32_t>(dyn), stream, buf,
+  driver::Status s = driver::launch(dev, k.function, grid32, v.block.data(), static_cast<uint32_t>(dyn), stream, buf,
                                     static_cast<size_t>(v.kernarg_size));
   FLYSHIP_CHECK(s.ok(), label(), ": launching ", v.label, " on device ", dev, " (", ds.info.target, ") failed: ",
               s.message, " [grid ", g[0], "x", g[1], "x", g[2], ", block ", v.block[0], "x", v.block[1], "x",

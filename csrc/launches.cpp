@@ -11,7 +11,7 @@
 
 namespace flyship {
 
-bool OpState::workspace_bytes(const WorkspacePlan& w, const Call& c, int64_t* bytes, std::string* why,
+bool Packer::workspace_bytes(const WorkspacePlan& w, const Call& c, int64_t* bytes, std::string* why,
                               c10::SmallVector<int64_t, 6>* shape) const {
   int64_t n = static_cast<int64_t>(c10::elementSize(w.dtype));
   for (const Program& p : w.shape) {
@@ -35,7 +35,7 @@ bool OpState::workspace_bytes(const WorkspacePlan& w, const Call& c, int64_t* by
   return true;
 }
 
-bool OpState::check_following(const VariantPlan& v, const Call& c, const LaunchShape& first, std::string* why) const {
+bool Packer::check_following(const VariantPlan& v, const Call& c, const LaunchShape& first, std::string* why) const {
   bool any = !first.empty;
   for (size_t k = 0; k < v.then.size(); ++k) {
     LaunchShape ls;
@@ -62,7 +62,7 @@ bool OpState::check_following(const VariantPlan& v, const Call& c, const LaunchS
   return true;
 }
 
-void OpState::launch_all(Call& c, DeviceState& ds, const VariantPlan& v, const LaunchShape& first) {
+void Launcher::launch_all(Call& c, DeviceState& ds, const VariantPlan& v, const LaunchShape& first) {
   const size_t n = 1 + v.then.size();
   FLYSHIP_INTERNAL_ASSERT(n <= static_cast<size_t>(kMaxLaunches), label(), ": ", n, " launches");
   LaunchShape shapes[kMaxLaunches];
@@ -75,7 +75,7 @@ void OpState::launch_all(Call& c, DeviceState& ds, const VariantPlan& v, const L
     steps[k] = &v.then[k - 1];
     std::string why;
     // fits() proved every following launch for this call; recomputed here rather than carried in Decision.
-    FLYSHIP_INTERNAL_ASSERT(check_launch(*steps[k], c, &shapes[k], &why), label(), ": launch ", k + 1, ": ", why);
+    FLYSHIP_INTERNAL_ASSERT(packer_.check_launch(*steps[k], c, &shapes[k], &why), label(), ": launch ", k + 1, ": ", why);
     any |= !shapes[k].empty;
   }
   // Load every kernel and check it against the device before anything runs: a failure here leaves the call
@@ -88,8 +88,8 @@ void OpState::launch_all(Call& c, DeviceState& ds, const VariantPlan& v, const L
   c.workspaces.clear();
   for (const WorkspacePlan& w : v.workspaces) {
     c10::SmallVector<int64_t, 6> shape;
-    for (const Program& p : w.shape) shape.push_back(eval(v, p, c, "workspace shape"));
-    c.workspaces.push_back(allocate(shape, w.dtype, c.device, w.zero, "workspace", w.name));
+    for (const Program& p : w.shape) shape.push_back(packer_.eval(v, p, c, "workspace shape"));
+    c.workspaces.push_back(binder_.allocate(shape, w.dtype, c.device, w.zero, "workspace", w.name));
   }
   for (size_t k = 0; k < n; ++k) {
     if (!shapes[k].empty) enqueue(c, ds, *steps[k], *kernels[k], shapes[k]);

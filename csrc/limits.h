@@ -7,7 +7,7 @@
 
 namespace flyship {
 
-constexpr int64_t kPlanVersion = 9;  // PLAN_VERSION
+constexpr int64_t kPlanVersion = 10;  // PLAN_VERSION
 constexpr int64_t kMaxSlots = 64;  // MAX_SLOTS
 constexpr int64_t kMaxLaunches = 16;  // MAX_LAUNCHES
 constexpr int64_t kMaxWorkspaces = 16;  // MAX_WORKSPACES

@@ -18,9 +18,15 @@ Module::Module(int device, const VariantPlan& v, const std::string& image) : dev
   driver::Status s = driver::module_load(device, image_, n, &handle);
   if (!s.ok()) {
     std::free(image_);
+    // ROCR loads AMDHSA code object v6 from ROCm 6.2 (6.1 refuses it): name the version, and the way back to v5.
+    const std::string version = v.code_object_version >= 6
+        ? "; it is an AMDHSA code object v" + std::to_string(v.code_object_version) +
+              ", which ROCm releases before 6.2 refuse: update ROCm, or rebuild the bundle with "
+              "`flyc-build --code-object-version 5`"
+        : "";
     FLYSHIP_CHECK(false, "flyship: loading code object ", v.label, " onto device ", device, " failed: ", s.message,
                   "; check that the device is visible to this process and the bundle has code for it (",
-                  driver::runtime_version(), ")");
+                  driver::runtime_version(), ")", version);
   }
   handle_ = handle;
 }

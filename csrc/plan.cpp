@@ -33,11 +33,60 @@ std::vector<SlotShape> slot_shapes(const OpPlan& op, bool inputs_only) {
   return shapes;
 }
 
+// The contract's plain readers (plan_fields.h: one per reader name); `custom` keys are read by hand below, so
+// their reader only checks that the key is there.
+void read_str(const py::dict& d, const char* key, const std::string& w, std::string* out) {
+  *out = need<std::string>(d, key, w);
+}
+void read_int(const py::dict& d, const char* key, const std::string& w, int* out) { *out = need<int>(d, key, w); }
+void read_i64(const py::dict& d, const char* key, const std::string& w, int64_t* out) {
+  *out = need<int64_t>(d, key, w);
+}
+void read_bool(const py::dict& d, const char* key, const std::string& w, bool* out) { *out = need<bool>(d, key, w); }
+void read_ints(const py::dict& d, const char* key, const std::string& w, std::vector<int>* out) {
+  *out = need<std::vector<int>>(d, key, w);
+}
+void read_arg_kind(const py::dict& d, const char* key, const std::string& w, int* out) {
+  *out = code_of(kArgKindName, need<std::string>(d, key, w), "argument kind", w);
+}
+void read_field_kind(const py::dict& d, const char* key, const std::string& w, int* out) {
+  *out = code_of(kFieldKindName, need<std::string>(d, key, w), "field kind", w);
+}
+void read_field_type(const py::dict& d, const char* key, const std::string& w, int* out) {
+  *out = code_of(kTypeName, need<std::string>(d, key, w), "field type", w);
+}
+void read_dtype(const py::dict& d, const char* key, const std::string& w, at::ScalarType* out) {
+  *out = dtype_from_name(need<std::string>(d, key, w));
+}
+template <class T>
+void read_custom(const py::dict& d, const char* key, const std::string& w, T*) {
+  need<py::object>(d, key, w);
+}
+
+// read_fields(d, where, &x): every key of x's struct, in the contract's order, each by its reader.
+#define FLYSHIP_PLAN_READ(S, member, key, T, R, ...) read_##R(d, key, where, &x->member);
+#define FLYSHIP_PLAN_READER(S) \
+  void read_fields(const py::dict& d, const std::string& where, S* x) { FLYSHIP_PLAN_FIELDS_##S(FLYSHIP_PLAN_READ) }
+FLYSHIP_PLAN_READER(OpPlan)
+FLYSHIP_PLAN_READER(Slot)
+FLYSHIP_PLAN_READER(OutputPlan)
+FLYSHIP_PLAN_READER(SpecPlan)
+FLYSHIP_PLAN_READER(VariantPlan)
+FLYSHIP_PLAN_READER(Field)
+FLYSHIP_PLAN_READER(WorkspacePlan)
+#undef FLYSHIP_PLAN_READER
+#undef FLYSHIP_PLAN_READ
+
+// An element of a plan list that must be a dict.
+py::dict as_dict(const py::handle& h, const char* key, const std::string& where) {
+  return plan_value<py::dict>(h, key, where);
+}
+
 }  // namespace
 
 // {"text": str, "code": [mnemonic, operands..., ...]}: mnemonics become opcodes (expr.h), operands stay ints.
 Program parse_program(const py::handle& h, const std::vector<SlotShape>& shapes, const std::string& where) {
-  auto d = h.cast<py::dict>();
+  auto d = as_dict(h, "program", where);
   Program p;
   p.text = need<std::string>(d, "text", where);
   auto words = need<py::list>(d, "code", where);
@@ -58,143 +107,169 @@ Program parse_program(const py::handle& h, const std::vector<SlotShape>& shapes,
   return p;
 }
 
-VariantPlan parse_variant(const py::dict& d, const std::vector<SlotShape>& shapes,
-                          const std::vector<SlotShape>& input_shapes, const std::vector<Slot>& slots,
-                          const std::string& where, int n_workspaces = -1) {
-  VariantPlan v;
-  v.target = need<std::string>(d, "target", where);
-  const std::string vw = where + " target " + v.target;
-  v.format = need<std::string>(d, "format", vw);
-  v.file = need<std::string>(d, "file", vw);
-  v.symbol = need<std::string>(d, "symbol", vw);
-  v.sha256 = need<std::string>(d, "sha256", vw);
-  v.kernarg_size = need<int64_t>(d, "kernarg_size", vw);
-  v.kernarg_align = need<int64_t>(d, "kernarg_align", vw);
-  v.static_lds = need<int64_t>(d, "static_lds", vw);
-  v.label = v.file + " (kernel " + v.symbol + ", built for " + v.target + ")";
-  // A multi-launch variant (schema 1.2): its workspaces, then its following launches, whose workspace fields
-  // index the variant's workspaces (n_workspaces >= 0 marks a following launch: it has none of its own).
-  const bool following = n_workspaces >= 0;
-  if (!following) {
-    for (auto wh : need<py::list>(d, "workspaces", vw)) {
-      auto w = wh.cast<py::dict>();
-      WorkspacePlan ws;
-      ws.name = need<std::string>(w, "name", vw);
-      ws.dtype = dtype_from_name(need<std::string>(w, "dtype", vw + " workspace " + ws.name));
-      ws.zero = need<bool>(w, "zero", vw + " workspace " + ws.name);
-      // Like an output's shape, a workspace's reads only the inputs.
-      for (auto p : need<py::list>(w, "shape", vw)) ws.shape.push_back(parse_program(p, input_shapes, vw));
-      v.workspaces.push_back(std::move(ws));
-    }
-    FLYSHIP_CHECK(v.workspaces.size() <= static_cast<size_t>(kMaxWorkspaces), "flyship plan: ", vw, ": more than ",
-                  kMaxWorkspaces, " workspaces");
-    n_workspaces = static_cast<int>(v.workspaces.size());
-  } else {
-    FLYSHIP_CHECK(need<py::list>(d, "workspaces", vw).empty(), "flyship plan: ", vw,
-                  ": a following launch declares workspaces of its own");
+namespace {
+
+// What a variant's parts may read: every slot (fields, grid, LDS) or the inputs only (workspace sizes).
+struct VariantScope {
+  const std::vector<SlotShape>& shapes;
+  const std::vector<SlotShape>& input_shapes;
+  const std::vector<Slot>& slots;
+};
+
+// A top-level variant's workspaces (schema 1.2); a following launch (`following`) has none of its own.
+void parse_workspaces(const py::dict& d, const VariantScope& scope, bool following, const std::string& vw,
+                      VariantPlan* v) {
+  auto list = need<py::list>(d, "workspaces", vw);
+  if (following) {
+    FLYSHIP_CHECK(list.empty(), "flyship plan: ", vw, ": a following launch declares workspaces of its own");
+    return;
   }
-  FLYSHIP_CHECK(v.kernarg_size >= 0 && v.kernarg_size <= kMaxKernargBytes, "flyship plan: ", vw, ": kernarg size ",
-              v.kernarg_size);
-  FLYSHIP_CHECK(v.kernarg_align > 0 && v.kernarg_align <= kKernargBufferAlignment && (v.kernarg_align & (v.kernarg_align - 1)) == 0,
-              "flyship plan: ", vw, ": kernarg alignment ", v.kernarg_align,
-              " is not a power of two up to 64 (the loader aligns its buffer to 64 bytes)");
-  for (auto p : need<py::list>(d, "programs", vw)) v.programs.push_back(parse_program(p, shapes, vw));
-  const int n_programs = static_cast<int>(v.programs.size());
+  for (auto wh : list) {
+    auto w = as_dict(wh, "workspaces", vw);
+    WorkspacePlan ws;
+    read_fields(w, vw + " workspace", &ws);
+    // Like an output's shape, a workspace's reads only the inputs.
+    for (auto p : need<py::list>(w, "shape", vw)) ws.shape.push_back(parse_program(p, scope.input_shapes, vw));
+    v->workspaces.push_back(std::move(ws));
+  }
+  FLYSHIP_CHECK(v->workspaces.size() <= static_cast<size_t>(kMaxWorkspaces), "flyship plan: ", vw, ": more than ",
+                kMaxWorkspaces, " workspaces");
+}
+
+// Kernarg size and alignment, programs, grid, block and dynamic LDS.
+void parse_launch(const py::dict& d, const VariantScope& scope, const std::string& vw, VariantPlan* v) {
+  FLYSHIP_CHECK(v->kernarg_size >= 0 && v->kernarg_size <= kMaxKernargBytes, "flyship plan: ", vw, ": kernarg size ",
+                v->kernarg_size);
+  FLYSHIP_CHECK(v->kernarg_align > 0 && v->kernarg_align <= kKernargBufferAlignment &&
+                    (v->kernarg_align & (v->kernarg_align - 1)) == 0,
+                "flyship plan: ", vw, ": kernarg alignment ", v->kernarg_align,
+                " is not a power of two up to 64 (the loader aligns its buffer to 64 bytes)");
+  for (auto p : need<py::list>(d, "programs", vw)) v->programs.push_back(parse_program(p, scope.shapes, vw));
+  const int n_programs = static_cast<int>(v->programs.size());
   auto grid = need<std::vector<int>>(d, "grid", vw);
   auto block = need<std::vector<int64_t>>(d, "block", vw);
   FLYSHIP_CHECK(grid.size() == 3 && block.size() == 3, "flyship plan: ", vw, ": grid and block need 3 entries");
   for (int i = 0; i < 3; ++i) {
     FLYSHIP_CHECK(grid[i] >= 0 && grid[i] < n_programs, "flyship plan: ", vw, ": grid program index out of range");
-    FLYSHIP_CHECK(block[i] >= 1 && block[i] <= kMaxBlock, "flyship plan: ", vw, ": block size ", block[i], " out of range");
-    v.grid[i] = grid[i];
-    v.block[i] = static_cast<uint32_t>(block[i]);
+    FLYSHIP_CHECK(block[i] >= 1 && block[i] <= kMaxBlock, "flyship plan: ", vw, ": block size ", block[i],
+                  " out of range");
+    v->grid[i] = grid[i];
+    v->block[i] = static_cast<uint32_t>(block[i]);
   }
-  v.dynamic_lds = need<int>(d, "dynamic_lds", vw);
-  FLYSHIP_CHECK(v.dynamic_lds >= 0 && v.dynamic_lds < n_programs, "flyship plan: ", vw,
-              ": dynamic_lds program out of range");
-  for (auto fh : need<py::list>(d, "fields", vw)) {
-    auto f = fh.cast<py::dict>();
-    Field x;
-    x.label = need<std::string>(f, "label", vw);
-    const std::string fw = vw + " field " + x.label;
-    x.kind = code_of(kFieldKindName, need<std::string>(f, "kind", fw), "field kind", fw);
-    x.type = code_of(kTypeName, need<std::string>(f, "type", fw), "field type", fw);
-    x.offset = need<int64_t>(f, "offset", fw);
-    x.slot = need<int>(f, "slot", fw);
-    x.dim = need<int>(f, "dim", fw);
-    x.program = need<int>(f, "program", fw);
-    const int64_t constant = need<int64_t>(f, "constant", fw);
-    std::memcpy(x.constant, &constant, 8);  // little-endian bytes, as Python packed them
-    x.bytes_per_program = need<int64_t>(f, "bytes_per_program", fw);
-    x.align = need<int64_t>(f, "align", fw);
-    FLYSHIP_CHECK(x.kind >= kPointer && x.kind < kFieldKindCount, "flyship plan: ", fw, ": unknown kind ", x.kind);
-    FLYSHIP_CHECK(x.type >= kPtr && x.type <= kBF16, "flyship plan: ", fw, ": unknown type ", x.type);
-    FLYSHIP_CHECK(x.offset >= 0 && x.offset <= v.kernarg_size - kTypeSize[x.type], "flyship plan: ", fw,
+  FLYSHIP_CHECK(v->dynamic_lds >= 0 && v->dynamic_lds < n_programs, "flyship plan: ", vw,
+                ": dynamic_lds program out of range");
+}
+
+// One kernarg field, checked against the variant's buffer, the op's slots and the variant's workspaces.
+Field parse_field(const py::handle& fh, const VariantScope& scope, const VariantPlan& v, int n_workspaces,
+                  const std::string& vw) {
+  auto f = as_dict(fh, "fields", vw);
+  Field x;
+  const std::string fw = vw + " field " + need<std::string>(f, "label", vw);
+  read_fields(f, fw, &x);
+  const int64_t constant = need<int64_t>(f, "constant", fw);
+  std::memcpy(x.constant.data(), &constant, 8);  // little-endian bytes, as Python packed them
+  FLYSHIP_CHECK(x.offset >= 0 && x.offset <= v.kernarg_size - kTypeSize[x.type], "flyship plan: ", fw,
                 ": lies outside the kernarg buffer of ", v.kernarg_size, " bytes");
-    const bool needs_slot = x.kind == kPointer || x.kind == kShape || x.kind == kStride || x.kind == kScalar;
-    if (needs_slot) {
-      FLYSHIP_CHECK(x.slot >= 0 && x.slot < static_cast<int>(slots.size()), "flyship plan: ", fw, ": slot out of range");
-      const Slot& s = slots[x.slot];
-      FLYSHIP_CHECK((x.kind == kScalar) == (s.kind != kTensor), "flyship plan: ", fw, ": slot kind does not fit");
-      if (x.kind == kShape || x.kind == kStride) {
-        FLYSHIP_CHECK(x.dim >= 0 && x.dim < s.rank, "flyship plan: ", fw, ": dim out of range");
-      }
-      if (x.kind == kScalar && s.kind == kFloat) {
-        FLYSHIP_CHECK(x.type >= kF64, "flyship plan: ", fw, ": a float scalar needs a float type");
-      }
+  const bool needs_slot = x.kind == kPointer || x.kind == kShape || x.kind == kStride || x.kind == kScalar;
+  if (needs_slot) {
+    FLYSHIP_CHECK(x.slot >= 0 && x.slot < static_cast<int>(scope.slots.size()), "flyship plan: ", fw,
+                  ": slot out of range");
+    const Slot& s = scope.slots[x.slot];
+    FLYSHIP_CHECK((x.kind == kScalar) == (s.kind != kTensor), "flyship plan: ", fw, ": slot kind does not fit");
+    if (x.kind == kShape || x.kind == kStride) {
+      FLYSHIP_CHECK(x.dim >= 0 && x.dim < s.rank, "flyship plan: ", fw, ": dim out of range");
     }
-    if (x.kind == kWorkspace) {
-      FLYSHIP_CHECK(x.slot >= 0 && x.slot < n_workspaces, "flyship plan: ", fw, ": workspace index ", x.slot,
-                    " out of range for ", n_workspaces, " workspaces");
+    if (x.kind == kScalar && s.kind == kFloat) {
+      FLYSHIP_CHECK(x.type >= kF64, "flyship plan: ", fw, ": a float scalar needs a float type");
     }
-    if (x.kind == kPointer || x.kind == kNull || x.kind == kScratch || x.kind == kWorkspace) {
-      FLYSHIP_CHECK(kTypeSize[x.type] == 8 && x.type <= kU64, "flyship plan: ", fw, ": a pointer needs an 8-byte type");
-    }
-    if (x.kind == kExpr) {
-      FLYSHIP_CHECK(x.program >= 0 && x.program < n_programs, "flyship plan: ", fw, ": program out of range");
-    }
-    if (x.kind == kScratch) {
-      FLYSHIP_CHECK(x.bytes_per_program >= 0 && x.align > 0 && (x.align & (x.align - 1)) == 0, "flyship plan: ", fw,
-                  ": scratch needs bytes_per_program >= 0 and a power-of-two alignment");
-    }
-    v.fields.push_back(std::move(x));
   }
+  if (x.kind == kWorkspace) {
+    FLYSHIP_CHECK(x.slot >= 0 && x.slot < n_workspaces, "flyship plan: ", fw, ": workspace index ", x.slot,
+                  " out of range for ", n_workspaces, " workspaces");
+  }
+  if (x.kind == kPointer || x.kind == kNull || x.kind == kScratch || x.kind == kWorkspace) {
+    FLYSHIP_CHECK(kTypeSize[x.type] == 8 && x.type <= kU64, "flyship plan: ", fw, ": a pointer needs an 8-byte type");
+  }
+  if (x.kind == kExpr) {
+    FLYSHIP_CHECK(x.program >= 0 && x.program < static_cast<int>(v.programs.size()), "flyship plan: ", fw,
+                  ": program out of range");
+  }
+  if (x.kind == kScratch) {
+    FLYSHIP_CHECK(x.bytes_per_program >= 0 && x.align > 0 && (x.align & (x.align - 1)) == 0, "flyship plan: ", fw,
+                  ": scratch needs bytes_per_program >= 0 and a power-of-two alignment");
+  }
+  return x;
+}
+
+// One variant. A multi-launch variant (schema 1.2) has workspaces, then its following launches, whose workspace
+// fields index the variant's workspaces (n_workspaces >= 0 marks a following launch: it has none of its own).
+VariantPlan parse_variant(const py::dict& d, const VariantScope& scope, const std::string& where,
+                          int n_workspaces = -1) {
+  VariantPlan v;
+  const std::string vw = where + " target " + need<std::string>(d, "target", where);
+  read_fields(d, vw, &v);
+  v.label = v.file + " (kernel " + v.symbol + ", built for " + v.target + ")";
+  const bool following = n_workspaces >= 0;
+  parse_workspaces(d, scope, following, vw, &v);
+  if (!following) n_workspaces = static_cast<int>(v.workspaces.size());
+  parse_launch(d, scope, vw, &v);
+  for (auto fh : need<py::list>(d, "fields", vw)) v.fields.push_back(parse_field(fh, scope, v, n_workspaces, vw));
   auto then = need<py::list>(d, "then", vw);
   FLYSHIP_CHECK(!following || then.empty(), "flyship plan: ", vw, ": a following launch has launches of its own");
   FLYSHIP_CHECK(then.size() < static_cast<size_t>(kMaxLaunches), "flyship plan: ", vw, ": more than ", kMaxLaunches,
                 " launches");
   for (size_t k = 0; k < then.size(); ++k) {
-    v.then.push_back(parse_variant(then[k].cast<py::dict>(), shapes, input_shapes, slots,
-                                   vw + " launch " + std::to_string(k + 2), n_workspaces));
+    v.then.push_back(parse_variant(as_dict(then[k], "then", vw), scope, vw + " launch " + std::to_string(k + 2),
+                                   n_workspaces));
     FLYSHIP_CHECK(v.then.back().target == v.target, "flyship plan: ", vw, ": launch ", k + 2, " is built for ",
                   v.then.back().target, ", expected its variant's target");
   }
   return v;
 }
 
-OpPlan parse_op(const py::dict& d) {
-  OpPlan op;
-  op.name = need<std::string>(d, "name", "op");
-  op.qualname = need<std::string>(d, "qualname", "op " + op.name);
-  const std::string where = "op " + op.name;
+// The op's slots (inputs, then outputs), each checked alone.
+void parse_slots(const py::dict& d, const std::string& where, OpPlan* op) {
   for (auto sh : need<py::list>(d, "slots", where)) {
-    auto s = sh.cast<py::dict>();
     Slot slot;
-    slot.name = need<std::string>(s, "name", where);
-    slot.kind = code_of(kArgKindName, need<std::string>(s, "kind", where), "argument kind", where + " " + slot.name);
-    slot.rank = need<int>(s, "rank", where);
-    slot.batch = need<bool>(s, "batch", where);
-    slot.is_mutable = need<bool>(s, "mutable", where);
+    read_fields(as_dict(sh, "slots", where), where, &slot);
     FLYSHIP_PLAN_CHECK(!slot.is_mutable || slot.kind == kTensor, where, "argument '", slot.name,
                        "' is mutable but not a tensor");
-    op.has_mutable |= slot.is_mutable;
+    op->has_mutable |= slot.is_mutable;
     FLYSHIP_PLAN_CHECK(slot.rank >= 0 && slot.rank <= kMaxRank && (slot.kind == kTensor || slot.rank == 0), where,
                        "argument '", slot.name, "' has rank ", slot.rank);
     FLYSHIP_PLAN_CHECK(!slot.batch || (slot.kind == kTensor && slot.rank >= 1), where, "argument '", slot.name,
                        "' is batched but is not a tensor of rank >= 1");
-    op.slots.push_back(std::move(slot));
+    op->slots.push_back(std::move(slot));
   }
-  op.n_inputs = need<int>(d, "n_inputs", where);
+}
+
+// The op's outputs: dtype rule and shape programs over the inputs (the outputs do not exist yet).
+void parse_outputs(const py::dict& d, const std::string& where, OpPlan* op) {
+  const std::vector<SlotShape> input_shapes = slot_shapes(*op, true);
+  for (auto oh : need<py::list>(d, "outputs", where)) {
+    auto o = as_dict(oh, "outputs", where);
+    OutputPlan out;
+    read_fields(o, where, &out);
+    // A dtype rule reads a tensor's dtype: a slot of any other kind (a scalar named like a dtype) is refused
+    // here, so a call never reads a tensor that was never bound.
+    FLYSHIP_PLAN_CHECK(out.dtype_slot < op->n_inputs &&
+                           (out.dtype_slot < 0 || op->slots[out.dtype_slot].kind == kTensor),
+                       where, "output '", out.name, "' takes its dtype from slot ", out.dtype_slot,
+                       ", expected an input tensor's slot or -1 (a fixed dtype)");
+    if (out.dtype_slot < 0) out.dtype = dtype_from_name(need<std::string>(o, "dtype", where));
+    for (auto p : need<py::list>(o, "shape", where)) out.shape.push_back(parse_program(p, input_shapes, where));
+    op->outputs.push_back(std::move(out));
+  }
+}
+
+}  // namespace
+
+OpPlan parse_op(const py::dict& d) {
+  OpPlan op;
+  const std::string where = "op " + need<std::string>(d, "name", "op");
+  read_fields(d, where, &op);
+  parse_slots(d, where, &op);
   FLYSHIP_PLAN_CHECK(op.n_inputs >= 0 && op.n_inputs <= static_cast<int>(op.slots.size()), where, "n_inputs ",
                      op.n_inputs, " out of range for ", op.slots.size(), " slots");
   for (int i = 0; i < static_cast<int>(op.slots.size()); ++i) {
@@ -203,40 +278,20 @@ OpPlan parse_op(const py::dict& d) {
   FLYSHIP_PLAN_CHECK(op.batch_outputs.empty() || !op.batch_inputs.empty(), where,
                      "an output is batched but no input is");
   FLYSHIP_CHECK(static_cast<int>(op.slots.size()) <= kMaxSlots, "flyship: op ", op.name, " has more than ", kMaxSlots,
-              " arguments and outputs");
-  // Output shapes may read only the inputs (the outputs do not exist yet).
-  const std::vector<SlotShape> input_shapes = slot_shapes(op, true);
+                " arguments and outputs");
   bool has_tensor_input = false;
   for (int i = 0; i < op.n_inputs; ++i) has_tensor_input |= op.slots[i].kind == kTensor;
   FLYSHIP_CHECK(has_tensor_input, "flyship: op ", op.name, " takes no tensor; the loader needs one to know the device");
-  for (auto oh : need<py::list>(d, "outputs", where)) {
-    auto o = oh.cast<py::dict>();
-    OutputPlan out;
-    out.name = need<std::string>(o, "name", where);
-    out.dtype_slot = need<int>(o, "dtype_slot", where);
-    // A dtype rule reads a tensor's dtype: a slot of any other kind (a scalar named like a dtype) is refused
-    // here, so a call never reads a tensor that was never bound.
-    FLYSHIP_PLAN_CHECK(out.dtype_slot < op.n_inputs && (out.dtype_slot < 0 || op.slots[out.dtype_slot].kind == kTensor),
-                       where, "output '", out.name, "' takes its dtype from slot ", out.dtype_slot,
-                       ", expected an input tensor's slot or -1 (a fixed dtype)");
-    if (out.dtype_slot < 0) out.dtype = dtype_from_name(need<std::string>(o, "dtype", where));
-    for (auto p : need<py::list>(o, "shape", where)) out.shape.push_back(parse_program(p, input_shapes, where));
-    out.zero = need<bool>(o, "zero", where);
-    op.outputs.push_back(std::move(out));
-  }
+  parse_outputs(d, where, &op);
   FLYSHIP_CHECK(op.n_inputs + op.outputs.size() == op.slots.size(), "flyship plan: ", where, ": slot count mismatch");
   for (size_t k = op.n_inputs; k < op.slots.size(); ++k) {
     FLYSHIP_PLAN_CHECK(!op.slots[k].is_mutable, where, "output '", op.slots[k].name, "' is marked mutable");
   }
   FLYSHIP_PLAN_CHECK(!op.outputs.empty() || op.has_mutable, where,
                      "the op has neither outputs nor inputs written in place");
-  op.mutable_hint = need<std::string>(d, "mutable_hint", where);
-  op.n_code_objects = need<int>(d, "n_code_objects", where);
   FLYSHIP_PLAN_CHECK(op.n_code_objects >= 0, where, "n_code_objects ", op.n_code_objects, " is negative");
-  for (auto n : need<py::list>(d, "spec_variants", where)) {
-    op.spec_variants.push_back(n.cast<int>());
-    FLYSHIP_PLAN_CHECK(op.spec_variants.back() >= 0, where, "a specialization has ", op.spec_variants.back(),
-                       " variants");
+  for (int n : op.spec_variants) {
+    FLYSHIP_PLAN_CHECK(n >= 0, where, "a specialization has ", n, " variants");
   }
   return op;
 }
@@ -248,12 +303,13 @@ std::vector<SpecPlan> parse_specs(const py::list& specs_list, const OpPlan& op, 
   *guard_uses_outputs = false;
   FLYSHIP_PLAN_CHECK(specs_list.size() == op.spec_variants.size(), where, "the op's head announces ",
                      op.spec_variants.size(), " specializations, its specs hold ", specs_list.size());
+  const VariantScope scope{shapes, input_shapes, op.slots};
   std::vector<SpecPlan> specs;
   for (auto sh : specs_list) {
-    auto s = sh.cast<py::dict>();
+    auto s = as_dict(sh, "specs", where);
     SpecPlan spec;
-    spec.name = need<std::string>(s, "name", where);
-    const std::string sw = where + " specialization " + spec.name;
+    const std::string sw = where + " specialization " + need<std::string>(s, "name", where);
+    read_fields(s, sw, &spec);
     for (auto p : need<py::list>(s, "dtypes", sw)) {
       auto pr = p.cast<py::sequence>();
       spec.dtypes.emplace_back(pr[0].cast<int>(), dtype_from_name(pr[1].cast<std::string>()));
@@ -268,7 +324,7 @@ std::vector<SpecPlan> parse_specs(const py::list& specs_list, const OpPlan& op, 
       spec.out_constraints.push_back(parse_program(p, shapes, sw));
     }
     for (auto vh : need<py::list>(s, "variants", sw)) {
-      spec.variants.push_back(parse_variant(vh.cast<py::dict>(), shapes, input_shapes, op.slots, sw));
+      spec.variants.push_back(parse_variant(as_dict(vh, "variants", sw), scope, sw));
     }
     for (const auto& pr : spec.dtypes) {
       FLYSHIP_CHECK(pr.first >= 0 && pr.first < op.n_inputs && op.slots[pr.first].kind == kTensor, "flyship plan: ", sw,

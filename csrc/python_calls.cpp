@@ -149,7 +149,7 @@ std::string BundleCore::blame(int k, const py::dict& inputs, const std::string& 
   return r.cast<std::string>();
 }
 
-std::string OpState::blame(const Call& c, const std::string& failure, const char* fix, bool about_dtypes) const {
+std::string Fallback::blame(const Call& c, const std::string& failure, const char* fix, bool about_dtypes) const {
   py::gil_scoped_acquire gil;
   try {
     py::tuple args = inputs_as_python(plan_, c);
@@ -176,7 +176,7 @@ static at::Tensor plain_output(const py::handle& item) {
   return THPVariable_CheckExact(item.ptr()) && !t.requires_grad() ? t : t.variable_data();
 }
 
-std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
+std::vector<at::Tensor> Fallback::call_reference(const Call& c) const {
   const OpPlan& p = plan_;
   std::vector<at::Tensor> out;
   std::string error;
@@ -236,7 +236,7 @@ std::vector<at::Tensor> OpState::call_reference(const Call& c) const {
   return out;
 }
 
-void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
+void Fallback::run(Call& c, const std::string& reason, bool is_out) {
   const OpPlan& p = plan_;
   std::vector<std::string> names;
   for (const auto& s : p.specs) names.push_back(s.name);
@@ -246,7 +246,7 @@ void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
               "reference");
   FLYSHIP_CHECK(!reference_.empty(), label(), ": no specialization fits these inputs (", reason, ") and the op has no "
               "reference to fall back to; pass one with load(..., references={'", p.name, "': fn})");
-  if (count_fallback(reason)) {
+  if (count(reason)) {
     // Once per op and reason: a workload whose inputs never fit the kernel should not pass unnoticed.
     // (FLYSHIP_FALLBACK=0 turns this into an error; stats() counts every fallback.)
     py::gil_scoped_acquire gil;
@@ -271,14 +271,14 @@ void OpState::fallback(Call& c, const std::string& reason, bool is_out) {
       // has no alias annotation) of the rule's shape, with its leading dims, and contiguous strides. A result that
       // is not that (a view of an input, a transposed result of transposed inputs, the kernel's flattened shape)
       // is copied into one; torch.compile and opcheck compare the strides with the fake kernel's.
-      const c10::SmallVector<int64_t, 6> want = user_shape(c, j);
+      const c10::SmallVector<int64_t, 6> want = binder_.user_shape(c, j);
       at::Tensor& o = out[j];
       bool own = o.sizes() == c10::IntArrayRef(want) && o.strides() == c10::IntArrayRef(c10::contiguous_strides(want));
       for (int k = 0; own && k < p.n_inputs; ++k) own = !(p.slots[k].kind == kTensor && o.is_alias_of(*c.t[k]));
       if (own) {
         c.fresh.push_back(std::move(o));
       } else {
-        c.fresh.push_back(allocate(want, o.scalar_type(), c.device, false, "output", p.outputs[j].name));
+        c.fresh.push_back(binder_.allocate(want, o.scalar_type(), c.device, false, "output", p.outputs[j].name));
         c.fresh.back().view(o.sizes()).copy_(o);
       }
     }
@@ -303,32 +303,28 @@ py::dict OpState::stats() const {
   py::dict launches;
   uint64_t total = 0;
   for (size_t s = 0; s < plan_.specs.size(); ++s) {
-    const uint64_t n = launches_[s].load();
+    const uint64_t n = launcher_.launches(s);
     launches[py::str(plan_.specs[s].name)] = n;
     total += n;
   }
   py::dict fallbacks;
   uint64_t fb_total = 0;
-  {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    for (const auto& [reason, n] : fallbacks_) {
-      fallbacks[py::str(reason)] = n;
-      fb_total += n;
-    }
+  for (const auto& [reason, n] : fallback_.counts()) {
+    fallbacks[py::str(reason)] = n;
+    fb_total += n;
   }
+  const uint64_t empty = launcher_.empty();
   py::dict d;
   d["launches"] = launches;
   d["fallbacks"] = fallbacks;
-  d["empty"] = empty_.load();
-  d["calls"] = total + fb_total + empty_.load();
+  d["empty"] = empty;
+  d["calls"] = total + fb_total + empty;
   return d;
 }
 
 void OpState::reset_stats() {
-  for (size_t s = 0; s < plan_.spec_variants.size(); ++s) launches_[s].store(0);
-  empty_.store(0);
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  fallbacks_.clear();
+  launcher_.reset();
+  fallback_.reset();
 }
 
 }  // namespace flyship

@@ -5,8 +5,9 @@ into the plan cache: :mod:`flyship.loader.plancache`): slots (argument positions
 offsets, and postfix programs (:func:`flyship.bundle.expr.compile_program`). Kinds, field types and opcodes travel
 by the manifest's names ("tensor", "pointer", "i32", "cdiv"); the core maps each name to its code once, at plan
 parse, so the codes exist only in C++ (``csrc/plan.h``, ``csrc/expr.h``; exported as ``PLAN_TABLES``). The plan
-travels as plain dicts and lists; its shape is versioned by ``PLAN_VERSION`` (``kPlanVersion`` in C++) and
-documented in ``docs/loader.md``.
+travels as plain dicts and lists, each built by the plan contract (:mod:`flyship.bundle.plan_contract`, from which
+``csrc/plan_fields.h`` is generated: :func:`lower_by_contract`); its shape is versioned by ``PLAN_VERSION``
+(``kPlanVersion`` in C++) and documented in ``docs/loader.md``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Callable, Optional
 from flyship.bundle import expr as _expr
 from flyship.bundle import limits as _limits
 from flyship.bundle import manifest as _m
+from flyship.bundle import plan_contract as _contract
 from flyship.loader.cpu import mutable_hint
 
 PLAN_VERSION = _limits.PLAN_VERSION  # one constant for both languages (csrc/limits.h is generated from it)
@@ -86,6 +88,24 @@ def implied_layout_constraints(op: _m.Op, variants: tuple[_m.Variant, ...],
     return out
 
 
+def lower_by_contract(struct: str, obj: Any, computed: dict[str, Any]) -> dict[str, Any]:
+    """One plan dict of ``struct``, keyed by the contract (:mod:`flyship.bundle.plan_contract`): each key with a
+    ``source`` copied from ``obj``, every other key taken from ``computed``, which must hold exactly those.
+
+    Raises:
+        RuntimeError: ``computed`` lacks a key of the contract or holds one it does not declare (a flyship bug).
+    """
+    out: dict[str, Any] = {}
+    for f in _contract.fields_of(struct):
+        out[f.key] = _contract.source_value(obj, f) if f.source is not None else computed.get(f.key, computed)
+    missing = sorted(k for k, v in out.items() if v is computed)
+    extra = sorted(set(computed) - set(out))
+    if missing or extra:
+        raise RuntimeError(f"plan contract: the {struct} lowering lacks {missing} and adds {extra}; "
+                           "bundle/plan_contract.py and flyship/loader/plan.py disagree")
+    return out
+
+
 def lower_program(text: str, slots: dict[str, _expr.Slot]) -> dict[str, Any]:
     """An expression as the core reads it (``parse_program``): its text and its postfix words."""
     return {"text": text, "code": _expr.compile_program(text, slots)}
@@ -94,8 +114,8 @@ def lower_program(text: str, slots: dict[str, _expr.Slot]) -> dict[str, Any]:
 def lower_workspaces(op: _m.Op, v: _m.Variant, slots: dict[str, _expr.Slot]) -> list[dict[str, Any]]:
     """A variant's workspaces as the core reads them: name, dtype, zero fill, shape programs over the inputs."""
     inputs_only = {k: s for k, s in slots.items() if s.index < len(op.args)}
-    return [{"name": w.name, "dtype": w.dtype, "zero": bool(w.zero),
-             "shape": [lower_program(e, inputs_only) for e in w.shape]} for w in v.workspaces]
+    return [lower_by_contract("WorkspacePlan", w, {"shape": [lower_program(e, inputs_only) for e in w.shape]})
+            for w in v.workspaces]
 
 
 def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, slots: dict[str, _expr.Slot],
@@ -135,25 +155,17 @@ def lower_variant(op: _m.Op, spec: _m.Specialization, v: _m.Variant, slots: dict
         elif f.kind == "scratch":
             bytes_per_program = int(f.bytes_per_program or 0)
             align = int(f.align or 256)
-        fields.append({"kind": f.kind, "type": f.type, "offset": f.offset, "slot": slot, "dim": dim, "program": prog,
-                       "constant": constant, "bytes_per_program": bytes_per_program, "align": align, "label": label})
-    return {
-        "target": v.target,
-        "format": v.code_object.format,
-        "file": v.code_object.file,
-        "symbol": v.code_object.symbol,
-        "sha256": v.code_object.sha256,
-        "kernarg_size": v.kernargs.size,
-        "kernarg_align": v.kernargs.alignment,
-        "static_lds": v.metadata.group_segment_fixed_size,
+        fields.append(lower_by_contract("Field", f, {
+            "slot": slot, "dim": dim, "program": prog, "constant": constant, "bytes_per_program": bytes_per_program,
+            "align": align, "label": label}))
+    return lower_by_contract("VariantPlan", v, {
         "fields": fields,
         "programs": programs,
         "grid": grid,
         "dynamic_lds": dynamic_lds,
-        "block": list(v.launch.block),
         "then": [lower_variant(op, spec, t, slots, workspaces) for t in v.then],
         "workspaces": lower_workspaces(op, v, slots) if v.workspaces else [],
-    }
+    })
 
 
 def lower_op(op: _m.Op, namespace: str, spec_variants: Optional[list[int]] = None,
@@ -178,18 +190,15 @@ def lower_op(op: _m.Op, namespace: str, spec_variants: Optional[list[int]] = Non
     for o in op.outputs:
         # Only an input *tensor* gives a dtype (a scalar named like a dtype does not); C++ refuses any other slot.
         dtype_slot = slots[o.dtype].index if o.dtype in inputs_only and inputs_only[o.dtype].kind == "tensor" else -1
-        outputs.append({
-            "name": o.name,
+        outputs.append(lower_by_contract("OutputPlan", o, {
             "dtype_slot": dtype_slot,
             "dtype": "" if dtype_slot >= 0 else o.dtype,
             "shape": [lower_program(e, inputs_only) for e in o.shape],
-            "zero": bool(o.zero),
-        })
-    return {
-        "name": op.name,
+        }))
+    return lower_by_contract("OpPlan", op, {
         "qualname": f"{namespace}::{op.name}",
-        "slots": [{"name": n, "kind": s.kind, "rank": s.rank, "batch": n in batched,
-                   "mutable": n in op.mutable} for n, s in slots.items()],
+        "slots": [lower_by_contract("Slot", s, {"name": n, "kind": s.kind, "rank": s.rank, "batch": n in batched,
+                                                "mutable": n in op.mutable}) for n, s in slots.items()],
         "n_inputs": n_in,
         "outputs": outputs,
         "spec_variants": [len(s.variants) for s in op.specializations] if spec_variants is None else spec_variants,
@@ -198,7 +207,7 @@ def lower_op(op: _m.Op, namespace: str, spec_variants: Optional[list[int]] = Non
         # The C++ fallback's words for a reference that returned what it should have written in place: the one
         # owner's (loader/cpu.py), so both paths name the op's own mutable inputs.
         "mutable_hint": mutable_hint(op),
-    }
+    })
 
 
 def lower_specs(op: _m.Op) -> list[dict[str, Any]]:
@@ -214,14 +223,13 @@ def lower_specs(op: _m.Op) -> list[dict[str, Any]]:
         constraints = [lower_program(c, slots) for c in s.guard.constraints]
         constraints += [lower_program(c, slots) for name, cs in implied.items() if name not in out_names for c in cs]
         out_constraints = [lower_program(c, slots) for name, cs in implied.items() if name in out_names for c in cs]
-        specs.append({
-            "name": s.name,
+        specs.append(lower_by_contract("SpecPlan", s, {
             "dtypes": [[slots[t].index, d] for t, d in s.guard.dtypes.items()],
             "alignment": [[slots[t].index, int(a)] for t, a in s.guard.alignment.items()],
             "constraints": constraints,
             "out_constraints": out_constraints,
             "variants": [lower_variant(op, s, v, slots) for v in s.variants],
-        })
+        }))
     return specs
 
 
@@ -236,7 +244,7 @@ def lower_bundle(heads: list[dict[str, Any]], namespace: str, references: list[O
     (:func:`flyship.bundle.rules.check_variant_file`). ``blame(op_index, inputs, failure, fix, about_dtypes) ->
     str`` words a failed reference's message (:func:`flyship.loader.blame.blame` of that op), which the core asks
     only when a reference failed."""
-    return {
+    return lower_by_contract("Bundle", None, {
         "version": PLAN_VERSION,
         "namespace": namespace,
         "ops": heads,
@@ -244,4 +252,4 @@ def lower_bundle(heads: list[dict[str, Any]], namespace: str, references: list[O
         "specs": specs,
         "blame": blame,
         "code_object": code_object,
-    }
+    })
