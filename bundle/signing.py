@@ -22,6 +22,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from flyship.bundle import files as _files
+from flyship.bundle import limits as _limits
 from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
 
@@ -128,11 +130,13 @@ def verify(index: bytes, sig_member: bytes | None, trusted: frozenset[str], wher
         raise BundleError(f"open packed bundle {where}: expected a pack signed by a trusted key ({keys}), got an "
                           "unsigned pack; sign it with `flyship pack --sign KEY`, or unset FLYSHIP_TRUSTED_KEYS")
     try:
-        sig = json.loads(sig_member)
-        ok = (isinstance(sig, dict) and sig.get("format") == SIG_FORMAT and sig.get("version") == 1
-              and sig.get("algorithm") == "ed25519" and _HEX_KEY.match(str(sig.get("public_key"))))
-        signature = bytes.fromhex(sig["signature"]) if ok else b""
-    except (ValueError, KeyError, TypeError):
+        sig = _files.parse_json(sig_member, what=SIG_NAME, limit=_limits.MAX_RECORD_BYTES)
+        ok = (isinstance(sig, dict) and sig.get("format") == SIG_FORMAT and type(sig.get("version")) is int
+              and sig["version"] == 1 and sig.get("algorithm") == "ed25519"
+              and isinstance(sig.get("public_key"), str) and _HEX_KEY.match(sig["public_key"]))
+        signature = bytes.fromhex(sig["signature"]) if ok and isinstance(sig.get("signature"), str) else b""
+        ok = ok and len(signature) == 64
+    except (BundleError, ValueError, KeyError):
         ok = False
     if not ok:
         raise BundleError(f"open packed bundle {where}: {SIG_NAME} is not an ed25519 {SIG_FORMAT} record; the file "
