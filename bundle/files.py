@@ -143,23 +143,33 @@ def read_regular(path: Path | str, limit: int, *, what: str, error: type[Flyship
     return data
 
 
-# A JSON string (escapes included), or one bracket: what the depth scan looks at. Strings are matched whole so a
-# bracket inside one is not counted.
-_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+# The depth scan works on the brackets outside strings alone, with C-speed string operations only.
+_KEEP_BRACKETS = str.maketrans("", "", "".join(chr(i) for i in range(128) if chr(i) not in "[]{}"))
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_RUN = re.compile(r"[\[{]+|[\]}]+")
 
 
 def json_depth_exceeds(text: str, depth: int) -> bool:
-    """Whether the JSON ``text`` nests arrays / objects more than ``depth`` deep, found without recursion and
-    stopping at the first level too deep (100,000 ``[`` cost a few microseconds). For text that is not JSON the
-    answer may be either; the parser refuses that text anyway."""
+    """Whether the JSON ``text`` nests arrays / objects more than ``depth`` deep, found without recursion.
+
+    Escapes are dropped first (``\\\\`` then ``\\"``: JSON pairs a backslash with the next character, left to
+    right, as ``str.replace`` does), so splitting at ``"`` leaves the text outside strings at the even places;
+    of that only the brackets are kept, and the level is followed run by run (``[[{`` then ``]}``...): a 47 KB
+    manifest costs about a millisecond, 100,000 ``[`` one run. For text that is not JSON the answer may be either;
+    the parser refuses that text anyway.
+    """
+    outside = "".join(text.replace("\\\\", "").replace('\\"', "").split('"')[::2])
+    brackets = outside.translate(_KEEP_BRACKETS)
+    if not brackets.isascii():  # characters JSON never has outside strings: drop them too
+        brackets = _NOT_BRACKET.sub("", brackets)
     level = 0
-    for m in _JSON_TOKENS.finditer(text):
-        step = _DEPTH_STEP.get(m.group())
-        if step is not None:
-            level += step
+    for run in _RUN.findall(brackets):
+        if run[0] in "[{":
+            level += len(run)
             if level > depth:
                 return True
+        else:
+            level -= len(run)
     return False
 
 
