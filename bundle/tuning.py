@@ -40,6 +40,7 @@ TUNED_SUFFIX = "__t"  # tuned guard names: <winner>__t<bucket index>
 _TOP_KEYS = frozenset({"format", "version", "namespace", "keys", "entries"})
 _ENTRY_KEYS = frozenset({"op", "target", "cus", "key", "spec", "us"})
 _MAX_ENTRIES = 1 << 16
+_MAX_US = 1e12  # microseconds per call: 11 days; also keeps an integer exact as the float it is read as
 
 
 class TuningError(BundleError):
@@ -162,9 +163,8 @@ def _read_entry(e: Any, keys: dict[str, tuple[str, ...]], w: str, lenient: bool)
     spec = e.get("spec")
     _need(_is_name(spec), f"{w}.spec", f"a specialization name of 1 to {_limits.MAX_NAME} characters", spec)
     us = e.get("us", {})
-    _need(type(us) is dict and all(_is_name(k) and type(v) in (int, float) and math.isfinite(v) and v >= 0
-                                   for k, v in us.items()),
-          f"{w}.us", "an object spec -> finite microseconds (>= 0)", us)
+    _need(type(us) is dict and all(_is_name(k) and type(v) in (int, float) and 0 <= v <= _MAX_US for k, v in us.items()),
+          f"{w}.us", f"an object spec -> finite microseconds (0 to {_MAX_US:.0e})", us)
     return Entry(op, target, cus, tuple(key), spec, {k: float(v) for k, v in us.items()})
 
 
