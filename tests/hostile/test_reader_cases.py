@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.cpu
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "loader" / "data" / "tiny"
 SECONDS = 30  # a refusal takes well under a second; a read that blocks or runs on hits this

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.cpu
+
 ROOT = Path(__file__).resolve().parents[2]
 READERS = ("manifest", "pack", "tuning", "patches")
 CASES = int(os.environ.get("FLYSHIP_FUZZ_CASES", "10000"))
