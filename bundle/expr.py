@@ -96,7 +96,7 @@ def parse(text: str) -> ast.expr:
                         "split the rule or simplify it")
     try:
         tree = ast.parse(text.strip(), mode="eval").body
-    except (SyntaxError, RecursionError, MemoryError) as e:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:  # ValueError: a NUL, a lone surrogate
         raise _fail(text, f"not valid syntax ({getattr(e, 'msg', type(e).__name__)})") from None
     _check(tree, text)
     words, depth = _program_size(tree)

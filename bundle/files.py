@@ -147,6 +147,7 @@ def read_regular(path: Path | str, limit: int, *, what: str, error: type[Flyship
 _KEEP_BRACKETS = str.maketrans("", "", "".join(chr(i) for i in range(128) if chr(i) not in "[]{}"))
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _RUN = re.compile(r"[\[{]+|[\]}]+")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def json_depth_exceeds(text: str, depth: int) -> bool:
@@ -186,6 +187,24 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _unpaired_surrogate_at(data: Any) -> str:
+    """The JSON path (``.ops[0].doc``) of the first string or key in ``data`` that is not valid Unicode."""
+    todo: list[tuple[str, Any]] = [("", data)]
+    while todo:
+        where, v = todo.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return where or "the value"
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                todo += [(f"{where} key", k), (f"{where}.{k[:40]}", x)]
+        elif isinstance(v, list):
+            todo += [(f"{where}[{i}]", x) for i, x in enumerate(v)]
+    return "a string"
+
+
 def parse_json(data: bytes, *, what: str, error: type[FlyshipError] = BundleError, hint: str = "",
                depth: int = _limits.MAX_JSON_DEPTH, limit: int | None = None) -> Any:
     """JSON data from ``data``: UTF-8 (a BOM refused), strict JSON (no NaN / Infinity literals, no integer of more
@@ -208,9 +227,15 @@ def parse_json(data: bytes, *, what: str, error: type[FlyshipError] = BundleErro
         raise error(f"{what} is not valid JSON: expected arrays and objects nested at most {depth} deep, got "
                     f"deeper{hint}")
     try:
-        return json.loads(text, parse_constant=_constant, object_pairs_hook=_unique_keys)
+        data = json.loads(text, parse_constant=_constant, object_pairs_hook=_unique_keys)
+        if _SURROGATE_ESCAPE.search(text):  # a pair is one character; a lone half is no text at all
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise error(f"{what}: {_unpaired_surrogate_at(data)}: the string holds an unpaired surrogate escape "
+                    f"(\\ud800-\\udfff); expected valid Unicode text{hint}") from None
     except (ValueError, RecursionError) as e:  # JSONDecodeError, the checks above, an int of > 4300 digits
         raise error(f"{what} is not valid JSON ({str(e)[:200]}){hint}") from None
+    return data
 
 
 def read_json(path: Path | str, limit: int, *, what: str, error: type[FlyshipError] = BundleError, hint: str = "",
