@@ -75,9 +75,11 @@ def _public_hex(public: Any) -> str:
 def sign(index: bytes, key_path: Path | str) -> bytes:
     """The ``flyship-pack.sig`` member for the index bytes ``index``, signed with the private key at ``key_path``."""
     ed25519, serialization = _crypto()
+    pem = _files.read_regular(key_path, _MAX_KEY_FILE, what="flyship pack --sign", error=ConfigError,
+                              hint="pass the private key file `flyship keygen` wrote")
     try:
-        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as e:
+        key = serialization.load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as e:
         raise ConfigError(f"flyship pack --sign {key_path}: expected an unencrypted Ed25519 private key (PEM) from "
                           f"`flyship keygen`, got {type(e).__name__}: {e}") from None
     if not isinstance(key, ed25519.Ed25519PrivateKey):
@@ -92,12 +94,9 @@ def read_public_key(spec: str | os.PathLike) -> str:
     text = str(spec).strip()
     if _HEX_KEY.match(text.lower()):
         return text.lower()
-    try:
-        with open(spec, encoding="ascii") as f:
-            line = f.read(_MAX_KEY_FILE).strip()
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"trusted key {spec}: expected 64 hex digits or a readable .pub file from `flyship keygen`, "
-                          f"got {type(e).__name__}: {e}") from None
+    raw = _files.read_regular(spec, _MAX_KEY_FILE, what="trusted key", error=ConfigError,
+                              hint="pass 64 hex digits or the .pub file `flyship keygen` wrote")
+    line = raw.decode("ascii", errors="replace").strip()
     kind, _, hexkey = line.partition(" ")
     if kind != "ed25519" or not _HEX_KEY.match(hexkey.strip()):
         raise ConfigError(f"trusted key {spec}: expected one line 'ed25519 <64 hex digits>', got {line[:80]!r}")

@@ -73,10 +73,11 @@ def _modules(path: str) -> set[str]:
     from flyship.bundle import files, limits
     from flyship.errors import ConfigError
 
-    data = files.read_json(path, limits.MAX_PATCHES_BYTES, what="patches file", error=ConfigError)
+    data = files.read_json(path, limits.MAX_PATCHES_BYTES, what="cannot read the patches file", error=ConfigError)
     patches = data.get("patches") if type(data) is dict else None
     if type(patches) is not list or not all(type(p) is dict and type(p.get("target")) is str for p in patches):
-        raise ConfigError(f'patches file {path}: expected {{"bundle": ..., "patches": [{{"target": ...}}, ...]}}')
+        raise ConfigError(f'cannot read the patches file {path}: expected {{"bundle": ..., "patches": '
+                          '[{"target": ...}, ...]}')
     return {p["target"].partition(":")[0] for p in patches}
 
 

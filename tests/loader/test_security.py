@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from flyship.errors import ConfigError
-from flyship.loader import extension, hook, prebuilt
+from flyship.loader import extension, prebuilt
+from flyship.loader.tools import hook
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
