@@ -93,7 +93,7 @@ _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXE
 
 
 def read_regular(path: Path | str, limit: int, *, what: str, error: type[FlyshipError] = BundleError,
-                 hint: str = "") -> bytes:
+                 hint: str = "", expected: str = "a regular file") -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them, read through one descriptor.
 
     The path is opened with ``O_NONBLOCK`` and examined with ``fstat`` before anything is read: a named pipe (which
@@ -103,29 +103,33 @@ def read_regular(path: Path | str, limit: int, *, what: str, error: type[Flyship
     Args:
         path: the file (a symbolic link is followed: the file it names is what is checked and read).
         limit: the most bytes the caller accepts.
-        what: what the file is, for messages (``"tuning table"``).
+        what: the operation, for messages (``"tuning table"``, ``"read bundle"``).
         error: the flyship exception class to raise (:class:`~flyship.errors.BundleError` by default).
         hint: what to do, appended to each message.
+        expected: what should be at ``path``, in words (``"a manifest"``).
 
     Returns:
         The file's bytes.
 
     Raises:
-        error: the file is missing, unreadable, not a regular file or larger than ``limit``.
+        error: ``<what>: expected <expected> at <path>, found <what is there>; <hint>`` (missing, unreadable, not a
+            regular file), or larger than ``limit``.
     """
     hint = f"; {hint}" if hint else ""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-        raise error(f"{what} {path}: expected a readable regular file, found {found_at(path)}"
-                    f"{f' ({e.strerror})' if isinstance(e, OSError) and e.strerror else ''}{hint}") from None
+        found = found_at(path)
+        why = f" ({e.strerror})" if isinstance(e, OSError) and e.strerror and found.startswith(("a file", "a dir")) \
+            else ""
+        raise error(f"{what}: expected {expected} at {path}, found {found}{why}{hint}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = next((w for test, w in _KINDS if test(st.st_mode)), "an unknown kind of file")
-            raise error(f"{what} {path}: expected a regular file, found {kind}; refusing to read it{hint}")
+            raise error(f"{what}: expected {expected} at {path}, found {kind}{hint}")
         if st.st_size > limit:
-            raise error(f"{what} {path}: expected at most {limit} bytes, got {st.st_size}{hint}")
+            raise error(f"{what}: expected at most {limit} bytes at {path}, got {st.st_size}{hint}")
         chunks, left = [], limit + 1
         while left > 0:
             b = os.read(fd, min(left, 1 << 20))
@@ -134,12 +138,12 @@ def read_regular(path: Path | str, limit: int, *, what: str, error: type[Flyship
             chunks.append(b)
             left -= len(b)
     except OSError as e:
-        raise error(f"{what} {path}: cannot read it ({e.strerror or e}){hint}") from None
+        raise error(f"{what}: expected {expected} at {path}, got a read error ({e.strerror or e}){hint}") from None
     finally:
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > limit:
-        raise error(f"{what} {path}: expected at most {limit} bytes, got more (it grew while read){hint}")
+        raise error(f"{what}: expected at most {limit} bytes at {path}, got more (it grew while read){hint}")
     return data
 
 

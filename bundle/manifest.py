@@ -148,7 +148,7 @@ def read_bytes(path: Path | str) -> tuple[bytes, str]:
     p = Path(path)
     if p.is_dir() and (p.name != MANIFEST_NAME or (p / MANIFEST_NAME).exists() or (p / MANIFEST_NAME).is_symlink()):
         p = p / MANIFEST_NAME  # (a folder named manifest.json with none inside was meant as the manifest: say so)
-    data = _files.read_regular(p, _limits.MAX_MANIFEST_BYTES, what="read bundle: manifest",
+    data = _files.read_regular(p, _limits.MAX_MANIFEST_BYTES, what="read bundle", expected="a manifest",
                                hint=f"pass a bundle directory built by flyc-build (it holds {MANIFEST_NAME})")
     return data, str(p)
 

@@ -243,7 +243,7 @@ def open_pack(path: Path | str, cache: Path | str | None = None,
     """
     p = Path(path).resolve()
     where = str(p)
-    blob = _files.read_regular(p, _MAX_PACK, what="open packed bundle",
+    blob = _files.read_regular(p, _MAX_PACK, what="open packed bundle", expected="a packed bundle file",
                                hint="check the path and its permissions, or pass the bundle directory")
     digest = hashlib.sha256(blob).hexdigest()
     trusted = _signing.policy(trusted_keys)

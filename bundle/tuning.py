@@ -163,7 +163,8 @@ def _read_entry(e: Any, keys: dict[str, tuple[str, ...]], w: str, lenient: bool)
     spec = e.get("spec")
     _need(_is_name(spec), f"{w}.spec", f"a specialization name of 1 to {_limits.MAX_NAME} characters", spec)
     us = e.get("us", {})
-    _need(type(us) is dict and all(_is_name(k) and type(v) in (int, float) and 0 <= v <= _MAX_US for k, v in us.items()),
+    _need(type(us) is dict
+          and all(_is_name(k) and type(v) in (int, float) and 0 <= v <= _MAX_US for k, v in us.items()),
           f"{w}.us", f"an object spec -> finite microseconds (0 to {_MAX_US:.0e})", us)
     return Entry(op, target, cus, tuple(key), spec, {k: float(v) for k, v in us.items()})
 

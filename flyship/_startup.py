@@ -88,7 +88,7 @@ def activate(path: str) -> None:
     try:
         modules = _modules(path)
     except Exception as e:  # noqa: BLE001 - a broken hook must never stop the interpreter from starting
-        said = str(e) if isinstance(e, FlyshipError) else f"cannot read the patches file {path}: {type(e).__name__}: {e}"
+        said = e if isinstance(e, FlyshipError) else f"cannot read the patches file {path}: {type(e).__name__}: {e}"
         _warn(f"{said}; nothing is patched (fix it, or run `flyship hook remove`)")
         return
     already = sorted(m for m in modules if m in sys.modules)

@@ -147,7 +147,7 @@ def test_an_unreadable_pack_is_a_bundle_error(tiny_bundle, tmp_path, monkeypatch
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", unreadable)
-    with pytest.raises(BundleError, match=r"open packed bundle .*t\.flyship: expected a readable regular file, found "
+    with pytest.raises(BundleError, match=r"open packed bundle: expected a packed bundle file at .*t\.flyship, found "
                                           r"a file \(Permission denied\); check the path and its permissions"):
         _pack.open_pack(f, tmp_path / "cache")
 
