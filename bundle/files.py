@@ -2,10 +2,10 @@
 
 Reads: :func:`read_regular` opens a path without blocking and reads it only when it is a regular file, under a
 size limit (a FIFO, ``/dev/zero``, a folder or a device is refused at once); :func:`parse_json` turns bytes into
-JSON data under a nesting-depth limit (checked before the parser recurses), refusing NaN/Infinity, numbers out of
-float range and duplicate keys; :func:`read_json` is both. Every JSON input flyship reads (manifest, pack index
-and signature, tuning tables, the hook's patches file, prebuilt-extension records, build-cache entries) goes
-through them, and its reader then checks the types of what it uses. Writes: :func:`atomic_write`, all or
+JSON data under a nesting-depth limit (checked before the parser recurses), refusing NaN/Infinity, a key twice in
+one object and unpaired surrogates; :func:`read_json` is both. Every JSON input flyship reads (manifest, pack index
+and signature, tuning tables, the hook's patches file, prebuilt-extension records, build-cache entries, the
+importers' files) goes through them, and its reader then checks the type and range of every value it uses. Writes: :func:`atomic_write`, all or
 nothing, so a crash or a concurrent reader never sees half a file.
 """
 
