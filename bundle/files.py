@@ -17,7 +17,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +71,8 @@ def atomic_write(path: Path | str, data: bytes) -> Path:
     Returns:
         ``path`` as a Path.
     """
+    import tempfile  # here: the start-up hook imports this module for its reads, at every interpreter start
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
