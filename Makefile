@@ -27,7 +27,7 @@ PY312       ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/
 FLYDSL_RELEASES ?= 0.1.5 0.2.4 0.3.4.1 0.4.2 0.5.0
 MATRIX      ?= $(foreach v,$(FLYDSL_RELEASES),$(PY311):$(v)) $(if $(PY312),$(foreach v,$(FLYDSL_RELEASES),$(PY312):$(v)))
 
-.PHONY: all setup apt venvs install demo test test-build test-workload test-matrix bundles gpu-check clean
+.PHONY: all setup apt venvs install demo test test-build test-workload test-hostile test-matrix bundles gpu-check clean
 
 all: demo
 
@@ -84,6 +84,12 @@ bundles: install
 test: install
 	$(FLYDSL_PY) -m pytest -m compile tests
 	$(WORKLOAD_PY) -m pytest -m "not compile and not matrix" tests
+
+# The hostile suite alone (part of `make test`'s workload tier): the readers' explicit hostile inputs and the
+# reader fuzz (FLYSHIP_FUZZ_CASES per reader, default 10000), every case in a child process under a memory and
+# a time limit; prints the tallies.
+test-hostile: install
+	$(WORKLOAD_PY) -m pytest -m "not compile and not matrix" tests/hostile
 
 # The version matrix: each cell builds examples/flydsl_portable for gfx942 + gfx950 in its own venv; the
 # workload Python loads every bundle (oldest and newest side by side) and checks the kernarg packing; and a

@@ -96,7 +96,7 @@ def parse(text: str) -> ast.expr:
                         "split the rule or simplify it")
     try:
         tree = ast.parse(text.strip(), mode="eval").body
-    except (SyntaxError, RecursionError, MemoryError) as e:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:  # ValueError: a NUL, a lone surrogate
         raise _fail(text, f"not valid syntax ({getattr(e, 'msg', type(e).__name__)})") from None
     _check(tree, text)
     words, depth = _program_size(tree)
@@ -179,10 +179,11 @@ def _tensor_index(node: ast.Subscript, text: str) -> tuple[str, str, int]:
     v, sl = node.value, node.slice
     ok = isinstance(v, ast.Attribute) and v.attr in _ATTRS and isinstance(v.value, ast.Name)
     idx = None
-    if isinstance(sl, ast.Constant) and isinstance(sl.value, int) and not isinstance(sl.value, bool):
-        idx = sl.value
-    elif isinstance(sl, ast.UnaryOp) and isinstance(sl.op, ast.USub) and isinstance(sl.operand, ast.Constant):
-        idx = -sl.operand.value
+    negate = isinstance(sl, ast.UnaryOp) and isinstance(sl.op, ast.USub)
+    lit = sl.operand if negate else sl
+    # Only an int literal (never a bool, a float or a string: ``-'a'`` would be Python's TypeError, ``-True`` -1).
+    if isinstance(lit, ast.Constant) and type(lit.value) is int:
+        idx = -lit.value if negate else lit.value
     if not ok or not isinstance(idx, int):
         raise _fail(text, f"expected x.shape[<int>] or x.stride[<int>], got {ast.unparse(node)!r}")
     return v.value.id, v.attr, idx

@@ -18,6 +18,12 @@ MAX_CODE_OBJECT_BYTES = 256 * MIB
 """One code object (hsaco / cubin) or offload bundle; checked on the file's size before it is read and hashed."""
 MAX_REFERENCES_BYTES = 4 * MIB
 """The references module (``references.py``)."""
+MAX_TUNING_BYTES = 16 * MIB
+"""A tuning table (``flyship tune`` writes a few KB per op and device)."""
+MAX_PATCHES_BYTES = 1 * MIB
+"""The hook's patches file (read at every interpreter start of an environment with the hook installed)."""
+MAX_RECORD_BYTES = 1 * MIB
+"""A small JSON record: a pack's index and signature members, a prebuilt-extension record, a build-cache entry."""
 
 # JSON shape.
 MAX_JSON_DEPTH = 32

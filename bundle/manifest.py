@@ -148,14 +148,9 @@ def read_bytes(path: Path | str) -> tuple[bytes, str]:
     p = Path(path)
     if p.is_dir() and (p.name != MANIFEST_NAME or (p / MANIFEST_NAME).exists() or (p / MANIFEST_NAME).is_symlink()):
         p = p / MANIFEST_NAME  # (a folder named manifest.json with none inside was meant as the manifest: say so)
-    if not p.is_file():
-        raise BundleError(f"read bundle: expected a manifest at {p}, found {_files.found_at(p)}; pass a bundle "
-                          f"directory built by flyc-build (it holds {MANIFEST_NAME})")
-    try:
-        with open(p, "rb") as fh:
-            return fh.read(_limits.MAX_MANIFEST_BYTES + 1), str(p)
-    except OSError as e:
-        raise BundleError(f"read bundle: cannot read {p}: {e}") from None
+    data = _files.read_regular(p, _limits.MAX_MANIFEST_BYTES, what="read bundle", expected="a manifest",
+                               hint=f"pass a bundle directory built by flyc-build (it holds {MANIFEST_NAME})")
+    return data, str(p)
 
 
 def read(path: Path | str) -> Manifest:

@@ -17,6 +17,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable
 
+from flyship.bundle import files as _files
 from flyship.bundle import limits as _limits
 from flyship.bundle.errors import BundleError
 from flyship.bundle.model import FORMAT_NAME, Manifest
@@ -241,12 +242,9 @@ def write(manifest: Manifest, path: Path) -> None:
     Path(path).write_text(json.dumps(to_json_data(manifest), sort_keys=True, indent=1, allow_nan=False) + "\n")
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
 def decode(data: bytes, where: str) -> Any:
-    """Manifest bytes as JSON data: at most the size limit, UTF-8, strict JSON (no NaN or Infinity).
+    """Manifest bytes as JSON data (:func:`flyship.bundle.files.parse_json`): at most the size limit, UTF-8, strict
+    JSON (no NaN or Infinity, no key twice), nested at most ``MAX_JSON_DEPTH`` deep.
 
     Raises:
         BundleError: naming ``where``; says the bundle is damaged.
@@ -254,10 +252,4 @@ def decode(data: bytes, where: str) -> Any:
     if len(data) > _limits.MAX_MANIFEST_BYTES:
         raise BundleError(f"read bundle: expected a manifest of at most {_limits.MAX_MANIFEST_BYTES} bytes, {where} "
                           f"has {len(data)}; is this a flyship bundle?")
-    try:
-        return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError as e:
-        raise BundleError(f"read bundle: {where} is not UTF-8 text ({e}); the bundle is damaged, rebuild it") from None
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, NaN / Infinity, an int of > 4300 digits
-        raise BundleError(f"read bundle: {where} is not valid JSON ({str(e)[:200]}); the bundle is damaged, "
-                          "rebuild it") from None
+    return _files.parse_json(data, what=f"read bundle: {where}", hint="the bundle is damaged, rebuild it")

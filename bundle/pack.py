@@ -44,10 +44,12 @@ PACK_VERSION = 1  # an unsigned pack: the index, then the members
 SIGNED_PACK_VERSION = 2  # a signed pack: the index, the signature (flyship-pack.sig), then the members
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time zip can hold
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_+\-][A-Za-z0-9._+\-]*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ZIP_LOCAL_HEADER = b"PK\x03\x04"  # every pack starts with its index member's local header
 _MAX_MEMBER = 1 << 31  # no bundle file comes near 2 GiB; bounds every read of the cache and a pack's total
 _MAX_INDEX = 1 << 24  # the index and the signature: a line per member
 _MAX_MEMBERS = 100_000
+_MAX_PACK = _MAX_MEMBER + 4 * _MAX_INDEX  # the members, the index and signature, the zip headers and directory
 _REDO = "rebuild or re-copy it with `flyc-build ... --pack` or `flyship pack BUNDLE -o FILE`"
 # What reading a damaged member can raise: a bad header or CRC (BadZipFile), data cut short (EOFError), a
 # compressed member from another writer (zlib.error, NotImplementedError for a method zipfile lacks).
@@ -139,13 +141,11 @@ def _read_index(z: zipfile.ZipFile, where: str, trusted: frozenset[str] | None =
     signed = len(names) > 1 and names[1] == _signing.SIG_NAME
     if trusted is not None:  # before anything else of the index is believed
         _signing.verify(raw_index, _read_member(z, _signing.SIG_NAME, where) if signed else None, trusted, where)
-    try:
-        index = json.loads(raw_index)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BundleError(f"open packed bundle {where}: {INDEX_NAME} is not valid JSON ({e}); the file is "
-                          "damaged") from None
+    index = _files.parse_json(raw_index, what=f"open packed bundle {where}: {INDEX_NAME}",
+                              hint=f"the file is damaged, {_REDO}")
     version = SIGNED_PACK_VERSION if signed else PACK_VERSION
-    if not isinstance(index, dict) or index.get("format") != PACK_FORMAT or index.get("version") != version:
+    if (not isinstance(index, dict) or index.get("format") != PACK_FORMAT or type(index.get("version")) is not int
+            or index["version"] != version):  # (type: true == 1 and 1.0 == 1 in Python, not in the format)
         got = {k: index.get(k) for k in ("format", "version")} if isinstance(index, dict) else index
         raise BundleError(f"open packed bundle {where}: expected a {PACK_FORMAT} index of version {version} "
                           f"({'signed' if signed else 'unsigned'}), got {got!r}; repack it with this flyship's "
@@ -153,6 +153,15 @@ def _read_index(z: zipfile.ZipFile, where: str, trusted: frozenset[str] | None =
     listed = index.get("members")
     if not isinstance(listed, dict):
         raise BundleError(f"open packed bundle {where}: {INDEX_NAME} has no members table; the file is damaged")
+    extra = sorted(set(index) - {"format", "version", "members"})
+    if extra:
+        raise BundleError(f"open packed bundle {where}: expected only the keys format, version, members in "
+                          f"{INDEX_NAME}, got also {', '.join(repr(k[:40]) for k in extra[:5])}; the file is damaged "
+                          "or was altered")
+    for n, sha in listed.items():
+        if not isinstance(sha, str) or not _SHA256.match(sha):
+            raise BundleError(f"open packed bundle {where}: {INDEX_NAME} members[{n[:60]!r}]: expected a sha256 "
+                              f"(64 lowercase hex digits), got {str(sha)[:80]!r}; the file is damaged or was altered")
     rest = names[2:] if signed else names[1:]
     if len(set(rest)) != len(rest) or sorted(rest) != sorted(listed):
         raise BundleError(f"open packed bundle {where}: expected the members the index lists "
@@ -234,11 +243,8 @@ def open_pack(path: Path | str, cache: Path | str | None = None,
     """
     p = Path(path).resolve()
     where = str(p)
-    try:
-        blob = p.read_bytes()
-    except OSError as e:
-        raise BundleError(f"open packed bundle {where}: expected a readable file, got {e.strerror or e}; check its "
-                          "permissions, or pass the bundle directory") from e
+    blob = _files.read_regular(p, _MAX_PACK, what="open packed bundle", expected="a packed bundle file",
+                               hint="check the path and its permissions, or pass the bundle directory")
     digest = hashlib.sha256(blob).hexdigest()
     trusted = _signing.policy(trusted_keys)
     try:

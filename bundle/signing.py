@@ -22,6 +22,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from flyship.bundle import files as _files
+from flyship.bundle import limits as _limits
 from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
 
@@ -73,9 +75,11 @@ def _public_hex(public: Any) -> str:
 def sign(index: bytes, key_path: Path | str) -> bytes:
     """The ``flyship-pack.sig`` member for the index bytes ``index``, signed with the private key at ``key_path``."""
     ed25519, serialization = _crypto()
+    pem = _files.read_regular(key_path, _MAX_KEY_FILE, what="flyship pack --sign", error=ConfigError,
+                              hint="pass the private key file `flyship keygen` wrote")
     try:
-        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as e:
+        key = serialization.load_pem_private_key(pem, password=None)
+    except (ValueError, TypeError) as e:
         raise ConfigError(f"flyship pack --sign {key_path}: expected an unencrypted Ed25519 private key (PEM) from "
                           f"`flyship keygen`, got {type(e).__name__}: {e}") from None
     if not isinstance(key, ed25519.Ed25519PrivateKey):
@@ -90,12 +94,9 @@ def read_public_key(spec: str | os.PathLike) -> str:
     text = str(spec).strip()
     if _HEX_KEY.match(text.lower()):
         return text.lower()
-    try:
-        with open(spec, encoding="ascii") as f:
-            line = f.read(_MAX_KEY_FILE).strip()
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"trusted key {spec}: expected 64 hex digits or a readable .pub file from `flyship keygen`, "
-                          f"got {type(e).__name__}: {e}") from None
+    raw = _files.read_regular(spec, _MAX_KEY_FILE, what="trusted key", error=ConfigError,
+                              hint="pass 64 hex digits or the .pub file `flyship keygen` wrote")
+    line = raw.decode("ascii", errors="replace").strip()
     kind, _, hexkey = line.partition(" ")
     if kind != "ed25519" or not _HEX_KEY.match(hexkey.strip()):
         raise ConfigError(f"trusted key {spec}: expected one line 'ed25519 <64 hex digits>', got {line[:80]!r}")
@@ -128,11 +129,13 @@ def verify(index: bytes, sig_member: bytes | None, trusted: frozenset[str], wher
         raise BundleError(f"open packed bundle {where}: expected a pack signed by a trusted key ({keys}), got an "
                           "unsigned pack; sign it with `flyship pack --sign KEY`, or unset FLYSHIP_TRUSTED_KEYS")
     try:
-        sig = json.loads(sig_member)
-        ok = (isinstance(sig, dict) and sig.get("format") == SIG_FORMAT and sig.get("version") == 1
-              and sig.get("algorithm") == "ed25519" and _HEX_KEY.match(str(sig.get("public_key"))))
-        signature = bytes.fromhex(sig["signature"]) if ok else b""
-    except (ValueError, KeyError, TypeError):
+        sig = _files.parse_json(sig_member, what=SIG_NAME, limit=_limits.MAX_RECORD_BYTES)
+        ok = (isinstance(sig, dict) and sig.get("format") == SIG_FORMAT and type(sig.get("version")) is int
+              and sig["version"] == 1 and sig.get("algorithm") == "ed25519"
+              and isinstance(sig.get("public_key"), str) and _HEX_KEY.match(sig["public_key"]))
+        signature = bytes.fromhex(sig["signature"]) if ok and isinstance(sig.get("signature"), str) else b""
+        ok = ok and len(signature) == 64
+    except (BundleError, ValueError, KeyError):
         ok = False
     if not ok:
         raise BundleError(f"open packed bundle {where}: {SIG_NAME} is not an ed25519 {SIG_FORMAT} record; the file "

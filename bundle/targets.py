@@ -51,8 +51,13 @@ NVIDIA_LIMITS: dict[int, dict[str, int]] = {
     120: {"lds_bytes": 99 * 1024, "wavefront_size": 32, "max_workgroup_size": 1024},
 }
 
-_AMD_RE = re.compile(r"^(gfx[0-9a-f]+)((?::[a-z0-9_]+[+-])*)$")
-_NV_RE = re.compile(r"^sm_(\d+)(a?)$")
+# The one grammar of a target ID, strict: no whitespace, no empty or unknown feature, no feature twice, features
+# in LLVM's canonical (alphabetical) order, no leading zero in an sm number. Every reader of a target (the
+# manifest's rule book, tuning tables, the loader's device targets, flyc-build --arch) parses with
+# :func:`parse_target`, so one text names one target everywhere ("gfx942 " is not a second gfx942).
+_AMD_RE = re.compile(r"(gfx[0-9a-f]{2,6})((?::[a-z0-9_]+[+-]){0,8})")
+_NV_RE = re.compile(r"sm_([1-9][0-9]{1,3})(a?)")
+_MAX_TARGET_TEXT = 64
 AMD_FEATURES = ("sramecc", "xnack")
 
 
@@ -90,31 +95,38 @@ class TargetID:
 
 
 def parse_target(text: str) -> TargetID:
-    """Parse ``gfx942``, ``gfx942:sramecc+:xnack-``, ``sm_90`` or ``sm_90a``.
+    """Parse ``gfx942``, ``gfx942:sramecc+:xnack-``, ``sm_90`` or ``sm_90a``, strictly (the one target parser).
 
     Raises:
-        BundleError: the text is not a target ID; the message lists the accepted forms.
+        BundleError: the text is not a target ID exactly as written (surrounding whitespace, an empty, unknown
+            or repeated feature, features out of order); the message lists the accepted forms.
     """
-    t = text.strip()
-    m = _AMD_RE.match(t)
+    if not isinstance(text, str):
+        raise BundleError(f"target ID: expected a string like 'gfx942' or 'sm_90', got {type(text).__name__}")
+    shown = repr(text[:_MAX_TARGET_TEXT]) + ("..." if len(text) > _MAX_TARGET_TEXT else "")
+    if text != text.strip():
+        raise BundleError(f"target ID {shown}: expected no surrounding whitespace; write {text.strip()[:64]!r}")
+    m = _AMD_RE.fullmatch(text) if len(text) <= _MAX_TARGET_TEXT else None
     if m:
         feats: dict[str, str] = {}
-        for part in filter(None, m.group(2).split(":")):
+        for part in m.group(2).split(":")[1:]:
             name, sign = part[:-1], part[-1]
             if name not in AMD_FEATURES:
-                raise BundleError(
-                    f"target ID {text!r}: unknown feature {name!r}; expected one of {', '.join(AMD_FEATURES)}"
-                )
+                raise BundleError(f"target ID {shown}: unknown feature {name!r}; expected one of "
+                                  f"{', '.join(AMD_FEATURES)}")
             if name in feats:
-                raise BundleError(f"target ID {text!r}: feature {name!r} given twice")
+                raise BundleError(f"target ID {shown}: feature {name!r} given twice; give each at most once")
             feats[name] = sign
-        return TargetID("amd", m.group(1), tuple(sorted(feats.items())))
-    m = _NV_RE.match(t)
+        tid = TargetID("amd", m.group(1), tuple(sorted(feats.items())))
+        if tid.text != text:
+            raise BundleError(f"target ID {shown}: expected the features in alphabetical order; write {tid.text!r}")
+        return tid
+    m = _NV_RE.fullmatch(text) if len(text) <= _MAX_TARGET_TEXT else None
     if m:
         return TargetID("nvidia", f"sm_{m.group(1)}", (), bool(m.group(2)))
     raise BundleError(
-        f"target ID {text!r}: expected an AMD target like 'gfx942' or 'gfx942:sramecc+:xnack-', "
-        f"or an NVIDIA one like 'sm_90'"
+        f"target ID {shown}: expected an AMD target like 'gfx942' or 'gfx942:sramecc+:xnack-' (features sramecc, "
+        "xnack, each at most once, in that order, with + or -), or an NVIDIA one like 'sm_90' or 'sm_90a'"
     )
 
 

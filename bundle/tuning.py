@@ -23,15 +23,24 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from flyship.bundle.errors import BundleError
+from flyship.bundle import expr as _expr
+from flyship.bundle import files as _files
+from flyship.bundle import limits as _limits
+from flyship.bundle import targets as _targets
+from flyship.bundle.errors import BundleError, ExprError
 
 FORMAT_NAME = "flyship-tuning"
 VERSION_MAJOR, VERSION_MINOR = 1, 0
 VERSION = f"{VERSION_MAJOR}.{VERSION_MINOR}"
 TUNED_SUFFIX = "__t"  # tuned guard names: <winner>__t<bucket index>
+_TOP_KEYS = frozenset({"format", "version", "namespace", "keys", "entries"})
+_ENTRY_KEYS = frozenset({"op", "target", "cus", "key", "spec", "us"})
+_MAX_ENTRIES = 1 << 16
+_MAX_US = 1e12  # microseconds per call: 11 days; also keeps an integer exact as the float it is read as
 
 
 class TuningError(BundleError):
@@ -71,7 +80,9 @@ class Table:
 
 
 def _processor(target: str) -> str:
-    return target.split(":")[0].rstrip("a") if target.startswith("sm_") else target.split(":")[0]
+    """The processor a target ID names (``gfx942`` for ``gfx942:sramecc+:xnack-``, ``sm_90`` for ``sm_90a``), read
+    by the one target parser (:func:`flyship.bundle.targets.parse_target`)."""
+    return _targets.parse_target(target).processor
 
 
 def to_json_obj(table: Table) -> dict:
@@ -91,51 +102,95 @@ def write(table: Table, path: Path | str) -> None:
 
 def _need(cond: bool, where: str, expected: str, got: Any) -> None:
     if not cond:
-        raise TuningError(f"tuning table {where}: expected {expected}, got {got!r}; regenerate it with "
+        shown = repr(got) if isinstance(got, (str, int, float, type(None))) else type(got).__name__
+        raise TuningError(f"tuning table {where}: expected {expected}, got {shown[:120]}; regenerate it with "
                           "`flyship tune` or fix the file (docs/tuning.md)")
 
 
+def _is_int(x: Any) -> bool:
+    return type(x) is int and _limits.INT64_MIN <= x <= _limits.INT64_MAX
+
+
+def _is_name(x: Any) -> bool:
+    return type(x) is str and 0 < len(x) <= _limits.MAX_NAME
+
+
+def _known_keys(data: dict, known: frozenset[str], where: str, lenient: bool) -> None:
+    """Unknown keys are refused in a table of this minor version or older (a newer minor may add some)."""
+    unknown = sorted(set(data) - known)
+    if unknown and not lenient:
+        _need(False, where, f"only the keys {', '.join(sorted(known))}", f"also {', '.join(k[:40] for k in unknown)}")
+
+
+def _read_keys(raw: Any, where: str) -> dict[str, tuple[str, ...]]:
+    """``keys``: op name -> its key expressions, each a valid expression (:mod:`flyship.bundle.expr`)."""
+    _need(type(raw) is dict and len(raw) <= _limits.MAX_OPS, f"{where} keys",
+          f"an object op -> [key expressions] (at most {_limits.MAX_OPS} ops)", raw)
+    keys: dict[str, tuple[str, ...]] = {}
+    for op, k in raw.items():
+        w = f"{where} keys.{op[:40]}"
+        _need(_is_name(op), w, f"an op name of 1 to {_limits.MAX_NAME} characters", op)
+        _need(type(k) is list and 0 < len(k) <= _limits.MAX_RANK, w,
+              f"a list of 1 to {_limits.MAX_RANK} key expressions", k)
+        for j, x in enumerate(k):
+            _need(type(x) is str and len(x) <= _limits.MAX_STRING, f"{w}[{j}]", "an expression string", x)
+            try:
+                _expr.parse(x)
+            except ExprError as e:
+                raise TuningError(f"tuning table {w}[{j}]: {e}; fix the file (docs/tuning.md)") from None
+        keys[op] = tuple(k)
+    return keys
+
+
+def _read_entry(e: Any, keys: dict[str, tuple[str, ...]], w: str, lenient: bool) -> Entry:
+    """One entry of ``entries``, every value checked before it is used."""
+    _need(type(e) is dict, w, "an object", e)
+    _known_keys(e, _ENTRY_KEYS, w, lenient)
+    op = e.get("op")
+    _need(type(op) is str and op in keys, f"{w}.op", f"an op named in keys ({', '.join(sorted(keys)[:20])})", op)
+    target = e.get("target")
+    try:
+        _targets.parse_target(target)
+    except BundleError as err:
+        raise TuningError(f"tuning table {w}.target: {err}; fix the file (docs/tuning.md)") from None
+    cus = e.get("cus")
+    _need(cus is None or (_is_int(cus) and 0 < cus <= _limits.MAX_RESOURCE), f"{w}.cus",
+          "a positive integer or null", cus)
+    key = e.get("key")
+    n = len(keys[op])
+    _need(type(key) is list and len(key) == n and all(_is_int(x) for x in key), f"{w}.key",
+          f"{n} integers within int64 (one per key expression of {op})", key)
+    spec = e.get("spec")
+    _need(_is_name(spec), f"{w}.spec", f"a specialization name of 1 to {_limits.MAX_NAME} characters", spec)
+    us = e.get("us", {})
+    _need(type(us) is dict
+          and all(_is_name(k) and type(v) in (int, float) and 0 <= v <= _MAX_US for k, v in us.items()),
+          f"{w}.us", f"an object spec -> finite microseconds (0 to {_MAX_US:.0e})", us)
+    return Entry(op, target, cus, tuple(key), spec, {k: float(v) for k, v in us.items()})
+
+
 def from_json_obj(data: Any, where: str = "") -> Table:
-    """Parse and check a table's JSON data.
+    """Parse and check a table's JSON data: every key and value typed and bounded, targets read by the one target
+    parser, key expressions by the expression parser; unknown keys refused (ignored in a newer minor version).
 
     Raises:
         TuningError: naming the first bad key or value.
     """
-    _need(isinstance(data, dict), where, "an object", type(data).__name__)
+    _need(type(data) is dict, where, "an object", data)
     _need(data.get("format") == FORMAT_NAME, f"{where} format", repr(FORMAT_NAME), data.get("format"))
     ver = data.get("version")
-    _need(isinstance(ver, str) and ver.split(".")[0] == str(VERSION_MAJOR), f"{where} version",
-          f"major version {VERSION_MAJOR}", ver)
+    m = re.fullmatch(r"([0-9]{1,6})\.([0-9]{1,6})", ver) if type(ver) is str else None
+    _need(m is not None and int(m[1]) == VERSION_MAJOR, f"{where} version",
+          f"major version {VERSION_MAJOR} as 'MAJOR.MINOR' (this flyship reads {VERSION})", ver)
+    lenient = int(m[2]) > VERSION_MINOR
+    _known_keys(data, _TOP_KEYS, where, lenient)
     ns = data.get("namespace")
-    _need(isinstance(ns, str), f"{where} namespace", "a string", ns)
-    keys_raw = data.get("keys")
-    _need(isinstance(keys_raw, dict), f"{where} keys", "an object op -> [key expressions]", keys_raw)
-    keys: dict[str, tuple[str, ...]] = {}
-    for op, k in keys_raw.items():
-        _need(isinstance(k, list) and k and all(isinstance(x, str) for x in k), f"{where} keys.{op}",
-              "a non-empty list of expressions", k)
-        keys[op] = tuple(k)
-    entries = []
+    _need(type(ns) is str and len(ns) <= _limits.MAX_NAME, f"{where} namespace", "a string", ns)
+    keys = _read_keys(data.get("keys"), where)
     raw = data.get("entries")
-    _need(isinstance(raw, list), f"{where} entries", "a list", type(raw).__name__)
-    for i, e in enumerate(raw):
-        w = f"{where} entries[{i}]"
-        _need(isinstance(e, dict), w, "an object", type(e).__name__)
-        _need(e.get("op") in keys, f"{w}.op", f"an op named in keys ({sorted(keys)})", e.get("op"))
-        _need(isinstance(e.get("target"), str) and e["target"], f"{w}.target", "a target ID", e.get("target"))
-        cus = e.get("cus")
-        _need(cus is None or (isinstance(cus, int) and not isinstance(cus, bool) and cus > 0), f"{w}.cus",
-              "a positive integer or null", cus)
-        key = e.get("key")
-        _need(isinstance(key, list) and len(key) == len(keys[e["op"]])
-              and all(isinstance(x, int) and not isinstance(x, bool) for x in key), f"{w}.key",
-              f"{len(keys[e['op']])} integers (one per key expression of {e['op']})", key)
-        _need(isinstance(e.get("spec"), str) and e["spec"], f"{w}.spec", "a specialization name", e.get("spec"))
-        us = e.get("us", {})
-        _need(isinstance(us, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                           and math.isfinite(v) for v in us.values()),
-              f"{w}.us", "an object spec -> finite microseconds", us)
-        entries.append(Entry(e["op"], e["target"], cus, tuple(key), e["spec"], {k: float(v) for k, v in us.items()}))
+    _need(type(raw) is list and len(raw) <= _MAX_ENTRIES, f"{where} entries", f"a list of at most {_MAX_ENTRIES}",
+          raw)
+    entries = [_read_entry(e, keys, f"{where} entries[{i}]", lenient) for i, e in enumerate(raw)]
     seen: dict[tuple, str] = {}
     for e in entries:
         k = (e.op, _processor(e.target), e.cus, e.key)
@@ -147,15 +202,15 @@ def from_json_obj(data: Any, where: str = "") -> Table:
 
 
 def read(path: Path | str) -> Table:
-    """Read a tuning table file.
+    """Read a tuning table file: a regular file of at most ``MAX_TUNING_BYTES``, read once and bounded, strict
+    JSON (:func:`flyship.bundle.files.read_json`), then checked (:func:`from_json_obj`).
 
     Raises:
-        TuningError: unreadable, not JSON, or malformed.
+        TuningError: missing, not a regular file (a FIFO, a device), too large, not JSON, nested too deep, or
+            malformed.
     """
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise TuningError(f"tuning table {path}: expected a readable JSON file, got {type(e).__name__}: {e}") from None
+    data = _files.read_json(path, _limits.MAX_TUNING_BYTES, what="tuning table", error=TuningError,
+                            hint="pass the file `flyship tune` wrote (docs/tuning.md)")
     return from_json_obj(data, str(path))
 
 

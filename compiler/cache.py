@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterator, Optional
 from filelock import FileLock
 
 from flyship import __version__
+from flyship.bundle import files as _files
 from flyship.bundle import trust as _trust
 from flyship.bundle.files import atomic_write
 from flyship.compiler import frontends as _frontends
@@ -456,7 +457,7 @@ class BuildCache:
     def _read_entry(self, kind: str, key: str) -> Optional[dict]:
         p = self._entry_path(kind, key)
         try:
-            data = json.loads(_read_cached(p))
+            data = _files.parse_json(_read_cached(p), what=f"build cache entry {p}")
             if isinstance(data, dict) and data.get("format") == CACHE_FORMAT and data.get("key") == key:
                 return data
         except (OSError, ValueError):
@@ -508,10 +509,10 @@ class BuildCache:
         from flyship.compiler import toolchain as _tc
 
         try:
-            data = json.loads((self.root / "tool-versions.json").read_text())
-            if isinstance(data, dict):
-                _tc.VERSION_MEMO.update({str(k): str(v) for k, v in data.items()})
-        except (OSError, ValueError):
+            data = _files.parse_json(_read_cached(self.root / "tool-versions.json"), what="build cache tool versions")
+            if isinstance(data, dict) and all(type(v) is str for v in data.values()):
+                _tc.VERSION_MEMO.update(data)
+        except (OSError, ValueError):  # BundleError is a ValueError
             pass
         self._tools_seen = dict(_tc.VERSION_MEMO)
 

@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
+import io
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from flyship.bundle import expr as _expr
+from flyship.bundle import files as _files
+from flyship.bundle import limits as _limits
 from flyship.bundle import targets as _targets
 from flyship.bundle import tuning as _tt
 from flyship.compiler import frontends as _frontends
 from flyship.compiler.configs import Autotuned, Config, ConfigSpace, kernel_name
 from flyship.compiler.spec.params import Constexpr, Scalar, Tensor, Value
 from flyship.errors import SpecError
+
+_MAX_AUTOTUNE_CACHE = _limits.MAX_TUNING_BYTES  # an imported autotune cache is a tuning table in another format
 
 __all__ = ["Autotuned", "Config", "ConfigSpace", "drop_over_limits", "expand", "from_autotuner", "from_native_config",
            "import_aiter_csv", "import_flydsl_cache", "key_from_names", "key_warnings", "kernel_name", "named_args",
@@ -348,8 +352,11 @@ def import_aiter_csv(path: Path | str, *, op: str, key: Sequence[str], key_colum
         SpecError: a missing column or a value that is not an integer where one is needed.
     """
     p = Path(path)
-    with p.open(newline="") as f:
-        rows = list(csv.DictReader(f))
+    raw = _files.read_regular(p, _MAX_AUTOTUNE_CACHE, what="aiter CSV", error=SpecError)
+    try:
+        rows = list(csv.DictReader(io.StringIO(raw.decode("utf-8"), newline="")))
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise SpecError(f"aiter CSV {p}: expected UTF-8 CSV, got {type(e).__name__}: {e}") from None
     if not rows:
         raise SpecError(f"aiter CSV {p}: expected a header and at least one row, got none")
     need = list(key_columns) + list(config_columns)
@@ -397,24 +404,20 @@ def import_flydsl_cache(path: Path | str, *, op: str, key: Sequence[str], target
         SpecError: unreadable file, or a key that does not flatten to ``len(key)`` integers.
     """
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise SpecError(f"FlyDSL autotune cache {p}: expected a JSON file, got {type(e).__name__}: {e}") from None
+    data = _files.read_json(p, _MAX_AUTOTUNE_CACHE, what="FlyDSL autotune cache", error=SpecError)
     if not isinstance(data, dict):
         raise SpecError(f"FlyDSL autotune cache {p}: expected an object, got {type(data).__name__}")
     configs: dict[str, Config] = {}
     entries = []
     for ks, cfg_d in data.items():
-        try:
-            kv = json.loads(ks)
-        except ValueError:
-            raise SpecError(f"FlyDSL autotune cache {p}: key {ks[:60]!r} is not JSON") from None
+        kv = _files.parse_json(ks.encode(), what=f"FlyDSL autotune cache {p}: key {ks[:60]!r}", error=SpecError)
+        if type(kv) is not list:
+            raise SpecError(f"FlyDSL autotune cache {p}: expected each key to be a JSON list, got {ks[:60]!r}")
         flat: list[int] = []
         for v in kv:
             if len(flat) >= len(key):
                 break
-            if isinstance(v, list) and all(isinstance(x, int) for x in v):
+            if isinstance(v, list) and all(type(x) is int for x in v):
                 flat += v
             elif isinstance(v, int) and not isinstance(v, bool):
                 flat.append(v)

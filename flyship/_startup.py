@@ -8,10 +8,11 @@ when one of those modules is first imported; a process that never imports them p
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
+
+from flyship.errors import FlyshipError
 
 
 def _warn(message: str) -> None:
@@ -64,17 +65,31 @@ def _apply(path: str, module_name: str) -> None:
         _warn(f"patches for {module_name} from {path} not applied: {type(e).__name__}: {e}")
 
 
+def _modules(path: str) -> set[str]:
+    """The modules the patches file at ``path`` patches. The file is read bounded and as a regular file only
+    (:func:`flyship.bundle.files.read_json`: a FIFO or ``/dev/zero`` there is refused at once, never waited on),
+    and only the targets' module names are taken here; :func:`flyship.loader.tools.hook.read_patches` checks the
+    whole file when one of them is imported (it imports the loader: too heavy for every interpreter start)."""
+    from flyship.bundle import files, limits
+    from flyship.errors import ConfigError
+
+    data = files.read_json(path, limits.MAX_PATCHES_BYTES, what="cannot read the patches file", error=ConfigError)
+    patches = data.get("patches") if type(data) is dict else None
+    if type(patches) is not list or not all(type(p) is dict and type(p.get("target")) is str for p in patches):
+        raise ConfigError(f'cannot read the patches file {path}: expected {{"bundle": ..., "patches": '
+                          '[{"target": ...}, ...]}')
+    return {p["target"].partition(":")[0] for p in patches}
+
+
 def activate(path: str) -> None:
     """Watch for the modules the patches file at ``path`` patches (``FLYSHIP_HOOK=0`` turns this off)."""
     if os.environ.get("FLYSHIP_HOOK", "1").strip() == "0":
         return
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        modules = {p["target"].partition(":")[0] for p in data["patches"]}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        _warn(f"cannot read the patches file {path}: {type(e).__name__}: {e}; nothing is patched "
-              "(fix it, or run `flyship hook remove`)")
+        modules = _modules(path)
+    except Exception as e:  # noqa: BLE001 - a broken hook must never stop the interpreter from starting
+        said = e if isinstance(e, FlyshipError) else f"cannot read the patches file {path}: {type(e).__name__}: {e}"
+        _warn(f"{said}; nothing is patched (fix it, or run `flyship hook remove`)")
         return
     already = sorted(m for m in modules if m in sys.modules)
     sys.meta_path.insert(0, _Finder(path, modules - set(already)))

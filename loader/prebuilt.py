@@ -12,11 +12,10 @@ dlopen runs a library's constructors, so a check after opening would come too la
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from flyship.bundle import trust
+from flyship.bundle import files, trust
 
 RECORD_SUFFIX = ".json"
 RECORD_FORMAT = "flyship-prebuilt"
@@ -40,9 +39,9 @@ def refusal(library: Path, name: str) -> str | None:
         return f"no record {record_path(library).name} beside it (install it with `flyship prebuild -o DIR`)"
     try:
         blob = trust.read_trusted(record_path(library), _MAX_RECORD, what="prebuilt extension record")
-        rec = json.loads(blob)
+        rec = files.parse_json(blob, what="its record")
         data = trust.read_trusted(library, _MAX_LIBRARY, what="prebuilt extension")
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError) as e:  # BundleError is a ValueError
         return str(e)
     if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
         return f"its record is not a {RECORD_FORMAT} record"

@@ -27,17 +27,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sysconfig
 import threading
 import unicodedata
 from pathlib import Path
 from typing import Any
 
-from flyship.errors import ConfigError
+from flyship.bundle import files as _files
+from flyship.bundle import limits as _limits
+from flyship.bundle import targets as _targets
+from flyship.errors import BundleError, ConfigError
 
 PTH_NAME = "zz_flyship_hook.pth"  # .pth files run in name order: after the ones that put flyship on sys.path
 _MARK = "# flyship hook: "
 _KEYS = {"target", "op", "args", "inplace", "ignore", "cpu_target"}
+_MAX_PATCHES = 4096
+_MAX_NAME_TEXT = 512  # a dotted module path or attribute path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,46 +68,83 @@ class PatchFile:
     patches: tuple[PatchSpec, ...]
 
 
+def _is_path(text: Any, *, dotted: bool) -> bool:
+    """Whether ``text`` is an identifier (``dotted``: identifiers joined by dots, an attribute path)."""
+    return (type(text) is str and 0 < len(text) <= _MAX_NAME_TEXT
+            and all(part.isidentifier() for part in (text.split(".") if dotted else (text,))))
+
+
+def _read_patch(p: Any, at: str) -> PatchSpec:
+    """One item of ``patches``, every value typed and checked before use."""
+    if type(p) is not dict or type(p.get("target")) is not str or type(p.get("op")) is not str:
+        raise ConfigError(f'{at}: expected {{"target": "module:Name", "op": "<op>", ...}}, got {_shown(p)}')
+    module, sep, qual = p["target"].partition(":")
+    if not sep or not _is_path(module, dotted=True) or not _is_path(qual, dotted=True):
+        raise ConfigError(f"{at}: expected a target 'package.module:Class.method', got {_shown(p['target'])}")
+    bad = sorted(set(p) - _KEYS)
+    if bad:
+        raise ConfigError(f"{at}: unknown keys {', '.join(k[:40] for k in bad)}; expected {', '.join(sorted(_KEYS))}")
+    if not _is_path(p["op"], dotted=False):
+        raise ConfigError(f"{at}: op: expected an op name, got {_shown(p['op'])}")
+    args = p.get("args")
+    if args is None:
+        args = {}
+    if type(args) is not dict:
+        raise ConfigError(f"{at}: args: expected an object op input -> source, got {_shown(args)}")
+    for k, v in args.items():
+        if not (_is_path(k, dotted=False) and (_is_path(v, dotted=True) or (type(v) is dict and set(v) == {"const"}))):
+            raise ConfigError(f'{at}: args["{k[:40]}"]: expected a parameter name, "param.attribute" or '
+                              f'{{"const": value}} for an op input name, got {_shown(v)}')
+    inplace, cpu_target, ignore = p.get("inplace"), p.get("cpu_target"), p.get("ignore")
+    if inplace is not None and not _is_path(inplace, dotted=False):
+        raise ConfigError(f"{at}: inplace: expected a parameter name or null, got {_shown(inplace)}")
+    if ignore is not None and (type(ignore) is not list or not all(_is_path(x, dotted=False) for x in ignore)):
+        raise ConfigError(f"{at}: ignore: expected a list of parameter names, got {_shown(ignore)}")
+    if cpu_target is not None:
+        try:
+            _targets.parse_target(cpu_target)
+        except BundleError as e:
+            raise ConfigError(f"{at}: cpu_target: {e}") from None
+    return PatchSpec(p["target"], p["op"], dict(args), inplace, tuple(ignore or ()), cpu_target)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def read_patches(path: str | Path) -> PatchFile:
-    """Read and check a patches file (without importing anything it names).
+    """Read and check a patches file (without importing anything it names): a regular file of at most
+    ``MAX_PATCHES_BYTES`` read once (a FIFO or a device is refused at once), strict JSON
+    (:func:`flyship.bundle.files.read_json`), every key and value typed before use.
 
     Raises:
-        ConfigError: the file is missing, not JSON, or a key is missing, unknown or of the wrong type.
+        ConfigError: the file is missing, not a regular file, too large, not JSON, nested too deep, or a key is
+            missing, unknown or of the wrong type.
     """
-    path = Path(path).resolve()
-    where = f"patches file {path}"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"{where}: cannot read it: {e}") from e
-    except ValueError as e:
-        raise ConfigError(f"{where}: expected JSON, got a parse error: {e}") from e
-    if not isinstance(data, dict) or not isinstance(data.get("bundle"), str) or not isinstance(data.get("patches"),
-                                                                                                list):
-        raise ConfigError(f'{where}: expected {{"bundle": "<path>", "patches": [...]}}, got {str(data)[:80]}')
+        path = Path(path).resolve()
+    except (OSError, RuntimeError, ValueError):  # a symlink loop (RuntimeError before 3.13), a NUL byte
+        path = Path(os.path.abspath(path))
+    where = f"patches file {path}"
+    data = _files.read_json(path, _limits.MAX_PATCHES_BYTES, what="patches file", error=ConfigError,
+                            hint="fix the file (the format is in `flyship hook --help`), or `flyship hook remove`")
+    if type(data) is not dict or type(data.get("bundle")) is not str or type(data.get("patches")) is not list:
+        raise ConfigError(f'{where}: expected {{"bundle": "<path>", "patches": [...]}}, got {_shown(data)}')
     unknown = sorted(set(data) - {"bundle", "namespace", "patches"})
     if unknown:
-        raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}; expected bundle, namespace, patches")
-    specs = []
-    for i, p in enumerate(data["patches"]):
-        at = f"{where}, patches[{i}]"
-        if not isinstance(p, dict) or not isinstance(p.get("target"), str) or not isinstance(p.get("op"), str):
-            raise ConfigError(f'{at}: expected {{"target": "module:Name", "op": "<op>", ...}}, got {p!r}')
-        if ":" not in p["target"]:
-            raise ConfigError(f"{at}: expected a target 'package.module:Class.method', got {p['target']!r}")
-        bad = sorted(set(p) - _KEYS)
-        if bad:
-            raise ConfigError(f"{at}: unknown keys {', '.join(bad)}; expected {', '.join(sorted(_KEYS))}")
-        args = p.get("args") or {}
-        for k, v in args.items():
-            if not isinstance(v, str) and not (isinstance(v, dict) and set(v) == {"const"}):
-                raise ConfigError(f'{at}: args["{k}"]: expected a parameter name, "param.attribute" or '
-                                  f'{{"const": value}}, got {v!r}')
-        specs.append(PatchSpec(p["target"], p["op"], dict(args), p.get("inplace"), tuple(p.get("ignore") or ()),
-                               p.get("cpu_target")))
+        raise ConfigError(f"{where}: unknown keys {', '.join(k[:40] for k in unknown)}; expected bundle, namespace, "
+                          "patches")
+    if not data["bundle"] or "\0" in data["bundle"] or len(data["bundle"]) > _limits.MAX_STRING:
+        raise ConfigError(f"{where}: bundle: expected a path, got {_shown(data['bundle'])}")
+    namespace = data.get("namespace")
+    if namespace is not None and not _is_path(namespace, dotted=False):
+        raise ConfigError(f"{where}: namespace: expected a namespace name or null, got {_shown(namespace)}")
+    if len(data["patches"]) > _MAX_PATCHES:
+        raise ConfigError(f"{where}: patches: expected at most {_MAX_PATCHES}, got {len(data['patches'])}")
+    specs = tuple(_read_patch(p, f"{where}, patches[{i}]") for i, p in enumerate(data["patches"]))
     bundle = Path(data["bundle"])
-    return PatchFile(path, bundle if bundle.is_absolute() else path.parent / bundle, data.get("namespace"),
-                     tuple(specs))
+    return PatchFile(path, bundle if bundle.is_absolute() else path.parent / bundle, namespace, specs)
 
 
 _lock = threading.Lock()

@@ -15,13 +15,14 @@ Python on the hot path.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from flyship.bundle import expr as _expr
+from flyship.bundle import files as _files
+from flyship.bundle import limits as _limits
 from flyship.bundle import manifest as _m
 from flyship.bundle import tuning as _tt
 from flyship.errors import ConfigError
@@ -36,10 +37,7 @@ def read_shapes(path: Path | str) -> dict[str, list[dict[str, Any]]]:
     Raises:
         ConfigError: not JSON or not of that shape.
     """
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"flyship tune --shapes {path}: expected a JSON file, got {type(e).__name__}: {e}") from None
+    data = _files.read_json(path, _limits.MAX_TUNING_BYTES, what="flyship tune --shapes", error=ConfigError)
     if not isinstance(data, dict) or not all(isinstance(v, list) and all(isinstance(c, dict) for c in v)
                                              for v in data.values()):
         raise ConfigError(f"flyship tune --shapes {path}: expected {{op: [{{tensor: [dims], ...}}, ...]}}, got "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import stat
+import os
 import subprocess
 import sys
 import zipfile
@@ -138,12 +139,16 @@ def test_flyship_list_of_a_pack_whose_cache_cannot_be_made_prints_the_message_no
 def test_an_unreadable_pack_is_a_bundle_error(tiny_bundle, tmp_path, monkeypatch):
     f = _pack.pack(tiny_bundle, tmp_path / "t.flyship")
 
-    def unreadable(self):  # as chmod 0 would be for anyone but root
-        raise PermissionError(13, "Permission denied", str(self))
+    real_open = os.open
 
-    monkeypatch.setattr(Path, "read_bytes", unreadable)
-    with pytest.raises(BundleError, match=r"open packed bundle .*t\.flyship: expected a readable file, got "
-                                          r"Permission denied; check its permissions"):
+    def unreadable(path, *args, **kwargs):  # as chmod 0 would be for anyone but root
+        if str(path).endswith("t.flyship"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", unreadable)
+    with pytest.raises(BundleError, match=r"open packed bundle: expected a packed bundle file at .*t\.flyship, found "
+                                          r"a file \(Permission denied\); check the path and its permissions"):
         _pack.open_pack(f, tmp_path / "cache")
 
 
