@@ -34,10 +34,6 @@ VERSION = f"{VERSION_MAJOR}.{VERSION_MINOR}"
 TUNED_SUFFIX = "__t"  # tuned guard names: <winner>__t<bucket index>
 
 
-class TuningError(BundleError):
-    """A tuning table is malformed, or does not fit the bundle it is used with."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """The winner for one key value of one op on one device.
@@ -91,7 +87,7 @@ def write(table: Table, path: Path | str) -> None:
 
 def _need(cond: bool, where: str, expected: str, got: Any) -> None:
     if not cond:
-        raise TuningError(f"tuning table {where}: expected {expected}, got {got!r}; regenerate it with "
+        raise BundleError(f"tuning table {where}: expected {expected}, got {got!r}; regenerate it with "
                           "`flyship tune` or fix the file (docs/tuning.md)")
 
 
@@ -99,7 +95,7 @@ def from_json_obj(data: Any, where: str = "") -> Table:
     """Parse and check a table's JSON data.
 
     Raises:
-        TuningError: naming the first bad key or value.
+        BundleError: naming the first bad key or value.
     """
     _need(isinstance(data, dict), where, "an object", type(data).__name__)
     _need(data.get("format") == FORMAT_NAME, f"{where} format", repr(FORMAT_NAME), data.get("format"))
@@ -140,7 +136,7 @@ def from_json_obj(data: Any, where: str = "") -> Table:
     for e in entries:
         k = (e.op, _processor(e.target), e.cus, e.key)
         if k in seen and seen[k] != e.spec:
-            raise TuningError(f"tuning table {where}: two winners ({seen[k]!r}, {e.spec!r}) for op {e.op} key "
+            raise BundleError(f"tuning table {where}: two winners ({seen[k]!r}, {e.spec!r}) for op {e.op} key "
                               f"{list(e.key)} on {e.target}; keep one")
         seen[k] = e.spec
     return Table(ns, keys, tuple(entries), ver)
@@ -150,12 +146,12 @@ def read(path: Path | str) -> Table:
     """Read a tuning table file.
 
     Raises:
-        TuningError: unreadable, not JSON, or malformed.
+        BundleError: unreadable, not JSON, or malformed.
     """
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise TuningError(f"tuning table {path}: expected a readable JSON file, got {type(e).__name__}: {e}") from None
+        raise BundleError(f"tuning table {path}: expected a readable JSON file, got {type(e).__name__}: {e}") from None
     return from_json_obj(data, str(path))
 
 
@@ -164,7 +160,7 @@ def merge(old: Table, new: Table) -> Table:
     keys = dict(old.keys)
     for op, k in new.keys.items():
         if op in keys and keys[op] != k:
-            raise TuningError(f"tuning table merge: op {op} is keyed by {list(keys[op])} in one table and "
+            raise BundleError(f"tuning table merge: op {op} is keyed by {list(keys[op])} in one table and "
                               f"{list(k)} in the other; tune into a new file")
         keys[op] = k
     idx = {(e.op, _processor(e.target), e.cus, e.key): e for e in old.entries}
