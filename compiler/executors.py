@@ -226,8 +226,10 @@ def run_ray(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, roc
                     r = TaskResult(o, s, t, None, "the Ray worker process died while compiling this kernel (a crash or "
                                                   "abort in the DSL's native code; its own message, if any, is above)")
                 except ray.exceptions.RayError as e:
+                    # a task that raised (outside run_task's own catch: a bug) carries the remote traceback in its text
+                    tb = str(e) if isinstance(e, ray.exceptions.RayTaskError) else None
                     r = TaskResult(o, s, t, None, f"Ray task failed: {type(e).__name__}: {str(e).splitlines()[0]}",
-                                   traceback=str(e))  # Ray's text holds the remote traceback
+                                   traceback=tb)
                 results.append(r)
                 status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
                 progress(f"[{len(results)}/{total}] {t:<8} {o}.{s}  {status} (ray)")
