@@ -14,9 +14,9 @@ Python subset, e.g. ``cdiv(x.shape[0], 128)`` or ``x.shape[1] % 8 == 0``. Gramma
 
 Semantics, the same in this module's evaluator and the C++ core's (``csrc/expr.h``; a differential test
 runs both): signed 64-bit integers; every operation gives its mathematical result and a result outside
-int64 is an error (:class:`ExprOverflowError`), never a silent wrap; ``//`` and ``%`` floor, ``cdiv`` is
-the ceiling; a zero divisor is an error; every operand is evaluated (``and``/``or`` do not short-circuit),
-so the first error in postfix order is the one reported.
+int64 is an error (an :class:`ExprError` of ``kind`` :data:`OVERFLOW`), never a silent wrap; ``//`` and ``%``
+floor, ``cdiv`` is the ceiling; a zero divisor is an error (``kind`` :data:`DIVISION`); every operand is
+evaluated (``and``/``or`` do not short-circuit), so the first error in postfix order is the one reported.
 
 Limits, enforced by :func:`parse` so that an expression the compile stage accepts never fails at load:
 ``MAX_EXPR_CHARS`` characters, literals within int64, and a postfix program of at most
@@ -55,12 +55,10 @@ OPCODES = ("const", "shape", "stride", "numel", "scalar", *_BINOPS.values(), "cd
            *_CMPOPS.values(), "and", "or", "not", "device")
 
 
-class ExprOverflowError(ExprError):
-    """An expression's value (or an intermediate one) leaves int64 for these inputs."""
-
-
-class ExprDivisionError(ExprError):
-    """An expression divides by zero for these inputs."""
+# The two ways an evaluation fails for given inputs, told apart by ``ExprError.kind`` (the C++ core's words match:
+# tests/loader/test_expr_differential.py).
+OVERFLOW = "ExprOverflowError"  # a value (or an intermediate one) leaves int64 for these inputs
+DIVISION = "ExprDivisionError"  # a division by zero for these inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,7 +398,7 @@ class Symbolic:
 def _div(a: Any, b: Any, op: str, text: str) -> Any:
     """Floor division, modulo or ceiling division with the core's refusals (zero divisor)."""
     if isinstance(b, int) and b == 0:
-        raise ExprDivisionError(f"expression {text!r}: division by zero")
+        raise ExprError(f"expression {text!r}: division by zero", kind=DIVISION)
     if op == "floordiv":
         return a // b
     if op == "mod":
@@ -423,14 +421,14 @@ def evaluate(text: str, env: Callable[[str, str, int | None], Any], *, symbolic:
         The value (booleans as 0 / 1).
 
     Raises:
-        ExprDivisionError: division by zero.
-        ExprOverflowError: a value outside int64 (not with ``symbolic``).
+        ExprError: division by zero (``kind`` :data:`DIVISION`), a value outside int64 (``kind``
+            :data:`OVERFLOW`; not with ``symbolic``).
         ExprError: a name ``env`` cannot resolve (its own error, re-raised).
     """
 
     def checked(v: Any) -> Any:
         if symbolic is None and not INT64_MIN <= v <= INT64_MAX:
-            raise ExprOverflowError(f"expression {text!r}: a value leaves int64 ({v}) for these inputs")
+            raise ExprError(f"expression {text!r}: a value leaves int64 ({v}) for these inputs", kind=OVERFLOW)
         return v
 
     def ev(n: ast.expr) -> Any:
@@ -507,7 +505,7 @@ def evaluate_with_shapes(text: str, shapes: Mapping[str, tuple[int, ...]], scala
         if what == "numel":
             n = functools.reduce(lambda a, b: a * b, shape, 1)
             if not INT64_MIN <= n <= INT64_MAX:
-                raise ExprOverflowError(f"expression {text!r}: {name}.numel of shape {shape} leaves int64")
+                raise ExprError(f"expression {text!r}: {name}.numel of shape {shape} leaves int64", kind=OVERFLOW)
             return n
         if what == "stride":
             st = tuple(strides[name]) if strides and name in strides else contiguous_strides(shape)

@@ -43,10 +43,6 @@ _MAX_ENTRIES = 1 << 16
 _MAX_US = 1e12  # microseconds per call: 11 days; also keeps an integer exact as the float it is read as
 
 
-class TuningError(BundleError):
-    """A tuning table is malformed, or does not fit the bundle it is used with."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """The winner for one key value of one op on one device.
@@ -103,7 +99,7 @@ def write(table: Table, path: Path | str) -> None:
 def _need(cond: bool, where: str, expected: str, got: Any) -> None:
     if not cond:
         shown = repr(got) if isinstance(got, (str, int, float, type(None))) else type(got).__name__
-        raise TuningError(f"tuning table {where}: expected {expected}, got {shown[:120]}; regenerate it with "
+        raise BundleError(f"tuning table {where}: expected {expected}, got {shown[:120]}; regenerate it with "
                           "`flyship tune` or fix the file (docs/tuning.md)")
 
 
@@ -137,7 +133,7 @@ def _read_keys(raw: Any, where: str) -> dict[str, tuple[str, ...]]:
             try:
                 _expr.parse(x)
             except ExprError as e:
-                raise TuningError(f"tuning table {w}[{j}]: {e}; fix the file (docs/tuning.md)") from None
+                raise BundleError(f"tuning table {w}[{j}]: {e}; fix the file (docs/tuning.md)") from None
         keys[op] = tuple(k)
     return keys
 
@@ -152,7 +148,7 @@ def _read_entry(e: Any, keys: dict[str, tuple[str, ...]], w: str, lenient: bool)
     try:
         _targets.parse_target(target)
     except BundleError as err:
-        raise TuningError(f"tuning table {w}.target: {err}; fix the file (docs/tuning.md)") from None
+        raise BundleError(f"tuning table {w}.target: {err}; fix the file (docs/tuning.md)") from None
     cus = e.get("cus")
     _need(cus is None or (_is_int(cus) and 0 < cus <= _limits.MAX_RESOURCE), f"{w}.cus",
           "a positive integer or null", cus)
@@ -174,7 +170,7 @@ def from_json_obj(data: Any, where: str = "") -> Table:
     parser, key expressions by the expression parser; unknown keys refused (ignored in a newer minor version).
 
     Raises:
-        TuningError: naming the first bad key or value.
+        BundleError: naming the first bad key or value.
     """
     _need(type(data) is dict, where, "an object", data)
     _need(data.get("format") == FORMAT_NAME, f"{where} format", repr(FORMAT_NAME), data.get("format"))
@@ -195,7 +191,7 @@ def from_json_obj(data: Any, where: str = "") -> Table:
     for e in entries:
         k = (e.op, _processor(e.target), e.cus, e.key)
         if k in seen and seen[k] != e.spec:
-            raise TuningError(f"tuning table {where}: two winners ({seen[k]!r}, {e.spec!r}) for op {e.op} key "
+            raise BundleError(f"tuning table {where}: two winners ({seen[k]!r}, {e.spec!r}) for op {e.op} key "
                               f"{list(e.key)} on {e.target}; keep one")
         seen[k] = e.spec
     return Table(ns, keys, tuple(entries), ver)
@@ -206,10 +202,10 @@ def read(path: Path | str) -> Table:
     JSON (:func:`flyship.bundle.files.read_json`), then checked (:func:`from_json_obj`).
 
     Raises:
-        TuningError: missing, not a regular file (a FIFO, a device), too large, not JSON, nested too deep, or
+        BundleError: missing, not a regular file (a FIFO, a device), too large, not JSON, nested too deep, or
             malformed.
     """
-    data = _files.read_json(path, _limits.MAX_TUNING_BYTES, what="tuning table", error=TuningError,
+    data = _files.read_json(path, _limits.MAX_TUNING_BYTES, what="tuning table", error=BundleError,
                             hint="pass the file `flyship tune` wrote (docs/tuning.md)")
     return from_json_obj(data, str(path))
 
@@ -219,7 +215,7 @@ def merge(old: Table, new: Table) -> Table:
     keys = dict(old.keys)
     for op, k in new.keys.items():
         if op in keys and keys[op] != k:
-            raise TuningError(f"tuning table merge: op {op} is keyed by {list(keys[op])} in one table and "
+            raise BundleError(f"tuning table merge: op {op} is keyed by {list(keys[op])} in one table and "
                               f"{list(k)} in the other; tune into a new file")
         keys[op] = k
     idx = {(e.op, _processor(e.target), e.cus, e.key): e for e in old.entries}

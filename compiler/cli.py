@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 
 import click
 
+from flyship import env as _env
 from flyship.bundle import pack as _pack
 from flyship.compiler.build import BuildOptions, PartialBuildError, Row, build
-from flyship.errors import FlyshipError
+from flyship.errors import FlyshipError, bug_details
 
 
 def format_table(rows: list[Row]) -> str:
@@ -25,6 +28,27 @@ def format_table(rows: list[Row]) -> str:
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     return "\n".join([line(head), line(tuple("-" * w for w in widths)), *(line(b) for b in body)])
+
+
+def report_error(e: FlyshipError, verbose: bool) -> None:
+    """Print a deliberate error's message (one line, or one per failed kernel); where it reports a bug (an
+    unexpected exception, here or in a worker), also that bug's traceback: printed with ``verbose``, else written
+    to a file this names, so a bug is never just one line."""
+    click.echo(f"error: {e}", err=True)
+    tb = bug_details(e)
+    if not tb:
+        return
+    if not verbose:
+        try:
+            fd, path = tempfile.mkstemp(prefix="flyc-build-", suffix=".traceback.txt")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(tb)
+            click.echo(f"the traceback of the unexpected exception is in {path} (flyc-build --verbose prints it)",
+                       err=True)
+            return
+        except OSError:
+            pass  # no temporary folder to write to: print it instead
+    click.echo(f"traceback of the unexpected exception:\n{tb}", err=True)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -51,8 +75,11 @@ def format_table(rows: list[Row]) -> str:
 @click.option("--keep-going", is_flag=True,
               help="When kernels fail, still write a bundle of those that built, recording the failures in its "
                    "manifest (the loader falls back for them); exits 1.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Print the traceback of an unexpected exception (a bug) with the error (also FLYSHIP_VERBOSE=1); "
+                   "without it the traceback goes to a file the error names.")
 def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, pack, code_object_version, no_cache,
-         executor, keep_going) -> None:
+         executor, keep_going, verbose) -> None:
     """Compile the ops declared in SPEC into a verified bundle of code objects + manifest."""
     opts = BuildOptions(spec_path=spec, out_dir=out_dir, archs=tuple(archs), jobs=jobs, force=force, keep_ir=keep_ir,
                         llvm_bin=llvm_bin, offload_bundle=offload_bundle,
@@ -64,10 +91,10 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
     except PartialBuildError as e:  # the bundle of what built is written: show it, then every failure
         click.echo(format_table(e.rows))
         click.echo(f"\nwrote {out_dir} (partial)")
-        click.echo(f"error: {e}", err=True)
+        report_error(e, verbose or _env.verbose())
         sys.exit(1)
     except FlyshipError as e:  # every deliberate error carries its own wording; anything else is a bug
-        click.echo(f"error: {e}", err=True)
+        report_error(e, verbose or _env.verbose())
         sys.exit(1)
     click.echo(format_table(rows))
     click.echo(f"\nwrote {out_dir}" + (f" and {packed}" if packed else ""))

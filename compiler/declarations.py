@@ -28,10 +28,6 @@ from flyship.errors import CompileError
 _OP_FIELDS = ("args", "reference", "grid", "frontend", "backward", "key")
 
 
-class DeclarationError(CompileError):
-    """The imports of one spec file for different targets disagree on what cannot vary per target."""
-
-
 @dataclasses.dataclass(frozen=True)
 class TargetImport:
     """The spec file as imported for ``targets`` (those sharing one planning environment)."""
@@ -98,7 +94,7 @@ def merge(imports: list[TargetImport]) -> SpecFile:
     """One SpecFile whose ops build, for each target, what that target's import declared.
 
     Raises:
-        DeclarationError: the imports name another namespace or references module, or declare one op with
+        CompileError: the imports name another namespace or references module, or declare one op with
             another schema (args, reference, grid, backward, tuning key).
     """
     first = imports[0].spec_file
@@ -107,7 +103,7 @@ def merge(imports: list[TargetImport]) -> SpecFile:
     for imp in imports[1:]:
         for field in ("namespace", "references"):
             if getattr(imp.spec_file, field) != getattr(first, field):
-                raise DeclarationError(
+                raise CompileError(
                     f"spec file {first.path}: expected one {field} on every target, got "
                     f"{getattr(first, field)!r} when imported for {_names(imports[0])} and "
                     f"{getattr(imp.spec_file, field)!r} for {_names(imp)}; declare it the same on every target")
@@ -123,7 +119,7 @@ def _merge_op(path: str, present: list[tuple[TargetImport, OpDecl]], everywhere:
     for imp, d in present[1:]:
         other = [f for f in _OP_FIELDS if not _same(getattr(d, f), getattr(base, f))]
         if other:
-            raise DeclarationError(
+            raise CompileError(
                 f"spec file {path}: op {base.name}: expected one declaration on every target, got other "
                 f"{', '.join(other)} when imported for {_names(imp0)} and for {_names(imp)}; an op's schema is the "
                 "same on every target: vary its specs instead (Spec(per_target=...), Spec(targets=...))")
@@ -134,7 +130,7 @@ def _merge_op(path: str, present: list[tuple[TargetImport, OpDecl]], everywhere:
             specs.append(have[0][1])
             continue
         if base.tuning is not None:
-            raise DeclarationError(
+            raise CompileError(
                 f"spec file {path}: op {base.name}: its config space (configs=) declares spec {sn!r} differently "
                 f"per target ({', '.join(_names(imp) for imp, _ in have)}); declare one config space for every "
                 "target and limit configs with prune=")
@@ -187,4 +183,4 @@ def load_for_targets(spec_path: str, targets: list[_targets.TargetID],
     return imports, merge(imports)
 
 
-__all__ = ["DeclarationError", "TargetImport", "import_per_target", "load_for_targets", "merge", "planning_groups"]
+__all__ = ["TargetImport", "import_per_target", "load_for_targets", "merge", "planning_groups"]

@@ -39,19 +39,15 @@ from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, run_t
 from flyship.errors import CompileError
 
 
-class ExecutorError(CompileError, RuntimeError):
-    """The executor cannot be used (unknown name, Ray missing or unreachable)."""
-
-
 def check_executor(spec: str) -> None:
     """``local`` or ``ray[:ADDRESS]``; for Ray, the package must import.
 
     Raises:
-        ExecutorError: naming what was given and what is accepted.
+        CompileError: naming what was given and what is accepted.
     """
     kind, _, address = spec.partition(":")
     if kind not in ("local", "ray"):
-        raise ExecutorError(f"flyc-build --executor: expected 'local' or 'ray[:ADDRESS]', got {spec!r}")
+        raise CompileError(f"flyc-build --executor: expected 'local' or 'ray[:ADDRESS]', got {spec!r}")
     if kind == "ray":
         if address:
             _check_reachable(spec, address)
@@ -60,7 +56,7 @@ def check_executor(spec: str) -> None:
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise ExecutorError("flyc-build --executor ray: the ray package is not installed in this Python; "
+            raise CompileError("flyc-build --executor ray: the ray package is not installed in this Python; "
                                 "pip install 'flyship[ray]' (or ray) here and on the cluster") from None
 
 
@@ -71,12 +67,12 @@ def _check_reachable(spec: str, address: str) -> None:
     """Fail fast, with what to do, when nothing listens at HOST:PORT (Ray itself retries for minutes)."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise ExecutorError(f"flyc-build --executor {spec}: expected ray:HOST:PORT (the head's GCS address, "
+        raise CompileError(f"flyc-build --executor {spec}: expected ray:HOST:PORT (the head's GCS address, "
                             f"e.g. ray:10.0.0.5:6379), got {address!r}")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
     except OSError as e:
-        raise ExecutorError(f"flyc-build --executor {spec}: expected a Ray head listening at {address}, got "
+        raise CompileError(f"flyc-build --executor {spec}: expected a Ray head listening at {address}, got "
                             f"{e.strerror or e}; start one with `ray start --head --port {port}` or fix the address"
                             ) from None
     if host in _LOOPBACK:
@@ -210,7 +206,7 @@ def run_ray(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, roc
             ray.init(address=address, **kw)
             started_here = True
     except Exception as e:  # ConnectionError, RuntimeError, ValueError: each says what was wrong with the address
-        raise ExecutorError(f"flyc-build --executor {opts.executor}: cannot reach a Ray cluster ({type(e).__name__}: "
+        raise CompileError(f"flyc-build --executor {opts.executor}: cannot reach a Ray cluster ({type(e).__name__}: "
                             f"{e}); start one with `ray start --head` or give its address as ray:HOST:PORT") from None
     try:
         build_id = uuid.uuid4().hex
@@ -233,7 +229,10 @@ def run_ray(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, roc
                     r = TaskResult(o, s, t, None, "the Ray worker process died while compiling this kernel (a crash or "
                                                   "abort in the DSL's native code; its own message, if any, is above)")
                 except ray.exceptions.RayError as e:
-                    r = TaskResult(o, s, t, None, f"Ray task failed: {type(e).__name__}: {str(e).splitlines()[0]}")
+                    # a task that raised (outside run_task's own catch: a bug) carries the remote traceback in its text
+                    tb = str(e) if isinstance(e, ray.exceptions.RayTaskError) else None
+                    r = TaskResult(o, s, t, None, f"Ray task failed: {type(e).__name__}: {str(e).splitlines()[0]}",
+                                   traceback=tb)
                 results.append(r)
                 status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
                 progress(f"[{len(results)}/{total}] {t:<8} {o}.{s}  {status} (ray)")

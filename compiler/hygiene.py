@@ -42,10 +42,6 @@ _SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}  # for C libraries without the 
 _AT_FDCWD = -100
 
 
-class OutputBusyError(CompileError, RuntimeError):
-    """Another ``flyc-build`` is writing the same output folder."""
-
-
 # --- workers die with the build ----------------------------------------------------------------------------------
 
 def die_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
@@ -234,8 +230,8 @@ def output_lock(out_dir: Path) -> Iterator[None]:
     builds never hold locks on two different files of one path.
 
     Raises:
-        OutputBusyError: another build holds the lock.
-        CompileError: the lock file cannot be created (e.g. the output's folder is not writable).
+        CompileError: another build holds the lock, or the lock file cannot be created (e.g. the output's folder
+            is not writable).
     """
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     path = lock_path(out_dir)
@@ -249,7 +245,7 @@ def output_lock(out_dir: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise OutputBusyError(f"flyc-build: expected to be the only build writing {out_dir}, but another "
+            raise CompileError(f"flyc-build: expected to be the only build writing {out_dir}, but another "
                                   "flyc-build is writing it now; wait for it to finish, or choose another -o") from None
         except BaseException:
             os.close(fd)

@@ -32,10 +32,6 @@ HIP_ENTRY_PREFIX = "hipv4-amdgcn-amd-amdhsa--"
 _COMPRESS_ENV = ("OFFLOAD_BUNDLER_COMPRESS", "OFFLOAD_BUNDLER_VERBOSE")
 
 
-class OffloadBundleError(ToolchainError):
-    """An offload bundle could not be made, or a file is not an uncompressed bundle."""
-
-
 def entry_id(target: str) -> str:
     """The bundle entry ID of an AMD target ID: ``gfx942`` -> ``hipv4-amdgcn-amd-amdhsa--gfx942``."""
     return HIP_ENTRY_PREFIX + target
@@ -73,15 +69,15 @@ def make_offload_bundle(code_objects: Mapping[str, bytes], toolchain: Toolchain,
         ``out_path`` as a Path.
 
     Raises:
-        OffloadBundleError: no code objects, no bundler in the toolchain, the bundler failed (its stderr),
+        ToolchainError: no code objects, no bundler in the toolchain, the bundler failed (its stderr),
             or its output is not an uncompressed bundle holding exactly the inputs.
     """
     out = Path(out_path)
     if not code_objects:
-        raise OffloadBundleError(f"make offload bundle {out}: expected at least one code object, got none")
+        raise ToolchainError(f"make offload bundle {out}: expected at least one code object, got none")
     tool = toolchain.offload_bundler
     if tool is None:
-        raise OffloadBundleError(
+        raise ToolchainError(
             f"make offload bundle {out}: expected clang-offload-bundler beside {toolchain.assembler.path}, got none "
             f"(toolchain from {toolchain.origin}); install clang (Debian `apt-get install clang-22`) or ROCm's "
             "LLVM and pass --llvm-bin, or build without --offload-bundle")
@@ -103,11 +99,11 @@ def make_offload_bundle(code_objects: Mapping[str, bytes], toolchain: Toolchain,
         try:
             run_tool(tool, args, operation=f"make offload bundle {out} for {', '.join(targets)}", environ=environ)
         except ToolchainError as e:
-            raise OffloadBundleError(str(e)) from None
+            raise ToolchainError(str(e)) from None
     got = read_offload_bundle(out.read_bytes(), str(out))
     for t in targets:
         if got.get(entry_id(t)) != code_objects[t]:
-            raise OffloadBundleError(f"make offload bundle {out}: expected entry {entry_id(t)} to hold the "
+            raise ToolchainError(f"make offload bundle {out}: expected entry {entry_id(t)} to hold the "
                                      f"{len(code_objects[t])}-byte code object, got "
                                      f"{len(got.get(entry_id(t), b''))} bytes")
     return out
@@ -116,11 +112,11 @@ def make_offload_bundle(code_objects: Mapping[str, bytes], toolchain: Toolchain,
 def _entries(data: bytes, where: str) -> list[tuple[str, int, int]]:
     """``(entry id, offset, size)`` of each entry of an uncompressed bundle (format in the module docstring)."""
     if data.startswith(COMPRESSED_MAGIC):
-        raise OffloadBundleError(f"read offload bundle {where}: expected an uncompressed bundle "
+        raise ToolchainError(f"read offload bundle {where}: expected an uncompressed bundle "
                                  f"({BUNDLE_MAGIC.decode()}), got a compressed one (CCOB); older HIP runtimes "
                                  "refuse it: rebuild without compression")
     if not data.startswith(BUNDLE_MAGIC):
-        raise OffloadBundleError(f"read offload bundle {where}: expected magic {BUNDLE_MAGIC.decode()}, "
+        raise ToolchainError(f"read offload bundle {where}: expected magic {BUNDLE_MAGIC.decode()}, "
                                  f"got {data[:24]!r}")
     out = []
     try:
@@ -134,11 +130,11 @@ def _entries(data: bytes, where: str) -> list[tuple[str, int, int]]:
             pos += id_len
             name = raw.decode()
             if len(raw) != id_len or offset + size > len(data):
-                raise OffloadBundleError(f"read offload bundle {where}: entry {name!r} at {offset} size {size} "
+                raise ToolchainError(f"read offload bundle {where}: entry {name!r} at {offset} size {size} "
                                          f"lies outside the {len(data)}-byte file")
             out.append((name, offset, size))
     except (struct.error, UnicodeDecodeError) as e:
-        raise OffloadBundleError(f"read offload bundle {where}: expected a well-formed header, got {e}") from None
+        raise ToolchainError(f"read offload bundle {where}: expected a well-formed header, got {e}") from None
     return out
 
 
@@ -154,7 +150,7 @@ def read_offload_bundle(data: bytes, where: str = "<bundle>") -> dict[str, bytes
         (the bundler stores the host entry as ``host-x86_64-unknown-linux-gnu-``).
 
     Raises:
-        OffloadBundleError: a compressed bundle (``CCOB``), another magic, or entries outside the file.
+        ToolchainError: a compressed bundle (``CCOB``), another magic, or entries outside the file.
     """
     return {name: data[offset:offset + size] for name, offset, size in _entries(data, where)}
 
@@ -163,7 +159,7 @@ def entry_offsets(data: bytes, where: str = "<bundle>") -> dict[str, int]:
     """Entry ID -> file offset of its data, to check the alignment.
 
     Raises:
-        OffloadBundleError: as :func:`read_offload_bundle`.
+        ToolchainError: as :func:`read_offload_bundle`.
     """
     return {name: offset for name, offset, _ in _entries(data, where)}
 
@@ -179,16 +175,16 @@ def unbundle(path: str | Path, targets: Sequence[str]) -> dict[str, bytes]:
         Target ID -> code object bytes.
 
     Raises:
-        OffloadBundleError: not an uncompressed bundle, or a target it lacks (the message lists what it has).
+        ToolchainError: not an uncompressed bundle, or a target it lacks (the message lists what it has).
     """
     entries = read_offload_bundle(Path(path).read_bytes(), str(path))
     by_target = {t: v for k, v in entries.items() if (t := _entry_target(k)) is not None}
     missing = [t for t in targets if t not in by_target]
     if missing:
-        raise OffloadBundleError(f"unbundle {path}: expected entries for {', '.join(missing)}, got "
+        raise ToolchainError(f"unbundle {path}: expected entries for {', '.join(missing)}, got "
                                  f"{', '.join(sorted(entries)) or 'none'}")
     return {t: by_target[t] for t in targets}
 
 
-__all__ = ["OffloadBundleError", "make_offload_bundle", "read_offload_bundle", "unbundle", "entry_id",
+__all__ = ["make_offload_bundle", "read_offload_bundle", "unbundle", "entry_id",
            "entry_offsets", "BUNDLE_MAGIC", "COMPRESSED_MAGIC", "BUNDLE_ALIGN", "HOST_ENTRY"]

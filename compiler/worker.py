@@ -23,7 +23,10 @@ from flyship.compiler.frontends import BuildContext, CompiledVariant, WorkerSetu
 from flyship.compiler.frontends.base import DSLError, FrontendError, ResourceError
 from flyship.compiler.hygiene import die_with_parent
 from flyship.compiler.spec import SpecError, SpecFile, run_spec_file
-from flyship.errors import CompileError
+from flyship.errors import CompileError, FlyshipError, headline, traceback_text
+
+
+SPEC_IMPORT = "SpecImportError"  # the kind of the CompileError of a spec file that could not be imported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +47,8 @@ class WorkerConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TaskResult:
-    """One (op, spec, target) task's outcome: the variant, or the error as text.
+    """One (op, spec, target) task's outcome: the variant, or the error as text (``<kind>: <message>``, and the
+    traceback text of an unexpected exception, a bug, which would not cross the process boundary otherwise).
 
     ``reused`` says the worker had run other tasks before this one: a failure there may come from a DSL's
     process-global state left by an earlier trace, so the parent retries it once in a fresh process, unless
@@ -58,12 +62,19 @@ class TaskResult:
     reused: bool = False
     resource: bool = False  # the error is a target resource limit (frontends.base.ResourceError)
     deterministic: bool = False  # flyship's own check refused it (SpecError, FrontendError but DSLError): no retry
+    traceback: Optional[str] = None  # the error was not a flyship error but a bug: its traceback, for the report
 
 
 _SPEC: Optional[SpecFile] = None
 _CFG: Optional[WorkerConfig] = None
 _TASKS_RUN = 0  # tasks this worker process has started (a reused worker has run one before)
 _TRACE_SLOTS = None  # the pool's semaphore: how many of its workers may trace at once (executors.run_tasks)
+_SPEC_ERROR: Optional[tuple[str, Optional[str]]] = None  # why the spec file did not load here: (text, traceback)
+
+
+def _bug_traceback(e: BaseException) -> Optional[str]:
+    """The traceback text of ``e`` when it is a bug (not a flyship error), else None (errors.py's policy)."""
+    return None if isinstance(e, FlyshipError) else traceback_text(e)
 
 
 def load_spec_file(path: str) -> SpecFile:
@@ -71,11 +82,12 @@ def load_spec_file(path: str) -> SpecFile:
 
     Raises:
         flyship.compiler.spec.SpecError: the file declares nothing usable.
-        SpecImportError: the file raised while importing; the message carries its traceback tail.
+        CompileError (kind :data:`SPEC_IMPORT`): the file raised while importing; the message carries its
+            traceback tail.
     """
     p = Path(path).resolve()
     if not p.is_file():
-        raise SpecImportError(f"spec file: expected a Python file, got {path!r} (no such file)")
+        raise CompileError(f"spec file: expected a Python file, got {path!r} (no such file)", kind=SPEC_IMPORT)
     sys.path.insert(0, str(p.parent))
     name = f"flyship_spec_{abs(hash(str(p)))}"
 
@@ -93,29 +105,27 @@ def load_spec_file(path: str) -> SpecFile:
             missing = (e.name or "").split(".")[0] if isinstance(e, ModuleNotFoundError) else ""
             fe = next((fe for fe in frontends.registered() if missing in fe.packages), None) if missing else None
             if fe is not None:
-                raise SpecImportError(f"flyc-build {path}: expected a Python with {missing} (the spec file imports "
-                                      f"it), got {sys.executable}, which has none; {fe.install_hint}") from None
+                raise CompileError(f"flyc-build {path}: expected a Python with {missing} (the spec file imports "
+                                   f"it), got {sys.executable}, which has none; {fe.install_hint}",
+                                   kind=SPEC_IMPORT) from None
             tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])
-            raise SpecImportError(f"spec file {path} failed to import: {type(e).__name__}: {e}\n{tb}") from None
+            raise CompileError(f"spec file {path} failed to import: {type(e).__name__}: {e}\n{tb}",
+                               kind=SPEC_IMPORT) from None
         except BaseException as e:  # pytest.skip(), sys.exit(), GeneratorExit: not an error of the code, one line
             kind = f"{type(e).__module__}.{type(e).__qualname__}".removeprefix("builtins.")
-            raise SpecImportError(
+            raise CompileError(
                 f"spec file {path}: expected the import to declare ops, got {kind}({str(e)!r}) raised at import "
                 "(a BaseException such as pytest.skip() or sys.exit() stops it); remove that call from the spec "
-                "file, or guard it so flyc-build's import runs through") from None
+                "file, or guard it so flyc-build's import runs through", kind=SPEC_IMPORT) from None
 
     return run_spec_file(str(p), run)
-
-
-class SpecImportError(CompileError, RuntimeError):
-    """The spec file could not be imported."""
 
 
 def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
     """Process initializer: each frontend that builds for this target prepares the environment, then the
     spec file is imported. ``trace_slots``: a semaphore shared by the pool's workers, held while a DSL traces
     (:attr:`BuildContext.trace_slot`), or None for no limit."""
-    global _SPEC, _CFG, _TRACE_SLOTS
+    global _SPEC, _CFG, _SPEC_ERROR, _TRACE_SLOTS
     _CFG = cfg
     _TRACE_SLOTS = trace_slots
     if cfg.parent_pid:  # first: a worker never outlives the build (kill -9 included)
@@ -133,7 +143,7 @@ def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
         _SPEC = load_spec_file(cfg.spec_path)
     except Exception as e:  # reported per task
         _SPEC = None
-        globals()["_SPEC_ERROR"] = f"{type(e).__name__}: {e}"
+        _SPEC_ERROR = (headline(e), _bug_traceback(e))
 
 
 def run_task(op_name: str, spec_name: str) -> TaskResult:
@@ -144,7 +154,8 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
     reused = _TASKS_RUN > 0
     _TASKS_RUN += 1
     if _SPEC is None:
-        return TaskResult(op_name, spec_name, cfg.target, None, globals().get("_SPEC_ERROR", "spec not loaded"))
+        text, tb = _SPEC_ERROR or ("spec not loaded", None)
+        return TaskResult(op_name, spec_name, cfg.target, None, text, traceback=tb)
     try:
         op = next((o for o in _SPEC.ops if o.name == op_name), None)
         decl = next((s for s in op.specs if s.name == spec_name), None) if op is not None else None
@@ -164,6 +175,7 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
             v = frontends.compile_variant(fe, op, spec, cfg.target, ctx)
         return TaskResult(op_name, spec_name, cfg.target, v, None, reused)
     except Exception as e:
-        return TaskResult(op_name, spec_name, cfg.target, None, f"{type(e).__name__}: {e}", reused,
+        return TaskResult(op_name, spec_name, cfg.target, None, headline(e), reused,
                           resource=isinstance(e, ResourceError),
-                          deterministic=isinstance(e, (SpecError, FrontendError)) and not isinstance(e, DSLError))
+                          deterministic=isinstance(e, (SpecError, FrontendError)) and not isinstance(e, DSLError),
+                          traceback=_bug_traceback(e))

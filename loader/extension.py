@@ -44,8 +44,9 @@ CORE_SOURCES = tuple(sorted(p.name for p in CSRC.glob("*.cpp") if not p.name.sta
 HEADERS = tuple(sorted(p.name for p in CSRC.glob("*.h")))
 
 
-class ExtensionBuildError(LoadError, RuntimeError):
-    """The extension could not be configured or built; the message lists what was tried."""
+# The extension could not be configured or built (the message lists what was tried): a LoadError, kept under this
+# exported name (flyship.loader.ExtensionBuildError) for code that catches it; nothing tells it apart by class.
+ExtensionBuildError = LoadError
 
 
 @dataclasses.dataclass(frozen=True)

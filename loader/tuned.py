@@ -10,6 +10,7 @@ from typing import Callable, Optional
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle import tuning as _tt
+from flyship.bundle.errors import BundleError
 
 
 def device_cus(device: int = 0) -> Optional[int]:
@@ -37,7 +38,7 @@ def apply(manifest: _m.Manifest, table: _tt.Table, target: str, cus: Optional[in
     bundle's own specializations follow unchanged, for inputs the winner's guard does not admit.
 
     Raises:
-        TuningError: the table names an op the bundle lacks, an op whose key differs from the bundle's,
+        BundleError: the table names an op the bundle lacks, an op whose key differs from the bundle's,
             or a winner the op does not have.
     """
     if table.namespace and table.namespace != manifest.namespace:
@@ -49,7 +50,7 @@ def apply(manifest: _m.Manifest, table: _tt.Table, target: str, cus: Optional[in
         mine = [e for e in entries if e.op == op.name]
         key = table.keys.get(op.name)
         if key is not None and tuple(_expr.canonical(k) for k in key) != op.tuning_key:
-            raise _tt.TuningError(f"tuning table: op {op.name} is keyed by {list(key)}, the bundle's key is "
+            raise BundleError(f"tuning table: op {op.name} is keyed by {list(key)}, the bundle's key is "
                                   f"{list(op.tuning_key)}; re-run `flyship tune` for this bundle")
         if not mine:
             ops.append(op)
@@ -58,12 +59,12 @@ def apply(manifest: _m.Manifest, table: _tt.Table, target: str, cus: Optional[in
         tuned = []
         for i, (winner, cons) in enumerate(_tt.dispatch_plan(op.tuning_key, mine)):
             if winner not in specs:
-                raise _tt.TuningError(f"tuning table: op {op.name}: winner {winner!r} is not a specialization of "
+                raise BundleError(f"tuning table: op {op.name}: winner {winner!r} is not a specialization of "
                                       f"the bundle ({', '.join(specs)}); the table belongs to another build")
             s = specs[winner]
             guard = dataclasses.replace(s.guard, constraints=tuple(s.guard.constraints) + cons)
             tuned.append(dataclasses.replace(s, name=f"{winner}{_tt.TUNED_SUFFIX}{i}", guard=guard))
         ops.append(dataclasses.replace(op, specializations=tuple(tuned) + tuple(op.specializations)))
     for name in sorted({e.op for e in entries} - {o.name for o in manifest.ops}):
-        raise _tt.TuningError(f"tuning table: op {name} is not in the bundle ({', '.join(o.name for o in manifest.ops)})")
+        raise BundleError(f"tuning table: op {name} is not in the bundle ({', '.join(o.name for o in manifest.ops)})")
     return dataclasses.replace(manifest, ops=tuple(ops))

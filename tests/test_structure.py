@@ -92,3 +92,69 @@ def test_no_cxx_function_is_over_80_lines():
                 if n > MAX_FUNCTION_LINES:
                     long[f"csrc/{p.name}:{first} {name}"] = n
     assert not long, f"C++ functions over {MAX_FUNCTION_LINES} lines (cut into steps): {long}"
+
+
+MAX_EXCEPTION_CLASSES = 20
+# Where a user learns a class's name: the public modules' exports (flyship.errors, flyship, flyship.loader) and docs/.
+EXPORTING = ("flyship/errors.py", "flyship/__init__.py", "loader/__init__.py")
+
+
+def exception_classes() -> dict[str, str]:
+    """Every exception class the product defines: name -> where (a class whose base is a builtin exception or,
+    transitively, another of these)."""
+    import builtins
+
+    known = {n for n in dir(builtins) if isinstance(getattr(builtins, n), type)
+             and issubclass(getattr(builtins, n), BaseException)}
+    classes = [(node, p) for p in sources() for node in ast.walk(ast.parse(p.read_text(), str(p)))
+               if isinstance(node, ast.ClassDef)]
+    found: dict[str, str] = {}
+    while True:
+        new = {n.name: f"{p.relative_to(ROOT)}:{n.lineno}" for n, p in classes if n.name not in found
+               and any((b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")) in known | set(found)
+                       for b in n.bases)}
+        if not new:
+            return found
+        found.update(new)
+
+
+def _told_apart_by_code() -> set[str]:
+    """Names in an ``except`` clause or as ``isinstance``'s class argument anywhere in the product."""
+    names: set[str] = set()
+
+    def collect(node: ast.AST) -> None:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name):
+                names.add(n.id)
+            elif isinstance(n, ast.Attribute):
+                names.add(n.attr)
+
+    for p in sources():
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                collect(node.type)
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance" and len(node.args) == 2:
+                collect(node.args[1])
+    return names
+
+
+def _exported_or_documented() -> set[str]:
+    import re
+
+    text = "\n".join((ROOT / p).read_text() for p in EXPORTING)
+    text += "\n".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+    text += "\n".join(p.read_text() for p in sorted((ROOT / "csrc").glob("*.cpp")))  # C++ raises by name
+    return set(re.findall(r"[\"'`](\w+)[\"'`]", text))
+
+
+def test_exception_classes_are_few_and_each_is_caught_or_public():
+    classes = exception_classes()
+    assert "FlyshipError" in classes and "CallTypeError" in classes  # the scan sees the tree it counts
+    assert len(classes) <= MAX_EXCEPTION_CLASSES, (
+        f"{len(classes)} exception classes, at most {MAX_EXCEPTION_CLASSES} (flyship/errors.py's policy: a class "
+        f"only where code catches it or a user must tell it apart; fold the others into their parent, with a kind "
+        f"where words tell them apart): {sorted(classes)}")
+    seen = _told_apart_by_code() | _exported_or_documented()
+    idle = {name: where for name, where in classes.items() if name not in seen}
+    assert not idle, (f"exception classes that no code catches (except / isinstance) and no export or doc names: "
+                      f"{idle}; fold each into its parent (flyship/errors.py)")

@@ -26,7 +26,7 @@ from flyship.compiler import hygiene as _hygiene
 from flyship.compiler.build.assembling import assemble_manifest, frontend_versions, offload_bundles, summary_rows
 from flyship.compiler.build.checking import (check_reachable, check_reference_outputs, check_references_module,
                                              guard_constraints, _example_tensor)
-from flyship.compiler.build.options import BuildError, BuildOptions, PartialBuildError, Row
+from flyship.compiler.build.options import BuildOptions, PartialBuildError, Row
 from flyship.compiler.build.planning import (check_archs, check_offload_targets, check_output, check_request,
                                              find_tools, plan, plan_tasks, read_declarations)
 from flyship.compiler.build.running import (compile_with_cache, failure_report, next_step, partial_build_error,
@@ -34,7 +34,7 @@ from flyship.compiler.build.running import (compile_with_cache, failure_report, 
 from flyship.compiler.build.writing import build_key, remember_build, reuse_bundle, write_bundle, write_results
 from flyship.compiler.worker import load_spec_file
 
-__all__ = ["BuildError", "BuildOptions", "PartialBuildError", "Row", "assemble_manifest", "build", "check_archs",
+__all__ = ["BuildOptions", "PartialBuildError", "Row", "assemble_manifest", "build", "check_archs",
            "check_offload_targets", "check_reachable", "check_reference_outputs", "check_references_module",
            "compile_with_cache", "failure_report", "find_tools", "frontend_versions", "guard_constraints",
            "load_spec_file", "next_step", "offload_bundles", "plan", "read_declarations", "remember_build",
@@ -48,10 +48,10 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
         One :class:`Row` per compiled variant, for the summary table.
 
     Raises:
-        BuildError: anything that stops the build (unknown arch, tools missing, output exists, a kernel
-            failing to compile or prove); every failing task is listed. Nothing is written then.
+        CompileError: anything that stops the build (unknown arch, tools missing, output exists or another build
+            is writing it, a kernel failing to compile or prove); every failing task is listed. Nothing is
+            written then.
         PartialBuildError: ``--keep-going`` wrote the bundle without the kernels that failed.
-        flyship.compiler.hygiene.OutputBusyError: another build is writing ``opts.out_dir``.
     """
     targets = check_request(opts)
     out_dir = Path(opts.out_dir)

@@ -16,8 +16,9 @@ from flyship.bundle import occupancy as _occupancy
 from flyship.bundle import rules as _rules
 from flyship.compiler import offload as _off
 from flyship.compiler.build.checking import check_reachable, check_references_module, guard_constraints
-from flyship.compiler.build.options import BuildError, Row
+from flyship.compiler.build.options import Row
 from flyship.compiler.spec import OpDecl, Scalar, SpecFile, Tensor
+from flyship.errors import CompileError
 
 
 def _fs_target(t: str) -> str:
@@ -152,7 +153,7 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
     if sf.references:
         rp = (Path(sf.path).parent / sf.references).resolve()
         if not rp.is_file():
-            raise BuildError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
+            raise CompileError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
         check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference})
         files["references.py"] = rp.read_bytes()
         refs = "references.py"

@@ -12,8 +12,8 @@ from typing import Any
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as M
-from flyship.compiler.build.options import BuildError
 from flyship.compiler.spec import SpecFile, Tensor
+from flyship.errors import CompileError, traceback_text
 
 
 def check_references_module(path: Path, needed: dict[str, str]) -> None:
@@ -22,7 +22,7 @@ def check_references_module(path: Path, needed: dict[str, str]) -> None:
     names (``needed``: op name -> function name).
 
     Raises:
-        BuildError: naming the module, the import or the missing function.
+        CompileError: naming the module, the import or the missing function.
     """
     tree = ast.parse(path.read_text(), filename=str(path))
     stdlib = getattr(sys, "stdlib_module_names", frozenset())
@@ -32,20 +32,20 @@ def check_references_module(path: Path, needed: dict[str, str]) -> None:
             mods = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                raise BuildError(f"references module {path}: relative import at line {node.lineno}; only "
-                                 f"{path.name} is copied into the bundle, so it must stand alone")
+                raise CompileError(f"references module {path}: relative import at line {node.lineno}; only "
+                                   f"{path.name} is copied into the bundle, so it must stand alone")
             mods = [node.module or ""]
         for m in mods:
             top = m.split(".")[0]
             if top != "torch" and top not in stdlib:
-                raise BuildError(f"references module {path}: imports {m!r}; it is copied into the bundle and run in "
-                                 "the workload Python, which has torch and the standard library only")
+                raise CompileError(f"references module {path}: imports {m!r}; it is copied into the bundle and run in "
+                                   "the workload Python, which has torch and the standard library only")
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     for op, fn in sorted(needed.items()):
         if fn not in defined:
-            raise BuildError(f"op {op}: reference={fn!r} is not defined in {path}; it defines "
-                             f"{', '.join(sorted(d for d in defined if not d.startswith('_'))) or 'nothing'}")
+            raise CompileError(f"op {op}: reference={fn!r} is not defined in {path}; it defines "
+                               f"{', '.join(sorted(d for d in defined if not d.startswith('_'))) or 'nothing'}")
 
 
 def _example_tensor(torch: Any, shape: tuple[int, ...], dtype: str, random: bool, written: bool = False) -> Any:
@@ -70,7 +70,7 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
     otherwise show only at the first call (an output of the wrong size, a verify failure).
 
     Raises:
-        BuildError: naming the op, the spec, the output, the rule's shape and the reference's.
+        CompileError: naming the op, the spec, the output, the rule's shape and the reference's.
     """
     import torch  # the build Python has it (FlyDSL imports it); imported only when references are checked
 
@@ -97,8 +97,9 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
                 with torch.no_grad():
                     got = fn(*args)
             except Exception as e:
-                raise BuildError(f"{where}: reference {op.reference}() failed on the example inputs ({what} of shapes "
-                                 f"{dict(s.shapes)}): {type(e).__name__}: {e}") from None
+                raise CompileError(f"{where}: reference {op.reference}() failed on the example inputs ({what} of "
+                                   f"shapes {dict(s.shapes)}): {type(e).__name__}: {e}",
+                                   details=traceback_text(e)) from e  # the reference's bug: its traceback too
             returned = got
             got = list(got) if isinstance(got, (tuple, list)) else [] if got is None and written else [got]
             if len(got) != len(op.outputs):
@@ -107,17 +108,17 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
                         if written and len(got) > len(op.outputs) else
                         f"; return {', '.join(o.name for o in op.outputs)} from {op.reference}()" if op.outputs else "")
                 found = "None" if returned is None else f"{len(got)}"
-                raise BuildError(f"{where}: expected reference {op.reference}() to return {len(op.outputs)} tensor(s) "
-                                 f"({', '.join(o.name for o in op.outputs) or 'None'}), got {found}{hint}")
+                raise CompileError(f"{where}: expected reference {op.reference}() to return {len(op.outputs)} "
+                                   f"tensor(s) ({', '.join(o.name for o in op.outputs) or 'None'}), got {found}{hint}")
             for a, t in zip(op.inputs, args):
                 if a.name in written and torch.equal(t, before[a.name]):
-                    raise BuildError(f"{where}: expected reference {op.reference}() to write {a.name} in place (the "
-                                     f"kernel does: Tensor({a.name!r}, mutable=True)), got {a.name} unchanged after a "
-                                     f"call on random example values; write it in place, e.g. {a.name}.copy_(...)")
+                    raise CompileError(f"{where}: expected reference {op.reference}() to write {a.name} in place (the "
+                                       f"kernel does: Tensor({a.name!r}, mutable=True)), got {a.name} unchanged after "
+                                       f"a call on random example values; write it in place, e.g. {a.name}.copy_(...)")
             for o, t in zip(op.outputs, got):
                 want_dtype = op.output_dtype_for(o, s)
                 if tuple(t.shape) != tuple(shapes[o.name]) or str(t.dtype) != f"torch.{want_dtype}":
-                    raise BuildError(
+                    raise CompileError(
                         f"{where}: output {o.name}: expected the reference's result to match the output rule "
                         f"(shape {list(op.output_shape(o))} = {list(shapes[o.name])}, dtype {want_dtype}), got shape "
                         f"{list(t.shape)}, dtype {str(t.dtype).removeprefix('torch.')} from {op.reference}() at the "
@@ -130,16 +131,16 @@ def guard_constraints(where: str, constraints: tuple[str, ...]) -> tuple[str, ..
     build (no call could ever take the specialization).
 
     Raises:
-        BuildError: a constant constraint that is false, naming it.
+        CompileError: a constant constraint that is false, naming it.
     """
     kept = []
     for c in constraints:
         if not _expr.is_constant(c):
             kept.append(c)
         elif not _expr.evaluate_with_shapes(c, {}):
-            raise BuildError(f"{where}: expected every guard constraint to hold for some call, got {c!r}, which "
-                             "reads nothing of the call and is false; no call could take this specialization: fix "
-                             "the spec's constraint, or the constant Value / constexpr it was computed from")
+            raise CompileError(f"{where}: expected every guard constraint to hold for some call, got {c!r}, which "
+                               "reads nothing of the call and is false; no call could take this specialization: fix "
+                               "the spec's constraint, or the constant Value / constexpr it was computed from")
     return tuple(kept)
 
 
@@ -150,7 +151,7 @@ def check_reachable(op_name: str, specs: list[M.Specialization]) -> None:
     without claiming to decide every implication between constraints.
 
     Raises:
-        BuildError: naming both specializations and what to change.
+        CompileError: naming both specializations and what to change.
     """
     for j, later in enumerate(specs):
         for earlier in specs[:j]:
@@ -158,7 +159,7 @@ def check_reachable(op_name: str, specs: list[M.Specialization]) -> None:
             if (g0.dtypes == g1.dtypes and set(g0.constraints) <= set(g1.constraints)
                     and all(a <= g1.alignment.get(k, 1) for k, a in g0.alignment.items())
                     and {v.target for v in later.variants} <= {v.target for v in earlier.variants}):
-                raise BuildError(
+                raise CompileError(
                     f"op {op_name}: expected every specialization to be reachable, got {later.name!r} behind "
                     f"{earlier.name!r}, which accepts every call {later.name!r} accepts (same dtypes, constraints "
                     f"{list(g0.constraints)} all among {later.name!r}'s) and is tried first; list {later.name!r} "

@@ -9,10 +9,6 @@ from flyship.bundle import manifest as M
 from flyship.errors import CompileError
 
 
-class BuildError(CompileError, RuntimeError):
-    """The build failed; nothing was written at the output path."""
-
-
 @dataclasses.dataclass(frozen=True)
 class BuildOptions:
     """Options of one ``flyc-build`` run (the CLI parses into this).
@@ -47,7 +43,7 @@ class BuildOptions:
     keep_going: bool = False
 
 
-class PartialBuildError(BuildError):
+class PartialBuildError(CompileError):
     """``--keep-going``: the bundle was written without the kernels that failed (listed, each with a next step).
 
     Attributes:
@@ -55,8 +51,8 @@ class PartialBuildError(BuildError):
         failures: the manifest's ``failed`` entries.
     """
 
-    def __init__(self, message: str, rows: list["Row"], failures: tuple[M.Failure, ...]) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, rows: list["Row"], failures: tuple[M.Failure, ...], details: str = "") -> None:
+        super().__init__(message, details=details)
         self.rows = rows
         self.failures = failures
 

@@ -17,23 +17,23 @@ from flyship.compiler import executors as _executors
 from flyship.compiler import tuning as _tuning
 from flyship.compiler import toolchain as _tc
 from flyship.compiler.build.checking import check_reference_outputs, check_references_module
-from flyship.compiler.build.options import BuildError, BuildOptions
+from flyship.compiler.build.options import BuildOptions
 from flyship.compiler.spec import SpecFile
 from flyship.compiler.worker import load_spec_file
-from flyship.errors import CompileError
+from flyship.errors import CompileError, FlyshipError, headline, traceback_text
 
 
 def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
     """Parse the requested targets; unknown ones fail with the list of known processors."""
     if not archs:
-        raise BuildError("flyc-build: expected at least one --arch (e.g. --arch gfx942 --arch gfx950)")
+        raise CompileError("flyc-build: expected at least one --arch (e.g. --arch gfx942 --arch gfx950)")
     out = []
     for a in archs:
         try:
             t = _targets.parse_target(a)
             _targets.limits(t)
         except M.BundleError as e:
-            raise BuildError(f"flyc-build: unknown arch {a!r}: {e}") from None
+            raise CompileError(f"flyc-build: unknown arch {a!r}: {e}") from None
         out.append(t)
     return out
 
@@ -44,7 +44,7 @@ def check_offload_targets(targets: list[_targets.TargetID]) -> None:
     ``getConflictTargetIDCombination``), so refuse them before compiling.
 
     Raises:
-        BuildError: naming both target IDs and what to do.
+        CompileError: naming both target IDs and what to do.
     """
     seen: dict[str, str] = {}
     for t in targets:
@@ -52,10 +52,10 @@ def check_offload_targets(targets: list[_targets.TargetID]) -> None:
             continue
         other = seen.setdefault(t.processor, t.text)
         if other != t.text:
-            raise BuildError(f"flyc-build --offload-bundle: expected one target ID per processor, got {other} and "
-                             f"{t.text}; clang-offload-bundler refuses conflicting targets in one bundle (the loader "
-                             "could not choose between them); build them into separate bundles, or drop "
-                             "--offload-bundle (each code object is in the bundle folder either way)")
+            raise CompileError(f"flyc-build --offload-bundle: expected one target ID per processor, got {other} and "
+                               f"{t.text}; clang-offload-bundler refuses conflicting targets in one bundle (the loader "
+                               "could not choose between them); build them into separate bundles, or drop "
+                               "--offload-bundle (each code object is in the bundle folder either way)")
 
 
 def plan(sf: SpecFile, targets: list[_targets.TargetID],
@@ -68,14 +68,14 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID],
         fe = _frontends.get(op.frontend)
         usable = [t for t in targets if t.vendor in fe.vendors]
         if not usable:
-            raise BuildError(f"flyc-build: op {op.name} ({op.frontend}) has no target among "
-                             f"{[t.text for t in targets]}; {op.frontend} builds for "
-                             f"{' and '.join(sorted(fe.vendors))} targets ({_VENDOR_EXAMPLES[min(fe.vendors)]}, ...)")
+            raise CompileError(f"flyc-build: op {op.name} ({op.frontend}) has no target among "
+                               f"{[t.text for t in targets]}; {op.frontend} builds for "
+                               f"{' and '.join(sorted(fe.vendors))} targets ({_VENDOR_EXAMPLES[min(fe.vendors)]}, ...)")
         for t in usable:
             try:
                 fe.check_target(t)
             except CompileError as e:
-                raise BuildError(f"flyc-build: op {op.name} ({fe.title}): {e}") from None
+                raise CompileError(f"flyc-build: op {op.name} ({fe.title}): {e}") from None
         for s in op.specs:
             mine = [t for t in usable if _spec_admits(s.targets, t)]
             if not mine:
@@ -89,11 +89,11 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID],
                 tasks.append((op.name, s.name, t.text))
         if not any(o == op.name for o, _s, _t in tasks):
             limits = "; ".join(f"{op.name}.{s.name}: {', '.join(s.targets)}" for s in op.specs)
-            raise BuildError(f"flyc-build: op {op.name}: expected a specialization for some --arch "
-                             f"({', '.join(t.text for t in targets)}), got none: its specs are limited to other "
-                             f"targets ({limits}); "
-                             "add one of those --arch, or widen a spec's targets=(...) (a bundle op without code "
-                             "objects would only ever run its reference)")
+            raise CompileError(f"flyc-build: op {op.name}: expected a specialization for some --arch "
+                               f"({', '.join(t.text for t in targets)}), got none: its specs are limited to other "
+                               f"targets ({limits}); "
+                               "add one of those --arch, or widen a spec's targets=(...) (a bundle op without code "
+                               "objects would only ever run its reference)")
     return tasks
 
 
@@ -112,26 +112,37 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
     rejects.
 
     Raises:
-        BuildError: naming the spec file or the op.
+        CompileError: naming the spec file or the op.
     """
     try:
         imports, sf = _declarations.load_for_targets(spec_path, targets, load_spec_file)
-    except Exception as e:
-        raise BuildError(f"flyc-build: {e}") from None
+    except FlyshipError as e:  # a refusal: its own words, one line
+        raise CompileError(f"flyc-build: {e}") from None
+    except Exception as e:  # a bug: named, its traceback kept (errors.py)
+        raise _bug(f"reading the declarations of {spec_path}", e) from e
     if sf.references:
         rp = (Path(sf.path).parent / sf.references).resolve()
         if not rp.is_file():
-            raise BuildError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
+            raise CompileError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
         check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference})
         check_reference_outputs(sf, rp)
     elif any(o.reference for o in sf.ops):
-        raise BuildError(f"spec file {sf.path}: ops name references but the spec calls no references('<file>.py')")
+        raise CompileError(f"spec file {sf.path}: ops name references but the spec calls no references('<file>.py')")
     for op in (o for imp in imports for o in imp.spec_file.ops):  # each declaration as its targets import it
         try:
             _frontends.get(op.frontend).check_declaration(op)
+        except FlyshipError as e:
+            raise CompileError(f"flyc-build: {e}") from None
         except Exception as e:
-            raise BuildError(f"flyc-build: {e}") from None
+            raise _bug(f"frontend {op.frontend}'s check of op {op.name}", e) from e
     return sf
+
+
+def _bug(where: str, e: Exception) -> CompileError:
+    """The error reporting an unexpected exception, a bug: one line naming it, its traceback as ``details``."""
+    return CompileError(f"flyc-build: {where} raised an unexpected {headline(e)}; this is a bug (of flyship, the "
+                        "frontend or code the spec file calls), not a refusal of the spec: fix or report it with its "
+                        "traceback", details=traceback_text(e))
 
 
 def find_tools(frontends_used: tuple[str, ...], targets: list[_targets.TargetID], opts: BuildOptions,
@@ -152,7 +163,7 @@ def check_request(opts: BuildOptions) -> list[_targets.TargetID]:
     frontend cannot build with (before the spec file imports it), the executor.
 
     Raises:
-        BuildError: naming what was asked and what to do.
+        CompileError: naming what was asked and what to do.
     """
     targets = check_archs(opts.archs)
     if opts.offload_bundle:
@@ -171,7 +182,7 @@ def check_output(out_dir: Path, force: bool) -> None:
     unless ``force``."""
     _hygiene.recover_output(out_dir.resolve())
     if out_dir.exists() and not force:
-        raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
+        raise CompileError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
 
 
 def plan_tasks(sf: SpecFile, targets: list[_targets.TargetID],
@@ -181,7 +192,7 @@ def plan_tasks(sf: SpecFile, targets: list[_targets.TargetID],
     try:
         tasks, pruned = _tuning.prune_tasks(sf.ops, tasks)
     except CompileError as e:
-        raise BuildError(f"flyc-build: {e}") from None
+        raise CompileError(f"flyc-build: {e}") from None
     for line in pruned:
         progress(f"flyc-build: {line}")
     return tasks

@@ -9,10 +9,11 @@ from typing import Callable, Optional
 from flyship.bundle import manifest as M
 from flyship.compiler import cache as _cache
 from flyship.compiler import tuning as _tuning
-from flyship.compiler.build.options import BuildError, BuildOptions, PartialBuildError, Row
+from flyship.compiler.build.options import BuildOptions, PartialBuildError, Row
 from flyship.compiler.frontends import CompiledVariant
 from flyship.compiler.spec import SpecFile
 from flyship.compiler.worker import TaskResult
+from flyship.errors import CompileError
 
 
 def compile_with_cache(tasks: list[tuple[str, str, str]], sf: SpecFile, tools: dict[str, str], opts: BuildOptions,
@@ -55,14 +56,14 @@ def succeeded(results: list[TaskResult], keep_going: bool = False
     """(op, spec, target) -> variant of every task that built, and the failures (with ``keep_going``).
 
     Raises:
-        BuildError: without ``keep_going``, when any task failed: every failed task by (op, spec, target) with
+        CompileError: without ``keep_going``, when any task failed: every failed task by (op, spec, target) with
             its error and a next step.
     """
     failed = sorted((r for r in results if r.error), key=lambda r: (r.op, r.spec, r.target))
     if failed and (not keep_going or len(failed) == len(results)):
-        raise BuildError(f"flyc-build: {len(failed)} of {len(results)} kernels failed; nothing was written:\n"
-                         f"{failure_report(failed)}\n(--keep-going writes a bundle of the kernels that built and "
-                         "records these in its manifest; the loader falls back for them)")
+        raise CompileError(f"flyc-build: {len(failed)} of {len(results)} kernels failed; nothing was written:\n"
+                           f"{failure_report(failed)}\n(--keep-going writes a bundle of the kernels that built and "
+                           "records these in its manifest; the loader falls back for them)", details=tracebacks(failed))
     failures = tuple(M.Failure(op=r.op, spec=r.spec, target=r.target, reason=_short(r.error)) for r in failed)
     return {(r.op, r.spec, r.target): r.variant for r in results if not r.error}, failures
 
@@ -83,6 +84,12 @@ def failure_report(failed: list[TaskResult]) -> str:
         blocks.setdefault((r.op, r.spec, same), []).append(r)
     return "\n".join(f"  {rs[0].op}.{rs[0].spec} on {', '.join(r.target for r in rs)}: {rs[0].error}\n"
                      f"    next step: {next_step(rs[0])}" for rs in blocks.values())
+
+
+def tracebacks(failed: list[TaskResult]) -> str:
+    """The tracebacks of the failed tasks that raised a bug (not a flyship error), each under its task's name: the
+    ``details`` of the build's error, which flyc-build prints under ``--verbose`` or writes to a file it names."""
+    return "".join(f"--- {r.op}.{r.spec} on {r.target} ---\n{r.traceback}" for r in failed if r.traceback)
 
 
 def spec_refusal(r: TaskResult) -> bool:
@@ -106,6 +113,10 @@ def next_step(r: TaskResult) -> str:
     if "ToolchainLimitError" in err:
         return (f"this LLVM cannot build FlyDSL kernels for {r.target} (named above); limit the spec to the targets "
                 "it builds for (Spec(targets=(...))) or ship the rest with --keep-going")
+    if r.traceback:
+        return ("an unexpected exception, a bug (in the kernel's Python, its frontend or flyship), not a refusal: "
+                "its traceback is printed by flyc-build --verbose (or written to the file named below); fix it or "
+                "report it with that traceback")
     if "process died" in err:
         return "the DSL crashed on this kernel: run it alone (one --arch, one spec) to see its own message"
     if spec_refusal(r):
@@ -137,8 +148,8 @@ def verdict(sf: SpecFile, results: list[TaskResult], keep_going: bool, progress:
 def partial_build_error(out_dir: Path, rows: list[Row], failures: tuple[M.Failure, ...],
                         results: list[TaskResult]) -> PartialBuildError:
     """The error of a ``--keep-going`` build that wrote its bundle without the kernels that failed."""
+    failed = sorted((r for r in results if r.error), key=lambda r: (r.op, r.spec, r.target))
     return PartialBuildError(
         f"flyc-build: {len(failures)} of {len(failures) + len(rows)} kernels failed; --keep-going wrote "
         f"{out_dir} without them (recorded in its manifest's failed; the loader falls back for them):\n"
-        f"{failure_report(sorted((r for r in results if r.error), key=lambda r: (r.op, r.spec, r.target)))}",
-        rows, failures)
+        f"{failure_report(failed)}", rows, failures, details=tracebacks(failed))

@@ -17,7 +17,7 @@ from flyship.compiler import cache as _cache
 from flyship.compiler import hygiene as _hygiene
 from flyship.compiler import toolchain as _tc
 from flyship.compiler.build.assembling import assemble_manifest, frontend_versions, offload_bundles
-from flyship.compiler.build.options import BuildError, BuildOptions, Row
+from flyship.compiler.build.options import BuildOptions, Row
 from flyship.compiler.spec import SpecFile
 from flyship.errors import CompileError
 
@@ -42,9 +42,9 @@ def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, 
         try:  # ... and pass every check the loader applies to the files
             _rules.check_bundle(tmp, written)
         except M.BundleError as e:
-            raise BuildError(f"flyc-build: the bundle would be refused at load: {e}") from e
+            raise CompileError(f"flyc-build: the bundle would be refused at load: {e}") from e
         if out_dir.exists() and not force:
-            raise BuildError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
+            raise CompileError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
         _hygiene.replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -31,8 +31,9 @@ from flyship.loader.tools import report as _report  # the patch registry; FLYSHI
 _MISSING = object()
 
 
-class PatchError(ConfigError):
-    """A patch cannot be made: the target does not resolve, or its signature does not match the op's."""
+# A patch cannot be made (the target does not resolve, or its signature does not match the op's): a ConfigError,
+# kept under this exported name (flyship.PatchError) for code that catches it; nothing tells it apart by class.
+PatchError = ConfigError
 
 
 # -- argument sources --------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from flyship.bundle import expr as E
 from flyship.bundle import tuning as tt
 from flyship.compiler import tuning as T
-from flyship.errors import SpecError
+from flyship.errors import BundleError, SpecError
 
 pytestmark = pytest.mark.cpu
 
@@ -43,13 +43,13 @@ def test_a_table_round_trips_through_its_json_file(tmp_path):
 def test_a_malformed_table_is_refused_naming_what_is_wrong(edit, message):
     d = tt.to_json_obj(table(entry((1, 4096), "s", us={"s": 1.0})))
     edit(d)
-    with pytest.raises(tt.TuningError, match=message):
+    with pytest.raises(BundleError, match=message):
         tt.from_json_obj(d, "t.json")
 
 
 def test_a_file_that_is_not_json_is_a_tuning_error(tmp_path):
     (tmp_path / "t.json").write_text("{")
-    with pytest.raises(tt.TuningError, match=r"t\.json is not valid JSON"):
+    with pytest.raises(BundleError, match=r"t\.json is not valid JSON"):
         tt.read(tmp_path / "t.json")
 
 

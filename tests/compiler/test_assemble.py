@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle.codeobject import KERNEL_DESCRIPTOR_FIELDS, CodeObjectFile
-from flyship.compiler.frontends.flydsl.assemble import (AssembleError, Assembler, assemble, read_isa_header,
+from flyship.bundle.errors import CodeObjectError
+from flyship.compiler.frontends.flydsl.assemble import (ASSEMBLE, Assembler, assemble, read_isa_header,
                                                         set_code_object_version)
-from flyship.compiler.frontends.flydsl.proof import ProofError, extract_flydsl_binary, extract_flydsl_objects, prove
+from flyship.compiler.frontends.flydsl.proof import PROOF, extract_flydsl_binary, extract_flydsl_objects, prove
 from flyship.compiler.toolchain import ToolchainError, check_targets, find_toolchain
 
 pytestmark = pytest.mark.compile
@@ -86,8 +87,9 @@ def test_a_binary_with_two_objects_gives_both():
 
 
 def test_text_without_a_binary_is_refused():
-    with pytest.raises(ProofError, match="expected a gpu.binary"):
+    with pytest.raises(CodeObjectError, match="expected a gpu.binary") as e:
         extract_flydsl_binary("module {}")
+    assert e.value.kind == PROOF  # a failure reason reads "ProofError: ..."; the next step is chosen by it
 
 
 # -- reading the ISA header -----------------------------------------------------------------------
@@ -110,7 +112,7 @@ def test_version_change_touches_only_the_version_directive():
 
 def test_generic_targets_are_refused_for_v5():
     text = '\t.amdgcn_target "amdgcn-amd-amdhsa-unknown-gfx9-4-generic"\n\t.amdhsa_code_object_version 6\n'
-    with pytest.raises(AssembleError, match="generic target gfx9-4-generic, which needs code object v6"):
+    with pytest.raises(ToolchainError, match="generic target gfx9-4-generic, which needs code object v6"):
         set_code_object_version(text, 5)
 
 
@@ -149,15 +151,16 @@ def test_pre_0_3_1_target_spelling_assembles_to_the_same_code(toolchain, tmp_pat
 
 
 def test_isa_for_another_target_is_refused(toolchain, tmp_path):
-    with pytest.raises(AssembleError, match="expected an ISA for target gfx950, got .amdgcn_target "
-                                            "amdgcn-amd-amdhsa-unknown-gfx942"):
+    with pytest.raises(ToolchainError, match="expected an ISA for target gfx950, got .amdgcn_target "
+                                             "amdgcn-amd-amdhsa-unknown-gfx942"):
         assemble(isa("gfx942"), "gfx950", toolchain, tmp_path)
 
 
 def test_assembler_errors_carry_stderr_target_and_file(toolchain, tmp_path):
     bad = isa("gfx942").replace("\ts_endpgm\n", "\ts_not_an_instruction v0\n\ts_endpgm\n")
-    with pytest.raises(AssembleError) as e:
+    with pytest.raises(ToolchainError) as e:
         assemble(bad, "gfx942", toolchain, tmp_path, name="broken")
+    assert e.value.kind == ASSEMBLE  # a failure reason reads "AssembleError: ..."
     msg = str(e.value)
     assert f"assemble {tmp_path / 'broken.s'} for gfx942" in msg
     assert "s_not_an_instruction" in msg  # the assembler's own diagnostic
@@ -165,7 +168,7 @@ def test_assembler_errors_carry_stderr_target_and_file(toolchain, tmp_path):
 
 def test_undefined_symbol_is_refused_by_name(toolchain, tmp_path):
     text = (DATA / "calls_external.gfx942.s").read_text()
-    with pytest.raises(AssembleError, match=r"expected no undefined symbols, got external_fn;.*shared object init"):
+    with pytest.raises(ToolchainError, match=r"expected no undefined symbols, got external_fn;.*shared object init"):
         assemble(text, "gfx942", toolchain, tmp_path)
 
 
@@ -189,7 +192,7 @@ def test_a_changed_text_byte_fails_naming_text_sizes_and_offset(ours942):
     size = len(section(ours942, ".text"))
     bad = patched(ours942, ".text", 0x10, bytes([section(ours942, ".text")[0x10] ^ 0xFF]))
     assert bad != ours942
-    with pytest.raises(ProofError, match=rf"prove \.text: .*both {size} bytes.*offset 0x10 "):
+    with pytest.raises(CodeObjectError, match=rf"prove \.text: .*both {size} bytes.*offset 0x10 "):
         prove(bad, flydsl_code_object("gfx942"), KERNEL)
 
 
@@ -199,8 +202,8 @@ def test_longer_code_fails_naming_text_both_sizes_and_first_difference(toolchain
     theirs = flydsl_code_object("gfx942")
     sizes = len(section(theirs, ".text")), len(section(ours, ".text"))
     first = next(i for i, (a, b) in enumerate(zip(section(ours, ".text"), section(theirs, ".text"))) if a != b)
-    with pytest.raises(ProofError, match=rf"prove \.text: expected {sizes[0]} bytes like FlyDSL's, got {sizes[1]}; "
-                                         rf"first difference at offset {first:#x}"):
+    with pytest.raises(CodeObjectError, match=rf"prove \.text: expected {sizes[0]} bytes like FlyDSL's, got "
+                                              rf"{sizes[1]}; first difference at offset {first:#x}"):
         prove(ours, theirs, KERNEL)
 
 
@@ -210,7 +213,7 @@ def test_a_changed_kernel_descriptor_field_fails_naming_the_field(ours942):
     offset = dict((n, o) for n, o, _ in KERNEL_DESCRIPTOR_FIELDS)["compute_pgm_rsrc2"]
     old = co.kernel_descriptor(KERNEL)["compute_pgm_rsrc2"]
     bad = patched(ours942, ".rodata", kd.value - co.section_addr(".rodata") + offset, struct.pack("<I", old ^ 0x1))
-    with pytest.raises(ProofError, match=f"field compute_pgm_rsrc2 = {old}.*got {old ^ 1}"):
+    with pytest.raises(CodeObjectError, match=f"field compute_pgm_rsrc2 = {old}.*got {old ^ 1}"):
         prove(bad, flydsl_code_object("gfx942"), KERNEL)
 
 
@@ -219,7 +222,7 @@ def test_a_changed_metadata_value_fails_naming_the_key(toolchain, tmp_path):
     assert "    .vgpr_count:     5\n" in text
     ours = assemble(text.replace("    .vgpr_count:     5\n", "    .vgpr_count:     6\n"), "gfx942", toolchain, tmp_path)
     assert section(ours, ".text") == section(flydsl_code_object("gfx942"), ".text")
-    with pytest.raises(ProofError, match=r"metadata of vadd_kernel_0: .*\.vgpr_count: 6 vs 5"):
+    with pytest.raises(CodeObjectError, match=r"metadata of vadd_kernel_0: .*\.vgpr_count: 6 vs 5"):
         prove(ours, flydsl_code_object("gfx942"), KERNEL)
 
 
@@ -237,7 +240,7 @@ def test_another_linker_layout_is_identical_but_entry_offset(toolchain, tmp_path
 
 
 def test_an_unknown_kernel_symbol_is_named(ours942):
-    with pytest.raises(ProofError, match="no kernel 'nope'"):
+    with pytest.raises(CodeObjectError, match="no kernel 'nope'"):
         prove(ours942, flydsl_code_object("gfx942"), "nope")
 
 
@@ -300,10 +303,11 @@ def test_a_processor_isa_declared_for_a_feature_target_differs_from_flydsls_only
     assert flags in e_flags and f"as target ID {target} asks" in e_flags
     assert meta == (f"amdhsa.target amdgcn-amd-amdhsa-unknown-{arch} -> amdgcn-amd-amdhsa-unknown-{target}: the "
                     "metadata names the target ID the e_flags declare")
-    with pytest.raises(ProofError, match=r"expected e_flags 0x[0-9a-f]+ \(processor and features\) like FlyDSL's"):
+    with pytest.raises(CodeObjectError, match=r"expected e_flags 0x[0-9a-f]+ \(processor and features\) like "
+                                              r"FlyDSL's"):
         prove(ours, theirs, KERNEL)  # a feature setting nobody asked for is a difference
     other = target.replace("+", "?").replace("-", "+").replace("?", "-")
-    with pytest.raises(ProofError, match=f"or only its any-settings set as {re.escape(other)} asks"):
+    with pytest.raises(CodeObjectError, match=f"or only its any-settings set as {re.escape(other)} asks"):
         prove(ours, theirs, KERNEL, other)
 
 
@@ -311,7 +315,7 @@ def test_an_isa_that_already_names_other_features_is_not_redeclared():
     from flyship.compiler.frontends.flydsl.assemble import set_target_features
 
     text = isa("gfx942").replace("unknown-gfx942", "unknown-gfx942:xnack+")
-    with pytest.raises(AssembleError, match="expected an ISA for the bare processor gfx942"):
+    with pytest.raises(ToolchainError, match="expected an ISA for the bare processor gfx942"):
         set_target_features(text, "gfx942:xnack-")
     assert set_target_features(isa("gfx942"), "gfx942") == isa("gfx942")
 
@@ -365,8 +369,8 @@ def test_a_bad_isa_through_the_early_assembler_fails_with_the_assembler_message(
     tc = _usable(toolchain, "gfx942")
     bad = isa("gfx942").replace("s_endpgm", "s_no_such_instruction", 1)
     with Assembler(tc, "gfx942", "amdgcn-amd-amdhsa-unknown", tmp_path) as early:
-        with pytest.raises(AssembleError, match=r"(?s)assemble .*gfx942.s for gfx942: expected llvm-mc .* to succeed"
-                                                r".*s_no_such_instruction"):
+        with pytest.raises(ToolchainError, match=r"(?s)assemble .*gfx942.s for gfx942: expected llvm-mc .* to "
+                                                 r"succeed.*s_no_such_instruction"):
             early.assemble(bad)
 
 

@@ -14,6 +14,7 @@ import pytest
 from flyship.bundle import manifest as M
 from flyship.compiler import build as _build
 from flyship.compiler import cache as _cache
+from flyship.errors import CompileError
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "loader" / "data" / "tiny"
@@ -74,7 +75,7 @@ def test_a_cached_bundle_with_two_code_objects_swapped_is_refused_before_it_is_w
     assert len(objs) >= 2
     files[objs[0]], files[objs[1]] = files[objs[1]], files[objs[0]]
     out = tmp_path / "out"
-    with pytest.raises(_build.BuildError, match="would be refused at load: .*sha256 mismatch"):
+    with pytest.raises(CompileError, match="would be refused at load: .*sha256 mismatch"):
         _build.write_bundle(files.pop(M.MANIFEST_NAME), files, out, force=False)
     assert not out.exists()
 
@@ -83,6 +84,6 @@ def test_a_cached_bundle_with_another_references_module_is_refused(tmp_path):
     files = tiny_files()
     files["references.py"] = b"import os\nos.system('echo pwned')\n"
     out = tmp_path / "out"
-    with pytest.raises(_build.BuildError, match="references"):
+    with pytest.raises(CompileError, match="references"):
         _build.write_bundle(files.pop(M.MANIFEST_NAME), files, out, force=False)
     assert not out.exists()

@@ -16,7 +16,8 @@ from flyship.bundle import targets as _targets
 from flyship.compiler import build as B
 from flyship.compiler import cache as C
 from flyship.compiler import executors, frontends, spec, tuning
-from flyship.compiler.worker import SpecImportError, load_spec_file
+from flyship.compiler.worker import SPEC_IMPORT, load_spec_file
+from flyship.errors import CompileError
 
 from ..conftest import ROOT
 
@@ -99,9 +100,10 @@ def test_the_build_cache_and_the_workers_environment_follow_the_frontend(tiny):
 
 
 def test_a_spec_file_whose_dsl_is_missing_gets_the_frontends_install_hint(tiny, tmp_path):
-    with pytest.raises(SpecImportError, match=r"expected a Python with tinydsl \(the spec file imports it\), got .*"
-                                              r"which has none; pip install tinydsl into the build Python"):
+    with pytest.raises(CompileError, match=r"expected a Python with tinydsl \(the spec file imports it\), got .*"
+                                           r"which has none; pip install tinydsl into the build Python") as e:
         load_spec_file(str(spec_file(tmp_path, "import tinydsl\n")))
+    assert e.value.kind == SPEC_IMPORT  # a failure reason reads "SpecImportError: ..."
 
 
 def test_no_product_file_names_the_tests_frontend():

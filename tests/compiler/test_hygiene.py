@@ -13,6 +13,7 @@ import pytest
 
 from flyship.bundle import manifest as M
 from flyship.compiler import hygiene
+from flyship.errors import CompileError
 
 from ..conftest import ROOT, flydsl_python, run_build
 
@@ -177,7 +178,7 @@ def test_the_output_lock_excludes_a_second_build_and_removes_its_file_when_the_b
     out = tmp_path / "out"
     with hygiene.output_lock(out):
         assert [p.name for p in tmp_path.iterdir()] == [".out.flyc-build.lock"]
-        with pytest.raises(hygiene.OutputBusyError, match="another flyc-build is writing it now"):
+        with pytest.raises(CompileError, match="another flyc-build is writing it now"):
             with hygiene.output_lock(out):
                 pass
         assert hygiene.lock_path(out).exists()  # the refused build leaves the holder's lock alone

@@ -14,6 +14,7 @@ import pytest
 from flyship.bundle import manifest as M
 from flyship.bundle import rules
 from flyship.bundle.codeobject import CodeObjectFile
+from flyship.errors import CompileError
 
 from ..conftest import ROOT, run_build
 
@@ -163,11 +164,11 @@ def test_a_reference_that_zeroes_a_mutable_integer_tensor_passes_the_written_in_
                                       "def keep_counts(x, counts):\n    return x.clone()\n")
     (tmp_path / "spec.py").write_text(textwrap.dedent(CLEAR_COUNTS).replace("DTYPE", dtype))
     sf = build.load_spec_file(str(tmp_path / "spec.py"))
-    build.check_reference_outputs(sf, tmp_path / "refs.py")  # no BuildError: the zeroing shows
+    build.check_reference_outputs(sf, tmp_path / "refs.py")  # no CompileError: the zeroing shows
     # A reference that does not write it is still caught, with integers as with floats.
     (tmp_path / "spec.py").write_text(textwrap.dedent(CLEAR_COUNTS).replace("DTYPE", dtype)
                                       .replace('reference="clear_counts"', 'reference="keep_counts"'))
-    with pytest.raises(build.BuildError, match="expected reference keep_counts\\(\\) to write counts in place"):
+    with pytest.raises(CompileError, match="expected reference keep_counts\\(\\) to write counts in place"):
         build.check_reference_outputs(build.load_spec_file(str(tmp_path / "spec.py")), tmp_path / "refs.py")
 
 
@@ -191,7 +192,7 @@ def test_a_reference_returning_none_for_an_op_with_outputs_says_none_and_gives_n
     (tmp_path / "refs.py").write_text("def none_back(x, counts):\n    counts.zero_()\n")
     (tmp_path / "spec.py").write_text(textwrap.dedent(CLEAR_COUNTS).replace("DTYPE", "int32")
                                       .replace('reference="clear_counts"', 'reference="none_back"'))
-    with pytest.raises(build.BuildError) as e:
+    with pytest.raises(CompileError) as e:
         build.check_reference_outputs(build.load_spec_file(str(tmp_path / "spec.py")), tmp_path / "refs.py")
     msg = str(e.value)
     assert "expected reference none_back() to return 1 tensor(s) (out), got None; return out from none_back()" in msg

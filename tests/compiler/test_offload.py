@@ -8,7 +8,6 @@ import pytest
 
 from flyship.compiler.offload import (
     BUNDLE_MAGIC,
-    OffloadBundleError,
     entry_id,
     entry_offsets,
     make_offload_bundle,
@@ -77,22 +76,22 @@ def test_a_compressed_bundle_is_refused(toolchain, code_objects, tmp_path):
                         f"-input={src}", f"-output={out}"], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"would show a CCOB bundle refused; this bundler cannot compress: {r.stderr.strip()}")
-    with pytest.raises(OffloadBundleError, match="got a compressed one \\(CCOB\\)"):
+    with pytest.raises(ToolchainError, match="got a compressed one \\(CCOB\\)"):
         unbundle(out, ["gfx942"])
 
 
 def test_a_missing_target_lists_the_entries(toolchain, code_objects, tmp_path):
     out = make_offload_bundle({"gfx942": code_objects["gfx942"]}, toolchain, tmp_path / "one.offload")
-    with pytest.raises(OffloadBundleError, match="expected entries for gfx950, got .*hipv4-amdgcn-amd-amdhsa--gfx942"):
+    with pytest.raises(ToolchainError, match="expected entries for gfx950, got .*hipv4-amdgcn-amd-amdhsa--gfx942"):
         unbundle(out, ["gfx950"])
 
 
 def test_a_toolchain_without_bundler_says_what_to_install(toolchain, code_objects, tmp_path):
     bare = dataclasses.replace(toolchain, offload_bundler=None)
-    with pytest.raises(OffloadBundleError, match="expected clang-offload-bundler.*apt-get install clang-22"):
+    with pytest.raises(ToolchainError, match="expected clang-offload-bundler.*apt-get install clang-22"):
         make_offload_bundle(code_objects, bare, tmp_path / "x.offload")
 
 
 def test_a_plain_code_object_is_not_a_bundle(code_objects):
-    with pytest.raises(OffloadBundleError, match="expected magic __CLANG_OFFLOAD_BUNDLE__"):
+    with pytest.raises(ToolchainError, match="expected magic __CLANG_OFFLOAD_BUNDLE__"):
         read_offload_bundle(code_objects["gfx942"])

@@ -12,6 +12,7 @@ import pytest
 from flyship.bundle import manifest as M
 from flyship.bundle import rules
 from flyship.bundle.codeobject import CodeObjectFile
+from flyship.bundle.errors import CodeObjectError
 from flyship.bundle.expr import evaluate_with_shapes
 
 from ..conftest import ROOT, run_build
@@ -110,7 +111,7 @@ def test_an_int32_launcher_parameter_is_bound_to_its_value_expression_and_guarde
 
 
 def test_an_entry_point_is_built_as_the_user_calls_it_and_a_by_hand_unwrap_fails_the_proof(patterns_bundle):
-    from flyship.compiler.frontends.flydsl.proof import ProofError, prove
+    from flyship.compiler.frontends.flydsl.proof import PROOF, prove
 
     m = M.read(patterns_bundle)
     ours = m.op("divide").specializations[0]
@@ -124,8 +125,9 @@ def test_an_entry_point_is_built_as_the_user_calls_it_and_a_by_hand_unwrap_fails
         prove(entry_co, entry_co, v.code_object.symbol)
         # The wrapper's fast-math hints change the machine code: the unwrapped launcher is not what FlyDSL
         # runs for the entry, and the proof against the entry's normal call says so.
-        with pytest.raises(ProofError, match="prove"):
+        with pytest.raises(CodeObjectError, match="prove") as e:
             prove(by_hand, entry_co, v.code_object.symbol)
+        assert e.value.kind == PROOF
 
 
 def test_an_entry_that_passes_a_tensor_it_made_itself_is_refused_naming_the_parameter(tmp_path):

@@ -10,6 +10,7 @@ from flyship.bundle import manifest as M
 from flyship.bundle.targets import parse_target
 from flyship.compiler import declarations
 from flyship.compiler.spec import Spec, SpecFile
+from flyship.errors import CompileError
 
 from ..conftest import ROOT, run_build
 
@@ -71,7 +72,7 @@ def test_a_spec_that_differs_per_target_import_builds_each_targets_own_form():
 
 @pytest.mark.cpu
 def test_imports_that_name_another_namespace_are_refused_naming_both_targets():
-    with pytest.raises(declarations.DeclarationError, match="expected one namespace on every target, got 'a' when "
+    with pytest.raises(CompileError, match="expected one namespace on every target, got 'a' when "
                                                              "imported for gfx942 and 'b' for gfx950"):
         declarations.merge(_imports(gfx942=_file(Spec("f", **F32), ns="a"), gfx950=_file(Spec("f", **F32), ns="b")))
 

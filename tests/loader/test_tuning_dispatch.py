@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from flyship.bundle import tuning as tt
+from flyship.bundle.errors import BundleError
 
 pytestmark = pytest.mark.cpu
 
@@ -71,7 +72,7 @@ def test_entries_for_another_target_are_ignored_with_a_warning(bundle_copy, reco
 
 def test_a_table_naming_a_specialization_the_bundle_lacks_is_refused(bundle_copy, recorded, tmp_path):
     table = _table(tmp_path, [tt.Entry("add", "gfx942", None, (1024,), "f32__huge")])
-    with pytest.raises(tt.TuningError, match="winner 'f32__huge' is not a specialization"):
+    with pytest.raises(BundleError, match="winner 'f32__huge' is not a specialization"):
         recorded(bundle_copy(_tuned_add), target=GFX942, tuning=table)
 
 
@@ -79,7 +80,7 @@ def test_a_table_keyed_differently_from_the_bundle_is_refused(bundle_copy, recor
     path = tmp_path / "t.json"
     data = tt.to_json_obj(tt.Table("ns", {"add": ("x.numel",)}, (tt.Entry("add", "gfx942", None, (4,), "f32"),)))
     path.write_text(json.dumps(data))
-    with pytest.raises(tt.TuningError, match="keyed by"):
+    with pytest.raises(BundleError, match="keyed by"):
         recorded(bundle_copy(_tuned_add), target=GFX942, tuning=path)
 
 

@@ -53,13 +53,12 @@ _UNKNOWN_PROCESSOR = "is not a recognized processor"
 _META_TARGET_RE = re.compile(r"^([ \t]*amdhsa\.target:[ \t]+)(['\"]?)([^'\"\s]+)\2[ \t]*$", re.MULTILINE)
 
 
-class AssembleError(ToolchainError):
-    """The ISA could not be assembled or linked, or the code object is unusable (undefined symbols)."""
-
-
-class ToolchainLimitError(AssembleError):
-    """The ISA is right but this toolchain cannot reproduce FlyDSL's code object from it (a known LLVM limit for
-    the target); no change to the kernel or the spec helps."""
+# The kinds of this module's ToolchainErrors, the words a failure reason starts with:
+ASSEMBLE = "AssembleError"  # the ISA could not be assembled or linked, or the code object is unusable
+# The ISA is right but this toolchain cannot reproduce FlyDSL's code object from it (a known LLVM limit for the
+# target); no change to the kernel or the spec helps: the build's next step is chosen by this word
+# (compiler/build/running.py), and docs/spec-api.md names it.
+TOOLCHAIN_LIMIT = "ToolchainLimitError"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,24 +95,24 @@ def read_isa_header(isa_text: str, where: str = "<isa>") -> IsaHeader:
         The header.
 
     Raises:
-        AssembleError: no or several ``.amdgcn_target`` directives, a target string that is not
+        ToolchainError (kind ASSEMBLE): no or several ``.amdgcn_target`` directives, a target string that is not
             ``<arch>-<vendor>-<os>-<environment>-<target id>``, or several version directives.
     """
     targets = _TARGET_RE.findall(isa_text)
     if len(targets) != 1:
-        raise AssembleError(f"read ISA {where}: expected one .amdgcn_target directive, got {len(targets)}; "
-                            "pass the final_isa.s FlyDSL dumped (FLYDSL_DUMP_IR=1)")
+        raise ToolchainError(f"read ISA {where}: expected one .amdgcn_target directive, got {len(targets)}; "
+                             "pass the final_isa.s FlyDSL dumped (FLYDSL_DUMP_IR=1)", kind=ASSEMBLE)
     # "<arch>-<vendor>-<os>-<environment>-<target id>": the environment may be empty ("amdhsa--gfx942")
     # and processor names may hold dashes (gfx9-4-generic), so split on the first four dashes only.
     parts = targets[0].split("-", 4)
     if len(parts) != 5 or parts[0] != "amdgcn" or not parts[4].startswith("gfx"):
-        raise AssembleError(f"read ISA {where}: expected .amdgcn_target \"amdgcn-amd-amdhsa-<env>-gfxNNN\", "
-                            f"got {targets[0]!r}")
+        raise ToolchainError(f"read ISA {where}: expected .amdgcn_target \"amdgcn-amd-amdhsa-<env>-gfxNNN\", "
+                             f"got {targets[0]!r}", kind=ASSEMBLE)
     triple = "-".join(parts[:4]) if parts[3] else "-".join(parts[:3])
     versions = _VERSION_RE.findall(isa_text)
     if len(versions) > 1:
-        raise AssembleError(f"read ISA {where}: expected at most one .amdhsa_code_object_version, "
-                            f"got {len(versions)}")
+        raise ToolchainError(f"read ISA {where}: expected at most one .amdhsa_code_object_version, "
+                             f"got {len(versions)}", kind=ASSEMBLE)
     return IsaHeader(triple, parts[4], int(versions[0][1]) if versions else None)
 
 
@@ -129,25 +128,26 @@ def set_code_object_version(isa_text: str, version: int, where: str = "<isa>") -
         The new text (the same text when the version already matches).
 
     Raises:
-        AssembleError: an unsupported version, a generic processor asked for v5, or no version directive.
+        ToolchainError (kind ASSEMBLE): an unsupported version, a generic processor asked for v5, or no version
+            directive.
     """
     header = read_isa_header(isa_text, where)
     if version not in SUPPORTED_CODE_OBJECT_VERSIONS:
-        raise AssembleError(f"set code object version of {where}: expected one of "
-                            f"{SUPPORTED_CODE_OBJECT_VERSIONS}, got {version}")
+        raise ToolchainError(f"set code object version of {where}: expected one of "
+                             f"{SUPPORTED_CODE_OBJECT_VERSIONS}, got {version}", kind=ASSEMBLE)
     if version < 6 and "generic" in header.processor:
-        raise AssembleError(f"set code object version of {where}: expected a specific processor for v{version}, "
-                            f"got the generic target {header.target}, which needs code object v6 (its ELF "
-                            "e_flags carry the generic version); build v6 or a specific processor")
+        raise ToolchainError(f"set code object version of {where}: expected a specific processor for v{version}, "
+                             f"got the generic target {header.target}, which needs code object v6 (its ELF "
+                             "e_flags carry the generic version); build v6 or a specific processor", kind=ASSEMBLE)
     if header.code_object_version == version:
         return isa_text
     if header.code_object_version is None:
-        raise AssembleError(f"set code object version of {where}: expected an .amdhsa_code_object_version "
-                            "directive to change, got none")
+        raise ToolchainError(f"set code object version of {where}: expected an .amdhsa_code_object_version "
+                             "directive to change, got none", kind=ASSEMBLE)
     if header.code_object_version not in SUPPORTED_CODE_OBJECT_VERSIONS:
-        raise AssembleError(f"set code object version of {where}: expected an ISA declaring v5 or v6 (same "
-                            f"metadata version {METADATA_VERSION[6]}), got v{header.code_object_version}; "
-                            "assemble it at its own version")
+        raise ToolchainError(f"set code object version of {where}: expected an ISA declaring v5 or v6 (same "
+                             f"metadata version {METADATA_VERSION[6]}), got v{header.code_object_version}; "
+                             "assemble it at its own version", kind=ASSEMBLE)
     return _VERSION_RE.sub(lambda m: f"{m.group(1)}{version}", isa_text, count=1)
 
 
@@ -171,19 +171,20 @@ def set_target_features(isa_text: str, target: str, where: str = "<isa>") -> str
         The new text.
 
     Raises:
-        AssembleError: the ISA is for another processor, or already names features that differ.
+        ToolchainError (kind ASSEMBLE): the ISA is for another processor, or already names features that differ.
     """
     header = read_isa_header(isa_text, where)
     processor = target.split(":")[0]
     if _same_target(header.target, target):
         return isa_text
     if header.processor != processor or header.features:
-        raise AssembleError(f"set target features of {where}: expected an ISA for the bare processor {processor} "
-                            f"(features 'any'), got .amdgcn_target {header.triple}-{header.target}; compile for "
-                            f"{processor} and let flyship declare {target}")
+        raise ToolchainError(f"set target features of {where}: expected an ISA for the bare processor {processor} "
+                             f"(features 'any'), got .amdgcn_target {header.triple}-{header.target}; compile for "
+                             f"{processor} and let flyship declare {target}", kind=ASSEMBLE)
     out, n = _TARGET_RE.subn(lambda m: m.group(0).replace(f"-{header.target}\"", f"-{target}\""), isa_text, count=1)
     if n != 1:  # read_isa_header found exactly one
-        raise AssembleError(f"set target features of {where}: expected one .amdgcn_target directive to change")
+        raise ToolchainError(f"set target features of {where}: expected one .amdgcn_target directive to change",
+                             kind=ASSEMBLE)
     return _META_TARGET_RE.sub(lambda m: m.group(1) + m.group(2) + (m.group(3) + target[len(processor):] if
                                                                      m.group(3).endswith(f"-{processor}") else
                                                                      m.group(3)) + m.group(2), out)
@@ -222,8 +223,8 @@ def assemble(
         The linked code object's bytes.
 
     Raises:
-        AssembleError: the ISA is for another target, the assembler or linker failed (with its stderr, the
-            target and the file), the result is not the requested code object version, or it has undefined
+        ToolchainError (kind ASSEMBLE): the ISA is for another target, the assembler or linker failed (with its
+            stderr, the target and the file), the result is not the requested code object version, or it has undefined
             symbols (named).
 
     Example:
@@ -239,12 +240,13 @@ def assemble(
         r = run_tool(toolchain.assembler, assembler_args(toolchain, header.triple, header.target, src, obj),
                      operation=operation)
     except ToolchainError as e:
-        raise _toolchain_limit(str(e), toolchain, header, operation) or AssembleError(str(e)) from None
+        raise (_toolchain_limit(str(e), toolchain, header, operation)
+               or ToolchainError(str(e), kind=ASSEMBLE)) from None
     _check_assembler_stderr(r.stderr, toolchain, header, operation)
     try:
         run_tool(toolchain.linker, ["-shared", str(obj), "-o", str(out)], operation=f"link {obj} for {target}")
     except ToolchainError as e:
-        raise AssembleError(str(e)) from None
+        raise ToolchainError(str(e), kind=ASSEMBLE) from None
     data = out.read_bytes()
     check_linked(data, str(out), want_version)
     return data
@@ -259,9 +261,9 @@ def _prepare(isa_text: str, target: str, code_object_version: int | None, src: P
     """
     header = read_isa_header(isa_text, str(src))
     if not _same_target(header.target, target):
-        raise AssembleError(f"assemble {src}: expected an ISA for target {target}, got .amdgcn_target "
-                            f"{header.triple}-{header.target}; pass the ISA FlyDSL compiled for {target} "
-                            "(set FLYDSL_GPU_ARCH per build)")
+        raise ToolchainError(f"assemble {src}: expected an ISA for target {target}, got .amdgcn_target "
+                             f"{header.triple}-{header.target}; pass the ISA FlyDSL compiled for {target} "
+                             "(set FLYDSL_GPU_ARCH per build)", kind=ASSEMBLE)
     if code_object_version is not None:
         isa_text = set_code_object_version(isa_text, code_object_version, str(src))
     want_version = code_object_version if code_object_version is not None else header.code_object_version
@@ -270,12 +272,12 @@ def _prepare(isa_text: str, target: str, code_object_version: int | None, src: P
 
 
 def _toolchain_limit(stderr: str, toolchain: Toolchain, header: IsaHeader,
-                     operation: str) -> ToolchainLimitError | None:
+                     operation: str) -> ToolchainError | None:
     """The error for an assembler failure that is a known limit of the toolchain rather than of the kernel
     (module docstring: ``instprefsize`` on gfx11 / gfx12), or None for any other failure."""
     if "instprefsize" not in stderr:
         return None
-    return ToolchainLimitError(
+    return ToolchainError(
         f"{operation}: expected {toolchain.assembler.name} {toolchain.assembler.describe()} to parse the ISA FlyDSL "
         f"wrote for {header.processor}, got a toolchain limit, not a kernel or spec error: its parser cannot read "
         "the .amdhsa_inst_pref_size (instprefsize(...)) expression that LLVM's own AMDGPU printer writes for "
@@ -283,13 +285,14 @@ def _toolchain_limit(stderr: str, toolchain: Toolchain, header: IsaHeader,
         f"with this LLVM; build FlyDSL ops for CDNA targets (gfx942, gfx950), limit the spec with "
         f"Spec(targets=...) or pass --keep-going to ship the rest (the loader falls back to the reference on "
         f"{header.processor}), or build Triton kernels for it (Triton ships its own code object)\n"
-        f"assembler output:\n{stderr.strip()[:2000]}")
+        f"assembler output:\n{stderr.strip()[:2000]}", kind=TOOLCHAIN_LIMIT)
 
 
 def _check_assembler_stderr(stderr: str, toolchain: Toolchain, header: IsaHeader, operation: str) -> None:
     if _UNKNOWN_PROCESSOR in stderr:  # llvm-mc only warns and exits 0 on an unknown processor
-        raise AssembleError(f"{operation}: expected {toolchain.assembler.name} {toolchain.assembler.describe()} "
-                            f"to know {header.processor}, got: {stderr.strip()}; run check_targets first")
+        raise ToolchainError(f"{operation}: expected {toolchain.assembler.name} {toolchain.assembler.describe()} "
+                             f"to know {header.processor}, got: {stderr.strip()}; run check_targets first",
+                             kind=ASSEMBLE)
 
 
 class Assembler:
@@ -352,7 +355,7 @@ class Assembler:
         """Assemble and link ``isa_text``, as :func:`assemble` does.
 
         Raises:
-            AssembleError: as :func:`assemble`.
+            ToolchainError (kind ASSEMBLE): as :func:`assemble`.
         """
         header = read_isa_header(isa_text, f"{self.stem}.s")
         if self._mc is None or header.triple != self.triple or not _same_target(header.target, self.target):
@@ -370,18 +373,19 @@ class Assembler:
                 limit = _toolchain_limit(mc_err, self.toolchain, header, operation)
                 if limit is not None:
                     raise limit
-                raise AssembleError(f"{operation}: expected {self.toolchain.assembler.name} "
-                                    f"{self.toolchain.assembler.describe()} to succeed, got exit {mc.returncode}:\n"
-                                    f"{mc_err.strip()}\ncommand: {' '.join(self._argv[0])} < {src}")
+                raise ToolchainError(f"{operation}: expected {self.toolchain.assembler.name} "
+                                     f"{self.toolchain.assembler.describe()} to succeed, got exit {mc.returncode}:\n"
+                                     f"{mc_err.strip()}\ncommand: {' '.join(self._argv[0])} < {src}", kind=ASSEMBLE)
             _check_assembler_stderr(mc_err, self.toolchain, header, operation)
             lld_out, lld_err = lld.communicate(timeout=600)
             if lld.returncode != 0:
-                raise AssembleError(f"link {src.with_suffix('.o')} for {self.target}: expected "
-                                    f"{self.toolchain.linker.name} {self.toolchain.linker.describe()} to succeed, got "
-                                    f"exit {lld.returncode}:\n{(lld_err or lld_out).strip()}\ncommand: "
-                                    f"{' '.join(self._argv[1])}")
+                raise ToolchainError(f"link {src.with_suffix('.o')} for {self.target}: expected "
+                                     f"{self.toolchain.linker.name} {self.toolchain.linker.describe()} to succeed, got "
+                                     f"exit {lld.returncode}:\n{(lld_err or lld_out).strip()}\ncommand: "
+                                     f"{' '.join(self._argv[1])}", kind=ASSEMBLE)
         except subprocess.TimeoutExpired:
-            raise AssembleError(f"{operation}: expected the assembler and linker to finish within 600 s") from None
+            raise ToolchainError(f"{operation}: expected the assembler and linker to finish within 600 s",
+                                 kind=ASSEMBLE) from None
         finally:
             self._end()
         data = out.read_bytes()
@@ -398,7 +402,7 @@ def check_linked(data: bytes, where: str, code_object_version: int | None = None
         code_object_version: the version it must have (``e_ident[EI_ABIVERSION]``), or None.
 
     Raises:
-        AssembleError: undefined symbols (named; usually a device-library function such as ``__ocml_*``
+        ToolchainError (kind ASSEMBLE): undefined symbols (named; usually a device-library function such as ``__ocml_*``
             that FlyDSL links from bitcode but plain assembly cannot), the wrong version, or the wrong
             metadata version.
     """
@@ -408,19 +412,21 @@ def check_linked(data: bytes, where: str, code_object_version: int | None = None
         version = co.code_object_version
         meta_version = list(co.metadata.get("amdhsa.version", []))
     except CodeObjectError as e:
-        raise AssembleError(f"check linked code object {where}: {e}") from None
+        raise ToolchainError(f"check linked code object {where}: {e}", kind=ASSEMBLE) from None
     if undefined:
-        raise AssembleError(
+        raise ToolchainError(
             f"check linked code object {where}: expected no undefined symbols, got {', '.join(undefined)}; the "
             "kernel calls functions that were never linked in (device-library calls need FlyDSL's bitcode link, "
-            "and the HIP runtime would only report 'shared object init failed'); avoid the call or inline it")
+            "and the HIP runtime would only report 'shared object init failed'); avoid the call or inline it",
+                             kind=ASSEMBLE)
     if code_object_version is not None and version != code_object_version:
-        raise AssembleError(f"check linked code object {where}: expected code object v{code_object_version}, "
-                            f"got v{version} (e_ident ABI version)")
+        raise ToolchainError(f"check linked code object {where}: expected code object v{code_object_version}, "
+                             f"got v{version} (e_ident ABI version)", kind=ASSEMBLE)
     if version in METADATA_VERSION and meta_version and meta_version != METADATA_VERSION[version]:
-        raise AssembleError(f"check linked code object {where}: expected metadata amdhsa.version "
-                            f"{METADATA_VERSION[version]} for code object v{version}, got {meta_version}")
+        raise ToolchainError(f"check linked code object {where}: expected metadata amdhsa.version "
+                             f"{METADATA_VERSION[version]} for code object v{version}, got {meta_version}",
+                             kind=ASSEMBLE)
 
 
-__all__ = ["AssembleError", "Assembler", "IsaHeader", "read_isa_header", "set_code_object_version",
+__all__ = ["ASSEMBLE", "TOOLCHAIN_LIMIT", "Assembler", "IsaHeader", "read_isa_header", "set_code_object_version",
            "set_target_features", "assemble", "check_linked", "SUPPORTED_CODE_OBJECT_VERSIONS"]

@@ -133,7 +133,7 @@ class FlydslFrontend(Frontend):
 
         Raises:
             FrontendError: trace/compile failure (with FlyDSL's message), or IR flyship cannot bind.
-            flyship.compiler.frontends.flydsl.proof.ProofError: our code object differs from FlyDSL's.
+            CodeObjectError: our code object differs from FlyDSL's (``kind`` ``proof.PROOF``).
         """
         from flydsl._mlir import ir
 

@@ -48,9 +48,10 @@ _FEATURE_FIELDS = {"xnack": (0x300, 8), "sramecc": (0xC00, 10)}
 _FEATURE_SETTINGS = {0: "unsupported", 1: "any", 2: "off", 3: "on"}
 
 
-class ProofError(CodeObjectError):
-    """Our code object differs from the frontend's own; the message names the section or field, both sizes
-    and the first differing offset."""
+# The kind of the CodeObjectError saying our code object differs from the frontend's own (the message names the
+# section or field, both sizes and the first differing offset): a failure reason reads "ProofError: ...", and the
+# build's next step for it is chosen by that word (compiler/build/running.py).
+PROOF = "ProofError"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +78,8 @@ def _unescape(body: str, where: str) -> bytes:
         elif esc in _SIMPLE_ESCAPES:
             out.append(_SIMPLE_ESCAPES[esc])
         else:
-            raise ProofError(f"read FlyDSL binary {where}: expected \\XX hex escapes in the bin string, "
-                             f"got '\\{esc}' at character {m.start()}")
+            raise CodeObjectError(f"read FlyDSL binary {where}: expected \\XX hex escapes in the bin string, "
+                                  f"got '\\{esc}' at character {m.start()}", kind=PROOF)
         pos = m.end()
     out += body[pos:].encode("latin-1")
     return bytes(out)
@@ -95,7 +96,7 @@ def extract_flydsl_objects(mlir_text: str, where: str = "<gpu_module_to_binary.m
         The objects in file order, each with its target attribute text and bytes.
 
     Raises:
-        ProofError: no ``bin = "..."`` string, or a string that is not an ELF.
+        CodeObjectError (kind PROOF): no ``bin = "..."`` string, or a string that is not an ELF.
     """
     objects = []
     for m in _BIN_RE.finditer(mlir_text):
@@ -103,12 +104,12 @@ def extract_flydsl_objects(mlir_text: str, where: str = "<gpu_module_to_binary.m
         t = _OBJECT_RE.match(mlir_text, start) if start >= 0 else None
         data = _unescape(m.group(1), where)
         if not data.startswith(b"\x7fELF"):
-            raise ProofError(f"read FlyDSL binary {where}: expected an ELF code object in bin string "
-                             f"{len(objects)}, got {data[:8]!r}...")
+            raise CodeObjectError(f"read FlyDSL binary {where}: expected an ELF code object in bin string "
+                                  f"{len(objects)}, got {data[:8]!r}...", kind=PROOF)
         objects.append(FlydslObject(t.group(1).strip() if t else "", data))
     if not objects:
-        raise ProofError(f"read FlyDSL binary {where}: expected a gpu.binary with bin = \"...\", got none; pass "
-                         "the NN_gpu_module_to_binary.mlir that FlyDSL dumps with FLYDSL_DUMP_IR=1")
+        raise CodeObjectError(f"read FlyDSL binary {where}: expected a gpu.binary with bin = \"...\", got none; pass "
+                              "the NN_gpu_module_to_binary.mlir that FlyDSL dumps with FLYDSL_DUMP_IR=1", kind=PROOF)
     return objects
 
 
@@ -123,7 +124,7 @@ def extract_flydsl_binary(gpu_module_to_binary_mlir_text: str) -> list[bytes]:
         fast-math kernels).
 
     Raises:
-        ProofError: no binary in the text.
+        CodeObjectError (kind PROOF): no binary in the text.
     """
     return [o.data for o in extract_flydsl_objects(gpu_module_to_binary_mlir_text)]
 
@@ -140,14 +141,14 @@ def _compare_bytes(what: str, ours: bytes, theirs: bytes, ignore: set[int] = fro
     if ours == theirs:
         return True
     if len(ours) != len(theirs):
-        raise ProofError(f"prove {what}: expected {len(theirs)} bytes like FlyDSL's, got {len(ours)}; first "
-                         f"difference at offset 0x{_first_difference(ours, theirs):x}")
+        raise CodeObjectError(f"prove {what}: expected {len(theirs)} bytes like FlyDSL's, got {len(ours)}; first "
+                              f"difference at offset 0x{_first_difference(ours, theirs):x}", kind=PROOF)
     diffs = [i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y]
     outside = [i for i in diffs if i not in ignore]
     if outside:
-        raise ProofError(f"prove {what}: expected bytes identical to FlyDSL's (both {len(ours)} bytes), got a "
-                         f"difference at offset 0x{outside[0]:x} ({ours[outside[0]]:#04x} vs "
-                         f"{theirs[outside[0]]:#04x}, {len(outside)} bytes differ)")
+        raise CodeObjectError(f"prove {what}: expected bytes identical to FlyDSL's (both {len(ours)} bytes), got a "
+                              f"difference at offset 0x{outside[0]:x} ({ours[outside[0]]:#04x} vs "
+                              f"{theirs[outside[0]]:#04x}, {len(outside)} bytes differ)", kind=PROOF)
     return not diffs
 
 
@@ -186,11 +187,11 @@ def _prove_descriptor(ours: CodeObjectFile, theirs: CodeObjectFile, kernel: str)
     try:
         kd_o, kd_t = ours.kernel_descriptor(kernel), theirs.kernel_descriptor(kernel)
     except CodeObjectError as e:
-        raise ProofError(f"prove kernel descriptor {kernel}.kd: {e}") from None
+        raise CodeObjectError(f"prove kernel descriptor {kernel}.kd: {e}", kind=PROOF) from None
     for field, _, _ in KERNEL_DESCRIPTOR_FIELDS:
         if field != "kernel_code_entry_byte_offset" and kd_o[field] != kd_t[field]:
-            raise ProofError(f"prove kernel descriptor {kernel}.kd: expected field {field} = {kd_t[field]!r} "
-                             f"like FlyDSL's, got {kd_o[field]!r}")
+            raise CodeObjectError(f"prove kernel descriptor {kernel}.kd: expected field {field} = {kd_t[field]!r} "
+                                  f"like FlyDSL's, got {kd_o[field]!r}", kind=PROOF)
     if kd_o["kernel_code_entry_byte_offset"] == kd_t["kernel_code_entry_byte_offset"]:
         return True
     lands = []
@@ -199,9 +200,9 @@ def _prove_descriptor(ours: CodeObjectFile, theirs: CodeObjectFile, kernel: str)
         sym = co.symbol_at(entry)
         lands.append((sym, entry - co.section_addr(".text")))
     if lands[0] != lands[1] or lands[0][0] != kernel:
-        raise ProofError(f"prove kernel descriptor {kernel}.kd: expected field kernel_code_entry_byte_offset to "
-                         f"reach {kernel} at the same .text offset in both, got ours -> {lands[0][0]} at .text+"
-                         f"0x{lands[0][1]:x}, FlyDSL's -> {lands[1][0]} at .text+0x{lands[1][1]:x}")
+        raise CodeObjectError(f"prove kernel descriptor {kernel}.kd: expected field kernel_code_entry_byte_offset to "
+                              f"reach {kernel} at the same .text offset in both, got ours -> {lands[0][0]} at .text+"
+                              f"0x{lands[0][1]:x}, FlyDSL's -> {lands[1][0]} at .text+0x{lands[1][1]:x}", kind=PROOF)
     return False
 
 
@@ -221,7 +222,7 @@ def _feature_differences(flags_ours: int, flags_theirs: int, target: str | None,
     """Why ``e_flags`` may differ: only the xnack/sramecc fields, from FlyDSL's "any" to what ``target`` asks.
 
     Raises:
-        ProofError: any other difference, or one the target ID does not ask for.
+        CodeObjectError (kind PROOF): any other difference, or one the target ID does not ask for.
     """
     if flags_ours == flags_theirs:
         return []
@@ -239,8 +240,8 @@ def _feature_differences(flags_ours: int, flags_theirs: int, target: str | None,
             return [f"e_flags 0x{flags_theirs:x} -> 0x{flags_ours:x}: {', '.join(changes)}, as target ID {target} "
                     "asks (FlyDSL compiles for the processor, whose 'any' code is correct under either setting)"]
     also = f", or only its any-settings set as {target} asks" if target and ":" in target else ""
-    raise ProofError(f"prove ELF header of {symbol}: expected e_flags 0x{flags_theirs:x} (processor and features) "
-                     f"like FlyDSL's{also}, got 0x{flags_ours:x}")
+    raise CodeObjectError(f"prove ELF header of {symbol}: expected e_flags 0x{flags_theirs:x} (processor and features) "
+                          f"like FlyDSL's{also}, got 0x{flags_ours:x}", kind=PROOF)
 
 
 def prove(ours: bytes, theirs: bytes, symbol: str, target: str | None = None) -> Proof:
@@ -258,18 +259,19 @@ def prove(ours: bytes, theirs: bytes, symbol: str, target: str | None = None) ->
         the sections found identical, ``identical`` or ``identical-but-entry-offset``, metadata ``equal``.
 
     Raises:
-        ProofError: a difference, naming the section or field, both sizes and the first differing offset.
+        CodeObjectError (kind PROOF): a difference, naming the section or field, both sizes and the first
+            differing offset.
     """
     try:
         co_o, co_t = CodeObjectFile(ours, "ours"), CodeObjectFile(theirs, "FlyDSL's")
     except CodeObjectError as e:
-        raise ProofError(f"prove {symbol}: {e}") from None
+        raise CodeObjectError(f"prove {symbol}: {e}", kind=PROOF) from None
     identical = []
     text_o, text_t = _section(co_o, ".text"), _section(co_t, ".text")
     if text_o is None or text_t is None:
-        raise ProofError(f"prove .text of {symbol}: expected a .text section in both, got "
-                         f"{'none' if text_o is None else len(text_o)} bytes in ours, "
-                         f"{'none' if text_t is None else len(text_t)} in FlyDSL's")
+        raise CodeObjectError(f"prove .text of {symbol}: expected a .text section in both, got "
+                              f"{'none' if text_o is None else len(text_o)} bytes in ours, "
+                              f"{'none' if text_t is None else len(text_t)} in FlyDSL's", kind=PROOF)
     _compare_bytes(".text", text_o, text_t)
     identical.append(".text")
 
@@ -279,24 +281,26 @@ def prove(ours: bytes, theirs: bytes, symbol: str, target: str | None = None) ->
         meta_o, meta_t = co_o.metadata, co_t.metadata
         k_o, k_t = co_o.kernel(symbol), co_t.kernel(symbol)
     except CodeObjectError as e:
-        raise ProofError(f"prove metadata of {symbol}: {e}") from None
+        raise CodeObjectError(f"prove metadata of {symbol}: {e}", kind=PROOF) from None
     t_o, t_t = meta_o.get("amdhsa.target"), meta_t.get("amdhsa.target")
     if differences and target and isinstance(t_t, str) and t_o == t_t + target[len(target.split(":")[0]):]:
         differences.append(f"amdhsa.target {t_t} -> {t_o}: the metadata names the target ID the e_flags declare")
     elif t_o != t_t:
-        raise ProofError(f"prove metadata of {symbol}: expected amdhsa.target = {t_t!r} like FlyDSL's, got {t_o!r}")
+        raise CodeObjectError(f"prove metadata of {symbol}: expected amdhsa.target = {t_t!r} like FlyDSL's, "
+                              f"got {t_o!r}",
+                              kind=PROOF)
     for key in ("amdhsa.version",):
         if meta_o.get(key) != meta_t.get(key):
-            raise ProofError(f"prove metadata of {symbol}: expected {key} = {meta_t.get(key)!r} like FlyDSL's, "
-                             f"got {meta_o.get(key)!r}")
+            raise CodeObjectError(f"prove metadata of {symbol}: expected {key} = {meta_t.get(key)!r} like FlyDSL's, "
+                                  f"got {meta_o.get(key)!r}", kind=PROOF)
     diff = _first_map_difference(k_o, k_t, "")
     if diff:
-        raise ProofError(f"prove metadata of {symbol}: expected the kernel's metadata map equal to FlyDSL's, "
-                         f"got a difference at {diff} (ours vs FlyDSL's)")
+        raise CodeObjectError(f"prove metadata of {symbol}: expected the kernel's metadata map equal to FlyDSL's, "
+                              f"got a difference at {diff} (ours vs FlyDSL's)", kind=PROOF)
     kernels = _kernel_symbols(co_t)
     if sorted(_kernel_symbols(co_o)) != sorted(kernels):
-        raise ProofError(f"prove metadata of {symbol}: expected kernels {sorted(kernels)} like FlyDSL's, got "
-                         f"{sorted(_kernel_symbols(co_o))}")
+        raise CodeObjectError(f"prove metadata of {symbol}: expected kernels {sorted(kernels)} like FlyDSL's, got "
+                              f"{sorted(_kernel_symbols(co_o))}", kind=PROOF)
 
     descriptors_identical = all([_prove_descriptor(co_o, co_t, k) for k in kernels])
     for name in (".rodata", ".data"):
@@ -304,9 +308,9 @@ def prove(ours: bytes, theirs: bytes, symbol: str, target: str | None = None) ->
         if sec_o is None and sec_t is None:
             continue
         if sec_o is None or sec_t is None:
-            raise ProofError(f"prove {name} of {symbol}: expected the section in both, got "
-                             f"{'none' if sec_o is None else len(sec_o)} bytes in ours, "
-                             f"{'none' if sec_t is None else len(sec_t)} in FlyDSL's")
+            raise CodeObjectError(f"prove {name} of {symbol}: expected the section in both, got "
+                                  f"{'none' if sec_o is None else len(sec_o)} bytes in ours, "
+                                  f"{'none' if sec_t is None else len(sec_t)} in FlyDSL's", kind=PROOF)
         ignore = _entry_offset_bytes(co_o, kernels, name) & _entry_offset_bytes(co_t, kernels, name)
         if _compare_bytes(name, sec_o, sec_t, ignore):
             identical.append(name)
@@ -320,4 +324,4 @@ def prove(ours: bytes, theirs: bytes, symbol: str, target: str | None = None) ->
     )
 
 
-__all__ = ["ProofError", "FlydslObject", "extract_flydsl_objects", "extract_flydsl_binary", "prove", "PROOF_METHOD"]
+__all__ = ["PROOF", "FlydslObject", "extract_flydsl_objects", "extract_flydsl_binary", "prove", "PROOF_METHOD"]
