@@ -286,6 +286,16 @@ class Frontend(abc.ABC):
         tail checks the block then). Default: None."""
         return None
 
+    def expand_specs(self, op: OpDecl) -> tuple[Spec, ...]:
+        """The specializations ``op`` builds, in the order the loader tries them, from those it declares
+        (Triton: the JIT's specialization for aligned inputs, then the generic one). Default: as declared."""
+        return op.specs
+
+    def build_note(self, op: OpDecl, spec: Spec, target: str) -> str:
+        """A note for flyc-build's table on how this build differs from what the DSL's own JIT would run for the
+        example call (empty: nothing to say). Default: empty."""
+        return ""
+
     def check_declaration(self, op: OpDecl) -> None:
         """Refuse a declaration that cannot compile, before any worker starts. Default: accept.
 

@@ -40,6 +40,7 @@ from flyship.compiler.frontends.base import (BuildContext, Frontend, FrontendErr
                                              example_grid)
 from flyship.compiler.frontends.triton.compiling import (_cubin_target, kernarg_layout, ptxas_version, read_metadata,
                                                          run_triton, version, written_params)
+from flyship.compiler.frontends.triton import jitspec as _jitspec
 from flyship.compiler.frontends.triton.planning import _where, plan
 from flyship.compiler.spec import OpDecl, Spec
 from flyship.errors import SpecError
@@ -105,6 +106,18 @@ class TritonFrontend(Frontend):
 
     def config_block(self, config: Config, target: _targets.TargetID) -> Optional[int]:
         return int(config.values.get("num_warps", 4)) * _targets.limits(target)["wavefront_size"]
+
+    def expand_specs(self, op: OpDecl) -> tuple[Spec, ...]:
+        return _jitspec.expand_specs(op, op.kernel)
+
+    def build_note(self, op: OpDecl, spec: Spec, target: str) -> str:
+        views = [(op.launch_view(launch), op) for launch in op.launches] or [(op, None)]
+        notes = []
+        for k, (view, scope) in enumerate(views, 1):
+            diff = plan(view, spec, target, scope).jit_difference
+            if diff:
+                notes.append(f"launch {k}: {diff}" if len(views) > 1 else diff)
+        return f"differs from Triton's JIT for the example call: {'; '.join(notes)}" if notes else ""
 
     def prepare_worker(self, setup: WorkerSetup) -> None:
         os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cache-", dir=setup.scratch_root))
