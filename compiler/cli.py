@@ -26,7 +26,7 @@ def format_table(rows: list[Row]) -> str:
     line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     notes = [f"  {r.op} {r.spec} {r.target}: {r.note}" for r in rows if r.note]
     return "\n".join([line(head), line(tuple("-" * w for w in widths)), *(line(b) for b in body),
-                      *(["notes:", *notes] if notes else [])])
+                      *(["", "notes:", *notes] if notes else [])])
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -357,9 +357,10 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
                        for w in op.workspaces)
     shapes = op.example_shapes(spec)
     scalars = {k: v for k, v in op.example_scalars(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
+    device = example_device(spec, build.target)  # a workspace may have one row per CU/SM (device.cu_count)
     for w in workspaces:
         try:
-            sizes = [_expr.evaluate_with_shapes(e, shapes, scalars) for e in w.shape]
+            sizes = [_expr.evaluate_with_shapes(e, shapes, scalars, device=device) for e in w.shape]
         except BundleError as e:
             raise FrontendError(f"{where}: workspace {w.name} shape {list(w.shape)} at the example: {e}") from None
         if any(n < 0 for n in sizes):

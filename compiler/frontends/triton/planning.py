@@ -235,10 +235,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
     where = _where(op, spec, target)
     tid = _targets.parse_target(target)
     fn = jit_function(op.kernel, where)
-    names = [a.name for a in op.args]
-    if list(fn.arg_names) != names:
-        raise FrontendError(f"{where}: the spec's args {names} must be the kernel {fn.__name__}'s parameters "
-                            f"{list(fn.arg_names)}, same names in the same order")
+    _check_params(op, fn, scope, where)
     options, divisible, mode = resolve_options(spec, tid, where)
     _check_block(options["num_warps"], tid, where)
     slots = (scope or op).expression_slots()
@@ -250,7 +247,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
     if mode == "jit":
         hints = {**hints, **jit}
     int_constexprs = {k: v for k, v in spec.constexprs.items() if isinstance(v, int) and not isinstance(v, bool)}
-    sig = _Signature(op, spec, hints, int_constexprs, slots, where)
+    sig = _Signature(op, spec, hints, int_constexprs, slots, where, list(fn.arg_names))
     for i, a in enumerate(op.args):
         sig.add(i, a)
     return TritonPlan(fn=fn, signature=sig.signature, constexprs={**constexprs, **sig.constants}, attrs=sig.attrs,
@@ -284,13 +281,40 @@ def _check_block(num_warps: int, tid: _targets.TargetID, where: str) -> None:
                             f"{limits['max_workgroup_size'] // limits['wavefront_size']}")
 
 
+def _check_params(op: OpDecl, fn: Any, scope: Optional[OpDecl], where: str) -> None:
+    """An op's args are the kernel's parameters, same names, same order. A ``Launch`` binds by position (the same
+    kernel may be launched twice on other buffers): same count, and constexprs where the kernel has them."""
+    names = [a.name for a in op.args]
+    if scope is None:
+        if list(fn.arg_names) != names:
+            raise FrontendError(f"{where}: the spec's args {names} must be the kernel {fn.__name__}'s parameters "
+                                f"{list(fn.arg_names)}, same names in the same order")
+        return
+    if len(names) != len(fn.arg_names):
+        raise FrontendError(f"{where}: the Launch passes {len(names)} arguments {names}; the kernel {fn.__name__} "
+                            f"takes {len(fn.arg_names)} {list(fn.arg_names)}: pass one declaration per parameter, "
+                            "in the kernel's order")
+    for a, kp in zip(op.args, fn.params):
+        if isinstance(a, Constexpr) != bool(kp.is_constexpr):
+            raise FrontendError(f"{where}: the Launch passes {'constexpr' if isinstance(a, Constexpr) else 'runtime'}"
+                                f" {a.name!r} to the kernel's parameter {kp.name!r}, which is "
+                                f"{'a tl.constexpr' if kp.is_constexpr else 'a runtime parameter'}; expected a "
+                                f"{'Constexpr' if kp.is_constexpr else 'tensor, output, scalar, Value or workspace'}"
+                                " there")
+
+
 def _kernel_constexprs(op: OpDecl, spec: Spec, scope: Optional[OpDecl], where: str) -> dict[str, Any]:
-    """The constexprs the kernel gets: the spec's (one launch of a multi-launch op: only its own)."""
+    """The constexprs the kernel gets: the spec's (one launch of a multi-launch op: only its own, under the
+    kernel's own parameter names: a Launch binds by position)."""
     own = {a.name for a in op.args if isinstance(a, Constexpr)}
     extra = set(spec.constexprs) - own
     if extra and scope is None:
         raise FrontendError(f"{where}: constexprs {sorted(extra)} are not Constexpr parameters of the kernel")
-    return {k: v for k, v in spec.constexprs.items() if k in own} if scope else dict(spec.constexprs)
+    if scope is None:
+        return dict(spec.constexprs)
+    fn = jit_function(op.kernel, where)
+    return {k: spec.constexprs[a.name] for a, k in zip(op.args, fn.arg_names)
+            if isinstance(a, Constexpr) and a.name in spec.constexprs}
 
 
 def _grid(op: OpDecl, int_constexprs: dict[str, int], where: str) -> tuple[str, str, str]:
@@ -307,8 +331,9 @@ class _Signature:
     """The signature, specialization attributes, runtime parameters and guard facts, one parameter at a time."""
 
     def __init__(self, op: OpDecl, spec: Spec, hints: dict[str, str], int_constexprs: dict[str, int],
-                 slots: dict[str, _expr.Slot], where: str) -> None:
+                 slots: dict[str, _expr.Slot], where: str, knames: list[str]) -> None:
         self.op, self.spec, self.where = op, spec, where
+        self.knames = knames  # the kernel's parameter names, by position (a Launch may bind others to them)
         self.divisible = [k for k, v in hints.items() if v == "D"]
         self.ones = {k for k, v in hints.items() if v == "1"}  # int parameters compiled as the constant 1
         self.constants: dict[str, int] = {}
@@ -323,7 +348,7 @@ class _Signature:
     def add(self, i: int, a: Any) -> None:
         """Parameter ``i`` of the kernel, ``a`` its declaration."""
         if isinstance(a, Constexpr):
-            self.signature[a.name] = "constexpr"
+            self.signature[self.knames[i]] = "constexpr"
         elif isinstance(a, (Tensor, Output, Workspace)):
             self._buffer(i, a)
         elif isinstance(a, Scalar):
@@ -339,8 +364,9 @@ class _Signature:
         if dtype not in TRITON_DTYPES:
             raise FrontendError(f"{self.where}: {a.name} has dtype {dtype!r}, which Triton has no type for; "
                                 f"expected one of {', '.join(TRITON_DTYPES)}")
-        self.signature[a.name] = "*" + TRITON_DTYPES[dtype]
-        self.params.append(RuntimeParam(a.name, self.signature[a.name], "pointer", "ptr", arg=a.name))
+        k = self.knames[i]
+        self.signature[k] = "*" + TRITON_DTYPES[dtype]
+        self.params.append(RuntimeParam(k, self.signature[k], "pointer", "ptr", arg=a.name))
         declared = a.alignment if isinstance(a, Tensor) and a.alignment else 0
         if declared:  # the spec's own requirement goes into the guard whatever the compile assumes
             self.alignment[a.name] = declared
@@ -352,10 +378,10 @@ class _Signature:
     def _scalar(self, i: int, a: Scalar) -> None:
         sig = SCALAR_SIGNATURE[a.type]
         if a.name in self.ones:
-            self._one(i, a.name, a.name)
+            self._one(i, a.name)
             return
-        self.signature[a.name] = sig
-        self.params.append(RuntimeParam(a.name, sig, "scalar", FIELD_OF_SIGNATURE[sig], arg=a.name))
+        self.signature[self.knames[i]] = sig
+        self.params.append(RuntimeParam(self.knames[i], sig, "scalar", FIELD_OF_SIGNATURE[sig], arg=a.name))
         if a.type == "int":
             self.constraints += _range_constraints(a.name, sig, self.where)
             if a.name in self.divisible:
@@ -370,20 +396,20 @@ class _Signature:
             raise FrontendError(f"{self.where}: Value {a.name} has type {a.type!r}; expected one of {VALUE_TYPES}")
         text = _expr.substitute(a.expr, self.int_constexprs)  # compiles: spec.validate checked it
         if a.name in self.ones:
-            self._one(i, a.name, text)
+            self._one(i, text)
             return
-        self.signature[a.name] = a.type
-        self.params.append(_value_param(a.name, a.type, text, self.slots))
+        self.signature[self.knames[i]] = a.type
+        self.params.append(_value_param(self.knames[i], a.type, text, self.slots))
         self.constraints += _range_constraints(text, a.type, self.where)
         if a.name in self.divisible:
             self.attrs[(i,)] = self.div16
             self.constraints.append(_expr.canonical(f"({text}) % 16 == 0"))
 
-    def _one(self, i: int, name: str, text: str) -> None:
+    def _one(self, i: int, text: str) -> None:
         """An int parameter compiled as the constant 1, as Triton's JIT does for an argument equal to 1: no kernel
         parameter, and the guard ``text == 1``."""
-        self.signature[name] = "constexpr"
-        self.constants[name] = 1
+        self.signature[self.knames[i]] = "constexpr"
+        self.constants[self.knames[i]] = 1
         self.constraints.append(_expr.canonical(f"({text}) == 1"))
 
 
