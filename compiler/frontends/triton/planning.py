@@ -261,13 +261,14 @@ def _check_divisible(op: OpDecl, scope: Optional[OpDecl], divisible: list[str], 
     """Refuse a ``divisible_by_16`` name that is no parameter of the op (of any of its launches)."""
     whole = scope or op
     known = set(slots) | {a.name for a in whole.args if isinstance(a, (Value, Workspace))}
+    constexprs = {a.name for a in whole.args if isinstance(a, Constexpr)}
     for d in divisible:
+        if d in constexprs:
+            raise FrontendError(f"{where}: options['divisible_by_16'] names constexpr {d!r}; a constexpr is "
+                                "compiled in with its value, so there is nothing to specialize")
         if d not in known:
             raise FrontendError(f"{where}: options['divisible_by_16'] names {d!r}, which is no tensor, output, "
                                 f"scalar, Value or workspace of the op ({sorted(known)})")
-        if isinstance(next(a for a in whole.args if a.name == d), Constexpr):
-            raise FrontendError(f"{where}: options['divisible_by_16'] names constexpr {d!r}; a constexpr is "
-                                "compiled in with its value, so there is nothing to specialize")
 
 
 def _check_block(num_warps: int, tid: _targets.TargetID, where: str) -> None:
