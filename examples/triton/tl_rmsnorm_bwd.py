@@ -56,8 +56,9 @@ def sum_rows_kernel(partial, dw, n_parts, n_cols, BLOCK: tl.constexpr):
 
 
 def launch_with_triton(dy, x, w, eps, cu_count, block_n, num_warps=8):
-    """The same two kernels launched by Triton's own JIT (``kernel[grid](...)``), as a library would: the bench's
-    and the GPU test's reference launch. Returns (dx, dw)."""
+    """The same two kernels launched by Triton's own JIT (``kernel[grid](...)``), as a library would, with the
+    options of workspaces.py's specs (``num_warps`` for both kernels, ``BLOCK=256``): the bench's and the GPU test's
+    reference launch. Returns (dx, dw)."""
     import torch
 
     n_rows, n_cols = x.shape
@@ -67,5 +68,5 @@ def launch_with_triton(dy, x, w, eps, cu_count, block_n, num_warps=8):
     rows_per_program = triton.cdiv(n_rows, cu_count)
     rmsnorm_bwd_dx_kernel[(cu_count,)](dy, x, w, dx, partial, n_rows, n_cols, x.stride(0), dy.stride(0),
                                        dx.stride(0), rows_per_program, eps, BLOCK_N=block_n, num_warps=num_warps)
-    sum_rows_kernel[(triton.cdiv(n_cols, 256),)](partial, dw, cu_count, n_cols, BLOCK=256, num_warps=4)
+    sum_rows_kernel[(triton.cdiv(n_cols, 256),)](partial, dw, cu_count, n_cols, BLOCK=256, num_warps=num_warps)
     return dx, dw

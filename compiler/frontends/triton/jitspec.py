@@ -33,6 +33,29 @@ SPECIALIZE_MODES = ("jit", "declared")
 GENERIC_SUFFIX = "__generic"
 
 
+def jit_function(kernel: Any, where: str) -> Any:
+    """The ``JITFunction`` behind a spec's ``kernel=`` (unwrapping ``@triton.heuristics``).
+
+    Raises:
+        FrontendError: an ``@triton.autotune`` kernel not declared through ``op()`` (docs/tuning.md) or
+            anything that is not a ``@triton.jit`` function.
+    """
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(kernel, Autotuner):
+        raise FrontendError(f"{where}: kernel {kernel.fn.__name__} is @triton.autotune'd; declare it with op() (which "
+                            "reads its configs as a config space, docs/tuning.md) or declare each config as a "
+                            "Spec(constexprs=..., options={'num_warps': ...}) with the bare @triton.jit function")
+    fn = kernel
+    while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
+        fn = fn.fn
+    if not isinstance(fn, JITFunction):
+        raise FrontendError(f"{where}: expected a @triton.jit function, got {type(kernel).__module__}."
+                            f"{type(kernel).__name__}")
+    return fn
+
+
 def int_params(op: OpDecl) -> list[Any]:
     """The op's int kernel parameters (Values and int scalars)."""
     return [a for a in op.args if isinstance(a, Value) or (isinstance(a, Scalar) and a.type == "int")]
@@ -130,8 +153,6 @@ def expand_specs(op: OpDecl, kernel_fn: Any) -> tuple[Spec, ...]:
 def _jit_adds(op: OpDecl, s: Spec, kernel_fn: Any) -> bool:
     """Whether the JIT would specialize some parameter of some launch beyond what ``s`` declares, in any form
     of ``s`` (``per_target``)."""
-    from flyship.compiler.frontends.triton.planning import jit_function
-
     views = [(op.launch_view(launch), op, launch.kernel) for launch in op.launches] or [(op, None, kernel_fn)]
     for _key, form in s.resolved():
         div = form.options.get("divisible_by_16", [])

@@ -14,6 +14,7 @@ from flyship.bundle.errors import BundleError
 from flyship.bundle.manifest import FIELD_TYPES
 from flyship.compiler.frontends.base import FrontendError
 from flyship.compiler.frontends.triton import jitspec as _jitspec
+from flyship.compiler.frontends.triton.jitspec import jit_function
 from flyship.compiler.spec import Constexpr, OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 
 
@@ -119,29 +120,6 @@ class TritonPlan:
 
 def _where(op: OpDecl, spec: Spec, target: str) -> str:
     return f"op {op.name} spec {spec.name} target {target}"
-
-
-def jit_function(kernel: Any, where: str) -> Any:
-    """The ``JITFunction`` behind a spec's ``kernel=`` (unwrapping ``@triton.heuristics``).
-
-    Raises:
-        FrontendError: an ``@triton.autotune`` kernel not declared through ``op()`` (docs/tuning.md) or
-            anything that is not a ``@triton.jit`` function.
-    """
-    from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import JITFunction
-
-    if isinstance(kernel, Autotuner):
-        raise FrontendError(f"{where}: kernel {kernel.fn.__name__} is @triton.autotune'd; declare it with op() (which "
-                            "reads its configs as a config space, docs/tuning.md) or declare each config as a "
-                            "Spec(constexprs=..., options={'num_warps': ...}) with the bare @triton.jit function")
-    fn = kernel
-    while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
-        fn = fn.fn
-    if not isinstance(fn, JITFunction):
-        raise FrontendError(f"{where}: expected a @triton.jit function, got {type(kernel).__module__}."
-                            f"{type(kernel).__name__}")
-    return fn
 
 
 def _range_constraints(text: str, type_: str, where: str = "") -> list[str]:
