@@ -157,3 +157,12 @@ def test_a_workspace_declared_divisible_is_compiled_so_and_not_guarded(ops):
                                                                          "divisible_by_16": ["w"]})
     p = tp.plan(ws_op, spec, "sm_90")
     assert (1,) in p.attrs and "w" not in p.alignment
+
+
+def test_a_value_typed_wider_than_the_jit_would_is_noted(ops):
+    op = ops["add"]
+    wide = dataclasses.replace(op, args=tuple(Value("n_elements", "x.numel", type="i64") if a.name == "n_elements"
+                                              else a for a in op.args))
+    p = tp.plan(wide, spec_of(op, "f32"), "sm_90")
+    assert "the JIT would pass n_elements as i32 (compiled i64)" in p.jit_difference
+    assert tp.plan(op, spec_of(op, "f32"), "sm_90").jit_difference == ""

@@ -108,6 +108,24 @@ def jit_hints(op: OpDecl, spec: Spec, target: Optional[str], fn: Any, scope: Opt
     return out
 
 
+def jit_int_type(v: int) -> str:
+    """The signature type Triton's JIT gives an int argument of value ``v`` (``specialize_impl``)."""
+    if -(2**31) <= v < 2**31:
+        return "i32"
+    return "i64" if -(2**63) <= v < 2**63 else "u64"
+
+
+def type_difference(op: OpDecl, spec: Spec, target: Optional[str], scope: Optional[OpDecl], built: dict[str, str],
+                    signature: dict[str, str], where: str) -> str:
+    """Where the compile passes an int parameter in another type than Triton's JIT would for the example value
+    (``Value(type="i64")`` for a value that fits in 32 bits, say): the JIT's binary would differ."""
+    values = example_ints(op, spec, target, scope, where)
+    names = dict(zip((a.name for a in op.args), signature))  # op name -> the kernel's parameter name
+    odd = [f"{a} as {jit_int_type(v)} (compiled {signature[names[a]]})" for a, v in sorted(values.items())
+           if built.get(a) != "1" and signature.get(names[a]) not in (None, "constexpr", jit_int_type(v))]
+    return f"the JIT would pass {', '.join(odd)}" if odd else ""
+
+
 def declared_hints(op: OpDecl, divisible: list[str]) -> dict[str, str]:
     """What a spec declares itself: parameter name -> ``"D"`` (``divisible_by_16``, ``Tensor(alignment=16k)``)."""
     out = {d: "D" for d in divisible}

@@ -231,7 +231,8 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
     return TritonPlan(fn=fn, signature=sig.signature, constexprs={**constexprs, **sig.constants}, attrs=sig.attrs,
                       params=tuple(sig.params), options=options, grid=_grid(op, int_constexprs, where),
                       constraints=tuple(dict.fromkeys(sig.constraints)), alignment=sig.alignment,
-                      jit_difference=_jitspec.difference(hints, jit))
+                      jit_difference="; ".join(d for d in (_jitspec.difference(hints, jit), _jitspec.type_difference(
+                          op, spec, target, scope, hints, sig.signature, where)) if d))
 
 
 def _check_divisible(op: OpDecl, scope: Optional[OpDecl], divisible: list[str], slots: dict[str, _expr.Slot],
