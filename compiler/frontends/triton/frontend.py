@@ -7,10 +7,11 @@ checked on the cubins / hsacos it makes; ``docs/triton.md`` has the long form):
 * ``triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(...), options=...)``
   compiles without a GPU: ``GPUTarget("cuda", 90, 32)`` gives a cubin (ptxas is told ``sm_90a``, so the
   cubin is arch-specific), ``GPUTarget("hip", "gfx942", 64)`` an hsaco.
-* The signature is explicit, so nothing is specialized behind our back: Triton's JIT would turn an int
-  argument equal to 1 into a constant and mark ints and pointers divisible by 16 with ``tt.divisibility``;
-  here an argument is specialized only when the spec asks (``Tensor(alignment=16)`` or
-  ``options={"divisible_by_16": [...]}``), and then the guard gets the matching alignment / constraint.
+* The signature is explicit, so nothing is specialized behind the guard's back. Triton's JIT turns an int
+  argument equal to 1 into a constant and marks ints and pointers divisible by 16 with ``tt.divisibility``;
+  by default each spec builds that for its example call with aligned pointers, guarded, then the generic
+  ``<spec>__generic`` that specializes only what the spec asks (``Tensor(alignment=16)``,
+  ``options={"divisible_by_16": [...]}``) (:mod:`~flyship.compiler.frontends.triton.jitspec`).
 * Every Triton 3.6 kernel takes two hidden trailing pointer parameters after its own: global scratch and
   profile scratch. The launchers pass a buffer of ``grid programs x num_ctas x global_scratch_size`` bytes
   (aligned to ``global_scratch_align``) for the first when ``global_scratch_size > 0`` (e.g. a kernel that
