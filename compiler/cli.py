@@ -27,7 +27,9 @@ def format_table(rows: list[Row]) -> str:
     left = head.index("kernel") + 1  # text columns left-aligned, numbers right-aligned
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-    return "\n".join([line(head), line(tuple("-" * w for w in widths)), *(line(b) for b in body)])
+    notes = [f"  {r.op} {r.spec} {r.target}: {r.note}" for r in rows if r.note]
+    return "\n".join([line(head), line(tuple("-" * w for w in widths)), *(line(b) for b in body),
+                      *(["", "notes:", *notes] if notes else [])])
 
 
 def report_error(e: FlyshipError, verbose: bool) -> None:

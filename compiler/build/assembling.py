@@ -14,6 +14,7 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as M
 from flyship.bundle import occupancy as _occupancy
 from flyship.bundle import rules as _rules
+from flyship.compiler import frontends as _frontends
 from flyship.compiler import offload as _off
 from flyship.compiler.build.checking import check_reachable, check_references_module, guard_constraints
 from flyship.compiler.build.options import Row
@@ -45,12 +46,16 @@ def summary_rows(sf: SpecFile, variants: dict, hits: set) -> list[Row]:
         form = next(x for x in op.specs if x.name == s).for_target(t)
         example = _example(op, form, v)
         launches = (v, *v.then)
+        try:
+            note = _frontends.get(op.frontend).build_note(op, form, t)
+        except CompileError as e:  # the note is advice; a plan that fails here failed the build already
+            note = f"(no comparison with the JIT: {e})"
         for k, step in enumerate(launches, 1):
             occ = _occupancy.for_variant(step, example)
             md = step.metadata
             rows.append(Row(o, s, step.target, md.vgpr_count, md.sgpr_count, md.group_segment_fixed_size,
                             step.kernargs.size, v.seconds, cached=(o, s, t) in hits, occupancy=str(occ or "n/a"),
-                            symbol=step.symbol, launch=k, launches=len(launches)))
+                            symbol=step.symbol, launch=k, launches=len(launches), note=note if k == 1 else ""))
     return rows
 
 

@@ -80,3 +80,4 @@ class Row:
     symbol: str = ""
     launch: int = 1
     launches: int = 1
+    note: str = ""  # how the build differs from the DSL's own JIT for the example call (Frontend.build_note)

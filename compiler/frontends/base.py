@@ -296,6 +296,16 @@ class Frontend(abc.ABC):
         tail checks the block then). Default: None."""
         return None
 
+    def expand_specs(self, op: OpDecl) -> tuple[Spec, ...]:
+        """The specializations ``op`` builds, in the order the loader tries them, from those it declares
+        (Triton: the JIT's specialization for aligned inputs, then the generic one). Default: as declared."""
+        return op.specs
+
+    def build_note(self, op: OpDecl, spec: Spec, target: str) -> str:
+        """A note for flyc-build's table on how this build differs from what the DSL's own JIT would run for the
+        example call (empty: nothing to say). Default: empty."""
+        return ""
+
     def check_declaration(self, op: OpDecl) -> None:
         """Refuse a declaration that cannot compile, before any worker starts. Default: accept.
 
@@ -357,9 +367,10 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
                        for w in op.workspaces)
     shapes = op.example_shapes(spec)
     scalars = {k: v for k, v in op.example_scalars(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
+    device = example_device(spec, build.target)  # a workspace may have one row per CU/SM (device.cu_count)
     for w in workspaces:
         try:
-            sizes = [_expr.evaluate_with_shapes(e, shapes, scalars) for e in w.shape]
+            sizes = [_expr.evaluate_with_shapes(e, shapes, scalars, device=device) for e in w.shape]
         except BundleError as e:
             raise FrontendError(f"{where}: workspace {w.name} shape {list(w.shape)} at the example: {e}") from None
         if any(n < 0 for n in sizes):

@@ -92,6 +92,12 @@ def references(path: str) -> None:
     _current().references = path
 
 
+def _frontends_get(name: str) -> Any:
+    from flyship.compiler import frontends
+
+    return frontends.get(name)
+
+
 def _detect_frontend(kernel: Any) -> str:
     from flyship.compiler import frontends
 
@@ -151,6 +157,10 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
                   grid=tuple(grid) if grid else None, frontend=frontend, backward=_backward(name, backward),
                   tuning=space)
     validate(decl)
+    expanded = _frontends_get(frontend).expand_specs(decl)
+    if expanded != decl.specs:  # e.g. Triton's JIT variant + the generic one (docs/triton.md)
+        decl = dataclasses.replace(decl, specs=tuple(expanded))
+        validate(decl)
     sf = _current()
     if any(o.name == name for o in sf.ops):
         raise SpecError(f"op {name}: declared twice in spec file {sf.path}; expected one op(...) per name (each is "

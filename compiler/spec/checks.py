@@ -212,7 +212,7 @@ def _validate_workspaces(d: OpDecl, w: str) -> None:
                 _expr.compile_program(e, {**inputs, **consts})
             except _expr.ExprError as err:
                 raise SpecError(f"{w}: workspace {ws.name}: shape {e!r}: {err}; a workspace's shape reads the "
-                                "inputs and the constexprs") from None
+                                "inputs, the constexprs and device.cu_count") from None
     if d.workspaces and not d.launches and d.frontend != "flydsl":
         raise SpecError(f"{w}: Workspace parameters need a launcher that launches several kernels: a FlyDSL "
                         "launcher, or kernel=[Launch(...), ...]")

@@ -71,3 +71,18 @@ def fused_add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor, w: torch.Tens
 
 def accumulate_ref(acc: torch.Tensor, x: torch.Tensor, alpha: float = 1.0) -> None:
     acc.copy_((acc.float() + alpha * x.float()).to(acc.dtype))
+
+
+def rmsnorm_bwd_ref(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """rmsnorm_bwd (workspaces.py): dx and dw of out = x * rsqrt(mean(x**2, -1) + eps) * w, math in float32."""
+    xf, dyf, wf = x.float(), dy.float(), w.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(dim=1, keepdim=True) + eps)
+    xhat = xf * rstd
+    wdy = wf * dyf
+    dx = (wdy - xhat * (xhat * wdy).mean(dim=1, keepdim=True)) * rstd
+    return dx.to(x.dtype), (dyf * xhat).sum(dim=0).to(w.dtype)
+
+
+def add3_ref(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """add3 (workspaces.py): (x + y) + z, the sum x + y kept in float32 as the kernel's workspace does."""
+    return ((x.float() + y.float()) + z.float()).to(x.dtype)

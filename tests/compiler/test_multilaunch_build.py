@@ -29,7 +29,7 @@ def test_every_launch_builds_for_each_target_with_its_layout_checked_against_its
     assert m.schema_version == "2.1"  # must-understand keys (docs/bundle-format.md)
     files = rules.check_bundle_files(multilaunch_bundle, m)  # every code object against its launch
     op = m.op("rowsum_split")
-    assert [s.name for s in op.specializations] == ["f32", "bf16", "f16"]
+    assert [s.name for s in op.specializations] == [n + g for n in ("f32", "bf16", "f16") for g in ("", "__generic")]
     for s in op.specializations:
         assert sorted(v.target for v in s.variants) == ["gfx942", "gfx950", "sm_90a"]
         for v in s.variants:
@@ -50,7 +50,8 @@ def test_every_launch_builds_for_each_target_with_its_layout_checked_against_its
 
 
 def test_a_zeroed_workspace_and_a_constexpr_in_a_grid_that_only_the_first_kernel_takes(multilaunch_bundle):
-    (s,) = M.read(multilaunch_bundle).op("rowsum_atomic").specializations
+    s, generic = M.read(multilaunch_bundle).op("rowsum_atomic").specializations  # the JIT's variant, the generic
+    assert generic.name == "f32__generic"
     for v in s.variants:
         assert v.workspaces[0].zero and v.workspaces[0].shape == ("x.shape[0]",)
         assert v.then[0].launch.grid[0] == "cdiv(x.shape[0], 256)"

@@ -188,8 +188,11 @@ def test_a_plain_kernel_passes_null_for_both_hidden_pointers(ops, target, tmp_pa
 
 
 def test_divisibility_is_compiled_only_where_the_guard_demands_it(ops, tmp_path):
+    # the generic specializations (options["specialize"] == "declared") compile exactly what the spec declares;
+    # the JIT's variants before them are tests/compiler/test_triton_jit.py's
     op = ops["gemm"]
-    for spec_name, want in [("bf16_aligned", {"a", "b", "c", "stride_am", "stride_bn", "stride_cm"}), ("bf16", set())]:
+    for spec_name, want in [("bf16_aligned__generic", {"a", "b", "c", "stride_am", "stride_bn", "stride_cm"}),
+                            ("bf16__generic", set())]:
         spec = spec_of(op, spec_name)
         p = tp.plan(op, spec, "sm_90")
         k = tc.run_triton(p, tc._targets.parse_target("sm_90"), BuildContext(workdir=tmp_path / spec_name,
@@ -210,9 +213,10 @@ def test_divisibility_is_compiled_only_where_the_guard_demands_it(ops, tmp_path)
 
 def test_ints_are_never_specialized_to_one_behind_the_guards_back(ops, tmp_path):
     # Triton's JIT would turn an int argument equal to 1 into a constant; the explicit signature keeps it a
-    # parameter, so a kernel built from a 1-element example still reads n_elements at run time.
+    # parameter, so a kernel built from a 1-element example still reads n_elements at run time (in the generic
+    # specialization; the JIT's variant guards n_elements == 1: tests/compiler/test_triton_jit.py).
     op = ops["add"]
-    spec = dataclasses.replace(spec_of(op, "f32"), shapes={"x": (1, 1), "y": (1, 1)})
+    spec = dataclasses.replace(spec_of(op, "f32__generic"), shapes={"x": (1, 1), "y": (1, 1)})
     v = build(op, spec, "sm_90", tmp_path)
     f = next(f for f in v.kernargs.fields if f.kernel_arg == "n_elements")
     assert (f.kind, f.expr, f.type) == ("expr", "x.numel", "i32")

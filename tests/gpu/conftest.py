@@ -81,14 +81,21 @@ class Counts:
         self.op = op
         self.before = op.stats()
         self.launches: dict[str, int] = {}
+        self.variants: dict[str, int] = {}
         self.fallbacks: dict[str, int] = {}
         self.empty = 0
         self.calls = 0
 
     def close(self) -> None:
         after = self.op.stats()
-        self.launches = {k: v - self.before["launches"].get(k, 0) for k, v in after["launches"].items()
+        # variants: per specialization as the manifest names them; launches: per declared spec, a Triton spec's
+        # generic specialization (<spec>__generic, after the JIT's variant: docs/triton.md) counted as the spec
+        self.variants = {k: v - self.before["launches"].get(k, 0) for k, v in after["launches"].items()
                          if v != self.before["launches"].get(k, 0)}
+        self.launches = {}
+        for k, v in self.variants.items():
+            base = k[:-len("__generic")] if k.endswith("__generic") else k
+            self.launches[base] = self.launches.get(base, 0) + v
         self.fallbacks = {k: v - self.before["fallbacks"].get(k, 0) for k, v in after["fallbacks"].items()
                           if v != self.before["fallbacks"].get(k, 0)}
         self.empty = after["empty"] - self.before["empty"]

@@ -52,24 +52,30 @@ def randn(*shape: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(*shape).to(dtype)
 
 
+def declared(spec: str) -> str:
+    """The declared spec a specialization comes from: a Triton spec's generic specialization (``<spec>__generic``,
+    after the JIT's variant for aligned inputs: docs/triton.md) is its spec's."""
+    return spec[:-len("__generic")] if spec and spec.endswith("__generic") else spec
+
+
 @pytest.mark.parametrize("target", [NV, "gfx942"])
 def test_every_gpu_test_shape_dispatches_to_the_specialization_it_expects(ops, target):
     for dt, dtype in DTYPES.items():
         for shape in ADD_SHAPES:
             x = randn(*shape, dtype=dtype)
-            assert ops.add.dispatch(x, x, target=target).spec == dt, shape
+            assert declared(ops.add.dispatch(x, x, target=target).spec) == dt, shape
         for shape, block in ROW_SHAPES.items():
             x = randn(*shape, dtype=dtype)
             w = randn(shape[1], dtype=dtype)
-            assert ops.softmax.dispatch(x, target=target).spec == f"{dt}_n{block}", shape
-            assert ops.rmsnorm.dispatch(x, w, 1e-6, target=target).spec == f"{dt}_n{block}", shape
+            assert declared(ops.softmax.dispatch(x, target=target).spec) == f"{dt}_n{block}", shape
+            assert declared(ops.rmsnorm.dispatch(x, w, 1e-6, target=target).spec) == f"{dt}_n{block}", shape
     for dt, dtype in HALF.items():
         for (m, n, k), aligned in GEMM_SHAPES:
             a, b = randn(m, k, dtype=dtype), randn(n, k, dtype=dtype)
-            assert ops.gemm.dispatch(a, b, target=target).spec == (f"{dt}_aligned" if aligned else dt), (m, n, k)
+            assert declared(ops.gemm.dispatch(a, b, target=target).spec) == (f"{dt}_aligned" if aligned else dt), (m, n, k)
         for m, n, k in [(300, 200, 264), (128, 128, 64), (1, 8, 8), (257, 136, 72), (1024, 1024, 512), (4096, 8, 128)]:
             a, b = randn(m, k, dtype=dtype), randn(n, k, dtype=dtype)
-            assert ops.gemm_tma.dispatch(a, b, target=target).spec == dt, (m, n, k)
+            assert declared(ops.gemm_tma.dispatch(a, b, target=target).spec) == dt, (m, n, k)
 
 
 def test_unfit_inputs_give_the_reasons_the_gpu_tests_look_for(ops):

@@ -7,10 +7,11 @@ checked on the cubins / hsacos it makes; ``docs/triton.md`` has the long form):
 * ``triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget(...), options=...)``
   compiles without a GPU: ``GPUTarget("cuda", 90, 32)`` gives a cubin (ptxas is told ``sm_90a``, so the
   cubin is arch-specific), ``GPUTarget("hip", "gfx942", 64)`` an hsaco.
-* The signature is explicit, so nothing is specialized behind our back: Triton's JIT would turn an int
-  argument equal to 1 into a constant and mark ints and pointers divisible by 16 with ``tt.divisibility``;
-  here an argument is specialized only when the spec asks (``Tensor(alignment=16)`` or
-  ``options={"divisible_by_16": [...]}``), and then the guard gets the matching alignment / constraint.
+* The signature is explicit, so nothing is specialized behind the guard's back. Triton's JIT turns an int
+  argument equal to 1 into a constant and marks ints and pointers divisible by 16 with ``tt.divisibility``;
+  by default each spec builds that for its example call with aligned pointers, guarded, then the generic
+  ``<spec>__generic`` that specializes only what the spec asks (``Tensor(alignment=16)``,
+  ``options={"divisible_by_16": [...]}``) (:mod:`~flyship.compiler.frontends.triton.jitspec`).
 * Every Triton 3.6 kernel takes two hidden trailing pointer parameters after its own: global scratch and
   profile scratch. The launchers pass a buffer of ``grid programs x num_ctas x global_scratch_size`` bytes
   (aligned to ``global_scratch_align``) for the first when ``global_scratch_size > 0`` (e.g. a kernel that
@@ -40,6 +41,7 @@ from flyship.compiler.frontends.base import (BuildContext, Frontend, FrontendErr
                                              example_grid)
 from flyship.compiler.frontends.triton.compiling import (_cubin_target, kernarg_layout, ptxas_version, read_metadata,
                                                          run_triton, version, written_params)
+from flyship.compiler.frontends.triton import jitspec as _jitspec
 from flyship.compiler.frontends.triton.planning import _where, plan
 from flyship.compiler.spec import OpDecl, Spec
 from flyship.errors import SpecError
@@ -105,6 +107,18 @@ class TritonFrontend(Frontend):
 
     def config_block(self, config: Config, target: _targets.TargetID) -> Optional[int]:
         return int(config.values.get("num_warps", 4)) * _targets.limits(target)["wavefront_size"]
+
+    def expand_specs(self, op: OpDecl) -> tuple[Spec, ...]:
+        return _jitspec.expand_specs(op, op.kernel)
+
+    def build_note(self, op: OpDecl, spec: Spec, target: str) -> str:
+        views = [(op.launch_view(launch), op) for launch in op.launches] or [(op, None)]
+        notes = []
+        for k, (view, scope) in enumerate(views, 1):
+            diff = plan(view, spec, target, scope).jit_difference
+            if diff:
+                notes.append(f"launch {k}: {diff}" if len(views) > 1 else diff)
+        return f"differs from Triton's JIT for the example call: {'; '.join(notes)}" if notes else ""
 
     def prepare_worker(self, setup: WorkerSetup) -> None:
         os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cache-", dir=setup.scratch_root))

@@ -13,6 +13,8 @@ from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
 from flyship.bundle.manifest import FIELD_TYPES
 from flyship.compiler.frontends.base import FrontendError
+from flyship.compiler.frontends.triton import jitspec as _jitspec
+from flyship.compiler.frontends.triton.jitspec import jit_function
 from flyship.compiler.spec import Constexpr, OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 
 
@@ -44,7 +46,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 
 
 # Spec.options keys this frontend interprets itself; other keys must be fields of Triton's backend options.
-OWN_OPTIONS = ("divisible_by_16",)
+OWN_OPTIONS = ("divisible_by_16", "specialize")
 
 
 VENDOR_KEYS = {"nvidia": "cuda", "amd": "hip"}
@@ -96,6 +98,8 @@ class TritonPlan:
         grid: three grid expressions, constexprs substituted.
         constraints: guard constraints this compile relies on.
         alignment: tensor or output -> data pointer alignment (bytes) this compile relies on.
+        jit_difference: how this compile's specialization differs from what Triton's JIT builds for the example
+            call with aligned pointers (empty: the same).
     """
 
     fn: Any
@@ -107,6 +111,7 @@ class TritonPlan:
     grid: tuple[str, str, str]
     constraints: tuple[str, ...]
     alignment: dict[str, int]
+    jit_difference: str = ""
 
     @property
     def num_warps(self) -> int:
@@ -115,29 +120,6 @@ class TritonPlan:
 
 def _where(op: OpDecl, spec: Spec, target: str) -> str:
     return f"op {op.name} spec {spec.name} target {target}"
-
-
-def jit_function(kernel: Any, where: str) -> Any:
-    """The ``JITFunction`` behind a spec's ``kernel=`` (unwrapping ``@triton.heuristics``).
-
-    Raises:
-        FrontendError: an ``@triton.autotune`` kernel not declared through ``op()`` (docs/tuning.md) or
-            anything that is not a ``@triton.jit`` function.
-    """
-    from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import JITFunction
-
-    if isinstance(kernel, Autotuner):
-        raise FrontendError(f"{where}: kernel {kernel.fn.__name__} is @triton.autotune'd; declare it with op() (which "
-                            "reads its configs as a config space, docs/tuning.md) or declare each config as a "
-                            "Spec(constexprs=..., options={'num_warps': ...}) with the bare @triton.jit function")
-    fn = kernel
-    while not isinstance(fn, JITFunction) and hasattr(fn, "fn"):
-        fn = fn.fn
-    if not isinstance(fn, JITFunction):
-        raise FrontendError(f"{where}: expected a @triton.jit function, got {type(kernel).__module__}."
-                            f"{type(kernel).__name__}")
-    return fn
 
 
 def _range_constraints(text: str, type_: str, where: str = "") -> list[str]:
@@ -158,15 +140,16 @@ def _range_constraints(text: str, type_: str, where: str = "") -> list[str]:
     return out
 
 
-def resolve_options(spec: Spec, target: _targets.TargetID, where: str) -> tuple[dict[str, Any], list[str]]:
+def resolve_options(spec: Spec, target: _targets.TargetID, where: str) -> tuple[dict[str, Any], list[str], str]:
     """Split ``Spec.options`` into Triton options for this target and this frontend's own keys.
 
     ``options`` may hold per-target overrides as nested dicts keyed by vendor (``"cuda"``, ``"hip"``) or by
-    target ID (``"sm_90"``, ``"gfx942"``); the target ID wins. ``divisible_by_16`` may not be overridden per
-    target: the guard of a specialization is shared by all its targets.
+    target ID (``"sm_90"``, ``"gfx942"``); the target ID wins. ``divisible_by_16`` and ``specialize`` may not be
+    overridden per target: the guard of a specialization is shared by all its targets.
 
     Returns:
-        (Triton options with ``num_warps`` set, names listed in ``divisible_by_16``).
+        (Triton options with ``num_warps`` set, names listed in ``divisible_by_16``, the ``specialize`` mode:
+        ``"jit"`` or ``"declared"``, the default).
 
     Raises:
         FrontendError: a per-target ``divisible_by_16``, a non-list ``divisible_by_16``, or an option the
@@ -184,12 +167,17 @@ def resolve_options(spec: Spec, target: _targets.TargetID, where: str) -> tuple[
     for key in (VENDOR_KEYS[target.vendor], target.processor, target.text):
         over = spec.options.get(key)
         if isinstance(over, dict):
-            if "divisible_by_16" in over:
-                raise FrontendError(f"{where}: options[{key!r}] sets divisible_by_16; it must be the same for "
-                                    "every target (the guard is per specialization), so set it at the top level")
+            for own in (k for k in OWN_OPTIONS if k in over):
+                raise FrontendError(f"{where}: options[{key!r}] sets {own}; it must be the same for every target "
+                                    "(the guard is per specialization), so set it at the top level")
             per_target.update(over)
     opts = {**base, **per_target}
     div = opts.pop("divisible_by_16", [])
+    mode = opts.pop("specialize", "declared")
+    if mode not in _jitspec.SPECIALIZE_MODES:
+        raise FrontendError(f"{where}: options['specialize'] must be one of {_jitspec.SPECIALIZE_MODES} ('jit': as "
+                            f"Triton's JIT would for the example call with aligned pointers; 'declared': only what "
+                            f"the spec declares), got {mode!r}")
     if isinstance(div, str) or not all(isinstance(x, str) for x in div):
         raise FrontendError(f"{where}: options['divisible_by_16'] must be a list of argument names, got {div!r}")
     opts.setdefault("num_warps", 4)
@@ -199,7 +187,7 @@ def resolve_options(spec: Spec, target: _targets.TargetID, where: str) -> tuple[
                                 f"plain grids, without clusters, cooperative groups or PDL); use {k}={ok!r}")
     if not isinstance(opts["num_warps"], int) or opts["num_warps"] < 1 or opts["num_warps"] & (opts["num_warps"] - 1):
         raise FrontendError(f"{where}: num_warps must be a power of two >= 1, got {opts['num_warps']!r}")
-    return opts, list(div)
+    return opts, list(div), mode
 
 
 def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) -> TritonPlan:
@@ -225,26 +213,41 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
     where = _where(op, spec, target)
     tid = _targets.parse_target(target)
     fn = jit_function(op.kernel, where)
-    names = [a.name for a in op.args]
-    if list(fn.arg_names) != names:
-        raise FrontendError(f"{where}: the spec's args {names} must be the kernel {fn.__name__}'s parameters "
-                            f"{list(fn.arg_names)}, same names in the same order")
-    options, divisible = resolve_options(spec, tid, where)
+    _check_params(op, fn, scope, where)
+    options, divisible, mode = resolve_options(spec, tid, where)
     _check_block(options["num_warps"], tid, where)
     slots = (scope or op).expression_slots()
     constexprs = _kernel_constexprs(op, spec, scope, where)
-    known = set(slots) | {a.name for a in op.args if isinstance(a, (Value, Workspace))}
-    for d in divisible:
-        if d not in known:
-            raise FrontendError(f"{where}: options['divisible_by_16'] names {d!r}, which is no tensor, output, "
-                                f"scalar or Value of the op ({sorted(known)})")
+    _check_divisible(op, scope, divisible, slots, where)
+    divisible = [d for d in divisible if d in {a.name for a in op.args}]  # a launch takes only some of them
+    jit = _jitspec.jit_hints(op, spec, target, fn, scope, where)
+    hints = _jitspec.declared_hints(op, divisible)
+    if mode == "jit":
+        hints = {**hints, **jit}
     int_constexprs = {k: v for k, v in spec.constexprs.items() if isinstance(v, int) and not isinstance(v, bool)}
-    sig = _Signature(op, spec, divisible, int_constexprs, slots, where)
+    sig = _Signature(op, spec, hints, int_constexprs, slots, where, list(fn.arg_names))
     for i, a in enumerate(op.args):
         sig.add(i, a)
-    return TritonPlan(fn=fn, signature=sig.signature, constexprs=constexprs, attrs=sig.attrs, params=tuple(sig.params),
-                      options=options, grid=_grid(op, int_constexprs, where),
-                      constraints=tuple(dict.fromkeys(sig.constraints)), alignment=sig.alignment)
+    return TritonPlan(fn=fn, signature=sig.signature, constexprs={**constexprs, **sig.constants}, attrs=sig.attrs,
+                      params=tuple(sig.params), options=options, grid=_grid(op, int_constexprs, where),
+                      constraints=tuple(dict.fromkeys(sig.constraints)), alignment=sig.alignment,
+                      jit_difference="; ".join(d for d in (_jitspec.difference(hints, jit), _jitspec.type_difference(
+                          op, spec, target, scope, hints, sig.signature, where)) if d))
+
+
+def _check_divisible(op: OpDecl, scope: Optional[OpDecl], divisible: list[str], slots: dict[str, _expr.Slot],
+                     where: str) -> None:
+    """Refuse a ``divisible_by_16`` name that is no parameter of the op (of any of its launches)."""
+    whole = scope or op
+    known = set(slots) | {a.name for a in whole.args if isinstance(a, (Value, Workspace))}
+    constexprs = {a.name for a in whole.args if isinstance(a, Constexpr)}
+    for d in divisible:
+        if d in constexprs:
+            raise FrontendError(f"{where}: options['divisible_by_16'] names constexpr {d!r}; a constexpr is "
+                                "compiled in with its value, so there is nothing to specialize")
+        if d not in known:
+            raise FrontendError(f"{where}: options['divisible_by_16'] names {d!r}, which is no tensor, output, "
+                                f"scalar, Value or workspace of the op ({sorted(known)})")
 
 
 def _check_block(num_warps: int, tid: _targets.TargetID, where: str) -> None:
@@ -258,13 +261,40 @@ def _check_block(num_warps: int, tid: _targets.TargetID, where: str) -> None:
                             f"{limits['max_workgroup_size'] // limits['wavefront_size']}")
 
 
+def _check_params(op: OpDecl, fn: Any, scope: Optional[OpDecl], where: str) -> None:
+    """An op's args are the kernel's parameters, same names, same order. A ``Launch`` binds by position (the same
+    kernel may be launched twice on other buffers): same count, and constexprs where the kernel has them."""
+    names = [a.name for a in op.args]
+    if scope is None:
+        if list(fn.arg_names) != names:
+            raise FrontendError(f"{where}: the spec's args {names} must be the kernel {fn.__name__}'s parameters "
+                                f"{list(fn.arg_names)}, same names in the same order")
+        return
+    if len(names) != len(fn.arg_names):
+        raise FrontendError(f"{where}: the Launch passes {len(names)} arguments {names}; the kernel {fn.__name__} "
+                            f"takes {len(fn.arg_names)} {list(fn.arg_names)}: pass one declaration per parameter, "
+                            "in the kernel's order")
+    for a, kp in zip(op.args, fn.params):
+        if isinstance(a, Constexpr) != bool(kp.is_constexpr):
+            raise FrontendError(f"{where}: the Launch passes {'constexpr' if isinstance(a, Constexpr) else 'runtime'}"
+                                f" {a.name!r} to the kernel's parameter {kp.name!r}, which is "
+                                f"{'a tl.constexpr' if kp.is_constexpr else 'a runtime parameter'}; expected a "
+                                f"{'Constexpr' if kp.is_constexpr else 'tensor, output, scalar, Value or workspace'}"
+                                " there")
+
+
 def _kernel_constexprs(op: OpDecl, spec: Spec, scope: Optional[OpDecl], where: str) -> dict[str, Any]:
-    """The constexprs the kernel gets: the spec's (one launch of a multi-launch op: only its own)."""
+    """The constexprs the kernel gets: the spec's (one launch of a multi-launch op: only its own, under the
+    kernel's own parameter names: a Launch binds by position)."""
     own = {a.name for a in op.args if isinstance(a, Constexpr)}
     extra = set(spec.constexprs) - own
     if extra and scope is None:
         raise FrontendError(f"{where}: constexprs {sorted(extra)} are not Constexpr parameters of the kernel")
-    return {k: v for k, v in spec.constexprs.items() if k in own} if scope else dict(spec.constexprs)
+    if scope is None:
+        return dict(spec.constexprs)
+    fn = jit_function(op.kernel, where)
+    return {k: spec.constexprs[a.name] for a, k in zip(op.args, fn.arg_names)
+            if isinstance(a, Constexpr) and a.name in spec.constexprs}
 
 
 def _grid(op: OpDecl, int_constexprs: dict[str, int], where: str) -> tuple[str, str, str]:
@@ -280,9 +310,13 @@ def _grid(op: OpDecl, int_constexprs: dict[str, int], where: str) -> tuple[str, 
 class _Signature:
     """The signature, specialization attributes, runtime parameters and guard facts, one parameter at a time."""
 
-    def __init__(self, op: OpDecl, spec: Spec, divisible: list[str], int_constexprs: dict[str, int],
-                 slots: dict[str, _expr.Slot], where: str) -> None:
-        self.op, self.spec, self.divisible, self.where = op, spec, divisible, where
+    def __init__(self, op: OpDecl, spec: Spec, hints: dict[str, str], int_constexprs: dict[str, int],
+                 slots: dict[str, _expr.Slot], where: str, knames: list[str]) -> None:
+        self.op, self.spec, self.where = op, spec, where
+        self.knames = knames  # the kernel's parameter names, by position (a Launch may bind others to them)
+        self.divisible = [k for k, v in hints.items() if v == "D"]
+        self.ones = {k for k, v in hints.items() if v == "1"}  # int parameters compiled as the constant 1
+        self.constants: dict[str, int] = {}
         self.int_constexprs, self.slots = int_constexprs, slots
         self.signature: dict[str, str] = {}
         self.attrs: dict[tuple[int, ...], list[list[Any]]] = {}
@@ -294,7 +328,7 @@ class _Signature:
     def add(self, i: int, a: Any) -> None:
         """Parameter ``i`` of the kernel, ``a`` its declaration."""
         if isinstance(a, Constexpr):
-            self.signature[a.name] = "constexpr"
+            self.signature[self.knames[i]] = "constexpr"
         elif isinstance(a, (Tensor, Output, Workspace)):
             self._buffer(i, a)
         elif isinstance(a, Scalar):
@@ -310,19 +344,24 @@ class _Signature:
         if dtype not in TRITON_DTYPES:
             raise FrontendError(f"{self.where}: {a.name} has dtype {dtype!r}, which Triton has no type for; "
                                 f"expected one of {', '.join(TRITON_DTYPES)}")
-        self.signature[a.name] = "*" + TRITON_DTYPES[dtype]
-        self.params.append(RuntimeParam(a.name, self.signature[a.name], "pointer", "ptr", arg=a.name))
+        k = self.knames[i]
+        self.signature[k] = "*" + TRITON_DTYPES[dtype]
+        self.params.append(RuntimeParam(k, self.signature[k], "pointer", "ptr", arg=a.name))
         declared = a.alignment if isinstance(a, Tensor) and a.alignment else 0
         if declared:  # the spec's own requirement goes into the guard whatever the compile assumes
             self.alignment[a.name] = declared
         if (declared and declared % 16 == 0) or a.name in self.divisible:
             self.attrs[(i,)] = self.div16
-            self.alignment[a.name] = max(16, declared)
+            if not isinstance(a, Workspace):  # the loader allocates workspaces itself, aligned (docs/triton.md)
+                self.alignment[a.name] = max(16, declared)
 
     def _scalar(self, i: int, a: Scalar) -> None:
         sig = SCALAR_SIGNATURE[a.type]
-        self.signature[a.name] = sig
-        self.params.append(RuntimeParam(a.name, sig, "scalar", FIELD_OF_SIGNATURE[sig], arg=a.name))
+        if a.name in self.ones:
+            self._one(i, a.name)
+            return
+        self.signature[self.knames[i]] = sig
+        self.params.append(RuntimeParam(self.knames[i], sig, "scalar", FIELD_OF_SIGNATURE[sig], arg=a.name))
         if a.type == "int":
             self.constraints += _range_constraints(a.name, sig, self.where)
             if a.name in self.divisible:
@@ -336,12 +375,22 @@ class _Signature:
         if a.type not in VALUE_TYPES:
             raise FrontendError(f"{self.where}: Value {a.name} has type {a.type!r}; expected one of {VALUE_TYPES}")
         text = _expr.substitute(a.expr, self.int_constexprs)  # compiles: spec.validate checked it
-        self.signature[a.name] = a.type
-        self.params.append(_value_param(a.name, a.type, text, self.slots))
+        if a.name in self.ones:
+            self._one(i, text)
+            return
+        self.signature[self.knames[i]] = a.type
+        self.params.append(_value_param(self.knames[i], a.type, text, self.slots))
         self.constraints += _range_constraints(text, a.type, self.where)
         if a.name in self.divisible:
             self.attrs[(i,)] = self.div16
             self.constraints.append(_expr.canonical(f"({text}) % 16 == 0"))
+
+    def _one(self, i: int, text: str) -> None:
+        """An int parameter compiled as the constant 1, as Triton's JIT does for an argument equal to 1: no kernel
+        parameter, and the guard ``text == 1``."""
+        self.signature[self.knames[i]] = "constexpr"
+        self.constants[self.knames[i]] = 1
+        self.constraints.append(_expr.canonical(f"({text}) == 1"))
 
 
 def _value_param(name: str, type_: str, text: str, slots: dict[str, _expr.Slot]) -> RuntimeParam:
