@@ -44,6 +44,7 @@ from flyship.bundle.model import (  # noqa: F401  (re-exported)
     Backward,
     BuildInfo,
     CodeObject,
+    Composite,
     Example,
     Failure,
     Guard,

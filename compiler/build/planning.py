@@ -122,10 +122,12 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
         rp = (Path(sf.path).parent / sf.references).resolve()
         if not rp.is_file():
             raise BuildError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
-        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference})
+        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference}
+                                | {c.name: c.function for c in sf.composites})
         check_reference_outputs(sf, rp)
-    elif any(o.reference for o in sf.ops):
-        raise BuildError(f"spec file {sf.path}: ops name references but the spec calls no references('<file>.py')")
+    elif any(o.reference for o in sf.ops) or sf.composites:
+        raise BuildError(f"spec file {sf.path}: ops name references or composites but the spec calls no "
+                         "references('<file>.py'); composites and references live in that module")
     for op in (o for imp in imports for o in imp.spec_file.ops):  # each declaration as its targets import it
         try:
             _frontends.get(op.frontend).check_declaration(op)
