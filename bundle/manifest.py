@@ -60,6 +60,7 @@ from flyship.bundle.model import (  # noqa: F401  (re-exported)
     Specialization,
     Variant,
     Workspace,
+    composite_head,
     must_understand,
     slots,
     version_for,

@@ -524,6 +524,14 @@ class Manifest:
                 return o
         raise BundleError(f"manifest: no op named {name!r}; the bundle has {', '.join(o.name for o in self.ops)}")
 
+    def backward_op(self, name: str) -> Op:
+        """The op a :class:`Backward` names: one of :attr:`ops`, or a composite (schema 1.4) as an op head with its
+        returns as outputs (:func:`composite_head`), so a backward may end with host steps (``partial.sum(0)``)."""
+        for c in self.composites:
+            if c.name == name:
+                return composite_head(c)
+        return self.op(name)
+
     @property
     def targets(self) -> tuple[str, ...]:
         return tuple(sorted({v.target for o in self.ops for s in o.specializations for v in s.variants}))
@@ -531,6 +539,14 @@ class Manifest:
 
 # ---------------------------------------------------------------------------------------------
 # Facts read off a manifest (shared by the rule book, the writer and the loader)
+
+
+def composite_head(c: Composite) -> Op:
+    """A composite as an op head (no specializations): its arguments, and its returns as outputs (their shapes and
+    dtypes are the function's business: ``shape=()`` and ``dtype="float32"`` stand for "not declared")."""
+    return Op(name=c.name, frontend="composite", doc=c.doc, args=c.args,
+              outputs=tuple(Output(name=r, shape=(), dtype="float32") for r in c.returns), reference=None,
+              specializations=())
 
 
 def must_understand(m: "Manifest") -> tuple[str, ...]:
@@ -549,8 +565,8 @@ def must_understand(m: "Manifest") -> tuple[str, ...]:
         found.append("mutable")
     if any(o.zero for op in m.ops for o in op.outputs):
         found.append("zero")
-    names = {op.name: op for op in m.ops}
-    if any(op.backward.consumed(names[op.backward.op]) for op in m.ops
+    names = {op.name for op in m.ops}
+    if any(op.backward.consumed(m.op(op.backward.op)) for op in m.ops
            if op.backward is not None and op.backward.op in names):
         found.append("consumes")
     if m.composites:

@@ -186,7 +186,7 @@ def register(lib: Any, namespace: str, manifest: _m.Manifest) -> list[str]:
     for op in manifest.ops:
         if op.backward is None:
             continue
-        rule = _Rule(namespace, op, manifest.op(op.backward.op), op.backward)
+        rule = _Rule(namespace, op, manifest.backward_op(op.backward.op), op.backward)
         overload = getattr(getattr(torch.ops, namespace), op.name).default
         kernel = _reverse_mode_only(make_autograd_impl(overload, Info(rule.backward, rule.setup_context)),
                                     f"{namespace}::{op.name}", op.backward.op)

@@ -28,10 +28,7 @@ from flyship.loader import references as _references
 def schema(c: _m.Composite) -> str:
     """The torch schema of a composite: ``cross_entropy(Tensor logits, Tensor target, int ignore_index=-100) ->
     Tensor`` (a tuple of Tensors for several returns)."""
-    head = _m.Op(name=c.name, frontend="composite", doc=c.doc, args=c.args,
-                 outputs=tuple(_m.Output(name=r, shape=(), dtype="float32") for r in c.returns),
-                 reference=None, specializations=())
-    return _opschema.schemas(head)[0]
+    return _opschema.schemas(_m.composite_head(c))[0]
 
 
 def _kernel(c: _m.Composite, fn: Callable[..., Any], namespace: str) -> Callable[..., Any]:

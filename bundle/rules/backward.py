@@ -16,10 +16,12 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
         BundleError: naming the op, the backward op and the argument.
     """
     where = f"op {op.name} backward {b.op}"
-    names = [o.name for o in m.ops]
+    names = [o.name for o in m.ops] + [c.name for c in m.composites]
     if b.op not in names:
-        raise BundleError(f"{where}: expected an op of this bundle, got {b.op!r}; the bundle has {', '.join(names)}")
-    bwd = m.op(b.op)
+        raise BundleError(f"{where}: expected an op or composite of this bundle, got {b.op!r}; the bundle has "
+                          f"{', '.join(names)}")
+    bwd = m.backward_op(b.op)
+    composite = b.op not in {o.name for o in m.ops}
     check_no_backward_when_mutable(op, where, "op")
     fwd_kind = {a.name: a.kind for a in op.args} | {o.name: "tensor" for o in op.outputs}
     outs = [o.name for o in op.outputs]
@@ -54,7 +56,14 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
     if not b.grads:
         raise BundleError(f"{where}: grads is empty; name the inputs that get gradients")
     check_consumed(op, bwd, b, where)
-    # Leading batch dims flow through training: what the forward saw batched, the backward sees batched.
+    _check_batch_kept(op, bwd, b, where, composite)
+
+
+def _check_batch_kept(op: _m.Op, bwd: _m.Op, b: _m.Backward, where: str, composite: bool) -> None:
+    """Leading batch dims flow through training: what the forward saw batched, the backward op sees batched (a
+    composite backward passes tensors to its ops as they are, and those ops own batching)."""
+    if composite:
+        return
     fwd_batch = {a.name for a in op.args if a.batch} | {o.name for o in op.outputs if o.batch}
     bwd_batch = {a.name for a in bwd.args if a.batch} | {o.name for o in bwd.outputs if o.batch}
     for k, src in b.inputs.items():

@@ -40,10 +40,10 @@ def check_manifest(m: _m.Manifest) -> None:
             raise _fail(f"manifest ops[{i}].name", f"op name {op.name!r} is duplicated")
         seen_ops.add(op.name)
         check_op(op, f"manifest ops[{i}] (op {op.name})")
+    check_composites(m)
     for op in m.ops:
         if op.backward is not None:
             check_backward(m, op, op.backward)
-    check_composites(m)
     check_failures(m)
     check_must_understand(m)
 

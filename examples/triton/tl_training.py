@@ -12,6 +12,9 @@ Kernels::
     ce_fwd_kernel(logits, target, loss, dlogits, l_row_stride, d_row_stride, n_cols, ignore_index,
                   BLOCK: tl.constexpr)
     ce_bwd_kernel(dlogits, g, d_row_stride, n_cols, BLOCK: tl.constexpr)
+    scale_fwd_kernel(x, w, y, x_row_stride, y_row_stride, n_cols, BLOCK_N: tl.constexpr)
+    scale_bwd_kernel(dy, x, w, dx, partial, dy_row_stride, x_row_stride, dx_row_stride, p_row_stride, n_rows,
+                     n_cols, ROWS: tl.constexpr, BLOCK_N: tl.constexpr)
 
 * SwiGLU: ``c = silu(a) * b`` over contiguous tensors, one flat pass. The backward reads ``dc, a, b`` and writes
   ``da`` into ``a`` and ``db`` into ``b`` (each element is read before it is overwritten, by the same program).
@@ -23,6 +26,10 @@ Kernels::
   ``softmax(x) - onehot(target)`` into ``dlogits`` (zeros on ignored rows: every element is written); the backward
   scales ``dlogits`` in place by the incoming per-row gradient. A target outside ``[0, n_cols)`` that is not
   ``ignore_index`` gives a NaN loss (torch raises there; a kernel cannot, so the loss says it).
+
+* Scale by a weight vector (``y = x * w``, x (M, N), w (N,)): the weight's gradient is a reduction over rows. The
+  backward kernel writes ``dx`` and one float32 row of partial sums per block of ``ROWS`` rows; the host step
+  ``partial.sum(0).to(w.dtype)`` (a composite of the bundle) finishes ``dw``, the pattern of norm backwards.
 
 All math in float32; values are rounded to the tensors' dtype when stored.
 """
@@ -123,3 +130,31 @@ def ce_bwd_kernel(dlogits, g, d_row_stride, n_cols, BLOCK: tl.constexpr):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(dst + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         tl.store(dst + cols, (x * scale).to(dlogits.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def scale_fwd_kernel(x, w, y, x_row_stride, y_row_stride, n_cols, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    xv = tl.load(x + row * x_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    wv = tl.load(w + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y + row * y_row_stride + cols, (xv * wv).to(y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def scale_bwd_kernel(dy, x, w, dx, partial, dy_row_stride, x_row_stride, dx_row_stride, p_row_stride, n_rows, n_cols,
+                     ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    block = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    wv = tl.load(w + cols, mask=mask, other=0.0).to(tl.float32)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for r in range(0, ROWS):
+        row = (block * ROWS + r).to(tl.int64)
+        m = mask & (row < n_rows)
+        g = tl.load(dy + row * dy_row_stride + cols, mask=m, other=0.0).to(tl.float32)
+        xv = tl.load(x + row * x_row_stride + cols, mask=m, other=0.0).to(tl.float32)
+        tl.store(dx + row * dx_row_stride + cols, (g * wv).to(dx.dtype.element_ty), mask=m)
+        acc += g * xv
+    tl.store(partial + block.to(tl.int64) * p_row_stride + cols, acc, mask=mask)

@@ -15,8 +15,8 @@ A buffer the backward overwrites is handed over only when nothing else holds it;
 copy (docs/training.md).
 """
 
-from tl_training import (ce_bwd_kernel, ce_fwd_kernel, rope_bwd_kernel, rope_fwd_kernel, swiglu_bwd_kernel,
-                         swiglu_fwd_kernel)
+from tl_training import (ce_bwd_kernel, ce_fwd_kernel, rope_bwd_kernel, rope_fwd_kernel, scale_bwd_kernel,
+                         scale_fwd_kernel, swiglu_bwd_kernel, swiglu_fwd_kernel)
 
 from flyship.compiler.spec import (Backward, Constexpr, Output, Scalar, Spec, Tensor, Value, composite, namespace, op,
                                    references)
@@ -113,6 +113,36 @@ op("ce_bwd", kernel=ce_bwd_kernel, reference="ce_bwd_ref", doc="scales each row 
                constexprs={"BLOCK": 2048}, options={"num_warps": 8},
                constraints=("dlogits.stride[1] == 1", "g.stride[0] == 1", "g.shape[0] == dlogits.shape[0]"))
           for name, dt in FLOATS.items()])
+
+# -- scale by a weight vector: the backward is a composite, a kernel then a host-side reduction ----------------------
+SCALE_ROWS = 32  # rows per program of scale_bwd_kernel (training_references.SCALE_ROWS): one partial row each
+
+op("scale", kernel=scale_fwd_kernel, reference="scale_ref", doc="x * w, w broadcast over rows",
+   backward=Backward("scale_bwd", inputs={"dy": "grad:y", "x": "x", "w": "w"}, grads={"x": "dx", "w": "dw"}),
+   args=[Tensor("x", rank=2), Tensor("w", rank=1), Output("y", like="x"), Value("x_row_stride", "x.stride[0]"),
+         Value("y_row_stride", "y.stride[0]"), Value("n_cols", "x.shape[1]"), Constexpr("BLOCK_N")],
+   grid=("x.shape[0]", "cdiv(x.shape[1], BLOCK_N)"),
+   specs=[Spec(name, dtypes={"x": dt, "w": dt}, shapes={"x": (256, 1000), "w": (1000,)}, constexprs={"BLOCK_N": 1024},
+               constraints=("x.stride[1] == 1", "y.stride[1] == 1", "w.stride[0] == 1", "w.shape[0] == x.shape[1]"))
+          for name, dt in FLOATS.items()])
+
+op("scale_bwd_partial", kernel=scale_bwd_kernel, reference="scale_bwd_partial_ref",
+   doc="dx = dy * w and per-block partial sums of dy * x (float32)",
+   args=[Tensor("dy", rank=2), Tensor("x", rank=2), Tensor("w", rank=1), Output("dx", like="dy"),
+         Output("partial", shape=(f"cdiv(x.shape[0], {SCALE_ROWS})", "x.shape[1]"), dtype="float32"),
+         Value("dy_row_stride", "dy.stride[0]"), Value("x_row_stride", "x.stride[0]"),
+         Value("dx_row_stride", "dx.stride[0]"), Value("p_row_stride", "partial.stride[0]"),
+         Value("n_rows", "x.shape[0]"), Value("n_cols", "x.shape[1]"), Constexpr("ROWS"), Constexpr("BLOCK_N")],
+   grid=(f"cdiv(x.shape[0], {SCALE_ROWS})", "cdiv(x.shape[1], BLOCK_N)"),
+   specs=[Spec(name, dtypes={"dy": dt, "x": dt, "w": dt}, shapes={"dy": (256, 1000), "x": (256, 1000), "w": (1000,)},
+               constexprs={"ROWS": SCALE_ROWS, "BLOCK_N": 256},
+               constraints=("dy.stride[1] == 1", "x.stride[1] == 1", "dx.stride[1] == 1", "partial.stride[1] == 1",
+                            "w.stride[0] == 1", "dy.shape[0] == x.shape[0]", "dy.shape[1] == x.shape[1]",
+                            "w.shape[0] == x.shape[1]"))
+          for name, dt in FLOATS.items()])
+
+composite("scale_bwd", function="scale_bwd", returns=["dx", "dw"], doc="scale's backward: kernel, then dw on the host",
+          args=[Tensor("dy", rank=2), Tensor("x", rank=2), Tensor("w", rank=1)])
 
 # -- the training ops a user calls: one op each, forward and backward ------------------------------------------------
 composite("cross_entropy", function="cross_entropy", returns=["loss"],
