@@ -18,8 +18,8 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
     where = f"op {op.name} backward {b.op}"
     names = [o.name for o in m.ops] + [c.name for c in m.composites]
     if b.op not in names:
-        raise BundleError(f"{where}: expected an op or composite of this bundle, got {b.op!r}; the bundle has "
-                          f"{', '.join(names)}")
+        raise BundleError(f"{where}: expected an op of this bundle, got {b.op!r}, which is neither an op nor a "
+                          f"composite; it has {', '.join(names)}")
     bwd = m.backward_op(b.op)
     composite = b.op not in {o.name for o in m.ops}
     check_no_backward_when_mutable(op, where, "op")
