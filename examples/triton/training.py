@@ -115,7 +115,7 @@ op("ce_bwd", kernel=ce_bwd_kernel, reference="ce_bwd_ref", doc="scales each row 
           for name, dt in FLOATS.items()])
 
 # -- scale by a weight vector: the backward is a composite, a kernel then a host-side reduction ----------------------
-SCALE_ROWS = 32  # rows per program of scale_bwd_kernel (training_references.SCALE_ROWS): one partial row each
+from training_references import SCALE_ROWS  # noqa: E402 - rows per program of scale_bwd_kernel (one owner)
 
 op("scale", kernel=scale_fwd_kernel, reference="scale_ref", doc="x * w, w broadcast over rows",
    backward=Backward("scale_bwd", inputs={"dy": "grad:y", "x": "x", "w": "w"}, grads={"x": "dx", "w": "dw"}),
