@@ -244,3 +244,12 @@ def test_on_the_recording_driver_the_backward_kernel_gets_the_dropped_buffer_or_
     assert {ptr_a, ptr_b} <= _pointers(fwd["kernargs"])
     assert ({ptr_a, ptr_b} & _pointers(bwd["kernargs"])) == (set() if held else {ptr_a, ptr_b})
     del keep
+
+
+def test_the_training_manifest_validates_against_the_json_schema(training_bundle):
+    import json
+
+    from flyship.bundle import schema as S
+
+    jsonschema = pytest.importorskip("jsonschema", reason="needs jsonschema; it would validate the 4.0 manifest")
+    jsonschema.Draft202012Validator(S.load()).validate(json.loads((training_bundle / "manifest.json").read_text()))
