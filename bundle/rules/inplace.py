@@ -34,8 +34,8 @@ def check_no_backward_when_mutable(op: _m.Op, where: str, which: str = "op") -> 
     if op.mutable:
         role = "declares a backward" if which == "op" else "is another op's backward"
         raise BundleError(f"{where}: expected ops without in-place inputs, got {which} {op.name}, which writes "
-                          f"{', '.join(op.mutable)} in place and {role}; an op that writes an input cannot be the forward "
-                          "of an autograd pair (declare the write as an Output to train through it; a backward op may "
+                          f"{', '.join(op.mutable)} in place and {role}; an op that writes an input cannot be the "
+                          "forward of an autograd pair (declare the write as an Output to train through it; a backward op may "
                           "write its inputs in place)")
 
 

@@ -48,7 +48,8 @@ def rope_bwd_ref(dq: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None
     dq.copy_(_rotate(dq, cos, -sin).to(dq.dtype))
 
 
-def ce_fwd_ref(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
+def ce_fwd_ref(logits: torch.Tensor, target: torch.Tensor,
+               ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row loss (float32, 0 on ignored rows) and its gradient softmax - onehot (zero rows where ignored)."""
     x = _up(logits)
     keep = target != ignore_index

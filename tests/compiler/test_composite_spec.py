@@ -20,7 +20,8 @@ def test_a_composite_becomes_a_manifest_entry_with_its_arguments_in_order():
 
 
 @pytest.mark.parametrize("args, returns, message", [
-    ([Tensor("x", rank=2, mutable=True)], ["y"], r"composite c: argument 'x': a composite's Tensor takes name and rank"),
+    ([Tensor("x", rank=2, mutable=True)], ["y"],
+     r"composite c: argument 'x': a composite's Tensor takes name and rank"),
     ([Output("y", like="x")], ["y"], r"composite c: args= takes Tensor\(...\) and Scalar\(...\), got Output"),
     ([Tensor("x", rank=2)], "y", r"composite c: returns= expects a list of names"),
     ([Scalar("s", "int", 1.5)], ["y"], r"composite c"),
