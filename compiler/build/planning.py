@@ -19,8 +19,9 @@ from flyship.compiler import toolchain as _tc
 from flyship.compiler.build.checking import check_reference_outputs, check_references_module
 from flyship.compiler.build.options import BuildError, BuildOptions
 from flyship.compiler.spec import SpecFile
+from flyship.compiler.spec.composite import check_composite_functions
 from flyship.compiler.worker import load_spec_file
-from flyship.errors import CompileError
+from flyship.errors import CompileError, SpecError
 
 
 def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
@@ -124,6 +125,10 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
             raise BuildError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
         check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference}
                                 | {c.name: c.function for c in sf.composites})
+        try:
+            check_composite_functions(rp, sf.composites)
+        except SpecError as e:
+            raise BuildError(f"spec file {sf.path}: {e}") from None
         check_reference_outputs(sf, rp)
     elif any(o.reference for o in sf.ops) or sf.composites:
         raise BuildError(f"spec file {sf.path}: ops name references or composites but the spec calls no "

@@ -9,6 +9,8 @@ See docs/training.md.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Sequence
 
 from flyship.bundle import model as _m
@@ -48,3 +50,24 @@ def composite_entry(name: str, function: str, args: Sequence[Tensor | Scalar], r
     except BundleError as e:
         raise SpecError(str(e)) from None
     return entry
+
+
+def check_composite_functions(path: Path, composites: Sequence[_m.Composite]) -> None:
+    """Each composite's function, read from the references module's source (not run), takes ``ops`` and then the
+    composite's arguments: a count that differs would fail only at the first call, in the workload.
+
+    Raises:
+        SpecError: naming the composite, the function and both counts.
+    """
+    tree = ast.parse(path.read_text(), filename=str(path))
+    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for c in composites:
+        fn = defs.get(c.function)
+        if fn is None or fn.args.vararg is not None:
+            continue  # a missing function is check_references_module's refusal; *args takes any count
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        needed = len(params) - len(fn.args.defaults)
+        if not needed <= 1 + len(c.args) <= len(params):
+            raise SpecError(f"composite {c.name}: {path.name}'s {c.function}({', '.join(params)}) is called as "
+                            f"{c.function}(ops, {', '.join(a.name for a in c.args)}); expected it to take ops and "
+                            f"then the {len(c.args)} declared arguments")

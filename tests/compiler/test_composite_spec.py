@@ -29,3 +29,16 @@ def test_a_composite_becomes_a_manifest_entry_with_its_arguments_in_order():
 def test_a_composite_the_rule_book_would_refuse_is_a_spec_error(args, returns, message):
     with pytest.raises(SpecError, match=message):
         composite_entry("c", "fn", args, returns)
+
+
+def test_a_composite_function_taking_other_arguments_than_declared_is_refused_from_its_source(tmp_path):
+    from flyship.compiler.spec.composite import check_composite_functions
+
+    refs = tmp_path / "refs.py"
+    refs.write_text("def ce(ops, logits, target, ignore_index=-100):\n    pass\n\ndef any_(*a):\n    pass\n")
+    two = composite_entry("ce", "ce", [Tensor("logits", rank=2), Tensor("target", rank=1)], ["loss"])
+    check_composite_functions(refs, [two, composite_entry("v", "any_", [Tensor("x", rank=1)], ["y"])])
+    one = composite_entry("ce", "ce", [Tensor("logits", rank=2)], ["loss"])
+    with pytest.raises(SpecError, match=r"composite ce: refs\.py's ce\(ops, logits, target, ignore_index\) is called "
+                                        r"as ce\(ops, logits\); expected it to take ops and then the 1 declared"):
+        check_composite_functions(refs, [one])
