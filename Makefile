@@ -78,6 +78,7 @@ demo: install
 bundles: install
 	$(FLYDSL_VENV)/bin/flyc-build examples/flydsl/ops.py -o $(BUNDLE) $(addprefix --arch ,$(ARCHS)) -j $(JOBS) --force
 	$(FLYDSL_VENV)/bin/flyc-build examples/triton/ops.py -o $(TRITON_BUNDLE) --arch sm_90 --arch gfx942 -j $(JOBS) --force
+	$(FLYDSL_VENV)/bin/flyc-build examples/triton/training.py -o artifacts/training --arch sm_90 -j $(JOBS) --force
 
 # Tests are tiered: `compile` (FlyDSL + LLVM; runs in the build Python), `cpu`/`hip` (workload Python),
 # `gpu` (skipped here with the reason). The workload tier builds the bundles it needs through flyc-build.

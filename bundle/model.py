@@ -13,17 +13,17 @@ from typing import Optional
 from flyship.bundle import expr as _expr
 from flyship.bundle.errors import BundleError
 
-SCHEMA_MAJOR, SCHEMA_MINOR = 1, 3
+SCHEMA_MAJOR, SCHEMA_MINOR = 1, 4
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 # Keys a reader must understand, with the first major version whose readers do (docs/bundle-format.md,
 # "Must-understand keys"): later launches of a call, workspaces and inputs written in place came with 2.x, outputs
-# allocated zero-filled with 3.x. A bundle is written with the lowest major that covers every such key it uses, so
-# a loader that would ignore one refuses the bundle's major with its version message instead of running it wrongly.
-# Every other bundle is written as 1.3.
-MUST_UNDERSTAND = {"then": 2, "workspaces": 2, "mutable": 2, "zero": 3}
+# allocated zero-filled with 3.x, backward ops that overwrite saved tensors and composite ops with 4.x. A bundle is
+# written with the lowest major that covers every such key it uses, so a loader that would ignore one refuses the
+# bundle's major with its version message instead of running it wrongly. Every other bundle is written as 1.4.
+MUST_UNDERSTAND = {"then": 2, "workspaces": 2, "mutable": 2, "zero": 3, "consumes": 4, "composites": 4}
 # major -> the newest minor this flyship knows; a newer minor of a known major is read leniently (unknown keys
 # ignored), an unknown major is refused.
-NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 1, 3: 0}
+NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 2, 3: 1, 4: 0}
 FORMAT_NAME = "flyship-bundle"
 MANIFEST_NAME = "manifest.json"
 
@@ -371,8 +371,11 @@ class Backward:
         inputs: the backward op's input name -> where its value comes from: a forward input or output
             name (saved for backward when it is a tensor) or ``"grad:<output>"``, the gradient flowing
             into that forward output.
-        grads: forward input name -> the backward op's output that is its gradient; inputs not named
-            get no gradient.
+        grads: forward input name -> the backward op's output that is its gradient, or (schema 1.4) one of its
+            ``mutable`` inputs: the buffer the backward overwrites with the gradient (SwiGLU's backward writes da
+            into a). Such a buffer is *consumed*: it is fed from a saved forward tensor or an incoming gradient,
+            which the loader hands over only when nothing else holds its memory, else it hands over a copy
+            (docs/training.md). Inputs not named get no gradient.
     """
 
     op: str
@@ -384,6 +387,36 @@ class Backward:
         used = set(self.inputs.values())
         tensors = [a.name for a in fwd.args if a.kind == "tensor"] + [o.name for o in fwd.outputs]
         return tuple(n for n in tensors if n in used)
+
+    def consumed(self, bwd: "Op") -> dict[str, str]:
+        """The backward op's inputs it overwrites (its ``mutable`` inputs) -> their sources (a forward tensor or
+        ``"grad:<output>"``), in the backward op's order (schema 1.4)."""
+        return {a.name: self.inputs[a.name] for a in bwd.args if a.mutable and a.name in self.inputs}
+
+
+@dataclasses.dataclass(frozen=True)
+class Composite:
+    """An op composed in torch code from the bundle's ops and torch ops (schema 1.4): a host step between launches
+    (``partial.sum(0)``, a count of valid rows) or a whole training op, forward and backward, as one op.
+
+    Its code is a function of the bundle's references module (shipped and checked by ``references_sha256``), called
+    as ``function(ops, *args)`` where ``ops`` is ``torch.ops.<namespace>`` of the namespace the bundle is loaded
+    under. The loader registers it as ``torch.ops.<namespace>.<name>`` with a ``CompositeImplicitAutograd`` kernel:
+    autograd runs through the ops it calls (their autograd pairs), and ``torch.compile`` traces into it.
+
+    Attributes:
+        name: op name (``torch.ops.<namespace>.<name>``; unique among the bundle's ops and composites).
+        doc: one-line description.
+        function: the function's name in the references module.
+        args: inputs in schema order (tensors and scalars with defaults; none written in place).
+        returns: the names of the tensors it returns, in order (one: a Tensor; more: a tuple).
+    """
+
+    name: str
+    doc: str
+    function: str
+    args: tuple[Arg, ...]
+    returns: tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -471,6 +504,7 @@ class Manifest:
         offload_bundles_sha256: offload-bundle path -> hex digest (schema 1.1).
         failed: kernels a ``--keep-going`` build could not build (schema 1.2); the loader falls back for
             them with their reason.
+        composites: ops composed in torch code from the bundle's ops (schema 1.4; a must-understand key).
     """
 
     schema_version: str
@@ -482,12 +516,21 @@ class Manifest:
     references_sha256: Optional[str] = None
     offload_bundles_sha256: dict[str, str] = dataclasses.field(default_factory=dict)
     failed: tuple[Failure, ...] = ()
+    composites: tuple[Composite, ...] = ()
 
     def op(self, name: str) -> Op:
         for o in self.ops:
             if o.name == name:
                 return o
         raise BundleError(f"manifest: no op named {name!r}; the bundle has {', '.join(o.name for o in self.ops)}")
+
+    def backward_op(self, name: str) -> Op:
+        """The op a :class:`Backward` names: one of :attr:`ops`, or a composite (schema 1.4) as an op head with its
+        returns as outputs (:func:`composite_head`), so a backward may end with host steps (``partial.sum(0)``)."""
+        for c in self.composites:
+            if c.name == name:
+                return composite_head(c)
+        return self.op(name)
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -498,10 +541,20 @@ class Manifest:
 # Facts read off a manifest (shared by the rule book, the writer and the loader)
 
 
+def composite_head(c: Composite) -> Op:
+    """A composite as an op head (no specializations): its arguments, and its returns as outputs (their shapes and
+    dtypes are the function's business: ``shape=()`` and ``dtype="float32"`` stand for "not declared")."""
+    return Op(name=c.name, frontend="composite", doc=c.doc, args=c.args,
+              outputs=tuple(Output(name=r, shape=(), dtype="float32") for r in c.returns), reference=None,
+              specializations=())
+
+
 def must_understand(m: "Manifest") -> tuple[str, ...]:
     """What ``m`` uses that a 1.x loader would ignore but must not: ``then`` (it would run only a call's first
     launch), ``workspaces``, ``mutable`` (it would register an in-place op as a functional one), ``zero`` (it
-    would hand an accumulating kernel uninitialised outputs)."""
+    would hand an accumulating kernel uninitialised outputs), ``consumes`` (a backward op that overwrites a saved
+    tensor: an older rule book refuses the pair with a misleading message), ``composites`` (the ops the bundle
+    promises would be missing)."""
     found = []
     variants = [v for op in m.ops for s in op.specializations for v in s.variants]
     if any(v.then for v in variants):
@@ -512,6 +565,12 @@ def must_understand(m: "Manifest") -> tuple[str, ...]:
         found.append("mutable")
     if any(o.zero for op in m.ops for o in op.outputs):
         found.append("zero")
+    names = {op.name for op in m.ops}
+    if any(op.backward.consumed(m.op(op.backward.op)) for op in m.ops
+           if op.backward is not None and op.backward.op in names):
+        found.append("consumes")
+    if m.composites:
+        found.append("composites")
     return tuple(found)
 
 

@@ -26,7 +26,7 @@ _ENUMS: dict[tuple[str, str], list[str]] = {
     ("Variant", "tensor_abi"): list(M.TENSOR_ABIS),
 }
 # Open vocabularies: any name (rules.check_name), so a new frontend needs no change to the bundle contract.
-_NAMES = {("Op", "frontend")}
+_NAMES = {("Op", "frontend"), ("Composite", "name"), ("Composite", "function")}
 
 
 def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:

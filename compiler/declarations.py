@@ -101,7 +101,7 @@ def merge(imports: list[TargetImport]) -> SpecFile:
     if len(imports) == 1:
         return first
     for imp in imports[1:]:
-        for field in ("namespace", "references"):
+        for field in ("namespace", "references", "composites"):
             if getattr(imp.spec_file, field) != getattr(first, field):
                 raise CompileError(
                     f"spec file {first.path}: expected one {field} on every target, got "
@@ -111,7 +111,8 @@ def merge(imports: list[TargetImport]) -> SpecFile:
     for name in _ordered_union([[o.name for o in imp.spec_file.ops] for imp in imports]):
         present = [(imp, o) for imp in imports for o in imp.spec_file.ops if o.name == name]
         ops.append(_merge_op(first.path, present, everywhere=len(present) == len(imports)))
-    return SpecFile(path=first.path, namespace=first.namespace, references=first.references, ops=ops)
+    return SpecFile(path=first.path, namespace=first.namespace, references=first.references, ops=ops,
+                    composites=first.composites)
 
 
 def _merge_op(path: str, present: list[tuple[TargetImport, OpDecl]], everywhere: bool) -> OpDecl:

@@ -10,6 +10,17 @@ the alias, so nothing is overridden (torch's "overriding a previously registered
 otherwise show), and ``torch.compile`` traces forward and backward as two calls of our ops. Forward-mode AD
 (``torch.autograd.forward_ad``) is refused with a CallError (:func:`_reverse_mode_only`): torch's generated kernel
 would silently give no tangent.
+
+A backward op may write inputs in place (schema 1.4, :meth:`flyship.bundle.manifest.Backward.consumed`): it
+*consumes* a buffer fed from a saved forward tensor or an incoming gradient, and a buffer named in ``grads`` becomes
+that gradient. A tensor the user (or another node of the graph) still holds is never overwritten: the buffer is
+handed over only when nothing but this backward references its memory (:func:`_private`), else the backward gets a
+copy. The check reads the memory's owners, not Python references: the forward saves a private alias of each tensor
+the backward consumes (``detach()``, a tensor object of its own that shares the version counter, so autograd's
+modified-in-place check still applies), and at backward time the storage must have no tensor but that alias, and
+an incoming gradient no owner but the engine's buffer. Under ``torch.compile`` the tensors are traced (fake,
+functional), nothing can be proven private, and the backward always gets a copy: the graph then holds
+``clone`` + the in-place op, which functionalization records correctly (docs/training.md, "Cost").
 """
 
 from __future__ import annotations
@@ -35,12 +46,21 @@ class _Rule:
         self.scalars = sorted({src for src in b.inputs.values() if src in self.in_names
                                and fwd.args[self.in_names.index(src)].kind != "tensor"})
         self.bwd_outs = [o.name for o in bwd.outputs]
+        self.consumed = b.consumed(bwd)  # backward input -> its source, for the buffers it overwrites
+        self.private_saves = set(self.consumed.values()) & set(self.saved)
+        # Outputs whose gradient the backward does not read have no derivative: torch treats them as constants
+        # (requires_grad False) instead of silently dropping a gradient that flows into them.
+        sources = set(b.inputs.values())
+        self.constant_outs = [i for i, n in enumerate(self.out_names) if _m.GRAD_PREFIX + n not in sources]
 
     def setup_context(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         outs = output if isinstance(output, (tuple, list)) else (output,)
         values = dict(zip(self.in_names, inputs)) | dict(zip(self.out_names, outs))
-        ctx.save_for_backward(*(values[n] for n in self.saved))
+        # A tensor the backward may consume is saved as an alias of its own (see the module's doc).
+        ctx.save_for_backward(*(values[n].detach() if n in self.private_saves else values[n] for n in self.saved))
         ctx.flyship_scalars = {n: values[n] for n in self.scalars}
+        if self.constant_outs:
+            ctx.mark_non_differentiable(*(outs[i] for i in self.constant_outs))
 
     def backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
         import torch
@@ -55,16 +75,74 @@ class _Rule:
         values = dict(zip(self.saved, ctx.saved_tensors)) | ctx.flyship_scalars
         # Incoming gradients are often expanded views (the gradient of .sum() has stride 0): give the kernel
         # the dense layout its guards expect instead of falling back.
+        fresh = set()
         for name, g in zip(self.out_names, grads):
-            values[_m.GRAD_PREFIX + name] = g.contiguous() if g is not None else None
+            key = _m.GRAD_PREFIX + name
+            if g is not None and key in self.consumed.values() and not g.is_contiguous():
+                fresh.add(key)  # .contiguous() copies: the copy is ours
+            values[key] = g.contiguous() if g is not None else None
+        handed = {}
+        for k, src in self.consumed.items():
+            t = values[src]
+            if t is None:  # an output with no gradient flowing in: the buffer starts at zero
+                t = _zeros_like_saved(self, src, values)
+            elif not (src in fresh or _private(t, grad=src.startswith(_m.GRAD_PREFIX))):
+                t = t.clone(memory_format=torch.contiguous_format)
+            handed[k] = t
         args = []
         for a in self.bwd.args:
             src = self.b.inputs.get(a.name)
-            args.append(a.default if src is None else values[src])
+            args.append(handed[a.name] if a.name in handed else a.default if src is None else values[src])
+        del values  # the backward's own references to saved tensors end here
+        versions = {k: t._version for k, t in handed.items() if type(t) is torch.Tensor}
         result = getattr(getattr(torch.ops, self.namespace), self.bwd.name).default(*args)
+        # A kernel writes through a pointer, which torch does not see: count the write on the buffer's version, so a
+        # second backward through a kept graph (retain_graph=True) is refused by autograd's check of saved tensors
+        # instead of reading the gradient the first one left there.
+        for k, v in versions.items():
+            if handed[k]._version == v:
+                torch.autograd.graph.increment_version(handed[k])
         outs = result if isinstance(result, (tuple, list)) else (result,)
-        by_name = dict(zip(self.bwd_outs, outs))
+        by_name = dict(zip(self.bwd_outs, outs)) | handed
         return tuple(by_name[self.b.grads[n]] if n in self.b.grads else None for n in self.in_names)
+
+
+def _zeros_like_saved(rule: _Rule, src: str, values: dict[str, Any]) -> Any:
+    """A zero gradient for ``grad:<output>`` when none flows into that output (torch passes None): shaped like the
+    forward output, which the rule then must have saved; else the pair cannot be run."""
+    import torch
+
+    out = src[len(_m.GRAD_PREFIX):]
+    like = values.get(out)
+    if like is None:
+        raise RuntimeError(f"flyship {rule.namespace}::{rule.fwd.name} backward: no gradient flows into output "
+                           f"{out!r}, whose gradient buffer {rule.bwd.name} overwrites; use {out!r} in the loss, or "
+                           f"save {out!r} for backward so a zero buffer can be made")
+    return torch.zeros_like(like, memory_format=torch.contiguous_format)
+
+
+# The owners a consumable tensor may have at backward time, counted by torch itself, as (storage owners, tensor
+# owners). A saved alias: its storage is held by that one tensor object plus the Python handle ``untyped_storage()``
+# makes to count it, and the tensor by the saved variable and its Python object. An incoming gradient: its storage by
+# itself and that handle, and the tensor by its Python object only; a second tensor owner is the engine's buffer of
+# another node that gets the same gradient (``a + b`` hands one tensor to both sides), which must not see it change.
+# Measured on torch 2.13 (tests/loader/test_training.py proves both directions: held -> copied, dropped -> consumed);
+# a torch that counts more owners only makes the check copy more, never less.
+_SAVED_OWNERS = (2, 2)
+_GRAD_OWNERS = (2, 1)
+
+
+def _private(t: Any, grad: bool) -> bool:
+    """True when nothing but this backward holds ``t``'s memory, so a kernel may overwrite it (see the module doc).
+    Traced tensors (torch.compile's fake or functional tensors) are never private."""
+    import torch
+
+    if type(t) is not torch.Tensor or torch._is_functional_tensor(t) or t.device.type == "meta":
+        return False
+    if t.untyped_storage().nbytes() != t.numel() * t.element_size() or not t.is_contiguous():
+        return False  # a part of a larger buffer, or a layout the kernel's guards may refuse: copy
+    most_storage, most_tensor = _GRAD_OWNERS if grad else _SAVED_OWNERS
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata) <= most_storage and t._use_count() <= most_tensor
 
 
 def _reverse_mode_only(kernel: Any, qualname: str, bwd: str) -> Any:
@@ -108,7 +186,7 @@ def register(lib: Any, namespace: str, manifest: _m.Manifest) -> list[str]:
     for op in manifest.ops:
         if op.backward is None:
             continue
-        rule = _Rule(namespace, op, manifest.op(op.backward.op), op.backward)
+        rule = _Rule(namespace, op, manifest.backward_op(op.backward.op), op.backward)
         overload = getattr(getattr(torch.ops, namespace), op.name).default
         kernel = _reverse_mode_only(make_autograd_impl(overload, Info(rule.backward, rule.setup_context)),
                                     f"{namespace}::{op.name}", op.backward.op)

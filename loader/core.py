@@ -8,7 +8,9 @@ Registration (per op, under the manifest's namespace or the one given to :func:`
   fallback with reason ``"cpu"``;
 * in C++: the boxed kernel for the CUDA key (ROCm torch uses it too) and torch's not-implemented autograd
   kernels;
-* for an op whose manifest names a backward op, its derivative (:mod:`flyship.loader.autograd`).
+* for an op whose manifest names a backward op, its derivative (:mod:`flyship.loader.autograd`);
+* each composite (schema 1.4): a CompositeImplicitAutograd kernel running the bundle's own function
+  (:mod:`flyship.loader.composites`).
 
 The ops stay registered for the life of the process; loading the same bundle again returns the same
 :class:`Ops`.
@@ -30,6 +32,7 @@ from flyship.errors import ConfigError
 from flyship.loader import autograd as _autograd
 from flyship.loader import blame as _blame
 from flyship.loader import extension as _extension
+from flyship.loader import composites as _composites
 from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
 from flyship.loader import plancache as _plancache
@@ -229,6 +232,7 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     library, cpu_kernels = _register(plan.head, ns, core, guarded, cpu_in_core=ext.flavor() == "record",
                                      full_op=plan.op)
     ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
+    ops._composites = _composites.register(library, ns, root, plan.head)
     warn_not_built(plan.head, root)
     if env.verbose():
         print(f"flyship: loaded {ops!r} ({ext.flavor()} flavor, {ext.runtime_version()})")

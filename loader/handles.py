@@ -312,10 +312,15 @@ class Ops:
         ops = self.__dict__.get("_ops", {})
         if name in ops:
             return ops[name]
+        composites = self.__dict__.get("_composites", {})  # composite ops (schema 1.4): torch.ops packets
+        if name in composites:
+            return composites[name]
         raise AttributeError(f"bundle {self.__dict__.get('namespace', '?')}: no op {name!r}; it has "
-                             f"{', '.join(ops) or 'none'}")
+                             f"{', '.join([*ops, *composites]) or 'none'}")
 
     def __getitem__(self, name: str) -> OpHandle:
+        if name in self.__dict__.get("_composites", {}):
+            return self._composites[name]
         if name not in self._ops:
             raise KeyError(f"bundle {self.namespace}: no op {name!r}; it has {', '.join(self._ops)}")
         return self._ops[name]
@@ -330,7 +335,7 @@ class Ops:
         return name in self._ops
 
     def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(self._ops))
+        return sorted(set(super().__dir__()) | set(self._ops) | set(self.__dict__.get("_composites", {})))
 
     def __repr__(self) -> str:
         return f"<flyship bundle {self.namespace} from {self.path}: {', '.join(self._ops)}>"

@@ -136,3 +136,16 @@ def triton_examples_bundle(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundles") / "triton"
     run_build(ROOT / "examples/triton/ops.py", out, ["sm_90", "gfx942"], "-j", "2")
     return out
+
+
+@pytest.fixture(scope="session")
+def training_bundle(tmp_path_factory) -> Path:
+    """The training ops (examples/triton/training.py: autograd pairs that write gradients in place, composites) for
+    sm_90: ``artifacts/training`` when `make bundles` built it from this spec, else built here once."""
+    pre = ROOT / "artifacts" / "training"
+    if (pre / "manifest.json").is_file() and (pre / "references.py").read_bytes() == \
+            (ROOT / "examples/triton/training_references.py").read_bytes():
+        return pre
+    out = tmp_path_factory.mktemp("bundles") / "training"
+    run_build(ROOT / "examples/triton/training.py", out, ["sm_90"], "-j", "2")
+    return out

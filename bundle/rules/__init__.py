@@ -2,7 +2,8 @@
 
 The one place that decides whether a manifest is acceptable: the compile stage, the spec API, the manifest reader
 and the loader call these functions and restate none of them. One module per subject (``names``, ``values``,
-``expressions``, ``layout``, ``resources``, ``inplace``, ``ops``, ``variants``, ``backward``, ``toplevel``,
+``expressions``, ``layout``, ``resources``, ``inplace``, ``ops``, ``variants``, ``backward``, ``composites``,
+``toplevel``,
 ``files``, ``codeobjects``); this package re-exports every rule, so ``rules.check_manifest`` ... is the import.
 
 One owner per rule. The compile stage runs :func:`check_manifest` before it writes a bundle and
@@ -32,10 +33,15 @@ Rules, by subject:
   first dimension is a batched input's first (``x.shape[0]``), so the flattened rows map back to the leading
   dims; an autograd pair keeps the batch: a backward input fed from a batched tensor and a gradient of a
   batched input are batched in the backward op (:func:`check_batch`, :func:`check_backward`);
+* autograd pairs that consume buffers (schema 1.4): a backward op may write inputs in place and name them as
+  gradients; each such buffer feeds one backward input, holds one gradient and has its input's rank
+  (:func:`check_consumed`); the forward op of a pair writes no input;
+* composites (schema 1.4): a unique name, a function of the references module, an op's kind of arguments (none in
+  place, none batched) and named returns (:func:`check_composites`);
 * in-place inputs (schema 1.2): an op has an output or an input written in place, only tensors are written, an op
-  that writes an input is in no autograd pair, and its in-place inputs and outputs fit torch's alias letters
-  (:mod:`.inplace`); an op has an input tensor and at most 64 arguments and outputs (the C++ core's slots), and
-  its ``.out`` names do not collide with its inputs (:func:`check_op_head`);
+  that writes an input is not the forward of an autograd pair, and its in-place inputs and outputs fit torch's alias
+  letters (:mod:`.inplace`); an op has an input tensor and at most 64 arguments and outputs (the C++ core's slots),
+  and its ``.out`` names do not collide with its inputs (:func:`check_op_head`);
 * files: every path the manifest names stays inside the bundle after resolving links, is at most
   ``MAX_CODE_OBJECT_BYTES`` and has the sha256 the manifest records (:func:`read_bundle_file`);
 * code objects against the manifest: the kernel and its descriptor exist, the file's target, kernarg
@@ -45,8 +51,9 @@ Every refusal is a :class:`~flyship.errors.BundleError` naming the file (where i
 specialization and target, and the JSON path of the bad value.
 """
 
-from flyship.bundle.rules.backward import check_backward
+from flyship.bundle.rules.backward import check_backward, check_consumed
 from flyship.bundle.rules.codeobjects import check_code_object, read_facts
+from flyship.bundle.rules.composites import check_composites
 from flyship.bundle.rules.expressions import check_expression
 from flyship.bundle.rules.files import (
     check_bundle,
@@ -81,7 +88,8 @@ from flyship.bundle.rules.variants import check_variant, check_workspaces
 
 __all__ = [
     "RESERVED_NAMESPACES", "TORCH_OPS_ATTRIBUTES", "check_alias_letters", "check_args", "check_backward",
-    "check_batch", "check_block", "check_bundle", "check_bundle_files", "check_code_object", "check_effects",
+    "check_batch", "check_block", "check_bundle", "check_bundle_files", "check_code_object", "check_composites",
+    "check_consumed", "check_effects",
     "check_expression", "check_failures", "check_fields", "check_layout", "check_manifest", "check_metadata",
     "check_must_understand", "check_mutable_arg", "check_name", "check_names", "check_namespace",
     "check_no_backward_when_mutable", "check_op", "check_op_head", "check_out_names", "check_relative_path",

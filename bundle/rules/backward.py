@@ -1,4 +1,5 @@
-"""Rules on autograd pairs: an op's declared backward against the bundle's ops."""
+"""Rules on autograd pairs: an op's declared backward against the bundle's ops, including a backward that writes
+gradients into buffers it consumes (schema 1.4)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
         BundleError: naming the op, the backward op and the argument.
     """
     where = f"op {op.name} backward {b.op}"
-    names = [o.name for o in m.ops]
+    names = [o.name for o in m.ops] + [c.name for c in m.composites]
     if b.op not in names:
-        raise BundleError(f"{where}: expected an op of this bundle, got {b.op!r}; the bundle has {', '.join(names)}")
-    bwd = m.op(b.op)
+        raise BundleError(f"{where}: expected an op of this bundle, got {b.op!r}, which is neither an op nor a "
+                          f"composite; it has {', '.join(names)}")
+    bwd = m.backward_op(b.op)
+    composite = b.op not in {o.name for o in m.ops}
     check_no_backward_when_mutable(op, where, "op")
-    check_no_backward_when_mutable(bwd, where, "backward op")
     fwd_kind = {a.name: a.kind for a in op.args} | {o.name: "tensor" for o in op.outputs}
     outs = [o.name for o in op.outputs]
     bwd_kind = {a.name: a.kind for a in bwd.args}
@@ -48,11 +50,20 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
     for x, g in b.grads.items():
         if fwd_kind.get(x) != "tensor" or x in outs:
             raise BundleError(f"{where}: grads: expected a tensor input of {op.name}, got {x!r}")
-        if g not in bwd_outs:
-            raise BundleError(f"{where}: grads[{x!r}] = {g!r}: expected an output of {b.op} ({', '.join(bwd_outs)})")
+        if g not in bwd_outs and g not in bwd.mutable:
+            raise BundleError(f"{where}: grads[{x!r}] = {g!r}: expected an output of {b.op} ({', '.join(bwd_outs)}) "
+                              f"or an input it writes in place ({', '.join(bwd.mutable) or 'none'})")
     if not b.grads:
         raise BundleError(f"{where}: grads is empty; name the inputs that get gradients")
-    # Leading batch dims flow through training: what the forward saw batched, the backward sees batched.
+    check_consumed(op, bwd, b, where)
+    _check_batch_kept(op, bwd, b, where, composite)
+
+
+def _check_batch_kept(op: _m.Op, bwd: _m.Op, b: _m.Backward, where: str, composite: bool) -> None:
+    """Leading batch dims flow through training: what the forward saw batched, the backward op sees batched (a
+    composite backward passes tensors to its ops as they are, and those ops own batching)."""
+    if composite:
+        return
     fwd_batch = {a.name for a in op.args if a.batch} | {o.name for o in op.outputs if o.batch}
     bwd_batch = {a.name for a in bwd.args if a.batch} | {o.name for o in bwd.outputs if o.batch}
     for k, src in b.inputs.items():
@@ -64,3 +75,34 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
         if x in fwd_batch and g not in bwd_batch:
             raise BundleError(f"{where}: grads[{x!r}] = {g!r}: {x!r} is batched, so its gradient must be a batched "
                               f"output of {b.op}; declare {g!r} batched too")
+
+
+def check_consumed(op: _m.Op, bwd: _m.Op, b: _m.Backward, where: str) -> None:
+    """A backward op that writes inputs in place (schema 1.4) consumes each: one backward input per source (two
+    inputs fed the same tensor would alias within one launch), a gradient written into a buffer has the rank of the
+    forward input it is the gradient of, and one buffer is the gradient of one input.
+
+    Raises:
+        BundleError: naming the op, the backward op and the buffer.
+    """
+    consumed = b.consumed(bwd)
+    for k, src in consumed.items():
+        others = sorted(j for j, s in b.inputs.items() if s == src and j != k)
+        if others:
+            raise BundleError(f"{where}: input {k} = {src!r} is written in place by {b.op}, but {src!r} also feeds "
+                              f"{', '.join(others)}; a consumed buffer feeds one input (the others would read memory "
+                              "the launch overwrites): save a separate tensor, or let the kernel read it from "
+                              f"{k} before writing")
+    rank = {a.name: a.rank for a in op.args}
+    seen: dict[str, str] = {}
+    for x, g in b.grads.items():
+        if g not in consumed:
+            continue
+        if g in seen:
+            raise BundleError(f"{where}: grads[{x!r}] and grads[{seen[g]!r}] both name buffer {g!r}; one buffer "
+                              "holds one gradient")
+        seen[g] = x
+        bwd_rank = next(a.rank for a in bwd.args if a.name == g)
+        if rank[x] != bwd_rank:
+            raise BundleError(f"{where}: grads[{x!r}] = {g!r}: {x!r} has rank {rank[x]} but the buffer {g!r} has rank "
+                              f"{bwd_rank}; a gradient written in place has the shape of its input")

@@ -23,9 +23,10 @@ def check_mutable_arg(a: _m.Arg, where: str) -> None:
 
 
 def check_no_backward_when_mutable(op: _m.Op, where: str, which: str = "op") -> None:
-    """An op that writes an input in place has no autograd pair, as the forward or as the backward: the write
-    overwrites what autograd would save (torch's version counter then refuses the backward), and a gradient
-    through a buffer the kernel overwrites is not the op's derivative.
+    """An op that writes an input in place is not the forward of an autograd pair: the write would overwrite a
+    tensor the caller holds and autograd may save, and a gradient through a buffer the kernel overwrites is not the
+    op's derivative. (A *backward* op may write inputs in place since schema 1.4: it consumes buffers the loader
+    owns, :func:`flyship.bundle.rules.backward.check_consumed`.)
 
     Raises:
         BundleError: naming the op and the inputs it writes.
@@ -33,8 +34,9 @@ def check_no_backward_when_mutable(op: _m.Op, where: str, which: str = "op") -> 
     if op.mutable:
         role = "declares a backward" if which == "op" else "is another op's backward"
         raise BundleError(f"{where}: expected ops without in-place inputs, got {which} {op.name}, which writes "
-                          f"{', '.join(op.mutable)} in place and {role}; an op that writes an input cannot be part of "
-                          "an autograd pair (declare the write as an Output to train through it)")
+                          f"{', '.join(op.mutable)} in place and {role}; an op that writes an input cannot be the "
+                          "forward of an autograd pair (declare the write as an Output to train through it; a backward op may "
+                          "write its inputs in place)")
 
 
 # torch's alias annotations (Tensor(a!)) take one letter each: the in-place inputs, then the out= tensors.

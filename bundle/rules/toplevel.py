@@ -9,6 +9,7 @@ from flyship.bundle.errors import BundleError
 from flyship.bundle.rules.backward import check_backward
 from flyship.bundle.rules.common import SHA256 as _SHA256
 from flyship.bundle.rules.common import count as _count
+from flyship.bundle.rules.composites import check_composites
 from flyship.bundle.rules.common import fail as _fail
 from flyship.bundle.rules.files import check_relative_path
 from flyship.bundle.rules.names import check_name, check_namespace
@@ -39,6 +40,7 @@ def check_manifest(m: _m.Manifest) -> None:
             raise _fail(f"manifest ops[{i}].name", f"op name {op.name!r} is duplicated")
         seen_ops.add(op.name)
         check_op(op, f"manifest ops[{i}] (op {op.name})")
+    check_composites(m)
     for op in m.ops:
         if op.backward is not None:
             check_backward(m, op, op.backward)
@@ -51,7 +53,8 @@ def check_must_understand(m: _m.Manifest) -> None:
     (``docs/bundle-format.md``): a loader of an older major refuses it instead of ignoring the key.
 
     Raises:
-        BundleError: ``then``, ``workspaces`` or ``mutable`` under 1.x, ``zero`` under 1.x or 2.x.
+        BundleError: ``then``, ``workspaces`` or ``mutable`` under 1.x, ``zero`` under 1.x or 2.x, ``consumes`` or
+            ``composites`` under 1.x to 3.x.
     """
     major = int(m.schema_version.split(".")[0])
     late = [k for k in _m.must_understand(m) if _m.MUST_UNDERSTAND[k] > major]

@@ -159,7 +159,8 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
         rp = (Path(sf.path).parent / sf.references).resolve()
         if not rp.is_file():
             raise CompileError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
-        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference})
+        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference}
+                                | {c.name: c.function for c in sf.composites})
         files["references.py"] = rp.read_bytes()
         refs = "references.py"
     m = M.Manifest(schema_version=M.SCHEMA_VERSION, namespace=sf.namespace,
@@ -169,7 +170,7 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
                    references_sha256=hashlib.sha256(files[refs]).hexdigest() if refs else None,
                    offload_bundles_sha256={f: hashlib.sha256(d).hexdigest()
                                            for f, d in sorted((offload_files or {}).items())},
-                   failed=tuple(failures))
+                   failed=tuple(failures), composites=tuple(sf.composites))
     m = dataclasses.replace(m, schema_version=M.version_for(m))
     _rules.check_manifest(m)
     return m, files

@@ -19,8 +19,9 @@ from flyship.compiler import toolchain as _tc
 from flyship.compiler.build.checking import check_reference_outputs, check_references_module
 from flyship.compiler.build.options import BuildOptions
 from flyship.compiler.spec import SpecFile
+from flyship.compiler.spec.composite import check_composite_functions
 from flyship.compiler.worker import load_spec_file
-from flyship.errors import CompileError, FlyshipError, headline, traceback_text
+from flyship.errors import CompileError, FlyshipError, SpecError, headline, traceback_text
 
 
 def check_archs(archs: tuple[str, ...]) -> list[_targets.TargetID]:
@@ -124,10 +125,16 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
         rp = (Path(sf.path).parent / sf.references).resolve()
         if not rp.is_file():
             raise CompileError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
-        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference})
+        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference}
+                                | {c.name: c.function for c in sf.composites})
+        try:
+            check_composite_functions(rp, sf.composites)
+        except SpecError as e:
+            raise CompileError(f"spec file {sf.path}: {e}") from None
         check_reference_outputs(sf, rp)
-    elif any(o.reference for o in sf.ops):
-        raise CompileError(f"spec file {sf.path}: ops name references but the spec calls no references('<file>.py')")
+    elif any(o.reference for o in sf.ops) or sf.composites:
+        raise CompileError(f"spec file {sf.path}: ops name references or composites but the spec calls no "
+                         "references('<file>.py'); composites and references live in that module")
     for op in (o for imp in imports for o in imp.spec_file.ops):  # each declaration as its targets import it
         try:
             _frontends.get(op.frontend).check_declaration(op)

@@ -31,6 +31,7 @@ from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
 from flyship.bundle.model import Backward
 from flyship.compiler.spec.checks import validate
+from flyship.compiler.spec.composite import composite_entry
 from flyship.compiler.spec.opdecl import OpDecl
 from flyship.compiler.spec.params import (
     Constexpr,
@@ -53,19 +54,21 @@ from flyship.errors import SpecError
 
 __all__ = [
     "Backward", "Config", "Constexpr", "Entry", "Launch", "OpDecl", "Output", "PER_TARGET_FIELDS", "Param",
-    "Scalar", "Spec", "SpecError", "SpecFile", "Tensor", "Value", "Workspace", "admits", "entry", "namespace", "op",
+    "Scalar", "Spec", "SpecError", "SpecFile", "Tensor", "Value", "Workspace", "admits", "composite", "entry",
+    "namespace", "op",
     "references", "run_spec_file", "validate",
 ]
 
 
 @dataclasses.dataclass
 class SpecFile:
-    """What a spec file declared: the namespace, the references module and the ops."""
+    """What a spec file declared: the namespace, the references module, the ops and the composites."""
 
     path: str
     namespace: str = ""
     references: Optional[str] = None
     ops: list[OpDecl] = dataclasses.field(default_factory=list)
+    composites: list[Any] = dataclasses.field(default_factory=list)  # flyship.bundle.model.Composite
 
 
 _CURRENT: Optional[SpecFile] = None
@@ -134,8 +137,11 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
         backward: the op's derivative as another op of the spec file, e.g.
             ``Backward("rmsnorm_bwd", inputs={"dy": "grad:out", "x": "x", "w": "w"}, grads={"x": "dx", "w": "dw"})``:
             each backward input comes from a forward input or output (saved for backward) or from
-            ``"grad:<output>"``; ``grads`` maps forward inputs to the backward op's outputs. The loader
-            registers it with torch autograd (checked against the bundle when the manifest is written).
+            ``"grad:<output>"``; ``grads`` maps forward inputs to the backward op's outputs, or to inputs the
+            backward op writes in place (``Tensor(..., mutable=True)``): the buffer it overwrites with the
+            gradient, e.g. ``Backward("swiglu_bwd", inputs={"dc": "grad:c", "a": "a", "b": "b"},
+            grads={"a": "a", "b": "b"})`` (docs/training.md). The loader registers it with torch autograd
+            (checked against the bundle when the manifest is written).
         configs: a config space (:class:`flyship.compiler.tuning.Config` objects, or the DSL's own
             ``flydsl.Config`` / ``triton.Config``, converted): each spec x each config
             becomes a specialization ``<spec>__<config>``. Implied when ``kernel`` is ``flydsl.autotune`` /
@@ -208,6 +214,35 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
     elif key or prune:
         raise SpecError(f"op {name}: key= and prune= go with configs= (a config space); add configs=[Config(...)]")
     return kernel, specs, space
+
+
+def composite(name: str, *, function: str, args: Sequence[Param], returns: Sequence[str], doc: str = "") -> None:
+    """Declare a composite op (schema 1.4): ``torch.ops.<namespace>.<name>``, run as ``function(ops, *args)`` from
+    the references module, where ``ops`` is ``torch.ops.<namespace>`` (the bundle's ops, under the namespace the
+    bundle is loaded with). It composes the bundle's ops and torch ops: host steps between launches, or a whole
+    training op whose gradients come from the autograd pairs of the ops it calls.
+
+    Args:
+        name: op name (unique among the spec file's ops and composites).
+        function: the function's name in the references module.
+        args: its inputs in schema order: :class:`Tensor` (name and rank) and :class:`Scalar`.
+        returns: the names of the tensors it returns (one: a Tensor; more: a tuple).
+        doc: one-line description (default: the function's docstring is not read; give one).
+
+    Example::
+
+        composite("cross_entropy", function="cross_entropy", returns=["loss"],
+                  args=[Tensor("logits", rank=2), Tensor("target", rank=1), Scalar("ignore_index", "int", -100)])
+
+    Raises:
+        SpecError: naming the composite and what is wrong (checked against the ops when the manifest is built).
+    """
+    sf = _current()
+    entry = composite_entry(name, function, args, returns, doc)
+    if any(c.name == name for c in sf.composites):
+        raise SpecError(f"composite {name}: declared twice in spec file {sf.path}; expected one composite(...) per "
+                        "name")
+    sf.composites.append(entry)
 
 
 def _backward(name: str, b: Optional[Backward]) -> Optional[Backward]:

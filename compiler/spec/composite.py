@@ -1,0 +1,73 @@
+"""The spec API's composite ops (schema 1.4): ops written in torch code that compose the bundle's ops and torch ops.
+
+A composite is a function of the references module (copied into the bundle and checked by its sha256, so loading
+runs only the bundle's own code), called as ``function(ops, *args)`` with ``ops`` = ``torch.ops.<namespace>``. It
+holds the host steps between launches (``dW = partial.sum(0).to(w.dtype)``, ``n = (target != ignore).sum()``) and
+makes a whole training op one op of ``flyship.load``: its gradients come from the autograd pairs of the ops it calls.
+See docs/training.md.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Sequence
+
+from flyship.bundle import model as _m
+from flyship.bundle import rules as _rules
+from flyship.bundle.errors import BundleError
+from flyship.compiler.spec.params import Scalar, Tensor
+from flyship.errors import SpecError
+
+
+def composite_entry(name: str, function: str, args: Sequence[Tensor | Scalar], returns: Sequence[str],
+                    doc: str = "") -> _m.Composite:
+    """The manifest entry of a composite, checked by the rule book's rules for composites that need no bundle.
+
+    Raises:
+        SpecError: naming the composite and the bad argument.
+    """
+    where = f"composite {name}"
+    if isinstance(returns, str) or not all(isinstance(r, str) for r in returns):
+        raise SpecError(f"{where}: returns= expects a list of names of the returned tensors, got {returns!r}; e.g. "
+                        "returns=['loss']")
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            if a.mutable or a.batch or a.alignment is not None or a.pointee is not None:
+                raise SpecError(f"{where}: argument {a.name!r}: a composite's Tensor takes name and rank only (the "
+                                "ops it calls declare in-place writes, batching and alignment)")
+            out.append(_m.Arg(name=a.name, kind="tensor", rank=a.rank))
+        elif isinstance(a, Scalar):
+            out.append(_m.Arg(name=a.name, kind=a.type, default=a.default))
+        else:
+            raise SpecError(f"{where}: args= takes Tensor(...) and Scalar(...), got {type(a).__name__}")
+    entry = _m.Composite(name=name, doc=doc, function=function, args=tuple(out), returns=tuple(returns))
+    try:
+        _rules.check_name(name, f"{where} name")
+        _rules.check_name(function, f"{where} function")
+        _rules.check_args(entry.args, where)
+    except BundleError as e:
+        raise SpecError(str(e)) from None
+    return entry
+
+
+def check_composite_functions(path: Path, composites: Sequence[_m.Composite]) -> None:
+    """Each composite's function, read from the references module's source (not run), takes ``ops`` and then the
+    composite's arguments: a count that differs would fail only at the first call, in the workload.
+
+    Raises:
+        SpecError: naming the composite, the function and both counts.
+    """
+    tree = ast.parse(path.read_text(), filename=str(path))
+    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for c in composites:
+        fn = defs.get(c.function)
+        if fn is None or fn.args.vararg is not None:
+            continue  # a missing function is check_references_module's refusal; *args takes any count
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        needed = len(params) - len(fn.args.defaults)
+        if not needed <= 1 + len(c.args) <= len(params):
+            raise SpecError(f"composite {c.name}: {path.name}'s {c.function}({', '.join(params)}) is called as "
+                            f"{c.function}(ops, {', '.join(a.name for a in c.args)}); expected it to take ops and "
+                            f"then the {len(c.args)} declared arguments")

@@ -1,0 +1,87 @@
+"""Composite ops (schema 1.4): ops the bundle composes in torch code from its own ops and torch ops.
+
+Each composite of the manifest (:class:`flyship.bundle.manifest.Composite`) is a function of the bundle's references
+module, the one Python file a bundle ships: imported from the bytes checked against ``references_sha256``
+(:func:`flyship.loader.references.import_references`), so loading a bundle runs no code but the bundle's own, checked
+code. It is registered as ``torch.ops.<namespace>.<name>`` with one ``CompositeImplicitAutograd`` kernel that calls
+``function(torch.ops.<namespace>, *args)``:
+
+* autograd runs through what it calls: the bundle's autograd pairs and torch's own ops (a host step such as
+  ``partial.sum(0).to(w.dtype)`` or ``loss.sum() / (target != ignore_index).sum()`` is differentiated by torch);
+* ``torch.compile`` decomposes it while tracing (CompositeImplicitAutograd), so the graph holds the bundle's ops
+  and torch ops, each with its fake kernel: no graph break, and fake tensors flow through the same code;
+* it runs alike on every device (the ops it calls choose kernels or references).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from flyship.bundle import manifest as _m
+from flyship.bundle.errors import BundleError
+from flyship.errors import CallError
+from flyship.loader import opschema as _opschema
+from flyship.loader import references as _references
+
+
+def schema(c: _m.Composite) -> str:
+    """The torch schema of a composite: ``cross_entropy(Tensor logits, Tensor target, int ignore_index=-100) ->
+    Tensor`` (a tuple of Tensors for several returns)."""
+    return _opschema.schemas(_m.composite_head(c))[0]
+
+
+def _kernel(c: _m.Composite, fn: Callable[..., Any], namespace: str) -> Callable[..., Any]:
+    """The composite's kernel: ``fn(torch.ops.<namespace>, *args)``, its result checked against the schema so a
+    composite that returns the wrong thing names itself instead of failing inside torch's conversion."""
+    import torch
+
+    n = len(c.returns)
+    qual = f"{namespace}::{c.name}"
+
+    def composite_kernel(*args: Any) -> Any:
+        out = fn(getattr(torch.ops, namespace), *args)
+        got = out if isinstance(out, (tuple, list)) else (out,)
+        if len(got) != n or not all(isinstance(t, torch.Tensor) for t in got) or (n == 1) != (not isinstance(
+                out, (tuple, list))):
+            shown = type(out).__name__ if not isinstance(out, (tuple, list)) else \
+                f"a {type(out).__name__} of {[type(t).__name__ for t in out]}"
+            raise CallError(f"flyship {qual}: expected its function to return "
+                            f"{'a Tensor' if n == 1 else f'a tuple of {n} Tensors'} ({', '.join(c.returns)}), got "
+                            f"{shown}; fix the composite in the bundle's references module and rebuild")
+        return out
+
+    composite_kernel.__name__ = f"composite_{c.name}"
+    return composite_kernel
+
+
+def register(lib: Any, namespace: str, root: Path, manifest: _m.Manifest) -> dict[str, Any]:
+    """Define and register every composite of ``manifest`` on ``lib`` (a ``torch.library.Library`` fragment of
+    ``namespace``).
+
+    Returns:
+        Composite name -> its ``torch.ops`` packet (``torch.ops.<namespace>.<name>``).
+
+    Raises:
+        BundleError: the references module lacks a composite's function, or torch refuses its schema.
+    """
+    import torch
+
+    if not manifest.composites:
+        return {}
+    module = _references.import_references(root, manifest)
+    out = {}
+    for c in manifest.composites:
+        fn = getattr(module, c.function, None) if module is not None else None
+        if not callable(fn):
+            raise BundleError(f"load bundle {root}: composite {c.name} runs {c.function!r}, which "
+                              f"{manifest.references or 'the references module'} does not define; rebuild the bundle")
+        text = schema(c)
+        try:
+            lib.define(text)
+        except RuntimeError as e:
+            raise BundleError(f"register composite {namespace}::{c.name}: torch refused the schema {text!r}: {e}; "
+                              "load the bundle under another namespace (load(..., namespace='...'))") from e
+        lib.impl(c.name, _kernel(c, fn, namespace), "CompositeImplicitAutograd")
+        out[c.name] = getattr(getattr(torch.ops, namespace), c.name)
+    return out
