@@ -32,10 +32,10 @@ def load(path):
 
 
 def test_an_unknown_major_version_is_refused_naming_both_versions(bundle_copy):
-    root = bundle_copy(lambda d: d.update(schema_version="4.0"))
+    root = bundle_copy(lambda d: d.update(schema_version="5.0"))
     with pytest.raises(ManifestVersionError,
-                       match=r"schema version 4\.0 .* reads 1\.x \(up to 1\.3\) and 2\.x \(up to 2\.1\) and 3\.x "
-                             r"\(up to 3\.0\)"):
+                       match=r"schema version 5\.0 .* reads 1\.x \(up to 1\.4\) and 2\.x \(up to 2\.2\) and 3\.x "
+                             r"\(up to 3\.1\) and 4\.x \(up to 4\.0\)"):
         load(root)
 
 
