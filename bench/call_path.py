@@ -11,6 +11,8 @@ costs:
 * ``.out`` through ``torch.ops``: + the torch dispatcher (boxed kernel), kernarg packing and the recorded launch;
 * the allocating op through ``torch.ops``: + output allocation and torch's autograd fallback on the functional op;
 * ``torch.empty_like``: what one output allocation costs through torch alone;
+* ``torch.ops.aten.add``: torch's own op through the same Python layer as ``torch.ops.<ns>.add``; the ``._op``
+  rows: our op without that layer (the OpOverload's C++ callable), so the layer's cost is the difference;
 * the handles ``ops.add(...)`` / ``ops.add.out(...)``: the fast entry (csrc/fast_call.cpp), the same C++ path
   without torch.ops' Python frames, argument boxing, dispatcher and autograd kernel.
 
@@ -77,6 +79,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     o = torch.empty_like(x)
     ops.add(x, y)  # first call: device state, variant choice, code object checked and loaded
     packet = ops.add.packet
+    raw, raw_out = packet.default._op, packet.out._op
     paths = [
         ("torch.add(x, y)", lambda: torch.add(x, y)),
         ("torch.add(x, y, out=o)", lambda: torch.add(x, y, out=o)),
@@ -85,6 +88,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         ("torch.ops.<ns>.add.out(x, y, out=o)", lambda: packet.out(x, y, out=o)),
         ("torch.ops.<ns>.add.default(x, y)", lambda: packet.default(x, y)),
         ("torch.ops.<ns>.add(x, y)", lambda: packet(x, y)),
+        # torch's own op through the same Python layer (OpOverloadPacket / OpOverload.__call__), and ours without
+        # it (the OpOverload's C++ callable): what that layer costs, ours or aten's alike
+        ("torch.ops.aten.add(x, y)", lambda: torch.ops.aten.add(x, y)),
+        ("torch.ops.aten.add.out(x, y, out=o)", lambda: torch.ops.aten.add.out(x, y, out=o)),
+        ("torch.ops.<ns>.add.default._op(x, y) (no Python layer)", lambda: raw(x, y)),
+        ("torch.ops.<ns>.add.out._op(x, y, out=o) (no Python layer)", lambda: raw_out(x, y, out=o)),
         ("ops.add(x, y) (fast entry)", lambda: ops.add(x, y)),
         ("ops.add.out(x, y, out=o) (fast entry)", lambda: ops.add.out(x, y, out=o)),
     ]
@@ -98,15 +107,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     times.update(nograd)
     ext.recorded_launches(clear=True)
     base = statistics.median(times["torch.add(x, y)"])
-    rows = [{"path": k, "us": statistics.median(v), "min": min(v), "x_torch_add": statistics.median(v) / base}
-            for k, v in times.items()]
+    base_out = statistics.median(times["torch.add(x, y, out=o)"])
+    # each path against its torch counterpart in the same run: out= paths against torch.add(out=)
+    rows = [{"path": k, "us": statistics.median(v), "min": min(v), "x_torch_add": statistics.median(v) / base,
+             "x_torch": statistics.median(v) / (base_out if "out=" in k else base)} for k, v in times.items()]
     meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": platform.node(), "cpu": platform.processor(),
             "python": sys.version.split()[0], "torch": torch.__version__, "flavor": ops.flavor, "calls": args.calls,
             "repeats": args.repeats, "load_ms": load_ms}
     lines = [f"call path on the recording driver ({meta['date']}, torch {meta['torch']}, Python {meta['python']}, "
              f"{args.calls} calls x {args.repeats} rounds; load {load_ms:.1f} ms)", "",
-             "| path | us/call (median) | min | x `torch.add` |", "| --- | ---: | ---: | ---: |"]
-    lines += [f"| {r['path']} | {r['us']:.2f} | {r['min']:.2f} | {r['x_torch_add']:.2f} |" for r in rows]
+             "| path | us/call (median) | min | x `torch.add` | x `torch.add` (out= rows: x `torch.add(out=)`) |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [f"| {r['path']} | {r['us']:.2f} | {r['min']:.2f} | {r['x_torch_add']:.2f} | {r['x_torch']:.2f} |"
+              for r in rows]
     md = "\n".join(lines) + "\n"
     print(md)
     if args.out:

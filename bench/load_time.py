@@ -1,7 +1,16 @@
-"""How long ``flyship.load`` takes as a bundle grows from 21 to 2,016 variants, with the plan cache cold, warm
-and off, and what an op's first call costs after a warm load (docs/perf.md, "Loading").
+"""How long ``flyship.load`` takes: the first load in a fresh process (issue 24: torch already imported, the
+extension and plan caches warm; the clock covers ``import flyship`` and the load), and, with ``--in-process``, the
+load as a bundle grows from 21 to 2,016 variants with the plan cache cold, warm and off, and an op's first call
+(docs/perf.md, "Loading").
 
-    python bench/load_time.py [--specs 1,10,96] [--repeats 7]
+    python bench/load_time.py [--bundle artifacts/examples] [--processes 15]
+    python bench/load_time.py --in-process [--specs 1,10,96] [--repeats 7]
+
+Fresh processes: each bundle (the one given by ``--bundle``, else the tiny test bundle, and a generated bundle of
+2,016 variants) is loaded once to warm the plan cache, then in ``--processes`` fresh processes, interleaved; the
+table gives median, min and the spread (25th-75th percentile). Byte code is cached as an installed package's would
+be (``PYTHONPYCACHEPREFIX`` in the work folder, ``PYTHONDONTWRITEBYTECODE`` dropped): without it, every process
+compiles the sources again (about 60 ms here), which measures the environment, not the loader.
 
 No GPU: the bundles are generated from the tiny bundle (tests/loader/data/many_variants.py: 7 ops, 3 variants per
 specialization); first calls run on the recording driver (``FLYSHIP_FLAVOR=record``), which takes the real C++
@@ -36,12 +45,70 @@ def timed_load(bundle: Path, **kwargs: Any) -> tuple[float, Any]:
     return time.perf_counter() - t, ops
 
 
+CHILD = """
+import sys, time
+import torch
+t = time.perf_counter()
+import flyship
+flyship.load(sys.argv[1])
+print(f"{(time.perf_counter() - t) * 1e3:.3f} " + " ".join(sorted(m for m in sys.modules if m.startswith('flyship'))))
+"""
+
+
+def fresh_load(bundle: Path, env: dict[str, str]) -> tuple[float, list[str]]:
+    """One fresh process: ms from ``import flyship`` to ``flyship.load`` returning, and the flyship modules it
+    imported."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", CHILD, str(bundle)], cwd=ROOT, env=env, check=True,
+                         capture_output=True, text=True).stdout.split()
+    return float(out[0]), out[1:]
+
+
+def fresh_processes(args: argparse.Namespace, work: Path) -> None:
+    import torch
+
+    import flyship
+
+    env = dict(os.environ, FLYSHIP_PLAN_CACHE=str(work / "plans"), PYTHONPYCACHEPREFIX=str(work / "pyc"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    bundles = {"examples" if args.bundle else "tiny (3 ops)": Path(args.bundle or ROOT / "tests/loader/data/tiny")}
+    bundles[f"generated, {N_OPS * 96 * 3} variants"] = generated_bundle(ROOT / "tests/loader/data/tiny", work / "b96", 96)
+    for b in bundles.values():
+        fresh_load(b, env)  # warms the plan cache and the byte-code cache
+    times: dict[str, list[float]] = {name: [] for name in bundles}
+    modules = 0
+    for _ in range(args.processes):  # interleaved: a burst of other work on the machine hits every bundle alike
+        for name, b in bundles.items():
+            ms, mods = fresh_load(b, env)
+            times[name].append(ms)
+            modules = len(mods)
+    print(f"flyship {flyship.__version__}, torch {torch.__version__}, Python {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {args.processes} fresh "
+          f"processes per bundle, {modules} flyship modules imported; ms from `import flyship` to load's return")
+    print("| bundle | median | min | 25th-75th percentile |\n|---|---|---|---|")
+    for name, ts in times.items():
+        q = statistics.quantiles(ts, n=4)
+        print(f"| {name} | {statistics.median(ts):.1f} | {min(ts):.1f} | {q[0]:.1f}-{q[2]:.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--specs", default="1,10,96", help="specializations per op, comma-separated")
-    ap.add_argument("--repeats", type=int, default=7, help="warm loads per bundle (min and median shown)")
+    ap.add_argument("--bundle", help="the bundle for the fresh-process table (default: the tiny test bundle)")
+    ap.add_argument("--processes", type=int, default=15, help="fresh processes per bundle (median of them)")
+    ap.add_argument("--in-process", action="store_true", help="the in-process table instead (cold/warm/off)")
+    ap.add_argument("--specs", default="1,10,96", help="specializations per op, comma-separated (--in-process)")
+    ap.add_argument("--repeats", type=int, default=7, help="warm loads per bundle (--in-process)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flyship_load_bench_"))
+    if not args.in_process:
+        fresh_processes(args, work)
+        return
+    in_process(args, work)
+
+
+def in_process(args: argparse.Namespace, work: Path) -> None:
+    """Loads in this process: plan cache cold, warm and off, and the first call after a warm load."""
     os.environ["FLYSHIP_PLAN_CACHE"] = str(work / "plans")
     import torch
 

@@ -104,10 +104,13 @@ class FunctionalAutogradKernel final : public c10::OperatorKernel {
 };
 
 // Autograd for the .out variant: aten's rule for out= functions (no automatic differentiation through
-// them), then on below autograd, keeping ADInplaceOrView so the out tensors' versions are bumped.
+// them), then straight on below ADInplaceOrView, bumping the written tensors' versions here (what
+// OutVersionKernel does when ADInplaceOrView is reached without autograd): one boxed hop fewer per call on the
+// torch.ops path.
 class OutAutogradKernel final : public c10::OperatorKernel {
  public:
-  explicit OutAutogradKernel(std::string qualname) : qualname_(std::move(qualname)) {}
+  OutAutogradKernel(std::string qualname, std::vector<size_t> written)
+      : qualname_(std::move(qualname)), written_(std::move(written)) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     const auto& schema_args = op.schema().arguments();
     if (at::GradMode::is_enabled()) {
@@ -118,12 +121,21 @@ class OutAutogradKernel final : public c10::OperatorKernel {
                     schema_args[k].name(), "' requires grad; call it under torch.no_grad() or torch.inference_mode()");
       }
     }
-    at::AutoDispatchBelowAutograd guard;
-    op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+    c10::SmallVector<at::Tensor, 4> outs;
+    {
+      auto args = torch::jit::last(*stack, schema_args.size());
+      for (size_t k : written_) outs.push_back(args[k].toTensor());
+    }
+    {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      op.redispatchBoxed(ks & c10::after_ADInplaceOrView_keyset, stack);
+    }
+    for (const auto& t : outs) torch::autograd::impl::bump_version(t);
   }
 
  private:
   std::string qualname_;
+  std::vector<size_t> written_;
 };
 
 // Autograd for an op that writes inputs in place and has no derivative: torch's rule for in-place ops. A leaf
@@ -303,7 +315,8 @@ void register_kernels(Bundle& b) {
     if (p.outputs.empty()) continue;  // an op that only writes inputs in place has no .out variant
     autograd->impl((p.name + ".out").c_str(),
                    torch::CppFunction::makeFromBoxedKernel(
-                       c10::BoxedKernel::makeFromFunctor(std::make_unique<OutAutogradKernel>(p.qualname))));
+                       c10::BoxedKernel::makeFromFunctor(
+                           std::make_unique<OutAutogradKernel>(p.qualname, written_by_out_variant(p)))));
     inplace->impl((p.name + ".out").c_str(),
                   torch::CppFunction::makeFromBoxedKernel(
                       c10::BoxedKernel::makeFromFunctor(std::make_unique<OutVersionKernel>(

@@ -38,7 +38,6 @@ from flyship.loader import plan as _plan
 from flyship.loader import plancache as _plancache
 from flyship.loader import references as _references
 from flyship.loader import opschema as _opschema
-from flyship.loader import tuned as _tuned
 from flyship.loader.handles import Ops, _CodeObjects
 from flyship.loader.selection import device_index, fallback_flag, make_selector, warn_not_built
 
@@ -217,6 +216,8 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     refs = _references.resolve(root, plan.head, references)
     ext = _extension.extension(near=_beside(path))
     if table is not None:
+        from flyship.loader import tuned as _tuned  # only with a tuning table: its reader is not the load path
+
         gpu = device_index(tuning_device, "flyship.load(tuning_device=)")
         target = ext.device_info(gpu)["target"]
         plan = _plancache.BundlePlan.of(_tuned.apply(plan.manifest, table, target, _tuned.device_cus(gpu)))

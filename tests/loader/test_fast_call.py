@@ -384,3 +384,23 @@ def test_the_launch_bench_reports_each_target_as_a_median_of_per_round_ratios():
     assert triton["median"] == pytest.approx(12 / 6.6) and triton["met"] is True  # 2.22, 1.82, 1.67 per round
     assert len(ratios) == 2  # targets whose paths were not timed are left out
     assert "| yes |" in bench.ratio_table(list(ratios.values()))
+
+
+def test_torch_ops_out_bumps_each_written_tensor_once_and_refuses_grad_inputs(recorded_tiny, record_ext):
+    # The .out variant's Autograd-key kernel bumps the out tensors' versions itself and skips ADInplaceOrView (one
+    # boxed hop fewer); a version bumped twice, or not at all, would break torch's saved-tensor checks.
+    ops = recorded_tiny()
+    x, y, o = torch.randn(4096), torch.randn(4096), torch.empty(4096)
+    s, d = torch.empty(4096), torch.empty(4096)
+    for mode in (torch.enable_grad, torch.no_grad):
+        with mode():
+            v, vs, vd, vx = o._version, s._version, d._version, x._version
+            ops.add.packet.out(x, y, out=o)
+            ops.addsub.packet.out(x, y, sum=s, diff=d)
+            assert (o._version, s._version, d._version, x._version) == (v + 1, vs + 1, vd + 1, vx), mode
+    with torch._C._AutoDispatchBelowAutograd():  # ADInplaceOrView reached without autograd: its kernel bumps
+        v = o._version
+        ops.add.packet.out(x, y, out=o)
+        assert o._version == v + 1
+    with pytest.raises(Exception, match="don't support automatic differentiation"):
+        ops.add.packet.out(x.requires_grad_(), y, out=o)
