@@ -86,11 +86,32 @@ class Constexpr:
 @dataclasses.dataclass(frozen=True)
 class Value:
     """An integer parameter computed from the inputs (``Value("n", "x.numel", type="i32")``); the expression
-    may read ``device.cu_count``, and a literal (``Value("m", "64")``) is a constant an entry passes itself."""
+    may read ``device.cu_count``, and a literal (``Value("m", "64")``) is a constant an entry passes itself. A
+    float literal an entry passes itself (``launcher(x, out, 1e-6)``) is ``Value("eps", "1e-6", type="f32")``:
+    packed as an f32 constant, never computed."""
 
     name: str
     expr: str
     type: str = "i32"
+
+    def __post_init__(self) -> None:
+        if self.type in FLOAT_VALUE_TYPES and self.float_literal() is None:
+            raise SpecError(f"Value({self.name!r}, {self.expr!r}, type={self.type!r}): expected a float literal "
+                            f"(\"1e-6\") for a {self.type} Value, got an expression; a float computed from the "
+                            "inputs is not supported: compute it in the kernel, or declare a Scalar")
+
+    def float_literal(self) -> Optional[float]:
+        """The constant of a float Value (``type="f32"``), else None."""
+        if self.type not in FLOAT_VALUE_TYPES:
+            return None
+        try:
+            v = float(self.expr.strip())
+        except ValueError:
+            return None
+        return v if v == v and abs(v) != float("inf") else None
+
+
+FLOAT_VALUE_TYPES = ("f32",)  # the one float type a kernarg constant of a Value is packed as (bundle/rules/layout)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -648,3 +648,33 @@ def test_an_entry_that_passes_a_view_is_told_what_to_declare_instead(tmp_path):
     assert ("for a view (t.view(-1), t.view(torch.int8), t.reshape(...)), pass the tensor itself and let the launcher "
             "index it, or declare the op's tensor as the launcher sees it (a flat 1-D Tensor with rules on its numel, "
             "or the dtype the launcher reads) so the entry passes it unchanged") in err
+
+
+def test_a_float_literal_an_entry_passes_is_declared_a_float_value_and_packed_as_an_f32_constant(tmp_path):
+    body = """
+        from scale import scale
+        from flyship.compiler.spec import Value, entry
+
+        def f(x, out):
+            import flydsl.expr as fx
+            return scale(x, out, 2.5, TILE_N=256, stream=fx.Stream(None))
+
+        op("s", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x")DECL],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 256)},
+                       constraints=("x.shape[1] == 256", "x.stride[0] == 256", "x.stride[1] == 1"))])
+    """
+    err = _refused(tmp_path, _spec(tmp_path, body.replace("DECL", "")))
+    assert "a float constant the entry passes itself is declared Value('alpha', '2.5', type='f32') in args=" in err
+    spec = _spec(tmp_path, body.replace("DECL", ", Value('alpha', '2.5', type='f32')"))
+    run_build(spec, tmp_path / "o", ["gfx942"])
+    (v,) = M.read(tmp_path / "o").op("s").specializations[0].variants
+    assert ("constant", "f32", 2.5) in [(f.kind, f.type, f.value) for f in v.kernargs.fields]
+    assert [a.name for a in M.read(tmp_path / "o").op("s").args] == ["x"]  # a constant is not in the schema
+
+
+def test_a_float_value_must_be_a_literal():
+    from flyship.compiler.spec import Value
+    from flyship.errors import SpecError
+
+    with pytest.raises(SpecError, match="expected a float literal"):
+        Value("eps", "x.shape[0] * 0.5", type="f32")
