@@ -678,3 +678,41 @@ def test_a_float_value_must_be_a_literal():
 
     with pytest.raises(SpecError, match="expected a float literal"):
         Value("eps", "x.shape[0] * 0.5", type="f32")
+
+
+def test_a_builders_returned_wrapper_is_accepted_as_the_user_calls_it(tmp_path):
+    # The shape of FlyDSL's RoPE + KV cache / attention builders: a plain function closing over the launcher.
+    spec = _spec(tmp_path, """
+        from rows import add_one_rows
+        from flyship.compiler.spec import Value
+
+        def build_add_one(n):
+            launcher = add_one_rows
+
+            def run(x, out, m):
+                return launcher(x, out, m, N=n)
+            return run
+
+        op("r", kernel=build_add_one(1024), args=[Tensor("x", rank=2), Output("out", like="x"),
+                                                  Value("m", "x.shape[0]")],
+           specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)},
+                       constraints=("x.shape[1] == 1024", "x.stride[0] == 1024", "x.stride[1] == 1"))])
+    """)
+    run_build(spec, tmp_path / "o", ["gfx942"])
+    (v,) = M.read(tmp_path / "o").op("r").specializations[0].variants
+    assert ("expr", "i32", "x.shape[0]") in [(f.kind, f.type, f.expr) for f in v.kernargs.fields]
+
+
+def test_a_plain_function_that_reaches_no_launcher_is_refused_naming_the_op_and_entry(tmp_path):
+    spec = _spec(tmp_path, """
+        import rows
+
+        def run(x, out):
+            return getattr(rows, "add_one_rows")(x, out, 64, N=1024)
+
+        op("r", kernel=run, args=[Tensor("x", rank=2), Output("out", like="x")],
+           specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)})])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "op r: kernel= is the plain Python function 'run', expected a DSL launcher or entry(...)" in err
+    assert "declare kernel=entry(run)" in err
