@@ -716,3 +716,22 @@ def test_a_plain_function_that_reaches_no_launcher_is_refused_naming_the_op_and_
     err = _refused(tmp_path, spec)
     assert "op r: kernel= is the plain Python function 'run', expected a DSL launcher or entry(...)" in err
     assert "declare kernel=entry(run)" in err
+
+
+def test_a_spec_that_needs_a_newer_flydsl_is_refused_naming_both_versions_before_its_kernels_are_imported(tmp_path):
+    from flyship.compiler.frontends.flydsl.versions import installed_version_without_import
+
+    spec = _spec(tmp_path, """
+        from flyship.compiler.frontends.flydsl import requires
+        requires("999.1", "fx.future_thing")
+        import no_such_kernel_module  # never reached: the version is refused first
+    """)
+    err = _refused(tmp_path, spec)
+    assert f"expected FlyDSL >= 999.1 (for fx.future_thing), got {installed_version_without_import()}" in err
+    assert "no_such_kernel_module" not in err
+    spec = _spec(tmp_path, """
+        from flyship.compiler.frontends.flydsl import requires
+        requires("0.1.5")
+        import no_such_kernel_module
+    """)
+    assert "no_such_kernel_module" in _refused(tmp_path, spec)  # an older minimum passes on to the imports
