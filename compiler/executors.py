@@ -26,6 +26,7 @@ import logging
 import multiprocessing
 import os
 import socket
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -167,16 +168,58 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
     return results
 
 
-def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
-    """One task in a process of its own, so a crash is pinned on the kernel that caused it."""
-    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker, initargs=(cfg,)) as pool:
-        try:
-            return pool.submit(run_task, o, s).result()
-        except cf.process.BrokenProcessPool:
-            return TaskResult(o, s, cfg.target, None,
-                              "the worker process died while compiling this kernel (a crash or abort in the DSL's "
-                              "native code; its own message, if any, is printed above)")
+_STDERR_TAIL = 4000  # characters of a dead worker's own stderr quoted in its error
 
+
+def _init_alone(cfg: WorkerConfig, err_path: str) -> None:
+    """A lone worker writes its stderr (fd 2, native code included) to ``err_path``, so a crash's own message
+    (``LLVM ERROR: ...``) reaches the report instead of being lost with the process."""
+    fd = os.open(err_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 2)
+    os.close(fd)
+    init_worker(cfg)
+
+
+def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
+    """One task in a process of its own, so a crash is pinned on the kernel that caused it; what the process
+    wrote to stderr is passed on to ours and, when it died, quoted in the error."""
+    with tempfile.NamedTemporaryFile(prefix="flyship-worker-", suffix=".stderr", dir=cfg.scratch_root,
+                                     delete=False) as f:
+        err_path = f.name
+    try:
+        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_alone,
+                                    initargs=(cfg, err_path)) as pool:
+            try:
+                return pool.submit(run_task, o, s).result()
+            except cf.process.BrokenProcessPool:
+                tail, err_path = _tail(err_path), _unlinked(err_path)
+                said = (f"; it printed:\n{tail}" if tail else "; it printed nothing on stderr")
+                return TaskResult(o, s, cfg.target, None,
+                                  "the worker process died while compiling this kernel (a crash or abort in the "
+                                  f"DSL's native code){said}")
+    finally:
+        if err_path:  # a worker that lived: its stderr goes on to ours, as a pool worker's would
+            tail = _tail(err_path)
+            if tail:
+                print(tail, file=sys.stderr)
+            _unlinked(err_path)
+
+
+def _unlinked(path: str) -> str:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return ""
+
+
+def _tail(path: str) -> str:
+    """The last ``_STDERR_TAIL`` characters of a worker's stderr file (read bounded)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _STDERR_TAIL))
+            return f.read(_STDERR_TAIL).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
 
 
 def target_environment(target: str, build_id: str) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from flyship import env
 from flyship.bundle import manifest as _m
@@ -268,9 +268,10 @@ class OpHandle:
                              f"{target!r}; it has {', '.join(targets)}")
         return vi
 
-    def run_specialization(self, spec: str | int, *args: Any) -> tuple[Any, ...]:
-        """Run one specialization on a GPU through the op's C++ path (raises if the inputs do not fit it)."""
-        return tuple(self._ops._core.run(self._index, list(args), False, self._spec_index(spec)))
+    def run_specialization(self, spec: str | int, *args: Any, out: Sequence[Any] = ()) -> tuple[Any, ...]:
+        """Run one specialization on a GPU through the op's C++ path (raises if the inputs do not fit it);
+        ``out``: the outputs to write (the op's out= variant), in the op's output order."""
+        return tuple(self._ops._core.run(self._index, list(args) + list(out), bool(out), self._spec_index(spec)))
 
 
 class Ops:

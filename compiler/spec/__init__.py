@@ -35,6 +35,7 @@ from flyship.compiler.spec.composite import composite_entry
 from flyship.compiler.spec.opdecl import OpDecl
 from flyship.compiler.spec.params import (
     Constexpr,
+    builder_entry,
     Entry,
     Launch,
     Output,
@@ -155,6 +156,7 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
         SpecError: naming the op and what is inconsistent.
     """
     kernel, specs, space = _config_space(name, kernel, args, specs, configs, key, prune)
+    kernel = builder_entry(name, kernel)  # a builder's wrapper around a launcher is the entry it is
     frontend = _detect_frontend(kernel)
     first = kernel[0].kernel if isinstance(kernel, (list, tuple)) and kernel else kernel
     kernel = list(kernel) if isinstance(kernel, tuple) else kernel

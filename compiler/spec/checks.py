@@ -177,7 +177,8 @@ def _validate_launch_expressions(d: OpDecl, w: str) -> None:
     io = d.expression_slots()
     grids = [(f"Launch {k + 1} grid expression", launch.grid) for k, launch in enumerate(d.launches)]
     grids = grids or [("grid expression", d.grid or ())]
-    values = [(f"Value {a.name} expression", (a.expr,)) for a in d.args if isinstance(a, Value)]
+    values = [(f"Value {a.name} expression", (a.expr,)) for a in d.args
+              if isinstance(a, Value) and a.float_literal() is None]
     checked: set[tuple[str, str]] = set()
     for spec in d.specs:
         for _key, s in spec.resolved():

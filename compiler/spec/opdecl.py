@@ -150,7 +150,8 @@ class OpDecl:
             device = {"cu_count": spec.cu_count}
         shapes = self.example_shapes(spec)
         scal = {k: v for k, v in self.example_scalars(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
-        return {a.name: _expr.evaluate_with_shapes(a.expr, shapes, scal, self.example_strides(spec), device)
+        return {a.name: a.float_literal() if a.float_literal() is not None else
+                _expr.evaluate_with_shapes(a.expr, shapes, scal, self.example_strides(spec), device)
                 for a in self.args if isinstance(a, Value)}
 
     def example_scalars(self, spec: Spec) -> dict[str, Any]:

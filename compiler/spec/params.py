@@ -86,11 +86,32 @@ class Constexpr:
 @dataclasses.dataclass(frozen=True)
 class Value:
     """An integer parameter computed from the inputs (``Value("n", "x.numel", type="i32")``); the expression
-    may read ``device.cu_count``, and a literal (``Value("m", "64")``) is a constant an entry passes itself."""
+    may read ``device.cu_count``, and a literal (``Value("m", "64")``) is a constant an entry passes itself. A
+    float literal an entry passes itself (``launcher(x, out, 1e-6)``) is ``Value("eps", "1e-6", type="f32")``:
+    packed as an f32 constant, never computed."""
 
     name: str
     expr: str
     type: str = "i32"
+
+    def __post_init__(self) -> None:
+        if self.type in FLOAT_VALUE_TYPES and self.float_literal() is None:
+            raise SpecError(f"Value({self.name!r}, {self.expr!r}, type={self.type!r}): expected a float literal "
+                            f"(\"1e-6\") for a {self.type} Value, got an expression; a float computed from the "
+                            "inputs is not supported: compute it in the kernel, or declare a Scalar")
+
+    def float_literal(self) -> Optional[float]:
+        """The constant of a float Value (``type="f32"``), else None."""
+        if self.type not in FLOAT_VALUE_TYPES:
+            return None
+        try:
+            v = float(self.expr.strip())
+        except ValueError:
+            return None
+        return v if v == v and abs(v) != float("inf") else None
+
+
+FLOAT_VALUE_TYPES = ("f32",)  # the one float type a kernarg constant of a Value is packed as (bundle/rules/layout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,3 +186,40 @@ def entry(fn: Callable[..., Any], frontend: str = "flydsl") -> Entry:
     if not callable(fn):
         raise SpecError(f"entry: expected a callable, got {type(fn).__name__}")
     return Entry(fn, frontend)
+
+
+def builder_entry(op_name: str, kernel: Any) -> Any:
+    """A builder's returned wrapper given as ``kernel=`` (a plain Python function that calls a DSL launcher it
+    closes over or reads from its module, as FlyDSL's RoPE / attention builders return) becomes the
+    :func:`entry` it is; any other kernel is returned as given. A plain function that reaches no launcher is
+    refused naming the op and the fix."""
+    import inspect
+
+    from flyship.compiler import frontends
+
+    if isinstance(kernel, Entry) or not inspect.isfunction(kernel) or frontends.detect(kernel) is not None:
+        return kernel
+    code = kernel.__code__
+    reached = [c.cell_contents for c in (kernel.__closure__ or ()) if _filled(c)]
+    reached += [kernel.__globals__[n] for n in code.co_names if n in kernel.__globals__]
+    name = getattr(kernel, "__qualname__", repr(kernel))
+    for obj in reached:
+        fe = frontends.detect(obj)
+        if fe is not None and fe.accepts(Entry(kernel, fe.name)):
+            return Entry(kernel, fe.name)
+        if fe is not None:
+            raise SpecError(f"op {op_name}: kernel= is the plain Python function {name!r}, which calls a {fe.title}; "
+                            f"{fe.name} ops name the kernel itself (kernel=<the kernel>), not a Python wrapper")
+    raise SpecError(f"op {op_name}: kernel= is the plain Python function {name!r}, expected a DSL launcher or "
+                    f"entry(...); it reaches no launcher flyship can see (none in its closure or module globals). If "
+                    f"it calls one through another object (a builder's wrapper), declare "
+                    f"kernel=entry({name.split('.')[-1]}) (from flyship.compiler.spec import entry); else name the "
+                    "launcher itself")
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell (a name assigned after the closure was made)
+        return False
+    return True

@@ -6,12 +6,16 @@ constraints below (plus those flyship derives from the lowered layouts, such as 
 say which inputs a specialization accepts; others go to the reference at run time.
 """
 
-from elementwise import add
-from gemm import gemm
-from rmsnorm import rmsnorm
-from softmax import softmax, softmax_bwd
+from flyship.compiler.frontends.flydsl import requires
 
-from flyship.compiler.spec import Backward, Output, Scalar, Spec, Tensor, namespace, op, references
+requires("0.5.0", "fx.struct in gemm.py; the examples are built and tested with 0.5.0")  # before the imports
+
+from elementwise import add  # noqa: E402
+from gemm import gemm  # noqa: E402
+from rmsnorm import rmsnorm  # noqa: E402
+from softmax import softmax, softmax_bwd  # noqa: E402
+
+from flyship.compiler.spec import Backward, Output, Scalar, Spec, Tensor, namespace, op, references  # noqa: E402
 
 namespace("flyship_examples")
 references("references.py")

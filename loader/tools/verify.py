@@ -7,7 +7,7 @@ dtypes its guard names; the kernel runs through the op's own C++ path with that 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from flyship.bundle import manifest as _m
 from flyship.bundle import targets as _targets
@@ -128,6 +128,55 @@ def _same_layout_copy(t: Any) -> Any:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
+def unwritten_counts(run_out: Callable[[list[Any]], None], outputs: Sequence[Any]) -> list[int]:
+    """How many elements of each output a kernel leaves unwritten (an early return before the stores, a
+    kernel that needs ``zero=True``): ``run_out(outs)`` runs it into fresh tensors laid out like ``outputs``,
+    twice, filled first with zero bytes and then with 0x01 bytes; an element that still holds its fill after
+    both runs was never written (a deterministic store cannot equal both)."""
+    import torch
+
+    stuck = []
+    for fill in (0, 1):
+        outs = [torch.empty_like(o) for o in outputs]
+        for t in outs:
+            bits = _bits(t)
+            if bits is not None:
+                bits.fill_(_pattern(fill, t.element_size()))
+        run_out(outs)
+        stuck.append([_bits(t).eq(_pattern(fill, t.element_size())) if _bits(t) is not None
+                      else torch.zeros(t.shape, dtype=torch.bool, device=t.device) for t in outs])
+    return [int((a & b).sum()) for a, b in zip(*stuck)]
+
+
+def _bits(t: Any) -> Any:
+    """``t`` viewed as integers of its element size (same strides), or None for a size with no integer dtype."""
+    import torch
+
+    dt = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
+    return None if dt is None else t.view(dt)
+
+
+def _pattern(byte: int, size: int) -> int:
+    """The integer whose ``size`` little-endian bytes all equal ``byte``."""
+    return int.from_bytes(bytes([byte]) * size, "little", signed=size > 1)
+
+
+def _unwritten_note(handle: Any, spec: str, inputs: list[Any], written: list[int], op: _m.Op) -> str:
+    """A note naming the outputs the kernel leaves partly unwritten (and how many elements), else ""."""
+    got = handle.run_specialization(spec, *inputs)
+
+    def run_out(outs: list[Any]) -> None:
+        fresh = [_same_layout_copy(t) if i in written else t for i, t in enumerate(inputs)]
+        handle.run_specialization(spec, *fresh, out=outs)
+
+    counts = unwritten_counts(run_out, got)
+    bad = [f"{o.name}: {n} of {t.numel()} elements" for o, t, n in zip(op.outputs, got, counts) if n]
+    if not bad:
+        return ""
+    return (f"leaves outputs unwritten ({'; '.join(bad)}): a fresh output holds garbage there; if the kernel "
+            "skips those elements on purpose (an early return), declare the output zero=True, else store them")
+
+
 def verify(ops: "Ops", device: Optional[Any] = None) -> Report:
     """Run each op's specializations on ``device`` (default: the current GPU) against the references.
 
@@ -178,5 +227,6 @@ def verify(ops: "Ops", device: Optional[Any] = None) -> Report:
                     max_abs = max(max_abs, float(diff.max()))
                     max_rel = max(max_rel, float((diff / b.double().abs().clamp_min(1e-12)).max()))
                 ok = ok and a.shape == b.shape and bool(torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol))
-            rows.append(Row(op.name, spec.name, ran, max_abs, max_rel, ok))
+            note = _unwritten_note(handle, spec.name, inputs, written, op) if ok and op.outputs else ""
+            rows.append(Row(op.name, spec.name, ran, max_abs, max_rel, ok and not note, note))
     return Report(tuple(rows), f"{device} ({torch.cuda.get_device_name(device)}, {target})")

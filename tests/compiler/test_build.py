@@ -327,6 +327,7 @@ def test_a_kernel_that_crashes_its_worker_is_named_and_the_others_still_build(tm
 
         @flyc.jit
         def crash(x: fx.Tensor, out: fx.Tensor, stream: fx.Stream = fx.Stream(None)):
+            os.write(2, b"LLVM ERROR: the native code's own words\\n")
             os.abort()  # what an assertion in the DSL's native code does to the process
     """))
     spec = _small_spec(tmp_path, textwrap.dedent(ADD_ONLY) + """
@@ -339,6 +340,8 @@ op("crash", kernel=crash, args=[Tensor("x", rank=1), Output("out", like="x")],
     assert r.returncode == 1
     assert "1 of 2 kernels failed" in r.stderr
     assert "crash.f32 on gfx942: the worker process died while compiling this kernel" in r.stderr
+    report = r.stderr[r.stderr.index("crash.f32 on gfx942: the worker process died"):]
+    assert "it printed:\nLLVM ERROR: the native code's own words" in report  # quoted in the error, not lost
     assert "add.f32:" not in r.stderr.split("failed; nothing was written")[1]
 
 

@@ -650,3 +650,90 @@ def test_an_entry_that_passes_a_view_is_told_what_to_declare_instead(tmp_path):
     assert ("for a view (t.view(-1), t.view(torch.int8), t.reshape(...)), pass the tensor itself and let the launcher "
             "index it, or declare the op's tensor as the launcher sees it (a flat 1-D Tensor with rules on its numel, "
             "or the dtype the launcher reads) so the entry passes it unchanged") in err
+
+
+def test_a_float_literal_an_entry_passes_is_declared_a_float_value_and_packed_as_an_f32_constant(tmp_path):
+    body = """
+        from scale import scale
+        from flyship.compiler.spec import Value, entry
+
+        def f(x, out):
+            import flydsl.expr as fx
+            return scale(x, out, 2.5, TILE_N=256, stream=fx.Stream(None))
+
+        op("s", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x")DECL],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 256)},
+                       constraints=("x.shape[1] == 256", "x.stride[0] == 256", "x.stride[1] == 1"))])
+    """
+    err = _refused(tmp_path, _spec(tmp_path, body.replace("DECL", "")))
+    assert "a float constant the entry passes itself is declared Value('alpha', '2.5', type='f32') in args=" in err
+    spec = _spec(tmp_path, body.replace("DECL", ", Value('alpha', '2.5', type='f32')"))
+    run_build(spec, tmp_path / "o", ["gfx942"])
+    (v,) = M.read(tmp_path / "o").op("s").specializations[0].variants
+    assert ("constant", "f32", 2.5) in [(f.kind, f.type, f.value) for f in v.kernargs.fields]
+    assert [a.name for a in M.read(tmp_path / "o").op("s").args] == ["x"]  # a constant is not in the schema
+
+
+def test_a_float_value_must_be_a_literal():
+    from flyship.compiler.spec import Value
+    from flyship.errors import SpecError
+
+    with pytest.raises(SpecError, match="expected a float literal"):
+        Value("eps", "x.shape[0] * 0.5", type="f32")
+
+
+def test_a_builders_returned_wrapper_is_accepted_as_the_user_calls_it(tmp_path):
+    # The shape of FlyDSL's RoPE + KV cache / attention builders: a plain function closing over the launcher.
+    spec = _spec(tmp_path, """
+        from rows import add_one_rows
+        from flyship.compiler.spec import Value
+
+        def build_add_one(n):
+            launcher = add_one_rows
+
+            def run(x, out, m):
+                return launcher(x, out, m, N=n)
+            return run
+
+        op("r", kernel=build_add_one(1024), args=[Tensor("x", rank=2), Output("out", like="x"),
+                                                  Value("m", "x.shape[0]")],
+           specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)},
+                       constraints=("x.shape[1] == 1024", "x.stride[0] == 1024", "x.stride[1] == 1"))])
+    """)
+    run_build(spec, tmp_path / "o", ["gfx942"])
+    (v,) = M.read(tmp_path / "o").op("r").specializations[0].variants
+    assert ("expr", "i32", "x.shape[0]") in [(f.kind, f.type, f.expr) for f in v.kernargs.fields]
+
+
+def test_a_plain_function_that_reaches_no_launcher_is_refused_naming_the_op_and_entry(tmp_path):
+    spec = _spec(tmp_path, """
+        import rows
+
+        def run(x, out):
+            return getattr(rows, "add_one_rows")(x, out, 64, N=1024)
+
+        op("r", kernel=run, args=[Tensor("x", rank=2), Output("out", like="x")],
+           specs=[Spec("r64", dtypes={"x": "float32"}, shapes={"x": (64, 1024)})])
+    """)
+    err = _refused(tmp_path, spec)
+    assert "op r: kernel= is the plain Python function 'run', expected a DSL launcher or entry(...)" in err
+    assert "declare kernel=entry(run)" in err
+
+
+def test_a_spec_that_needs_a_newer_flydsl_is_refused_naming_both_versions_before_its_kernels_are_imported(tmp_path):
+    from flyship.compiler.frontends.flydsl.versions import installed_version_without_import
+
+    spec = _spec(tmp_path, """
+        from flyship.compiler.frontends.flydsl import requires
+        requires("999.1", "fx.future_thing")
+        import no_such_kernel_module  # never reached: the version is refused first
+    """)
+    err = _refused(tmp_path, spec)
+    assert f"expected FlyDSL >= 999.1 (for fx.future_thing), got {installed_version_without_import()}" in err
+    assert "no_such_kernel_module" not in err
+    spec = _spec(tmp_path, """
+        from flyship.compiler.frontends.flydsl import requires
+        requires("0.1.5")
+        import no_such_kernel_module
+    """)
+    assert "no_such_kernel_module" in _refused(tmp_path, spec)  # an older minimum passes on to the imports

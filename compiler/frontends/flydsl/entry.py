@@ -71,7 +71,7 @@ def _check_constants_pinned(op: OpDecl, spec: Spec, pos: list, where: str) -> No
     pins = set(equal) | {(b, a) for a, b in equal}
     sizes = _example_sizes(op, pos)
     for a in op.args:
-        if not launcher_constant(a):
+        if not launcher_constant(a) or a.float_literal() is not None:
             continue
         value = int(a.expr.strip())
         same = [e for e, v in sizes if v == value]
@@ -148,12 +148,14 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
         elif isinstance(value, (bool, int, float)):
             hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
                    and v == value]
-            hit += [a for a, v in constants if type(value) is int and v == value]
+            hit += [a for a, v in constants if type(value) in (int, float) and type(v) is type(value) and v == value]
             if len(hit) != 1:
                 shape = _shape_hint(op, pos, name, value) if not hit else ""
                 constant = (f"; {'else ' if shape else ''}a constant the entry passes itself (a fixed size, pinned "
                             f"by a constraint if it equals an input's) is declared Value({name!r}, {str(value)!r}) "
-                            "in args=" if type(value) is int and not hit else "")
+                            "in args=" if type(value) is int and not hit else
+                            f"; a float constant the entry passes itself is declared Value({name!r}, {str(value)!r}, "
+                            "type='f32') in args=" if type(value) is float and not hit else "")
                 constant = shape + constant
                 raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} the "
                                     f"value {value!r}, which is {'none' if not hit else 'more than one'} of the op's "

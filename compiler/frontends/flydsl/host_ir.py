@@ -65,6 +65,7 @@ class FieldPlan:
     arg: str | None = None
     dim: int | None = None
     expr: str | None = None
+    value: float | None = None  # a float Value's constant (kind "constant")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,6 +363,8 @@ def _launch(ir: Any, launch: Any, op: OpDecl, spec: Spec, binding: dict, layouts
     ev = _Evaluator(binding, layouts, shapes, scalars, where, ir)
     ev.strides = strides
     ev.values = {a.name: a.expr for a in op.args if isinstance(a, Value)}
+    ev.float_values = {a.name: a.float_literal() for a in op.args
+                       if isinstance(a, Value) and a.float_literal() is not None}
     grid = tuple(ev.expr(v) for v in grid_vals)
     grid_num = tuple(ev.value(v) for v in grid_vals)
     block = []
@@ -413,6 +416,7 @@ class _Evaluator:
         self.binding, self.layouts, self.shapes, self.scalars, self.where, self.ir = (
             binding, layouts, shapes, scalars, where, ir)
         self.width_constraints: list[str] = []
+        self.float_values: dict[str, float] = {}
 
     # -- helpers -----------------------------------------------------------------------------
     def _block_arg(self, v) -> tuple[str, str] | None:
@@ -558,6 +562,9 @@ class _Evaluator:
             if comp == "pointer":
                 return [FieldPlan(0, "pointer", "ptr", arg=name)], 8
             if comp == "value":
+                const = self.float_values.get(name)
+                if const is not None and t == "f32":  # Value("eps", "1e-6", type="f32"): an f32 constant
+                    return [FieldPlan(0, "constant", "f32", value=const)], 4
                 if t not in _INT_W:
                     raise FrontendError(f"{self.where}: Value {name} lowered to {t}; a Value is an integer parameter")
                 e = _expr.canonical(self.values[name])

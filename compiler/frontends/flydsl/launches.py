@@ -73,7 +73,7 @@ def _layout(analysis: host_ir.HostAnalysis, meta, where: str) -> KernargLayout:
         for p in plans:
             fields.append(KernargField(
                 offset=marg.offset + p.rel_offset, size=FIELD_TYPES[p.type], kind=p.kind, type=p.type, arg=p.arg,
-                dim=p.dim, expr=p.expr, kernel_arg=marg.name or f"arg{i}"))
+                dim=p.dim, expr=p.expr, value=p.value, kernel_arg=marg.name or f"arg{i}"))
     extent = max((a.offset + a.size for a in explicit), default=0)
     return KernargLayout(size=extent, alignment=max(8, meta.kernarg_segment_align), fields=tuple(fields))
 

@@ -15,7 +15,7 @@ def launcher_constant(a: Any) -> bool:
     """A ``Value`` whose expression is an integer literal (``Value("block", "128")``): in an entry's
     declaration, the constant the entry itself passes to a launcher (``launcher(x, out, 128)``), not one of the
     entry's parameters."""
-    return isinstance(a, Value) and a.expr.strip().lstrip("+-").isdigit()
+    return isinstance(a, Value) and (a.expr.strip().lstrip("+-").isdigit() or a.float_literal() is not None)
 
 
 def entry_arguments(op: OpDecl) -> list[Tensor | Output | Scalar | Value]:
@@ -179,7 +179,13 @@ def check_signature(op: OpDecl) -> None:
                 f"op {op.name}: Scalar({a.name!r}, {a.type!r}) declares an {a.type} but launcher "
                 f"{launcher_name(op.kernel)!r} annotates {a.name} as {_annotation_name(ann)} ({kind}); declare "
                 f"Scalar({a.name!r}, {kind!r}) so the schema and the kernel argument agree")
-        if isinstance(a, Value) and kind is not None and (kind != "int" or (
+        if isinstance(a, Value) and kind is not None and a.float_literal() is not None:
+            if _annotation_name(ann) != "Float32":
+                raise FrontendError(
+                    f"op {op.name}: Value({a.name!r}, {a.expr!r}, type='f32') but launcher "
+                    f"{launcher_name(op.kernel)!r} annotates {a.name} as {_annotation_name(ann)}; a float Value is "
+                    "packed as f32: annotate the parameter fx.Float32, or declare a Scalar")
+        elif isinstance(a, Value) and kind is not None and (kind != "int" or (
                 _annotation_name(ann) in ("Int32", "Int64") and _annotation_name(ann) != f"Int{a.type[1:]}")):
             raise FrontendError(
                 f"op {op.name}: Value({a.name!r}, type={a.type!r}) but launcher {launcher_name(op.kernel)!r} "

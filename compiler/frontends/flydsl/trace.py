@@ -48,7 +48,7 @@ def _call_args(op: OpDecl, spec: Spec, target: str | None = None) -> tuple[list[
             t = torch.empty_strided(shapes[a.name], strides[a.name], dtype=_torch_dtype(spec.dtypes[a.name]))
             named[a.name] = _pointer_to(t, a.pointee or spec.dtypes[a.name]) if a.name in pointers else t
         elif isinstance(a, Value):
-            named[a.name] = int(values[a.name])
+            named[a.name] = values[a.name] if a.float_literal() is not None else int(values[a.name])
         elif isinstance(a, Output):
             t = torch.empty(shapes[a.name], dtype=_torch_dtype(op.output_dtype_for(a, spec)))
             named[a.name] = _pointer_to(t, op.output_dtype_for(a, spec)) if a.name in pointers else t

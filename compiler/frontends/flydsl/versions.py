@@ -281,3 +281,23 @@ def installed_version_without_import() -> str | None:
         return _dist_version("flydsl")
     except PackageNotFoundError:
         return None
+
+
+def requires(minimum: str, why: str = "") -> None:
+    """A spec or kernel module that needs a newer FlyDSL than :data:`OLDEST` says so first, before it imports
+    what the older release lacks (``requires("0.5.0", "fx.struct")`` at the top of the spec file): an older
+    FlyDSL is then refused naming both versions, before any import of the kernels or tracing.
+
+    Raises:
+        FlydslVersionError: FlyDSL is absent or older than ``minimum``.
+    """
+    import sys
+
+    need = parse_version(minimum)
+    caller = sys._getframe(1).f_code.co_filename
+    installed = installed_version_without_import()
+    if installed is None or parse_version(installed) < need:
+        raise FlydslVersionError(
+            f"{caller}: expected FlyDSL >= {minimum}{f' (for {why})' if why else ''}, got "
+            f"{installed or 'none installed'}; run flyc-build under a Python whose FlyDSL is >= {minimum} "
+            "(flyship never installs or replaces FlyDSL), or build another spec")
