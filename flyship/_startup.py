@@ -66,7 +66,14 @@ def _apply(path: str, module_name: str) -> None:
 
 def activate(path: str) -> None:
     """Watch for the modules the patches file at ``path`` patches (``FLYSHIP_HOOK=0`` turns this off)."""
-    if os.environ.get("FLYSHIP_HOOK", "1").strip() == "0":
+    from flyship import env
+    from flyship.errors import ConfigError
+
+    try:
+        if not env.hook_enabled():
+            return
+    except ConfigError as e:  # a bad switch value must never stop the interpreter: say so, patch nothing
+        _warn(f"{e}; nothing is patched")
         return
     try:
         with open(path, encoding="utf-8") as f:

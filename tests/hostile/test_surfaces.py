@@ -1,0 +1,178 @@
+"""Hostile and careless inputs on round 2's surfaces (issue 22, "Robustness"): the FLYSHIP_* switches, the output
+folder of ``flyc-build --force``. Each case runs in a fresh Python under a time limit and an address-space limit, and
+reports what happened as one JSON line: a flyship error (a clean refusal), a value (an acceptance, checked against
+the expected one), or anything else (a raw exception, a crash, a hang), which fails the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flyship import env
+
+from ..conftest import run_build
+
+ROOT = Path(__file__).resolve().parents[2]
+TIME_S = 60
+MEMORY = 4 << 30  # address space: enough for Python and flyship.env, far below a runaway read
+
+RUNNER = r"""
+import json, sys
+from flyship.errors import FlyshipError
+try:
+    value = eval(compile(sys.argv[1], "<case>", "eval"))
+    print(json.dumps({"outcome": "value", "value": repr(value)}))
+except FlyshipError as e:
+    print(json.dumps({"outcome": "refused", "class": type(e).__name__, "message": str(e)}))
+except BaseException as e:
+    print(json.dumps({"outcome": "raw", "class": type(e).__name__, "message": str(e)}))
+"""
+
+
+def _limits() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+
+
+def run_case(expr: str, prelude: str = "", environ: dict[str, str] | None = None, cwd: Path = ROOT) -> dict:
+    """Evaluate ``expr`` (after ``prelude``) in a fresh Python with ``environ`` added; a crash or a hang is an
+    AssertionError naming the case."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("FLYSHIP_")}
+    e.update(environ or {})
+    e["PYTHONPATH"] = str(ROOT)
+    code = textwrap.dedent(prelude) + "\n" + RUNNER
+    try:
+        r = subprocess.run([sys.executable, "-c", code, expr], capture_output=True, text=True, env=e, cwd=str(cwd),
+                           timeout=TIME_S, preexec_fn=_limits)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"hang: {expr} with {environ} ran past {TIME_S} s") from None
+    assert r.returncode == 0 and r.stdout.strip(), f"crash ({r.returncode}): {expr} with {environ}\n{r.stderr}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+BOOLS = [s.name for s in env.SWITCHES if s.kind == "bool"]
+READERS = {"FLYSHIP_FALLBACK": "fallback_enabled", "FLYSHIP_FAST_CALL": "fast_call_enabled",
+           "FLYSHIP_VERBOSE": "verbose", "FLYSHIP_REPORT": "report", "FLYSHIP_HOOK": "hook_enabled"}
+ON = ["1", "true", "TRUE", "Yes", "on", " ON "]
+OFF = ["0", "false", "No", "off", "OFF"]
+BAD = ["maybe", "2", "y", "enable", "1.0", "tru e"]
+
+
+def test_every_bool_switch_has_a_reader_here():
+    assert sorted(BOOLS) == sorted(READERS)
+
+
+@pytest.mark.parametrize("name", BOOLS)
+def test_a_bool_switch_takes_the_same_words_everywhere_and_refuses_the_rest_naming_switch_and_words(name):
+    # one fresh process per switch: every word is read in it, each by a new environment
+    reader = READERS[name]
+    words = ON + OFF + BAD + [""]
+    expr = (f"[_try(lambda: (os.environ.__setitem__({name!r}, w), flyship.env.{reader}())[1]) for w in {words!r}]")
+    prelude = """
+        import os, flyship.env
+        from flyship.errors import ConfigError
+        def _try(f):
+            try:
+                return f()
+            except ConfigError as e:
+                return 'refused: ' + str(e)
+    """
+    got = run_case(expr, prelude)
+    assert got["outcome"] == "value", got
+    results = eval(got["value"])  # a list of bools and messages, printed by repr
+    default = {"FLYSHIP_FALLBACK": True, "FLYSHIP_FAST_CALL": True, "FLYSHIP_HOOK": True}.get(name, False)
+    assert results[:len(ON)] == [True] * len(ON)
+    assert results[len(ON):len(ON) + len(OFF)] == [False] * len(OFF)
+    for word, msg in zip(BAD, results[len(ON) + len(OFF):-1]):
+        assert isinstance(msg, str) and msg.startswith(f"refused: {name}: expected one of 1/true/yes/on (on) or "
+                                                       "0/false/no/off (off), any case"), (word, msg)
+        assert repr(word.strip()) in msg
+    assert results[-1] is default  # set but empty: the default
+
+
+@pytest.mark.parametrize("value", ["OFF", "off", "0", "No", "false"])
+def test_plan_cache_set_to_an_off_word_turns_the_cache_off_and_creates_no_folder(tmp_path, value):
+    got = run_case("flyship.env.plan_cache_dir()", "import flyship.env", {"FLYSHIP_PLAN_CACHE": value}, cwd=tmp_path)
+    assert got == {"outcome": "value", "value": "None"}
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", [s.name for s in env.SWITCHES if s.kind in ("folder", "folders")])
+@pytest.mark.parametrize("value", ["relative/cache", "/dev/null"])
+def test_a_folder_switch_refuses_a_relative_path_or_a_non_folder_with_a_config_error(tmp_path, name, value):
+    reader = {"FLYSHIP_HIP_NVIDIA_INCLUDE": "hip_nvidia_include", "FLYSHIP_HIP_PATH": "hip_path",
+              "FLYSHIP_EXTENSIONS_DIR": "extensions_dir", "FLYSHIP_LLVM_BIN": "llvm_bin",
+              "FLYSHIP_EXTENSION_PATH": "extension_path", "FLYSHIP_CACHE_DIR": "cache_dir",
+              "FLYSHIP_BUNDLE_CACHE": "bundle_cache_dir", "FLYSHIP_PLAN_CACHE": "plan_cache_dir"}[name]
+    got = run_case(f"flyship.env.{reader}()", "import flyship.env", {name: value}, cwd=tmp_path)
+    assert got["outcome"] == "refused" and got["class"] == "ConfigError", got
+    assert got["message"].startswith(f"{name}: expected ") and repr(value) in got["message"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_extensions_dir_dev_null_is_a_config_error_where_the_loader_reads_it(tmp_path):
+    got = run_case("flyship.loader.extension.extensions_root()", "import flyship.loader.extension",
+                   {"FLYSHIP_EXTENSIONS_DIR": "/dev/null"}, cwd=tmp_path)
+    assert got["outcome"] == "refused" and got["class"] == "ConfigError", got
+    assert "FLYSHIP_EXTENSIONS_DIR: expected a folder, found '/dev/null'" in got["message"]
+
+
+def test_a_folder_switch_takes_an_absolute_path_or_home_relative_one(tmp_path):
+    got = run_case("(str(flyship.env.cache_dir()), str(flyship.env.bundle_cache_dir()))", "import flyship.env",
+                   {"FLYSHIP_CACHE_DIR": str(tmp_path / "new"), "FLYSHIP_BUNDLE_CACHE": "~/b", "HOME": str(tmp_path)})
+    assert eval(got["value"]) == (str(tmp_path / "new"), str(tmp_path / "b"))
+
+
+def test_a_bad_hook_switch_warns_and_patches_nothing_and_never_stops_the_interpreter(tmp_path):
+    patches = tmp_path / "patches.json"
+    patches.write_text('{"patches": [{"target": "json:dumps"}]}')
+    got = run_case(f"flyship._startup.activate({str(patches)!r})", "import flyship._startup",
+                   {"FLYSHIP_HOOK": "sometimes"})
+    assert got == {"outcome": "value", "value": "None"}
+
+
+def test_the_docs_switch_table_is_the_modules_table():
+    text = (ROOT / "docs" / "switches.md").read_text()
+    marker = "<!-- switches table: generated by flyship.env.table_markdown() -->\n"
+    assert marker in text
+    assert text.split(marker, 1)[1] == env.table_markdown(), "regenerate docs/switches.md from env.table_markdown()"
+
+
+def test_every_flyship_switch_the_product_reads_is_in_the_table():
+    read = set()
+    for folder in ("flyship", "loader", "compiler", "bundle"):
+        for p in (ROOT / folder).rglob("*.py"):
+            read |= set(re.findall(r"""(?:environ(?:\.get)?\(|environ\[|getenv\(|_get\()\s*["'](FLYSHIP_[A-Z_]+)""",
+                                   p.read_text()))
+    assert read and read <= {s.name for s in env.SWITCHES}, read - {s.name for s in env.SWITCHES}
+
+
+# ---- flyc-build -o <folder> --force ---------------------------------------------------------------------------
+
+@pytest.mark.compile
+@pytest.mark.parametrize("kind", ["user files", "a file", "a broken manifest"])
+def test_force_never_replaces_a_folder_that_is_not_a_bundle(tmp_path, kind):
+    out = tmp_path / "out"
+    if kind == "a file":
+        out.write_text("precious")
+    else:
+        out.mkdir()
+        (out / "thesis.tex").write_text("precious")
+        if kind == "a broken manifest":
+            (out / "manifest.json").write_text("{")
+    before = sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file())
+    spec = ROOT / "examples" / "flydsl" / "ops.py"
+    r = run_build(spec, out, ["sm_90"], "--force", check=False, env={"TMPDIR": str(tmp_path)})
+    if kind == "a file":  # click's own refusal of -o (a usage error)
+        assert r.returncode == 2 and "is a file" in r.stderr, r.stderr
+    else:
+        assert r.returncode == 1 and "--force replaces only a bundle or an empty folder" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()) == before
