@@ -176,3 +176,48 @@ def test_force_never_replaces_a_folder_that_is_not_a_bundle(tmp_path, kind):
         assert r.returncode == 1 and "--force replaces only a bundle or an empty folder" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()) == before
+
+
+# ---- calls: dispatch and the op call refuse what the C++ core or torch would refuse raw ------------------------
+
+TINY = ROOT / "tests" / "loader" / "data" / "tiny"
+CALL_PRELUDE = f"""
+import warnings, torch, flyship
+warnings.simplefilter("ignore")
+ops = flyship.load({str(TINY)!r})
+x, y = torch.randn(4096), torch.randn(4096)
+q = torch.quantize_per_tensor(x, 0.1, 0, torch.qint8)
+"""
+CALLS = [
+    ("ops.scale_rows.dispatch(torch.randn(4, 8), 1.0, 2**70, target='sm_90')", "to be an int in the int64 range"),
+    ("ops.scale_rows.dispatch(torch.randn(4, 8), 10**400, 0, target='sm_90')", "to be a float in the double range"),
+    ("ops.scale_rows(torch.randn(4, 8), 10**400, 0)", "to be a float in the double range"),
+    ("ops.add.dispatch(x, target='gfx942')", "expected argument 'y', got none; call it as add(x, y)"),
+    ("ops.add.dispatch(x.to_sparse(), y, target='gfx942')", "got a sparse_coo tensor of shape [4096]"),
+    ("ops.add.dispatch(q, y, target='gfx942')", "got a quantized tensor of shape [4096]"),
+    ("ops.add.dispatch(x, y, out=x.to_sparse(), target='gfx942')", "out tensor 0 to be a dense tensor"),
+    ("ops.add(x.to_sparse(), y)", "got a sparse_coo tensor of shape [4096]"),
+    ("ops.add(q, y)", "got a quantized tensor of shape [4096]"),
+    ("ops.add.out(x, y, out=torch.empty(4096).to_sparse())", "got a sparse_coo tensor"),
+]
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("expr, words", CALLS)
+def test_a_call_or_dispatch_with_values_the_core_cannot_take_is_a_call_type_error_in_the_op_calls_words(expr, words):
+    if not (TINY / "manifest.json").is_file():
+        pytest.skip("tests/loader/data/tiny is missing (make_tiny_bundle.py); it would prove calls are refused")
+    got = run_case(expr, CALL_PRELUDE)
+    if got["outcome"] == "raw" and "extension" in got["message"].lower() and "build" in got["message"].lower():
+        pytest.skip(f"the loader extension cannot be built here: {got['message']}")
+    assert got["outcome"] == "refused" and got["class"] == "CallTypeError", got
+    assert words in got["message"], got
+
+
+@pytest.mark.cpu
+def test_dispatch_reads_a_python_int_for_a_float_argument_as_the_op_call_does():
+    got = run_case("(ops.scale_rows.dispatch(torch.randn(4, 8), 2**70, 0, target='sm_90').reason, "
+                   "ops.scale_rows.dispatch(torch.randn(4, 8), float(2**70), 0, target='sm_90').reason)", CALL_PRELUDE)
+    assert got["outcome"] == "value", got
+    a, b = eval(got["value"])
+    assert a == b
