@@ -221,3 +221,60 @@ def test_dispatch_reads_a_python_int_for_a_float_argument_as_the_op_call_does():
     assert got["outcome"] == "value", got
     a, b = eval(got["value"])
     assert a == b
+
+
+# ---- the extension cache: verified before import, rebuilt when it fails ------------------------------------------
+
+EXT_PRELUDE = """
+import os, shutil, sys
+from pathlib import Path
+from flyship.loader import extension, prebuilt
+flavor = extension.choose_flavor()
+name = extension.extension_name(flavor)
+src = [p for p in (os.environ['WARM_ROOT'] + '/flyship/' + name + '/' + name + '.so',) if os.path.isfile(p)]
+lib = extension.extensions_root() / name / (name + '.so')
+lib.parent.mkdir(parents=True)
+def plant(kind):
+    data = Path(src[0]).read_bytes() if src else b''
+    if kind == 'whole':
+        lib.write_bytes(data); prebuilt.write_record(lib, name)
+    elif kind == 'truncated':
+        lib.write_bytes(data); prebuilt.write_record(lib, name); lib.write_bytes(data[: len(data) // 3])
+    elif kind == 'empty':
+        lib.write_bytes(b'')
+    elif kind == 'foreign':
+        lib.write_bytes(Path(sys.executable).read_bytes()[:65536]); prebuilt.write_record(lib, name)
+        prebuilt.record_path(lib).write_text('{"format": "flyship-prebuilt", "version": 1, "name": "other", "sha256": "0"}')
+    elif kind == 'no record':
+        lib.write_bytes(data)
+    return src
+"""
+
+
+def _warm_root() -> str:
+    from flyship.loader import extension
+
+    return str(extension.extensions_root().parent)
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("kind", ["truncated", "empty", "foreign", "no record"])
+def test_a_cached_extension_that_fails_verification_is_never_imported_but_built_again(tmp_path, kind):
+    # the rebuild runs with a failing compiler (CXX=/bin/false): it proves the bad library was dropped and a build
+    # started, in seconds; a truncated library that were imported would die of SIGBUS (a crash here)
+    got = run_case(f"(plant({kind!r}), extension.extension())", EXT_PRELUDE,
+                   {"FLYSHIP_EXTENSIONS_DIR": str(tmp_path), "CXX": "/bin/false", "WARM_ROOT": _warm_root()})
+    assert got["outcome"] == "refused" and got["class"] == "ExtensionBuildError", got
+    assert "the compiler '/bin/false' failed" in got["message"] and "set CXX to a working C++ compiler" in \
+        got["message"], got
+    assert list(tmp_path.rglob("*.so")) == [] and list(tmp_path.rglob("*.so.json")) == []
+
+
+@pytest.mark.cpu
+def test_a_whole_cached_extension_with_its_record_loads_without_a_compiler(tmp_path):
+    got = run_case("(plant('whole'), extension.extension().__name__)[1] if src else 'no warm extension'",
+                   EXT_PRELUDE,
+                   {"FLYSHIP_EXTENSIONS_DIR": str(tmp_path), "CXX": "/bin/false", "WARM_ROOT": _warm_root()})
+    if got == {"outcome": "value", "value": "'no warm extension'"}:
+        pytest.skip("no built extension in the user's cache to copy; it would prove a verified library loads")
+    assert got["outcome"] == "value" and got["value"].startswith("'flyship_"), got
