@@ -83,7 +83,14 @@ def _modules(path: str) -> set[str]:
 
 def activate(path: str) -> None:
     """Watch for the modules the patches file at ``path`` patches (``FLYSHIP_HOOK=0`` turns this off)."""
-    if os.environ.get("FLYSHIP_HOOK", "1").strip() == "0":
+    from flyship import env
+    from flyship.errors import ConfigError
+
+    try:
+        if not env.hook_enabled():
+            return
+    except ConfigError as e:  # a bad switch value must never stop the interpreter: say so, patch nothing
+        _warn(f"{e}; nothing is patched")
         return
     try:
         modules = _modules(path)

@@ -1,58 +1,123 @@
-"""Every ``FLYSHIP_*`` environment option, typed and documented in one place; read when used.
+"""Every ``FLYSHIP_*`` environment switch: one table (:data:`SWITCHES`: name, kind, default, meaning) and one
+parser per kind; read when used. docs/switches.md is this table (tests/hostile/test_surfaces.py checks it against
+:func:`table_markdown`).
 
-Options:
-    FLYSHIP_FLAVOR: force the loader's driver shim, ``hip`` or ``cuda`` (default: from the torch build:
-        ROCm torch -> hip, CUDA torch -> cuda; a CPU-only torch builds the hip flavor when HIP headers exist).
-        TEST-ONLY: ``hip-nvidia`` builds the HIP shim (csrc/driver_hip.cpp) for HIP's NVIDIA platform, over the
-        CUDA driver, to run the HIP launch path on an NVIDIA GPU (scripts/gpu_check_hip_nvidia.sh); never
-        chosen unless set here, and it needs FLYSHIP_HIP_NVIDIA_INCLUDE.
-    FLYSHIP_HIP_NVIDIA_INCLUDE: TEST-ONLY, for ``FLYSHIP_FLAVOR=hip-nvidia``: the folder holding the test's
-        ``hip/hip_runtime_api.h`` that maps the shim's HIP calls onto the CUDA driver
-        (``tests/gpu/hip_nvidia/include``). The CUDA headers and libcuda are found as for the cuda flavor.
-        ``record`` is test-only and never chosen by default: the recording driver (csrc/driver_record.cpp)
-        runs the real call path on CPU tensors and records each launch instead of running it.
-    FLYSHIP_HIP_PATH: root of the HIP install to compile the hip flavor against (default: ``$ROCM_PATH``,
-        ``/opt/rocm``, then Debian's ``/usr``).
-    FLYSHIP_EXTENSIONS_DIR: where the compiled extension is cached (default: ``$TORCH_EXTENSIONS_DIR`` or
-        torch's default, under a ``flyship`` folder).
-    FLYSHIP_FALLBACK: ``1`` (default) sends inputs that fit no specialization to the op's reference;
-        ``0`` raises instead.
-    FLYSHIP_FAST_CALL: ``1`` (default) lets eager calls of ``ops.<op>(...)`` / ``ops.<op>.out(...)`` enter the
-        C++ core directly when nothing but flyship's kernel would act on them (csrc/fast_call.cpp); ``0`` sends
-        every call through ``torch.ops`` (read at ``flyship.load``).
-    FLYSHIP_VERBOSE: ``1`` prints extension build commands and bundle loading details.
-    FLYSHIP_LLVM_BIN: folder holding llvm-mc and ld.lld for flyc-build (same as ``--llvm-bin``).
-    FLYSHIP_REPORT: ``1`` prints each process's routing summary (patched sites: calls to the op and to the
-        original, per reason; rank-tagged) to stderr at exit.
-    FLYSHIP_HOOK: ``0`` turns off the patches that ``flyship hook install`` set up for this environment.
-    FLYSHIP_EXTENSION_PATH: folders (``:``-separated) searched first for a prebuilt extension
-        (``flyship prebuild -o DIR``); then the folder holding the bundle, then
-        ``<sys.prefix>/share/flyship/extensions``.
-    FLYSHIP_CACHE_DIR: flyc-build's content-addressed build cache (default: ``$XDG_CACHE_HOME/flyship/build``,
-        else ``~/.cache/flyship/build``); ``flyc-build --no-cache`` bypasses it.
-    FLYSHIP_BUNDLE_CACHE: where packed bundles opened by ``flyship.load(FILE)`` are extracted, under
-        ``<sha256 of the file>`` (default: ``$XDG_CACHE_HOME/flyship/bundles``, else ``~/.cache/flyship/bundles``).
-    FLYSHIP_PLAN_CACHE: where ``flyship.load`` keeps each bundle's checked, lowered plan, keyed by the manifest's
-        sha256 and flyship's code (default: ``$XDG_CACHE_HOME/flyship/plans``, else ``~/.cache/flyship/plans``);
-        ``off`` reads, checks and lowers the manifest at every load instead (docs/loader.md, "The plan cache").
-    FLYSHIP_TRUSTED_KEYS: public keys (``:``-separated ``.pub`` files from ``flyship keygen``, or 64 hex digits);
-        when set, ``flyship.load`` accepts only packs signed by one of them (docs/security.md); ``load(...,
-        trusted_keys=)`` overrides it.
+Kinds (a switch set to an empty or all-blank value counts as unset, i.e. takes its default):
+    bool: ``1/0``, ``true/false``, ``yes/no``, ``on/off``, any case; anything else is a ConfigError naming the switch
+        and the accepted words.
+    folder: an absolute path (``~`` is expanded); a relative one is a ConfigError (``FLYSHIP_PLAN_CACHE=OFF`` must
+        not make a folder named ``OFF`` in the current directory), and so is a path that exists and is not a folder
+        (``/dev/null``). The folder need not exist yet; flyship creates caches when it writes them.
+        ``FLYSHIP_PLAN_CACHE`` also takes the off words of a bool (``0``, ``false``, ``no``, ``off``).
+    folders: ``:``-separated folders, each checked as ``folder`` (empty entries skipped).
+    choice / text / keys: as each switch's meaning says.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from flyship.errors import ConfigError
 
 
 FLAVORS = ("hip", "cuda", "hip-nvidia", "record")  # hip-nvidia and record: test-only, see FLYSHIP_FLAVOR
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
 
 
-def _get(name: str, default: str = "") -> str:
-    return os.environ.get(name, default).strip()
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    kind: str  # bool | folder | folders | choice | text | keys
+    default: str  # as a person reads it in the docs table
+    meaning: str
+
+
+SWITCHES: tuple[Switch, ...] = (
+    Switch("FLYSHIP_FLAVOR", "choice", "from the torch build",
+           "the loader's driver shim, `hip` or `cuda` (ROCm torch -> hip, CUDA torch -> cuda; a CPU-only torch builds "
+           "hip when HIP headers exist). TEST-ONLY: `hip-nvidia` (the HIP shim over the CUDA driver, "
+           "scripts/gpu_check_hip_nvidia.sh; needs FLYSHIP_HIP_NVIDIA_INCLUDE) and `record` (the recording driver, "
+           "csrc/driver_record.cpp: runs the real call path on CPU tensors and records each launch)."),
+    Switch("FLYSHIP_HIP_NVIDIA_INCLUDE", "folder", "unset",
+           "TEST-ONLY, for `FLYSHIP_FLAVOR=hip-nvidia`: the folder holding the test's `hip/hip_runtime_api.h` "
+           "(tests/gpu/hip_nvidia/include)."),
+    Switch("FLYSHIP_HIP_PATH", "folder", "`$ROCM_PATH`, `/opt/rocm`, then `/usr`",
+           "root of the HIP install to compile the hip flavor against."),
+    Switch("FLYSHIP_EXTENSIONS_DIR", "folder", "`$TORCH_EXTENSIONS_DIR` or torch's default, under `flyship`",
+           "where the compiled loader extension is cached."),
+    Switch("FLYSHIP_FALLBACK", "bool", "on",
+           "on: inputs that fit no specialization run the op's reference; off: they raise."),
+    Switch("FLYSHIP_FAST_CALL", "bool", "on",
+           "on: eager calls of `ops.<op>(...)` enter the C++ core directly when nothing but flyship's kernel would "
+           "act on them (csrc/fast_call.cpp); off: every call goes through `torch.ops` (read at `flyship.load`)."),
+    Switch("FLYSHIP_VERBOSE", "bool", "off", "prints extension build commands and bundle loading details."),
+    Switch("FLYSHIP_LLVM_BIN", "folder", "found on `ROCM_PATH` / `PATH`",
+           "folder holding llvm-mc and ld.lld for flyc-build (same as `--llvm-bin`)."),
+    Switch("FLYSHIP_REPORT", "bool", "off",
+           "prints each process's routing summary (patched sites; rank-tagged) to stderr at exit."),
+    Switch("FLYSHIP_HOOK", "bool", "on",
+           "off turns off the patches that `flyship hook install` set up for this environment (a bad value warns "
+           "and patches nothing; it never stops the interpreter)."),
+    Switch("FLYSHIP_EXTENSION_PATH", "folders", "unset",
+           "folders searched first for a prebuilt extension (`flyship prebuild -o DIR`); then the bundle's folder, "
+           "then `<sys.prefix>/share/flyship/extensions`."),
+    Switch("FLYSHIP_CACHE_DIR", "folder", "`$XDG_CACHE_HOME/flyship/build`, else `~/.cache/flyship/build`",
+           "flyc-build's content-addressed build cache (`flyc-build --no-cache` bypasses it)."),
+    Switch("FLYSHIP_BUNDLE_CACHE", "folder", "`$XDG_CACHE_HOME/flyship/bundles`, else `~/.cache/flyship/bundles`",
+           "where packs opened by `flyship.load(FILE)` are extracted, under `<sha256 of the file>`."),
+    Switch("FLYSHIP_PLAN_CACHE", "folder", "`$XDG_CACHE_HOME/flyship/plans`, else `~/.cache/flyship/plans`",
+           "where `flyship.load` keeps each bundle's checked, lowered plan (docs/loader.md, \"The plan cache\"); an "
+           "off word (`0`, `false`, `no`, `off`) reads, checks and lowers the manifest at every load instead."),
+    Switch("FLYSHIP_TRUSTED_KEYS", "keys", "unset",
+           "`:`-separated public keys (`.pub` files from `flyship keygen`, or 64 hex digits); when set, "
+           "`flyship.load` accepts only packs signed by one of them (docs/security.md); `load(..., trusted_keys=)` "
+           "overrides it."),
+)
+_BY_NAME = {s.name: s for s in SWITCHES}
+
+
+def table_markdown() -> str:
+    """docs/switches.md's table, from :data:`SWITCHES`."""
+    rows = ["| switch | kind | default | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{s.name}` | {s.kind} | {s.default} | {s.meaning} |" for s in SWITCHES]
+    return "\n".join(rows) + "\n"
+
+
+def _get(name: str) -> str:
+    assert name in _BY_NAME or not name.startswith("FLYSHIP_"), f"{name} is not in flyship.env.SWITCHES"
+    return os.environ.get(name, "").strip()
+
+
+def _bool(name: str, default: bool) -> bool:
+    v = _get(name).lower()
+    if not v:
+        return default
+    if v in TRUE_WORDS or v in FALSE_WORDS:
+        return v in TRUE_WORDS
+    raise ConfigError(f"{name}: expected one of {'/'.join(TRUE_WORDS)} (on) or {'/'.join(FALSE_WORDS)} (off), any "
+                      f"case; found {_get(name)!r}; set one of those words, or unset {name} for the default "
+                      f"({'on' if default else 'off'})")
+
+
+def _folder(name: str, value: str) -> Path:
+    if "\0" in value:
+        raise ConfigError(f"{name}: expected a folder path, found a NUL byte in {value!r}; set a plain absolute path")
+    p = Path(value).expanduser()
+    if not p.is_absolute():
+        raise ConfigError(f"{name}: expected an absolute folder path (or ~/...), found {value!r}; set an absolute "
+                          f"path, or unset {name} for the default")
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{name}: expected a folder, found {value!r}, which exists and is not a folder; point "
+                          f"{name} at a folder (it is created if missing), or unset it")
+    return p
+
+
+def _folder_or_empty(name: str) -> str:
+    v = _get(name)
+    return str(_folder(name, v)) if v else ""
 
 
 def flavor() -> str | None:
@@ -64,56 +129,47 @@ def flavor() -> str | None:
 
 
 def hip_nvidia_include() -> str:
-    return _get("FLYSHIP_HIP_NVIDIA_INCLUDE")
+    return _folder_or_empty("FLYSHIP_HIP_NVIDIA_INCLUDE")
 
 
 def hip_path() -> str:
-    return _get("FLYSHIP_HIP_PATH")
+    return _folder_or_empty("FLYSHIP_HIP_PATH")
 
 
 def extensions_dir() -> str:
-    return _get("FLYSHIP_EXTENSIONS_DIR")
-
-
-def _switch(name: str, default: str, off: str, on: str) -> bool:
-    """A 0/1 option; set but empty means unset (the default), as for every other FLYSHIP_* option."""
-    v = _get(name) or default
-    if v not in ("0", "1"):
-        raise ConfigError(f"{name}: expected 0 ({off}) or 1 ({on}), got {v!r}; set {name}=0 or {name}=1, or unset "
-                          f"it for the default {default}")
-    return v == "1"
+    return _folder_or_empty("FLYSHIP_EXTENSIONS_DIR")
 
 
 def fallback_enabled() -> bool:
-    return _switch("FLYSHIP_FALLBACK", "1", "raise when no specialization fits", "run the op's reference")
+    return _bool("FLYSHIP_FALLBACK", True)
 
 
 def fast_call_enabled() -> bool:
-    return _switch("FLYSHIP_FAST_CALL", "1", "every call through torch.ops", "eager calls enter the C++ core directly")
+    return _bool("FLYSHIP_FAST_CALL", True)
 
 
 def verbose() -> bool:
-    return _get("FLYSHIP_VERBOSE", "0") == "1"
+    return _bool("FLYSHIP_VERBOSE", False)
 
 
 def llvm_bin() -> str:
-    return _get("FLYSHIP_LLVM_BIN")
+    return _folder_or_empty("FLYSHIP_LLVM_BIN")
 
 
 def report() -> bool:
-    return _get("FLYSHIP_REPORT", "0") == "1"
+    return _bool("FLYSHIP_REPORT", False)
 
 
 def hook_enabled() -> bool:
-    return _get("FLYSHIP_HOOK", "1") != "0"
+    return _bool("FLYSHIP_HOOK", True)
 
 
 def _user_cache(option: str, sub: str) -> Path:
     """``option`` when set, else ``<XDG_CACHE_HOME or ~/.cache>/flyship/<sub>`` (XDG: absolute paths only)."""
     v = _get(option)
     if v:
-        return Path(v).expanduser()
-    xdg = _get("XDG_CACHE_HOME")
+        return _folder(option, v)
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
     base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
     return base / "flyship" / sub
 
@@ -130,12 +186,12 @@ def bundle_cache_dir() -> Path:
 
 def plan_cache_dir() -> Path | None:
     """Where loads cache checked, lowered plans: ``FLYSHIP_PLAN_CACHE``, else ``<per-user cache>/flyship/plans``;
-    None when it is ``off``."""
-    return None if _get("FLYSHIP_PLAN_CACHE") == "off" else _user_cache("FLYSHIP_PLAN_CACHE", "plans")
+    None when it is an off word (``0``, ``false``, ``no``, ``off``, any case)."""
+    return None if _get("FLYSHIP_PLAN_CACHE").lower() in FALSE_WORDS else _user_cache("FLYSHIP_PLAN_CACHE", "plans")
 
 
 def extension_path() -> list[str]:
-    return [d for d in _get("FLYSHIP_EXTENSION_PATH").split(os.pathsep) if d]
+    return [str(_folder("FLYSHIP_EXTENSION_PATH", d)) for d in _get("FLYSHIP_EXTENSION_PATH").split(os.pathsep) if d]
 
 
 def trusted_keys() -> list[str]:

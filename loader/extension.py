@@ -20,10 +20,10 @@ import dataclasses
 import glob
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -407,12 +407,8 @@ def install(library: Path, dest: Path) -> Path:
         os.replace(tmp, dest / library.name)
         from flyship.loader import prebuilt
 
-        rec = prebuilt.record(dest / library.name, library.name[: -len(".so")])
-        fd, tmp = tempfile.mkstemp(prefix=f".{library.name}.", dir=dest)
-        with os.fdopen(fd, "w") as f:
-            json.dump(rec, f, sort_keys=True)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, prebuilt.record_path(dest / library.name))
+        tmp = None
+        prebuilt.write_record(dest / library.name, library.name[: -len(".so")])
     except OSError as e:
         raise ConfigError(f"install the flyship extension into {dest}: expected a folder it can create and write, "
                           f"got {type(e).__name__}: {e.strerror or e}{f' ({e.filename})' if e.filename else ''}; "
@@ -450,12 +446,19 @@ def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
     try:
         if os.path.lexists(cfg.library):
             from flyship.bundle import trust
+            from flyship.loader import prebuilt
 
             why = trust.untrusted_reason(cfg.library, group_ok=True)  # its own cache: as the build cache
             if why is not None:  # planted in a shared extensions folder: never dlopen it
                 raise ExtensionBuildError(f"load flyship extension: refused {cfg.library}: {why}; delete it, or set "
                                           "FLYSHIP_EXTENSIONS_DIR to a folder only you can write")
-            return cfg.library
+            bad = prebuilt.refusal(cfg.library, cfg.name, group_ok=True)
+            if bad is None:
+                return cfg.library
+            # 0 bytes, truncated, foreign, or built before records existed: never imported, built again
+            _say(f"flyship: the cached C++ extension {cfg.library} fails verification ({bad}); building it again")
+            cfg.library.unlink()
+            prebuilt.record_path(cfg.library).unlink(missing_ok=True)
         _say(f"flyship: building the C++ extension ({cfg.flavor} flavor) in {cfg.directory} with "
              f"{os.environ.get('CXX', 'c++')}; this takes about a minute, once (`flyship prebuild` does it ahead of "
              "time)")
@@ -464,6 +467,11 @@ def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
         try:
             built = _compile(cfg, work, verbose)
             check_shared_libstdcxx(built)
+            from flyship.loader import prebuilt
+
+            # the record first: a reader that sees the new record beside an old library refuses it and waits here
+            prebuilt.write_record(built, cfg.name)
+            os.replace(prebuilt.record_path(built), prebuilt.record_path(cfg.library))
             os.replace(built, cfg.library)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -499,6 +507,13 @@ def _compile(cfg: BuildConfig, work: Path, verbose: bool | None) -> Path:
             with_cuda=False,
             is_python_module=False,  # built here, imported by _import (one path for fresh and cached)
         )
+    except subprocess.CalledProcessError as e:  # torch runs the compiler itself (its ABI check) before ninja
+        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else str(e.output or "")
+        raise ExtensionBuildError(
+            f"build flyship extension ({cfg.flavor}): the compiler {os.environ.get('CXX', 'c++')!r} failed "
+            f"(`{' '.join(map(str, e.cmd)) if isinstance(e.cmd, (list, tuple)) else e.cmd}` exited "
+            f"{e.returncode}; output: {out.strip()[-2000:] or 'none'}); set CXX to a working C++ compiler (c++, g++)"
+        ) from None
     except (RuntimeError, OSError, ImportError) as e:
         raise ExtensionBuildError(
             f"build flyship extension ({cfg.flavor}) in {cfg.directory} failed: {e}; set FLYSHIP_VERBOSE=1 to see "
@@ -548,8 +563,11 @@ def _cached(name: str) -> Path | None:
     which says what is wrong with it."""
     from flyship.bundle import trust
 
+    from flyship.loader import prebuilt
+
     library = extensions_root() / name / f"{name}.so"
-    if os.path.lexists(library) and trust.untrusted_reason(library, group_ok=True) is None:
+    if (os.path.lexists(library) and trust.untrusted_reason(library, group_ok=True) is None
+            and prebuilt.refusal(library, name, group_ok=True) is None):  # bytes as built: never a 0-byte or torn copy
         return library
     return None
 

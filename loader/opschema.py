@@ -184,14 +184,19 @@ def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
 _INT64 = (-(2**63), 2**63 - 1)
 
 
-def _misfit_value(kind: str, v: Any) -> Optional[str]:
+def misfit_value(kind: str, v: Any) -> Optional[str]:
     """What is wrong with ``v`` for a schema type ``kind`` (as torch's argument parser would refuse it), or None."""
     import numbers
 
     import torch
 
     if kind == "tensor":
-        return None if isinstance(v, torch.Tensor) else f"a tensor, got {_kind_of(v)}"
+        if not isinstance(v, torch.Tensor):
+            return f"a tensor, got {_kind_of(v)}"
+        if v.layout != torch.strided or v.is_nested or v.is_quantized:  # no kernel or reference of flyship's takes one
+            what = "nested" if v.is_nested else "quantized" if v.is_quantized else str(v.layout).replace("torch.", "")
+            return f"a dense tensor (torch.strided), got a {what} tensor of shape {list(v.shape)}"
+        return None
     if kind == "bool":
         return None if isinstance(v, bool) else f"a bool, got {_kind_of(v)}"
     if kind == "int":
@@ -202,6 +207,10 @@ def _misfit_value(kind: str, v: Any) -> Optional[str]:
         return None
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         return f"a float, got {_kind_of(v)}"
+    try:
+        float(v)
+    except OverflowError:
+        return f"a float in the double range, got an int of {int(v).bit_length()} bits"
     return None
 
 
@@ -246,18 +255,19 @@ def call_misfit(op: _m.Op, args: tuple, kwargs: dict[str, Any],
             if a.kind == "tensor" or a.default is None:
                 return f"expected argument {a.name!r}, got none; call it as {usage}"
             continue
-        wrong = _misfit_value(a.kind, given[a.name])
+        wrong = misfit_value(a.kind, given[a.name])
         if wrong:
             return f"expected {a.name!r} to be {wrong}; pass {_pass_hint(a.kind)}"
     for o in outs:
         if o not in given:
             return f"expected the out tensor {o}=, got none; call it as {usage}"
-        wrong = _misfit_value("tensor", given[o])
+        wrong = misfit_value("tensor", given[o])
         if wrong:
             return f"expected out tensor {o}= to be {wrong}; pass one preallocated tensor per output"
     return None
 
 
 def _pass_hint(kind: str) -> str:
-    return {"tensor": "a torch.Tensor", "bool": "True or False", "int": "a Python int in the int64 range",
+    return {"tensor": "a torch.Tensor (a dense one: x.to_dense(), x.dequantize())", "bool": "True or False",
+            "int": "a Python int in the int64 range",
             "float": "a Python float (or int)"}[kind]

@@ -33,14 +33,32 @@ def record(library: Path, name: str) -> dict[str, object]:
     return {"format": RECORD_FORMAT, "version": 1, "name": name, "sha256": trust.sha256(data)}
 
 
-def refusal(library: Path, name: str) -> str | None:
-    """Why the prebuilt ``library`` (module ``name``) must not be imported, or None when it may be."""
+def write_record(library: Path, name: str) -> None:
+    """Write ``library``'s record beside it (a temporary file, then a rename), as ``flyship prebuild`` and the build
+    cache do."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{library.name}.", dir=library.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(record(library, name), f, sort_keys=True)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, record_path(library))
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def refusal(library: Path, name: str, group_ok: bool = False) -> str | None:
+    """Why the prebuilt ``library`` (module ``name``) must not be imported, or None when it may be (``group_ok``:
+    the build cache's own library, in a folder a team may share, as :func:`flyship.bundle.trust.untrusted_reason`
+    says)."""
     if not os.path.lexists(record_path(library)):
         return f"no record {record_path(library).name} beside it (install it with `flyship prebuild -o DIR`)"
     try:
-        blob = trust.read_trusted(record_path(library), _MAX_RECORD, what="prebuilt extension record")
+        blob = trust.read_trusted(record_path(library), _MAX_RECORD, what="prebuilt extension record",
+                                  group_ok=group_ok)
         rec = files.parse_json(blob, what="its record")
-        data = trust.read_trusted(library, _MAX_LIBRARY, what="prebuilt extension")
+        data = trust.read_trusted(library, _MAX_LIBRARY, what="prebuilt extension", group_ok=group_ok)
     except (OSError, ValueError) as e:  # BundleError is a ValueError
         return str(e)
     if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:

@@ -4,6 +4,7 @@ tools the frontends in use need, all settled before any worker starts."""
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -190,6 +191,25 @@ def check_output(out_dir: Path, force: bool) -> None:
     _hygiene.recover_output(out_dir.resolve())
     if out_dir.exists() and not force:
         raise CompileError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
+    check_replaceable(out_dir)
+
+
+def check_replaceable(out_dir: Path) -> None:
+    """``--force`` replaces only a flyship bundle (its manifest reads) or an empty folder: never a folder of
+    someone's other files, nor a file or a link."""
+    if not os.path.lexists(out_dir):
+        return
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        raise CompileError(f"flyc-build: output {out_dir} exists and is not a folder (a file or a link); choose another "
+                         "-o, or remove it yourself")
+    if not any(out_dir.iterdir()):
+        return
+    try:
+        M.read(out_dir)
+    except (M.BundleError, OSError) as e:
+        raise CompileError(f"flyc-build: output folder {out_dir} is not empty and is not a flyship bundle ({e}); "
+                         "--force replaces only a bundle or an empty folder: choose another -o, or empty or remove "
+                         "the folder yourself") from None
 
 
 def plan_tasks(sf: SpecFile, targets: list[_targets.TargetID],

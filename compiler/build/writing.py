@@ -18,6 +18,7 @@ from flyship.compiler import hygiene as _hygiene
 from flyship.compiler import toolchain as _tc
 from flyship.compiler.build.assembling import assemble_manifest, frontend_versions, offload_bundles
 from flyship.compiler.build.options import BuildOptions, Row
+from flyship.compiler.build.planning import check_replaceable
 from flyship.compiler.spec import SpecFile
 from flyship.errors import CompileError
 
@@ -45,6 +46,7 @@ def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, 
             raise CompileError(f"flyc-build: the bundle would be refused at load: {e}") from e
         if out_dir.exists() and not force:
             raise CompileError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
+        check_replaceable(out_dir)
         _hygiene.replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

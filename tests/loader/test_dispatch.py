@@ -94,7 +94,7 @@ def test_wrong_rank_and_wrong_out_shape_are_errors_not_fallbacks(tiny):
     with pytest.raises(RuntimeError, match=r"expected out tensor 'out' of shape \[8\] and dtype float32, got "
                                            r"shape \[9\]"):
         tiny.add.dispatch(*pair(8), target="gfx942", out=(torch.empty(9),))
-    with pytest.raises(TypeError, match="expected a float for argument .alpha., got Tensor"):
+    with pytest.raises(TypeError, match=r"scale_rows.dispatch: expected .alpha. to be a float, got a tensor of shape \[\]"):
         tiny.scale_rows.dispatch(torch.randn(2, 3), torch.tensor(2.0), 0, target="gfx942")
 
 

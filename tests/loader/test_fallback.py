@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from flyship.errors import CallTypeError
+
 
 pytestmark = pytest.mark.cpu
 
@@ -111,9 +113,9 @@ def test_dispatch_and_calls_take_keywords_and_scalar_defaults(recorded_tiny, lau
     a, b = launches()
     assert a["kernargs"][:8] == b["kernargs"][:8] == x.data_ptr().to_bytes(8, "little")
     assert len(a["kernargs"]) == len(b["kernargs"])
-    with pytest.raises(TypeError, match="unknown argument 'alpah'"):
+    with pytest.raises(CallTypeError, match="expected keyword arguments among x, alpha, bias, got alpah=float 2.0"):
         ops.scale_rows.dispatch(x, alpah=2.0, target="gfx942")
-    with pytest.raises(TypeError, match="missing argument 'x'"):
+    with pytest.raises(CallTypeError, match="expected argument 'x', got none"):
         ops.scale_rows.dispatch(target="gfx942")
 
 
