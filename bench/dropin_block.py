@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 import flyship
+from flyship.loader.tools.report import note_compiled
 
 
 class RMSNorm(nn.Module):
@@ -110,22 +111,32 @@ def parse_modes(text: str) -> list[str]:
     return modes
 
 
-def race(fns: dict[str, Callable[[], Any]], repeats: int, iters: int) -> dict[str, dict[str, float]]:
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def race(fns: dict[str, Callable[[], Any]], repeats: int, iters: int,
+         before: dict[str, Callable[[], None]] | None = None) -> dict[str, dict[str, float]]:
     """Interleaved timing (rotating order per repeat, a sync around each run), medians in seconds per call; each
-    entry's ``ratio`` is the first entry's median over its own (above 1: faster than the first)."""
+    entry's ``ratio`` is the first entry's median over its own (above 1: faster than the first). ``before[name]``,
+    if given, runs untimed before each run of that entry (applies or undoes the patches)."""
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
-    for f in fns.values():  # warm-up: compiles, autotunes, records CUDA graphs
+    before = before or {}
+    for n, f in fns.items():  # warm-up: compiles, autotunes, records CUDA graphs
+        before.get(n, lambda: None)()
         for _ in range(3):
             f()
     for r in range(repeats):
         for k in range(len(names)):
             n = names[(r + k) % len(names)]
-            torch.cuda.synchronize()
+            before.get(n, lambda: None)()
+            sync()
             t0 = time.perf_counter()
             for _ in range(iters):
                 fns[n]()
-            torch.cuda.synchronize()
+            sync()
             times[n].append((time.perf_counter() - t0) / iters)
     base = statistics.median(times[names[0]])
     return {n: {"median_us": statistics.median(t) * 1e6, "ratio": base / statistics.median(t)}
@@ -140,6 +151,7 @@ def compile_arms(model: nn.Module, x: torch.Tensor, patches: list, mode: str, re
                            arms=("baseline", "compiled", "patched+compiled"), compile_options={"mode": mode})
     arms = result.as_dict()
     pc, c = arms["patched+compiled"]["median"], arms["compiled"]["median"]
+    note_compiled([p.target for p in patches], mode, pc, c)  # the routing report says whether fusion was lost
     return {"arms": arms, "table": result.table(), "patched_compiled_over_compiled": c / pc if pc else None}
 
 
@@ -159,14 +171,12 @@ def export_arm(model: nn.Module, x: torch.Tensor, patches: list, ops, out: Path,
         got = loaded(x)
         launched = sum(sum(op.stats()["launches"].values()) for op in (ops.rmsnorm, ops.softmax)) - n0
         torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
-        for p in patches:
-            p.undo()
-        base = race({"eager": lambda: model(x)}, 1, 1)  # warm the unpatched path before it is raced
-        del base
-        timed = race({"eager": lambda: model(x), "aoti_patched": lambda: loaded(x)}, repeats, iters)
-        for p in patches:
-            p.apply()
-        timed.update({"eager_patched": race({"eager": lambda: model(x)}, repeats, iters)["eager"]})
+
+        def patched(on: bool) -> Callable[[], None]:
+            return lambda: [p.apply() if on else p.undo() for p in patches] and None
+
+        timed = race({"eager": lambda: model(x), "eager_patched": lambda: model(x), "aoti_patched": lambda: loaded(x)},
+                     repeats, iters, before={"eager": patched(False), "eager_patched": patched(True)})
     for p in patches:
         p.undo()
     return {"ops_in_graph": in_graph, "launches_per_call": launched, "times": timed}
@@ -197,7 +207,7 @@ def probe_arm(ops, repeats: int, iters: int) -> dict[str, Any]:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(200):
                 fns[name]()
-            torch.cuda.synchronize()
+            sync()
         rows = [e for e in prof.key_averages() if e.key == f"{ops.namespace}::softmax"]
         op_cpu_us[name] = rows[0].cpu_time_total / rows[0].count if rows else None
     return {"times": timed, "op_cpu_us_per_call": op_cpu_us}

@@ -126,3 +126,25 @@ def test_handle_in_graph_traces_the_op(rec_ops: Any, launches: Callable[[], list
     launches()
     assert python_calls(lambda: compiled(x, y)) == []
     assert len(launches()) == 1
+
+
+def test_routing_report_says_where_fusion_was_lost(rec_ops: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bench's compiled races (bench/dropin_block.py records them) show per site in the routing report: the
+    measured cost when the patched graph loses to the graph compiled alone, the gain when it wins."""
+    import flyship
+    from flyship.loader.tools import report
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "data" / "dropin"))
+    p = flyship.patch("dropin_model:add", rec_ops.add, args={"x": "a", "y": "b"}, cpu_target="gfx942")
+    try:
+        target = p.stats()["target"]
+        monkeypatch.setattr(report, "_compiled", {})
+        report.note_compiled([target], "default", patched_s=400e-6, alone_s=333e-6)
+        report.note_compiled([target], "reduce-overhead", patched_s=100e-6, alone_s=120e-6)
+        site = next(s for s in flyship.routing_report()["sites"] if s["target"] == target)
+        assert site["compiled"]["default"] == {"patched_s": 400e-6, "alone_s": 333e-6, "sites": [target]}
+        text = report.format_report(flyship.routing_report())
+        assert "compiled (default): 0.4000 ms patched vs 0.3330 ms compiled alone: FUSION LOST, +67.0 us" in text
+        assert "compiled (reduce-overhead): 0.1000 ms patched vs 0.1200 ms compiled alone: wins, 20.0 us" in text
+    finally:
+        p.undo()
