@@ -18,7 +18,8 @@ Stacking (``--modes``, comma-separated, or ``all``; docs/perf.md "Stacking with 
 * ``export``: the patched block through ``torch.export`` and an AOTInductor package (compiled, packaged and
   loaded in this process after ``flyship.load``), raced against eager (patched and not);
 * ``probe``: a host-bound probe, ``softmax(x) * 2`` on a 64x1000 fp16 tensor, flyship's softmax vs torch's, eager
-  and compiled, with the op's own CPU time per call (torch.profiler) eager and inside the compiled graph.
+  and compiled, with the op's own CPU time per call (torch.profiler) eager, inside the compiled graph, and eager
+  right after a compiled call.
 
     python3 bench/dropin_block.py --bundle artifacts/triton --out $OUT/dropin --modes all
 """
@@ -187,7 +188,7 @@ def probe_arm(ops, repeats: int, iters: int) -> dict[str, Any]:
     plus the op's own CPU time per call (torch.profiler) eager and inside the compiled graph."""
     from torch.profiler import ProfilerActivity, profile
 
-    x = torch.randn(64, 1000, device="cuda", dtype=torch.float16)
+    x = torch.randn(64, 1000, device="cuda" if torch.cuda.is_available() else "cpu", dtype=torch.float16)
     softmax = getattr(torch.ops, ops.namespace).softmax
 
     def ours(t: torch.Tensor) -> torch.Tensor:
@@ -202,8 +203,11 @@ def probe_arm(ops, repeats: int, iters: int) -> dict[str, Any]:
     fns = {"torch_eager": lambda: theirs(x), "flyship_eager": lambda: ours(x), "flyship_handle_eager":
            lambda: ops.softmax(x) * 2, "torch_compiled": lambda: c_theirs(x), "flyship_compiled": lambda: c_ours(x)}
     timed = race(fns, repeats, iters * 10)
+    # The same eager call right after a compiled one: isolates the surroundings (a compiled call's host code leaves
+    # the op's host path cold) from the path (the graph calls torch.ops.<ns>.softmax.default, as eager torch.ops).
+    fns["flyship_eager_after_compiled"] = lambda: (c_theirs(x), ours(x))
     op_cpu_us = {}
-    for name in ("flyship_eager", "flyship_handle_eager", "flyship_compiled"):
+    for name in ("flyship_eager", "flyship_handle_eager", "flyship_compiled", "flyship_eager_after_compiled"):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(200):
                 fns[name]()
