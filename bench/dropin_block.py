@@ -32,6 +32,7 @@ import platform
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -250,7 +251,7 @@ def stacking(a: argparse.Namespace, ops, model: nn.Module, x: torch.Tensor, patc
             else:
                 results[mode] = probe_arm(ops, a.repeats, a.iters)
         except Exception as e:  # noqa: BLE001 - a bench arm that fails is a result to report, the others still run
-            results[mode] = {"error": f"{type(e).__name__}: {e}"}
+            results[mode] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
         results[mode]["wall_s"] = time.perf_counter() - t0
         shown = results[mode].get("table") or json.dumps({k: v for k, v in results[mode].items() if k != "arms"},
                                                          indent=1, default=str)

@@ -148,3 +148,16 @@ def test_routing_report_says_where_fusion_was_lost(rec_ops: Any, monkeypatch: py
         assert "compiled (reduce-overhead): 0.1000 ms patched vs 0.1200 ms compiled alone: wins, 20.0 us" in text
     finally:
         p.undo()
+
+
+def test_dropin_bench_modes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--modes``: ``all`` is every compile mode, the export arm and the probe; an unknown mode is refused by name."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import dropin_block
+
+    assert dropin_block.parse_modes("all") == ["default", "reduce-overhead", "max-autotune-no-cudagraphs", "export",
+                                               "probe"]
+    assert dropin_block.parse_modes("none") == []
+    assert dropin_block.parse_modes("export,default") == ["export", "default"]
+    with pytest.raises(SystemExit, match="got max-autotune$"):
+        dropin_block.parse_modes("default,max-autotune")
