@@ -163,6 +163,15 @@ def export_arm(model: nn.Module, x: torch.Tensor, patches: list, ops, out: Path,
     package computes the eager result and launches our kernels, then races it against eager."""
     for p in patches:
         p.apply()
+    try:
+        return _export_and_race(model, x, patches, ops, out, repeats, iters)
+    finally:
+        for p in patches:
+            p.undo()
+
+
+def _export_and_race(model: nn.Module, x: torch.Tensor, patches: list, ops, out: Path, repeats: int,
+                     iters: int) -> dict[str, Any]:
     with torch.no_grad():
         want = model(x)
         program = torch.export.export(model, (x,), strict=False)
@@ -175,12 +184,13 @@ def export_arm(model: nn.Module, x: torch.Tensor, patches: list, ops, out: Path,
         torch.testing.assert_close(got, want, atol=5e-2, rtol=5e-2)
 
         def patched(on: bool) -> Callable[[], None]:
-            return lambda: [p.apply() if on else p.undo() for p in patches] and None
+            def switch() -> None:
+                for p in patches:
+                    p.apply() if on else p.undo()
+            return switch
 
         timed = race({"eager": lambda: model(x), "eager_patched": lambda: model(x), "aoti_patched": lambda: loaded(x)},
                      repeats, iters, before={"eager": patched(False), "eager_patched": patched(True)})
-    for p in patches:
-        p.undo()
     return {"ops_in_graph": in_graph, "launches_per_call": launched, "times": timed}
 
 
