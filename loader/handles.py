@@ -268,8 +268,12 @@ class OpHandle:
                              f"{target!r}; it has {', '.join(targets)}")
         return vi
 
-    def run_specialization(self, spec: str | int, *args: Any) -> tuple[Any, ...]:
-        """Run one specialization on a GPU through the op's C++ path (raises if the inputs do not fit it)."""
+    def run_specialization(self, spec: str | int, *args: Any, out: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+        """Run one specialization on a GPU through the op's C++ path (raises if the inputs do not fit it); with
+        ``out`` (one tensor per output, in order) the out variant's path writes into them and returns them."""
+        if out:
+            self._ops._core.run(self._index, [*args, *out], True, self._spec_index(spec))
+            return tuple(out)
         return tuple(self._ops._core.run(self._index, list(args), False, self._spec_index(spec)))
 
 
