@@ -24,6 +24,7 @@ See docs/spec-api.md.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Callable, Optional, Sequence
 
 from flyship.bundle import expr as _expr
@@ -92,7 +93,7 @@ def references(path: str) -> None:
     _current().references = path
 
 
-def _detect_frontend(kernel: Any) -> str:
+def _detect_frontend(kernel: Any, op_name: str = "") -> str:
     from flyship.compiler import frontends
 
     if isinstance(kernel, (list, tuple)):  # several launches: one frontend for all
@@ -106,6 +107,11 @@ def _detect_frontend(kernel: Any) -> str:
     fe = frontends.detect(kernel)
     if fe is None:
         titles = " or a ".join(frontends.get(n).title for n in frontends.names())
+        if inspect.isfunction(kernel):
+            raise SpecError(f"op {op_name or '<unnamed>'}: kernel= expected a {titles}, got plain Python function "
+                            f"{kernel.__qualname__!r}, which reaches no launcher flyship can see (in its closure "
+                            "or the globals it reads); if it calls one as users call it (a builder's wrapper), "
+                            f"declare kernel=entry({kernel.__name__}), else name the launcher or kernel itself")
         raise SpecError(f"op kernel: expected a {titles}, got {type(kernel).__module__}.{type(kernel).__name__}")
     return fe.name
 
@@ -143,7 +149,9 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
         SpecError: naming the op and what is inconsistent.
     """
     kernel, specs, space = _config_space(name, kernel, args, specs, configs, key, prune)
-    frontend = _detect_frontend(kernel)
+    frontend = _detect_frontend(kernel, name)
+    if inspect.isfunction(kernel):  # a builder's plain wrapper a frontend accepts: called as the user calls it
+        kernel = Entry(kernel, frontend)
     first = kernel[0].kernel if isinstance(kernel, (list, tuple)) and kernel else kernel
     kernel = list(kernel) if isinstance(kernel, tuple) else kernel
     decl = OpDecl(name=name, kernel=kernel, args=tuple(args), specs=tuple(specs), reference=reference,
