@@ -26,6 +26,7 @@ import logging
 import multiprocessing
 import os
 import socket
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -172,15 +173,46 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
 
 
 def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
-    """One task in a process of its own, so a crash is pinned on the kernel that caused it."""
-    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker, initargs=(cfg,)) as pool:
-        try:
-            return pool.submit(run_task, o, s).result()
-        except cf.process.BrokenProcessPool:
-            return TaskResult(o, s, cfg.target, None,
-                              "the worker process died while compiling this kernel (a crash or abort in the DSL's "
-                              "native code; its own message, if any, is printed above)")
+    """One task in a process of its own, so a crash is pinned on the kernel that caused it. The process's stderr
+    goes to a file: a native abort (``LLVM ERROR: ...`` and the process dies) leaves its message there, and the
+    failure shows its tail; a run that ends normally has its stderr passed on as it was."""
+    fd, log = tempfile.mkstemp(prefix="flyship-worker-", suffix=".stderr")
+    os.close(fd)
+    try:
+        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_alone,
+                                    initargs=(cfg, log)) as pool:
+            try:
+                result = pool.submit(run_task, o, s).result()
+            except cf.process.BrokenProcessPool:
+                said = _stderr_tail(log)
+                return TaskResult(o, s, cfg.target, None,
+                                  "the worker process died while compiling this kernel (a crash or abort in the "
+                                  "DSL's native code); " + (f"its stderr ended with:\n{said}" if said else
+                                                            "it printed nothing to stderr"))
+        passed_on = _stderr_tail(log)
+        if passed_on:
+            print(passed_on, file=sys.stderr)
+        return result
+    finally:
+        os.unlink(log)
 
+
+def _init_alone(cfg: WorkerConfig, log: str) -> None:
+    """Worker initializer of :func:`_run_alone`: file descriptor 2 (what native code writes to) into ``log``."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 2)
+    os.close(fd)
+    init_worker(cfg)
+
+
+def _stderr_tail(log: str, limit: int = 8192) -> str:
+    """The last ``limit`` bytes of a worker's stderr file, as text (bounded: a worker may print much)."""
+    with open(log, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - limit))
+        text = f.read().decode("utf-8", "replace").strip()
+    return ("..." + text) if size > limit else text
 
 
 def target_environment(target: str, build_id: str) -> dict[str, str]:
