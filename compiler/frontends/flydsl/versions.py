@@ -281,3 +281,28 @@ def installed_version_without_import() -> str | None:
         return _dist_version("flydsl")
     except PackageNotFoundError:
         return None
+
+
+def require(minimum: str, why: str = "") -> str:
+    """Refuse, before anything is traced, a FlyDSL older than a spec or kernel module needs. Call it at the top of
+    the module, before the FlyDSL API it needs is touched (an old FlyDSL fails that import with an AttributeError
+    that names no version)::
+
+        from flyship.compiler.frontends.flydsl.versions import require
+        require("0.5.0", why="@fx.struct")
+
+    Returns:
+        the installed version.
+
+    Raises:
+        FlydslVersionError: FlyDSL is missing or older than ``minimum``, naming both versions and ``why``.
+    """
+    want = parse_version(minimum)
+    installed = installed_version_without_import() or installed_version()
+    if parse_version(installed) < want:
+        for_what = f" for {why}" if why else ""
+        raise FlydslVersionError(
+            f"FlyDSL version: expected {_fmt(want)} or newer{for_what}, got {installed}; this module declares that "
+            f"minimum (flyship itself builds with {supported_range()}): run flyc-build under a Python whose FlyDSL "
+            f"is {_fmt(want)} or newer")
+    return installed
