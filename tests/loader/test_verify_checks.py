@@ -86,3 +86,20 @@ def test_verify_runs_a_specialization_on_every_layout_its_guard_admits_and_names
     assert struct.pack("<q", 1003) in bytes(recorded[2]["kernargs"]) or struct.pack("<i", 1003) in bytes(
         recorded[2]["kernargs"])
     assert struct.pack("<i", 1003) not in bytes(recorded[0]["kernargs"])
+
+
+def test_an_output_declared_zero_true_is_not_reported_unwritten(recorded, launches, tmp_path):
+    from tests.conftest import ROOT, flydsl_python, run_build
+
+    if flydsl_python() is None:
+        pytest.skip("needs the build Python to build tests/gpu/data/early_return_spec.py; it would prove verify "
+                    "exempts a zero=True output (the loader fills it with zeros) from the unwritten check")
+    run_build(ROOT / "tests" / "gpu" / "data" / "early_return_spec.py", tmp_path / "b", ["sm_90"])
+    ops = recorded(tmp_path / "b", target="sm_90")
+    forgot, zeroed = _row(ops, "skip_rows"), _row(ops, "skip_rows_zeroed")
+    assert "the kernel left 6400 of 6400 elements of output 'out' unwritten" in forgot.note
+    assert "declare Output('out', ..., zero=True)" in forgot.note
+    assert "unwritten" not in zeroed.note
+    # x[::2]-like layouts: the kernel is passed no strides, so the guard refuses every other layout.
+    assert "differs from the reference on" not in forgot.note + zeroed.note
+    assert len(launches()) == 4  # two ops, each the example call and the sentinel run
