@@ -26,6 +26,7 @@ from flyship.bundle import rules as _rules
 from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof, Workspace
 from flyship.bundle.rules import check_layout
 from flyship.compiler.configs import Autotuned, Config
+from flyship.compiler.frontends import writes as _writes
 from flyship.compiler.spec import OpDecl, Scalar, Spec, Tensor
 from flyship.errors import CompileError
 
@@ -134,6 +135,7 @@ class KernelBuild:
     then: tuple["KernelBuild", ...] = ()
     written: Optional[frozenset[int]] = None
     accumulated: frozenset[int] = frozenset()
+    unread: Optional[frozenset[int]] = None  # explicit parameters the IR never uses (writes.unread_stride)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,6 +434,8 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         raise FrontendError(str(e)) from None
     if build.written is not None:
         check_writes(op, build.written, meta, layout, where)
+    if build.unread and (why := _writes.unread_stride(build.unread, meta, layout)):
+        raise FrontendError(f"{where}: {why}")
     constraints = (*build.constraints, *op.constraints(spec))
     grid, shapes, scalars = example_grid(op, spec, build.launch.grid, constraints, where,
                                          target=build.target)

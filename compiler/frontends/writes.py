@@ -29,7 +29,10 @@ incoming values, a TTIR ``scf.if`` result what its branches ``scf.yield`` at tha
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
+
+if TYPE_CHECKING:
+    from flyship.bundle.manifest import KernargLayout, KernelMetadata
 
 _LLVM_NAME = r"%[-\w.$]+"
 _LLVM_PTR_OPERAND = re.compile(r"\bptr(?:\s+addrspace\(\d+\))?(?:\s+(?:noundef|nonnull|align\s+\d+|"
@@ -336,3 +339,67 @@ def _fixed_point(taint: dict[str, frozenset[int]],
                 changed = True
         if not changed:
             return
+
+
+# -- parameters the kernel never reads (issue 23, item 7b) ---------------------------------------------------------
+#
+# A stride declared as a ``Value`` tells the loader the kernel follows that stride, so it drops the row-major guard
+# of that dimension (flyship.loader.plan.implied_layout_constraints). A kernel that never reads the parameter then
+# receives any view (``W[::2]``) and indexes it as if it were contiguous: a silent wrong result. The IR shows it: the
+# parameter has no use in the kernel's body.
+
+
+def llvm_unread_params(ir: str, symbol: str) -> set[int]:
+    """Indices of ``@symbol``'s parameters that no instruction of its body names (LLVM IR ``ir``). A parameter
+    the printer left without a name counts as read (nothing can be said of it).
+
+    Raises:
+        ValueError: ``ir`` defines no ``@symbol``.
+    """
+    params, body = _llvm_function(ir, symbol)
+    used = {name for line in body for name in _LLVM_REF.findall(line)}
+    return {i for i, p in enumerate(params) if p and p not in used}
+
+
+def ttir_unread_params(ttir: str) -> set[int]:
+    """Indices of the kernel's runtime parameters (as :func:`ttir_params` orders them) that no op of the public
+    ``tt.func`` uses.
+
+    Raises:
+        ValueError: ``ttir`` holds no public ``tt.func``.
+    """
+    lines = [_strip_locations(x) for x in ttir.splitlines()]
+    head, args = _ttir_head(lines)
+    used: set[str] = set()
+    for line in lines[head + 1:]:
+        used.update(r.split("#", 1)[0] for r in _TT_REF.findall(line))
+    return {i for i, (name, _type) in enumerate(args) if name not in used}
+
+
+def unread_stride(unread: frozenset[int], meta: "KernelMetadata", layout: "KernargLayout") -> str | None:
+    """Why to refuse a kernel that is passed a tensor's stride (a ``Value`` that is exactly ``x.stride[d]``) but never
+    reads it: the declared stride lifts the loader's row-major guard of that dimension, so views the kernel cannot
+    index would reach it. Only a stride that fills a whole explicit parameter is judged (a FlyDSL layout struct
+    is read or not as a whole).
+
+    Args:
+        unread: explicit kernel parameters (metadata order) the kernel's IR never uses.
+
+    Returns:
+        the refusal (naming the parameter, the stride and the two fixes), or None when every declared stride is read.
+    """
+    explicit = [a for a in meta.args if not a.hidden]
+    whole = {(a.offset, a.size): i for i, a in enumerate(explicit)}
+    for f in layout.fields:
+        i = whole.get((f.offset, f.size))
+        if f.kind != "stride" or i is None or i not in unread:
+            continue
+        name = f.kernel_arg or explicit[i].name or f"#{i}"
+        return (
+            f"expected the kernel to read parameter {i} ({name}), declared as the stride "
+            f"{f.arg}.stride[{f.dim}], got a kernel that never reads it; a declared stride tells the loader the "
+            f"kernel follows it, which lifts the row-major check on {f.arg} (a view like {f.arg}[::2] would reach "
+            f"the kernel and be read as contiguous); make the kernel index {f.arg} with that stride, or pass a "
+            f"constant instead of the Value (e.g. Value({name!r}, \"0\")) so the loader keeps requiring a "
+            f"row-major {f.arg}")
+    return None

@@ -26,8 +26,14 @@ Launcher::
 * grid = (M / 128, N / 128, 1), block = (256, 1, 1).
 """
 
-import flydsl.compiler as flyc
-import flydsl.expr as fx
+from flyship.compiler.frontends.flydsl import requires
+
+# @fx.struct is missing from FlyDSL 0.1.5 ("flydsl.expr has no attribute struct"); 0.5.0 is the release this
+# example is verified with: an older one is refused here, naming both versions, before anything is traced.
+requires("0.5.0", "@fx.struct")
+
+import flydsl.compiler as flyc  # noqa: E402
+import flydsl.expr as fx  # noqa: E402
 
 BM, BN, BK = 128, 128, 32
 BLOCK_THREADS = 256

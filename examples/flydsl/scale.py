@@ -14,8 +14,14 @@ Launcher::
 * Tails are predicated per element; the last dim must be contiguous (the layout fixes stride 1).
 """
 
-import flydsl.compiler as flyc
-import flydsl.expr as fx
+from flyship.compiler.frontends.flydsl import requires
+
+# @fx.struct is missing from FlyDSL 0.1.5 ("flydsl.expr has no attribute struct"); 0.5.0 is the release this
+# example is verified with: an older one is refused here, naming both versions, before anything is traced.
+requires("0.5.0", "@fx.struct")
+
+import flydsl.compiler as flyc  # noqa: E402
+import flydsl.expr as fx  # noqa: E402
 
 
 @fx.struct

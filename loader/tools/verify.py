@@ -7,7 +7,7 @@ dtypes its guard names; the kernel runs through the op's own C++ path with that 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
 from flyship.bundle import manifest as _m
 from flyship.bundle import targets as _targets
@@ -128,57 +128,9 @@ def _same_layout_copy(t: Any) -> Any:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
-def unwritten_counts(run_out: Callable[[list[Any]], None], outputs: Sequence[Any]) -> list[int]:
-    """How many elements of each output a kernel leaves unwritten (an early return before the stores, a
-    kernel that needs ``zero=True``): ``run_out(outs)`` runs it into fresh tensors laid out like ``outputs``,
-    twice, filled first with zero bytes and then with 0x01 bytes; an element that still holds its fill after
-    both runs was never written (a deterministic store cannot equal both)."""
-    import torch
-
-    stuck = []
-    for fill in (0, 1):
-        outs = [torch.empty_like(o) for o in outputs]
-        for t in outs:
-            bits = _bits(t)
-            if bits is not None:
-                bits.fill_(_pattern(fill, t.element_size()))
-        run_out(outs)
-        stuck.append([_bits(t).eq(_pattern(fill, t.element_size())) if _bits(t) is not None
-                      else torch.zeros(t.shape, dtype=torch.bool, device=t.device) for t in outs])
-    return [int((a & b).sum()) for a, b in zip(*stuck)]
-
-
-def _bits(t: Any) -> Any:
-    """``t`` viewed as integers of its element size (same strides), or None for a size with no integer dtype."""
-    import torch
-
-    dt = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
-    return None if dt is None else t.view(dt)
-
-
-def _pattern(byte: int, size: int) -> int:
-    """The integer whose ``size`` little-endian bytes all equal ``byte``."""
-    return int.from_bytes(bytes([byte]) * size, "little", signed=size > 1)
-
-
-def _unwritten_note(handle: Any, spec: str, inputs: list[Any], written: list[int], op: _m.Op) -> str:
-    """A note naming the outputs the kernel leaves partly unwritten (and how many elements), else ""."""
-    got = handle.run_specialization(spec, *inputs)
-
-    def run_out(outs: list[Any]) -> None:
-        fresh = [_same_layout_copy(t) if i in written else t for i, t in enumerate(inputs)]
-        handle.run_specialization(spec, *fresh, out=outs)
-
-    counts = unwritten_counts(run_out, got)
-    bad = [f"{o.name}: {n} of {t.numel()} elements" for o, t, n in zip(op.outputs, got, counts) if n]
-    if not bad:
-        return ""
-    return (f"leaves outputs unwritten ({'; '.join(bad)}): a fresh output holds garbage there; if the kernel "
-            "skips those elements on purpose (an early return), declare the output zero=True, else store them")
-
-
 def verify(ops: "Ops", device: Optional[Any] = None) -> Report:
-    """Run each op's specializations on ``device`` (default: the current GPU) against the references.
+    """Run each op's specializations on ``device`` (default: the current GPU) against the references; see
+    :func:`verify_specialization` for what each run checks.
 
     Raises:
         VerificationError: no GPU; the message says why one is needed.
@@ -193,40 +145,175 @@ def verify(ops: "Ops", device: Optional[Any] = None) -> Report:
     rows: list[Row] = []
     for handle in ops:
         op = handle.manifest
-        reference = ops.reference(handle.name)
         for spec in op.specializations:
             chosen = _targets.select([v.target for v in spec.variants], target)
             if chosen is None:
                 rows.append(Row(op.name, spec.name, None, float("nan"), float("nan"), True,
                                 f"no code object for {target}", skipped=True))
                 continue
-            ran = spec.variants[chosen].target
-            if reference is None:
-                rows.append(Row(op.name, spec.name, ran, float("nan"), float("nan"), False,
-                                "no reference to compare with"))
-                continue
-            inputs = example_inputs(op, spec, device)
-            # In-place inputs: the kernel and the reference each write their own copy; both copies are compared.
-            written = [i for i, a in enumerate(op.args) if a.mutable]
-            ref_inputs = [_same_layout_copy(t) if i in written else t for i, t in enumerate(inputs)]
-            try:
-                got = handle.run_specialization(spec.name, *inputs) + tuple(inputs[i] for i in written)
-            except RuntimeError as e:
-                rows.append(Row(op.name, spec.name, ran, float("nan"), float("nan"), False, str(e).splitlines()[0]))
-                continue
-            want = reference(*ref_inputs)
-            want = (want,) if isinstance(want, torch.Tensor) else () if want is None else tuple(want)
-            want += tuple(ref_inputs[i] for i in written)
-            torch.cuda.synchronize(device)
-            max_abs = max_rel = 0.0
-            ok = len(got) == len(want)
-            for a, b in zip(got, want):
-                rtol, atol = TOLERANCES.get(str(a.dtype).removeprefix("torch."), (0.0, 0.0))
-                diff = (a.double() - b.double()).abs()
-                if diff.numel():
-                    max_abs = max(max_abs, float(diff.max()))
-                    max_rel = max(max_rel, float((diff / b.double().abs().clamp_min(1e-12)).max()))
-                ok = ok and a.shape == b.shape and bool(torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol))
-            note = _unwritten_note(handle, spec.name, inputs, written, op) if ok and op.outputs else ""
-            rows.append(Row(op.name, spec.name, ran, max_abs, max_rel, ok and not note, note))
+            rows.append(verify_specialization(handle, spec, ops.reference(handle.name), device,
+                                              spec.variants[chosen].target))
     return Report(tuple(rows), f"{device} ({torch.cuda.get_device_name(device)}, {target})")
+
+
+def verify_specialization(handle: Any, spec: _m.Specialization, reference: Any, device: Any,
+                          ran: Optional[str] = None) -> Row:
+    """Run one specialization on ``device`` and compare it with ``reference``, three ways:
+
+    1. on the example's inputs, as a user's call runs (fresh outputs);
+    2. again through the out path, into outputs filled with a sentinel first (NaN; for integers every byte 0xA5):
+       an element still holding it where the reference holds something else was never written (a kernel that
+       returns early before its stores, issue 23 item 7a), reported per output with the ``zero=True`` fix;
+    3. on each other layout of the inputs the specialization's guard admits (:func:`other_layouts`: padded rows,
+       a transposed view, every other element): a kernel built for one fixed layout whose spec does not say so
+       accepts them and computes garbage (item 7c); the first that disagrees is named.
+    """
+    op = handle.manifest
+    if reference is None:
+        return Row(op.name, spec.name, ran, float("nan"), float("nan"), False, "no reference to compare with")
+    inputs = example_inputs(op, spec, device)
+    try:
+        got, want, cmp = _run_and_compare(handle, spec, reference, inputs)
+        notes = [_unwritten_note(op, spec, handle, reference, inputs, got)]
+        for label, other in other_layouts(op, inputs):
+            try:
+                _g, _w, alt = _run_and_compare(handle, spec, reference, other)
+            except RuntimeError as e:
+                if "do not fit specialization" in str(e):
+                    continue  # the guard refuses this layout: the call falls back, no kernel sees it
+                raise
+            if not alt[2]:
+                notes.append(f"differs from the reference on {label} (max abs err {alt[0]:.3e}), a layout the guard "
+                             "admits: the kernel was built for a fixed layout the spec does not declare; make the "
+                             "kernel follow the strides it is passed, or pin the layout it needs in the spec's "
+                             "constraints (e.g. x.stride[1] == 1) so other layouts fall back")
+                break
+    except RuntimeError as e:
+        return Row(op.name, spec.name, ran, float("nan"), float("nan"), False, str(e).splitlines()[0])
+    notes = [n for n in notes if n]
+    return Row(op.name, spec.name, ran, cmp[0], cmp[1], cmp[2] and not notes, "; ".join(notes))
+
+
+def _run_and_compare(handle: Any, spec: _m.Specialization, reference: Any, inputs: list[Any],
+                     out: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[float, float, bool]]:
+    """Run the specialization on ``inputs`` (into ``out`` when given) and the reference on copies: (got, want,
+    (max abs, max rel, within tolerance)). In-place inputs: the kernel and the reference each write their own copy;
+    both copies are compared. The caller's ``inputs`` are left as they were."""
+    import torch
+
+    written = [i for i, a in enumerate(handle.manifest.args) if a.mutable]
+    mine = [_same_layout_copy(t) if i in written else t for i, t in enumerate(inputs)]
+    ref_inputs = [_same_layout_copy(t) if i in written else t for i, t in enumerate(inputs)]
+    got = handle.run_specialization(spec.name, *mine, out=out) + tuple(mine[i] for i in written)
+    want = reference(*ref_inputs)
+    want = (want,) if isinstance(want, torch.Tensor) else () if want is None else tuple(want)
+    want += tuple(ref_inputs[i] for i in written)
+    if got and got[0].device.type == "cuda":
+        torch.cuda.synchronize(got[0].device)
+    return got, want, _compare(got, want)
+
+
+def _compare(got: tuple[Any, ...], want: tuple[Any, ...]) -> tuple[float, float, bool]:
+    import torch
+
+    max_abs = max_rel = 0.0
+    ok = len(got) == len(want)
+    for a, b in zip(got, want):
+        rtol, atol = TOLERANCES.get(str(a.dtype).removeprefix("torch."), (0.0, 0.0))
+        ok = ok and a.shape == b.shape
+        if not ok:
+            continue
+        diff = (a.double() - b.double()).abs()
+        if diff.numel():
+            max_abs = max(max_abs, float(diff.nan_to_num(float("inf")).max()))
+            max_rel = max(max_rel, float((diff / b.double().abs().clamp_min(1e-12)).nan_to_num(float("inf")).max()))
+        ok = ok and bool(torch.allclose(a.double(), b.double(), rtol=rtol, atol=atol, equal_nan=True))
+    return max_abs, max_rel, ok
+
+
+# -- unwritten outputs (issue 23, item 7a) --------------------------------------------------------------------------
+
+SENTINEL_BYTE = 0xA5  # every byte of an integer output before the launch (-91 as int8, 0xA5A5 as int16, ...)
+
+
+def sentinel_like(t: Any) -> Any:
+    """A tensor of ``t``'s shape, strides and dtype holding the sentinel: NaN for floats, every byte 0xA5 for
+    integers; None for bool (no value of it is left over)."""
+    import torch
+
+    if t.dtype == torch.bool:
+        return None
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return out.fill_(_sentinel(t.dtype))
+
+
+def _sentinel(dtype: Any) -> Any:
+    import torch
+
+    if dtype.is_floating_point:
+        return float("nan")
+    width = torch.empty((), dtype=dtype).element_size()
+    return torch.tensor([SENTINEL_BYTE] * width, dtype=torch.uint8).view(dtype).item()
+
+
+def unwritten_mask(out: Any, want: Any) -> Any:
+    """Elements of ``out`` (filled by :func:`sentinel_like` before the launch) still holding the sentinel where
+    the reference ``want`` holds another value."""
+    s = _sentinel(out.dtype)
+    if out.dtype.is_floating_point:
+        return out.isnan() & ~want.to(out.device).isnan()
+    return (out == s) & (want.to(out.device) != s)
+
+
+def _unwritten_note(op: _m.Op, spec: _m.Specialization, handle: Any, reference: Any, inputs: list[Any],
+                    got: tuple[Any, ...]) -> str:
+    """Run the specialization again into sentinel-filled outputs; say which outputs it left partly unwritten."""
+    fresh = got[:len(op.outputs)]
+    outs = tuple(sentinel_like(t) for t in fresh)
+    if not outs or any(o is None for o in outs):
+        return ""
+    got2, want, _cmp = _run_and_compare(handle, spec, reference, inputs, out=outs)
+    notes = []
+    for o, g, w in zip(op.outputs, got2, want):
+        if g.shape != w.shape or o.zero:
+            continue
+        mask = unwritten_mask(g, w)
+        n = int(mask.sum())
+        if n:
+            first = tuple(int(i) for i in mask.nonzero()[0])
+            notes.append(f"the kernel left {n} of {g.numel()} elements of output {o.name!r} unwritten (first at "
+                         f"{list(first)}; a kernel that returns before its stores), where a fresh output holds "
+                         "garbage; "
+                         f"declare Output({o.name!r}, ..., zero=True) if those elements are meant to be 0, or make "
+                         "the kernel store every element")
+    return "; ".join(notes)
+
+
+# -- other layouts the guard admits (issue 23, item 7c) -------------------------------------------------------------
+
+def other_layouts(op: _m.Op, inputs: list[Any]) -> list[tuple[str, list[Any]]]:
+    """The example inputs again, with one tensor at a time in another layout holding the same values: ``x with
+    padded rows`` (rank >= 2: each row followed by unused elements), ``x transposed`` (rank >= 2: column-major
+    storage), ``x[::2]`` (rank 1: every other element of a buffer twice as long). Whether the guard admits each
+    is for the specialization to say (a refused one falls back and is skipped). Layouts equal to the example's
+    are left out."""
+    import torch
+
+    out: list[tuple[str, list[Any]]] = []
+    for i, (a, t) in enumerate(zip(op.args, inputs)):
+        if a.kind != "tensor" or t.numel() <= 1:
+            continue
+        shape = tuple(t.shape)
+        if t.dim() >= 2:
+            padded = torch.empty((*shape[:-1], shape[-1] + 3), dtype=t.dtype, device=t.device)[..., :shape[-1]]
+            order = tuple(reversed(range(t.dim())))
+            transposed = torch.empty(tuple(shape[d] for d in order), dtype=t.dtype, device=t.device).permute(order)
+            views = [(f"{a.name} with padded rows", padded), (f"{a.name} transposed", transposed)]
+        elif t.dim() == 1:
+            views = [(f"{a.name}[::2]", torch.empty(2 * shape[0], dtype=t.dtype, device=t.device)[::2])]
+        else:
+            continue
+        for label, v in views:
+            if v.stride() != t.stride():
+                out.append((f"{label} (strides {list(v.stride())})", [*inputs[:i], v.copy_(t), *inputs[i + 1:]]))
+    return out

@@ -16,6 +16,7 @@ a traced call's builds (:mod:`.launches`), and the host IR, capture, assembly an
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import tempfile
 from pathlib import Path
@@ -28,7 +29,8 @@ from flyship.compiler.frontends.base import BuildContext, Frontend, KernelBuild,
 from flyship.compiler.frontends.flydsl import assemble as _assemble
 from flyship.compiler.frontends.flydsl import versions as _versions
 from flyship.compiler.frontends.flydsl.launches import _artefacts, _launch_builds, _layout
-from flyship.compiler.frontends.flydsl.signature import COMPILE_HINT_OPTIONS, check_options, check_signature
+from flyship.compiler.frontends.flydsl.signature import (COMPILE_HINT_OPTIONS, check_options, check_signature,
+                                                         reaches_launcher)
 from flyship.compiler.frontends.flydsl.trace import LauncherCall, _trace
 from flyship.compiler.spec import Entry, OpDecl, Spec
 
@@ -74,6 +76,9 @@ class FlydslFrontend(Frontend):
     def accepts(self, kernel: Any) -> bool:
         if isinstance(kernel, Entry):
             return kernel.frontend == self.name
+        # A builder's plain Python wrapper around an inner @flyc.jit launcher is an entry (spec.op wraps it).
+        if inspect.isfunction(kernel):
+            return reaches_launcher(kernel)
         return (type(kernel).__module__ or "").startswith("flydsl")
 
     def prepare_planning(self, amd_target: str | None) -> None:

@@ -43,6 +43,16 @@ def _artefacts(captured: Compile, name: str, where: str) -> tuple[str, list[byte
     return captured.isa[0], [data for _, data in captured.objects], origin, lowered
 
 
+def _unread(captured: Compile, symbol: str) -> frozenset[int] | None:
+    """The kernel parameters its LLVM IR never uses (:func:`flyship.compiler.frontends.writes.llvm_unread_params`);
+    None when this FlyDSL printed no IR of ``symbol`` (then nothing is judged)."""
+    modules = [text for text in captured.llvm_ir if f"@{symbol}(" in text or f'@"{symbol}"(' in text]
+    try:
+        return frozenset(writes.llvm_unread_params(modules[-1], symbol)) if modules else None
+    except ValueError:
+        return None  # _written has already raised for IR it cannot read
+
+
 def _written(captured: Compile, symbol: str, where: str) -> tuple[frozenset[int] | None, frozenset[int]]:
     """The kernel parameters whose pointers reach a store or an atomic in the LLVM IR the capture kept, and those
     that reach an atomic read-modify-write (:func:`flyship.compiler.frontends.writes.llvm_written_params`,
@@ -100,5 +110,5 @@ def _launch_builds(call: LauncherCall, isa: str, ours: bytes, theirs_all: list[b
             example_grid=analysis.grid_at_example, constraints=analysis.constraints, alignment=alignment,
             tensor_abi=analysis.tensor_abi,
             isa=isa if ctx.keep_ir and not builds else None, facts=analysis,
-            written=written, accumulated=accumulated))
+            written=written, accumulated=accumulated, unread=_unread(call.compile, symbol)))
     return builds

@@ -247,3 +247,37 @@ def check_options(op: OpDecl) -> None:
                    if "maxnreg" in bad else "")
             raise FrontendError(f"op {op.name} spec {s.name}: options {bad} are not read by the FlyDSL frontend"
                                 f"{why}; it passes {', '.join(COMPILE_HINT_OPTIONS)} to FlyDSL as compile hints")
+
+
+def _is_launcher(obj: Any) -> bool:
+    """A ``@flyc.jit`` launcher (FlyDSL 0.5.0: ``flydsl.compiler.jit_function.JitFunction``)."""
+    t = type(obj)
+    return (t.__module__ or "").startswith("flydsl") and t.__name__ == "JitFunction"
+
+
+def reaches_launcher(fn: Any, depth: int = 3) -> bool:
+    """Whether plain Python function ``fn`` can call a ``@flyc.jit`` launcher: one held in its closure (what a
+    builder returns: ``def build(...): @flyc.jit def launch(...) ...; def run(...): launch(...); return run``) or
+    named as a global it reads, directly or through plain functions it reaches the same way (``depth`` levels)."""
+    import inspect
+
+    seen: set[int] = set()
+    todo = [(fn, 0)]
+    while todo:
+        f, d = todo.pop()
+        if id(f) in seen or not inspect.isfunction(f):
+            continue
+        seen.add(id(f))
+        cells = []
+        for c in f.__closure__ or ():
+            try:
+                cells.append(c.cell_contents)
+            except ValueError:  # an empty cell (a name bound later)
+                continue
+        names = [f.__globals__[n] for n in f.__code__.co_names if n in f.__globals__]
+        for obj in (*cells, *names):
+            if _is_launcher(obj):
+                return True
+            if d < depth and inspect.isfunction(obj):
+                todo.append((obj, d + 1))
+    return False

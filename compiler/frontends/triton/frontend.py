@@ -37,6 +37,7 @@ from typing import Any, Optional
 from flyship.bundle import targets as _targets
 from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof
 from flyship.compiler.configs import Autotuned, Config, is_native, native_pairs, refuse_pre_hook
+from flyship.compiler.frontends import writes
 from flyship.compiler.frontends.base import (BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup,
                                              example_grid)
 from flyship.compiler.frontends.triton.compiling import (_cubin_target, kernarg_layout, ptxas_version, read_metadata,
@@ -195,7 +196,8 @@ class TritonFrontend(Frontend):
             proof=Proof(method="frontend-binary", reference_sha256=hashlib.sha256(binary).hexdigest(),
                         identical_sections=(), kernel_descriptor="n/a", metadata="n/a"),
             toolchain=toolchain, example_grid=grid_at_example, constraints=p.constraints, alignment=dict(p.alignment),
-            isa=isa, facts=(p, tid, (scratch_size, scratch_align)), written=written, accumulated=accumulated)
+            isa=isa, facts=(p, tid, (scratch_size, scratch_align)), written=written, accumulated=accumulated,
+            unread=frozenset(writes.ttir_unread_params(str(kernel.asm["ttir"]))))
 
     def read_metadata(self, build: KernelBuild, where: str) -> tuple[KernelMetadata, Optional[int]]:
         p, tid, _ = build.facts

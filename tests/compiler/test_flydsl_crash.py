@@ -1,0 +1,43 @@
+"""A FlyDSL native crash (issue 23, item 6): LLVM's fatal errors print ``LLVM ERROR: ...`` to the process's
+stderr and abort. The failure flyc-build reports shows that message (the lone rerun's stderr is kept), not only
+"a crash in native code"."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from ..conftest import run_build
+
+pytestmark = pytest.mark.compile
+
+
+def test_a_native_abort_shows_the_llvm_error_it_printed_in_the_build_failure(tmp_path):
+    (tmp_path / "crash.py").write_text(textwrap.dedent("""
+        import os
+        import flydsl.compiler as flyc
+        import flydsl.expr as fx
+
+        @flyc.jit
+        def crash(x: fx.Tensor, out: fx.Tensor, stream: fx.Stream = fx.Stream(None)):
+            # What LLVM's report_fatal_error does: its message straight to file descriptor 2, then abort.
+            os.write(2, b"LLVM ERROR: Cannot select: intrinsic %llvm.amdgcn.made.up\\n")
+            os.abort()
+    """))
+    spec = tmp_path / "spec.py"
+    spec.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from flyship.compiler.spec import Output, Spec, Tensor, namespace, op
+        from crash import crash
+        namespace("t")
+        op("crash", kernel=crash, args=[Tensor("x", rank=1), Output("out", like="x")],
+           specs=[Spec("f32", dtypes={{"x": "float32"}}, shapes={{"x": (64,)}})])
+    """))
+    r = run_build(spec, tmp_path / "o", ["gfx942"], "-j", "1", check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    failure = r.stderr.split("crash.f32 on gfx942: the worker process died while compiling this kernel", 1)[1]
+    assert "its stderr ended with:" in failure
+    assert "LLVM ERROR: Cannot select: intrinsic %llvm.amdgcn.made.up" in failure
+    assert not (tmp_path / "o").exists()
