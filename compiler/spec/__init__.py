@@ -24,6 +24,7 @@ See docs/spec-api.md.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Callable, Optional, Sequence
 
 from flyship.bundle import expr as _expr
@@ -158,6 +159,8 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
     kernel, specs, space = _config_space(name, kernel, args, specs, configs, key, prune)
     kernel = builder_entry(name, kernel)  # a builder's wrapper around a launcher is the entry it is
     frontend = _detect_frontend(kernel)
+    if inspect.isfunction(kernel):  # a plain wrapper the frontend itself accepts: called as the user calls it
+        kernel = Entry(kernel, frontend)
     first = kernel[0].kernel if isinstance(kernel, (list, tuple)) and kernel else kernel
     kernel = list(kernel) if isinstance(kernel, tuple) else kernel
     decl = OpDecl(name=name, kernel=kernel, args=tuple(args), specs=tuple(specs), reference=reference,

@@ -54,7 +54,7 @@ def test_a_plain_function_that_reaches_no_launcher_is_refused_naming_the_op_and_
     """)
     r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "op copy_through: kernel= expected a FlyDSL launcher" in r.stderr
-    assert "got plain Python function 'copy_through', which reaches no launcher" in r.stderr
+    assert "op copy_through: kernel= is the plain Python function 'copy_through', expected a DSL launcher" in r.stderr
+    assert "it reaches no launcher" in r.stderr
     assert "declare kernel=entry(copy_through)" in r.stderr
     assert not (tmp_path / "o").exists()
