@@ -12,6 +12,7 @@ dlopen runs a library's constructors, so a check after opening would come too la
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
