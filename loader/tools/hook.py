@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import sysconfig
+import tempfile
 import threading
 import unicodedata
 from pathlib import Path
@@ -209,13 +210,21 @@ def install(patches: str | Path, folder: str | Path | None = None) -> Path:
     if not target.is_dir():
         raise ConfigError(f"hook install: expected a site-packages folder, got {target} (no such folder)")
     pth = target / PTH_NAME
-    tmp = pth.with_suffix(".tmp")
+    text = _pth_text(pf.path).encode("ascii")  # ASCII only: Python decodes a .pth in the locale's encoding
+    tmp = None
     try:
-        tmp.write_text(_pth_text(pf.path), encoding="utf-8")
-        tmp.replace(pth)  # atomic: a Python starting meanwhile sees the old hook or the new one, never half
+        fd, tmp = tempfile.mkstemp(prefix=f".{PTH_NAME}.", suffix=".tmp", dir=target)  # no .pth suffix: never run
+        with os.fdopen(fd, "wb") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, pth)  # atomic: a Python starting meanwhile sees the old hook or the new one, never half
+        tmp = None
     except OSError as e:
         raise ConfigError(f"hook install: cannot write {pth}: {e}; run it as the environment's owner, or pass "
                           "--site-dir") from e
+    finally:
+        if tmp is not None:  # nothing half-written stays in site-packages
+            Path(tmp).unlink(missing_ok=True)
     return pth
 
 
