@@ -30,9 +30,7 @@ from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
 from flyship.loader import autograd as _autograd
-from flyship.loader import blame as _blame
 from flyship.loader import extension as _extension
-from flyship.loader import composites as _composites
 from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
 from flyship.loader import plancache as _plancache
@@ -70,6 +68,22 @@ def warn_fallback(message: str) -> None:
         frame = frame.f_back
         level += 1
     warnings.warn(message, UserWarning, stacklevel=level)
+
+
+def _blame(op: _m.Op, *why: Any) -> Any:
+    """:func:`flyship.loader.blame.blame` (imported when a refusal needs it, not at load)."""
+    from flyship.loader import blame
+
+    return blame.blame(op, *why)
+
+
+def _register_composites(library: Any, ns: str, root: Path, head: _m.Manifest) -> Any:
+    """:func:`flyship.loader.composites.register`; a bundle without composites does not import that module."""
+    if not head.composites:
+        return {}
+    from flyship.loader import composites
+
+    return composites.register(library, ns, root, head)
 
 
 def _beside(path: str | Path) -> Path:
@@ -216,10 +230,10 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     refs = _references.resolve(root, plan.head, references)
     ext = _extension.extension(near=_beside(path))
     if table is not None:
-        from flyship.loader import tuned as _tuned  # only with a tuning table: its reader is not the load path
-
         gpu = device_index(tuning_device, "flyship.load(tuning_device=)")
         target = ext.device_info(gpu)["target"]
+        from flyship.loader import tuned as _tuned  # only with a tuning table
+
         plan = _plancache.BundlePlan.of(_tuned.apply(plan.manifest, table, target, _tuned.device_cus(gpu)))
     code_objects = _CodeObjects(root, plan)
     heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))
@@ -227,13 +241,12 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     # The fallback paths run each reference guarded against falling back into itself; ops.reference()
     # gives the reference as it was given.
     guarded = [_references.guarded(r, f"{ns}::{op.name}") for r, op in zip(refs, plan.head.ops)]
-    lowered = _plan.lower_bundle(heads, ns, guarded, plan.specs, code_objects,
-                                 lambda k, *why: _blame.blame(plan.op(k), *why))
+    lowered = _plan.lower_bundle(heads, ns, guarded, plan.specs, code_objects, lambda k, *why: _blame(plan.op(k), *why))
     core = ext.Bundle(lowered, make_selector(plan), env.fallback_enabled() if fallback is None else fallback)
     library, cpu_kernels = _register(plan.head, ns, core, guarded, cpu_in_core=ext.flavor() == "record",
                                      full_op=plan.op)
     ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
-    ops._composites = _composites.register(library, ns, root, plan.head)
+    ops._composites = _register_composites(library, ns, root, plan.head)
     warn_not_built(plan.head, root)
     if env.verbose():
         print(f"flyship: loaded {ops!r} ({ext.flavor()} flavor, {ext.runtime_version()})")

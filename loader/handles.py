@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from flyship import env
 from flyship.bundle import manifest as _m
@@ -194,29 +194,14 @@ class OpHandle:
         self._ops._cpu[self._index].reset()
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-        """The op's inputs in schema order, from positional and keyword arguments plus scalar defaults.
-
-        Raises:
-            TypeError: too many, unknown, repeated or missing arguments; shows the schema.
-        """
-        names = [a.name for a in self._head.args]
-        if len(args) > len(names):
-            raise TypeError(f"{self.qualname}: takes {len(names)} inputs ({self.schema}), got {len(args)}")
-        bound: dict[str, Any] = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise TypeError(f"{self.qualname}: unknown argument {k!r}; the schema is {self.schema}")
-            if k in bound:
-                raise TypeError(f"{self.qualname}: argument {k!r} given twice")
-            bound[k] = v
+        """The op's inputs in schema order, from positional and keyword arguments plus scalar defaults, for
+        arguments :func:`flyship.loader.opschema.call_misfit` accepted (a float given as a Python int is a double,
+        as torch's parser reads it)."""
+        bound: dict[str, Any] = {**dict(zip((a.name for a in self._head.args), args)), **kwargs}
         out = []
         for a in self._head.args:
-            if a.name in bound:
-                out.append(bound[a.name])
-            elif a.kind != "tensor" and a.default is not None:
-                out.append(a.default)
-            else:
-                raise TypeError(f"{self.qualname}: missing argument {a.name!r}; the schema is {self.schema}")
+            v = bound[a.name] if a.name in bound else a.default
+            out.append(float(v) if a.kind == "float" and isinstance(v, int) and not isinstance(v, bool) else v)
         return out
 
     def dispatch(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None, cu_count: int = 0,
@@ -243,6 +228,12 @@ class OpHandle:
             raise ConfigError(f"{self.qualname}.dispatch: target=: {e}; ops.device_target(0) gives a GPU's") from None
         if isinstance(out, torch.Tensor):  # one out tensor, as .out(..., out=t) takes it
             out = (out,)
+        misfit = _opschema.call_misfit(self._head, args, kwargs, ())  # the op call's own words, before the C++ core
+        if misfit is None:
+            misfit = next((f"expected out tensor {i} to be {w}" for i, t in enumerate(out or ())
+                           if (w := _opschema.misfit_value("tensor", t))), None)
+        if misfit is not None:
+            raise CallTypeError(f"{self.qualname}.dispatch: {misfit}")
         values = [*self._bind(args, kwargs), *(out or ())]
         spec, variant, reason = self._ops._core.decide(self._index, target, values, out is not None, int(cu_count))
         if spec < 0:
@@ -268,7 +259,7 @@ class OpHandle:
                              f"{target!r}; it has {', '.join(targets)}")
         return vi
 
-    def run_specialization(self, spec: str | int, *args: Any, out: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    def run_specialization(self, spec: str | int, *args: Any, out: Sequence[Any] = ()) -> tuple[Any, ...]:
         """Run one specialization on a GPU through the op's C++ path (raises if the inputs do not fit it); with
         ``out`` (one tensor per output, in order) the out variant's path writes into them and returns them."""
         if out:
@@ -316,10 +307,15 @@ class Ops:
         ops = self.__dict__.get("_ops", {})
         if name in ops:
             return ops[name]
+        composites = self.__dict__.get("_composites", {})  # composite ops (schema 1.4): torch.ops packets
+        if name in composites:
+            return composites[name]
         raise AttributeError(f"bundle {self.__dict__.get('namespace', '?')}: no op {name!r}; it has "
-                             f"{', '.join(ops) or 'none'}")
+                             f"{', '.join([*ops, *composites]) or 'none'}")
 
     def __getitem__(self, name: str) -> OpHandle:
+        if name in self.__dict__.get("_composites", {}):
+            return self._composites[name]
         if name not in self._ops:
             raise KeyError(f"bundle {self.namespace}: no op {name!r}; it has {', '.join(self._ops)}")
         return self._ops[name]
@@ -334,7 +330,7 @@ class Ops:
         return name in self._ops
 
     def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(self._ops))
+        return sorted(set(super().__dir__()) | set(self._ops) | set(self.__dict__.get("_composites", {})))
 
     def __repr__(self) -> str:
         return f"<flyship bundle {self.namespace} from {self.path}: {', '.join(self._ops)}>"
