@@ -14,6 +14,11 @@ fixed config* is the one config with the least total time over all regimes of an
 ship without a table. Each figure is the median of ``--repeats`` device-event timings, each call after an
 L2 flush. Checks that each tuned call ran the table's winner with no fallback and matches the reference.
 Writes ``tuning_bench.json`` and ``tuning_bench.md`` to ``--out``; about two minutes on an H200.
+
+``--original`` races each op's PyTorch reference too (``flyship tune`` without ``--no-original``; issue 24
+item 6): where torch is fastest (cuBLAS on the prefill gemm) the table says ``(original)`` and the tuned call
+runs the reference on purpose (counted in ``stats()["original"]``, with the fallback off); the table gains a
+column with the reference alone, so each row shows the tuned call against torch as well.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ def main() -> int:
     p.add_argument("--bundle", default=str(ROOT / "artifacts" / "tuned"))
     p.add_argument("--out", default="/tmp/flyship-tuning-bench")
     p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--original", action="store_true", help="race the ops' PyTorch references too")
     a = p.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -52,7 +58,7 @@ def main() -> int:
     table = out / "tuning.json"
     table.unlink(missing_ok=True)
     subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "tune", a.bundle, "--shapes", str(shapes),
-                    "-o", str(table), "--repeats", "15"], check=True)
+                    "-o", str(table), "--repeats", "15", *([] if a.original else ["--no-original"])], check=True)
 
     import torch
 
@@ -70,7 +76,7 @@ def main() -> int:
         configs = [s.name for s in h.manifest.specializations
                    if select([v.target for v in s.variants], target) is not None]
         per: dict[str, dict[str, float]] = {}  # regime -> config -> us
-        tuned_us, picks, res = {}, {}, {}
+        tuned_us, picks, res, orig_us = {}, {}, {}, {}
         for label, shp in regs:
             inputs = [torch.randn(shp[arg.name], device="cuda").half() if arg.kind == "tensor" else arg.default
                       for arg in h.manifest.args]
@@ -84,26 +90,32 @@ def main() -> int:
                 per[label][c] = time_call(lambda c=c: h.run_specialization(c, *inputs), repeats=a.repeats)
             ht.reset_stats()
             got = ht(*inputs)
-            ran = [k for k, v in ht.stats()["launches"].items() if v]
-            picks[label] = ran[0] if ran else "fallback"
+            st = ht.stats()
+            ran = [k for k, v in st["launches"].items() if v]
+            picks[label] = ran[0] if ran else "(original)" if st["original"] else "fallback"
+            assert not st["fallbacks"], f"{op} {label}: the tuned call fell back: {st['fallbacks']}"
             ref = tuned.reference(op)(*inputs)
+            orig_us[label] = time_call(lambda: tuned.reference(op)(*inputs), repeats=a.repeats)
             torch.testing.assert_close(got.float(), ref.float(), atol=5e-2, rtol=5e-2)
             tuned_us[label] = time_call(lambda: ht(*inputs), repeats=a.repeats)
             res[label] = {"op": op, "regime": label, "key": list(key_values(h.manifest, inputs)),
-                            "tuned_pick": picks[label], "tuned_us": tuned_us[label], "configs_us": per[label]}
+                            "tuned_pick": picks[label], "tuned_us": tuned_us[label], "configs_us": per[label],
+                          "original_us": orig_us[label]}
             results.append(res[label])
         common = [c for c in configs if all(c in per[lb] for lb, _ in regs)]
         best_fixed = min(common, key=lambda c: sum(per[lb][c] for lb, _ in regs))
         for label, _ in regs:
             f = per[label][best_fixed]
             oracle = min(per[label], key=per[label].get)
-            rows.append((op, label, picks[label], tuned_us[label], best_fixed, f, f / tuned_us[label], oracle))
+            o = orig_us[label]
+            rows.append((op, label, picks[label], tuned_us[label], best_fixed, f, f / tuned_us[label], oracle, o,
+                         o / tuned_us[label]))
             res[label]["best_fixed"] = best_fixed
 
-    head = ("| op | regime | tuned pick | tuned us | best single fixed config | fixed us | gain | fastest alone |\n"
-            "| --- | --- | --- | ---: | --- | ---: | ---: | --- |")
-    lines = [head] + [f"| {o} | {r} | {p_} | {t:.1f} | {bf} | {f:.1f} | {g:.2f}x | {orc} |"
-                      for o, r, p_, t, bf, f, g, orc in rows]
+    head = ("| op | regime | tuned pick | tuned us | best single fixed config | fixed us | gain | fastest alone "
+            "| torch reference us | vs torch |\n| --- | --- | --- | ---: | --- | ---: | ---: | --- | ---: | ---: |")
+    lines = [head] + [f"| {o} | {r} | {p_} | {t:.1f} | {bf} | {f:.1f} | {g:.2f}x | {orc} | {ou:.1f} | {og:.2f}x |"
+                      for o, r, p_, t, bf, f, g, orc, ou, og in rows]
     md = f"Device: {torch.cuda.get_device_name(0)} ({target})\n\n" + "\n".join(lines) + "\n"
     print(md)
     (out / "tuning_bench.md").write_text(md)

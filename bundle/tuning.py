@@ -5,7 +5,7 @@ and shipped beside a bundle; ``flyship.load(bundle, tuning=PATH)`` dispatches th
 the one reader, writer and dispatch policy, used by both halves (stdlib only). The format is documented
 in ``docs/tuning.md``::
 
-    {"format": "flyship-tuning", "version": "1.0", "namespace": "ns",
+    {"format": "flyship-tuning", "version": "1.1", "namespace": "ns",
      "keys": {"gemm": ["a.shape[0]", "b.shape[1]"]},
      "entries": [{"op": "gemm", "target": "gfx942", "cus": 304, "key": [16, 4096],
                   "spec": "cfg3", "us": {"cfg0": 12.5, "cfg3": 9.1}}]}
@@ -34,7 +34,10 @@ from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError, ExprError
 
 FORMAT_NAME = "flyship-tuning"
-VERSION_MAJOR, VERSION_MINOR = 1, 0
+VERSION_MAJOR, VERSION_MINOR = 1, 1
+# The winner name that says "the op's reference (for a patched site, the original function) wins for this key"
+# (1.1): parentheses keep it apart from every specialization name.
+ORIGINAL = "(original)"
 VERSION = f"{VERSION_MAJOR}.{VERSION_MINOR}"
 TUNED_SUFFIX = "__t"  # tuned guard names: <winner>__t<bucket index>
 _TOP_KEYS = frozenset({"format", "version", "namespace", "keys", "entries"})
@@ -52,9 +55,9 @@ class Entry:
         target: the device's target ID as the runtime reports it (``gfx942:sramecc+:xnack-``, ``sm_90``).
         cus: compute units (AMD) / streaming multiprocessors (NVIDIA) of the device, or None if unknown.
         key: the key's values, one per key expression of the op.
-        spec: the winning specialization's name.
-        us: candidate specialization -> measured microseconds per call (median), as raced; may be empty
-            (an imported entry).
+        spec: the winning specialization's name, or :data:`ORIGINAL` (1.1): the op's reference wins.
+        us: candidate specialization (or :data:`ORIGINAL`) -> measured microseconds per call (median), as
+            raced; may be empty (an imported entry).
     """
 
     op: str
@@ -83,7 +86,7 @@ def _processor(target: str) -> str:
 
 def to_json_obj(table: Table) -> dict:
     return {
-        "format": FORMAT_NAME, "version": table.version, "namespace": table.namespace,
+        "format": FORMAT_NAME, "version": VERSION, "namespace": table.namespace,
         "keys": {k: list(v) for k, v in sorted(table.keys.items())},
         "entries": [{"op": e.op, "target": e.target, "cus": e.cus, "key": list(e.key), "spec": e.spec,
                      "us": {k: round(float(v), 3) for k, v in sorted(e.us.items())}}
@@ -138,7 +141,7 @@ def _read_keys(raw: Any, where: str) -> dict[str, tuple[str, ...]]:
     return keys
 
 
-def _read_entry(e: Any, keys: dict[str, tuple[str, ...]], w: str, lenient: bool) -> Entry:
+def _read_entry(e: Any, keys: dict[str, tuple[str, ...]], w: str, lenient: bool, minor: int) -> Entry:
     """One entry of ``entries``, every value checked before it is used."""
     _need(type(e) is dict, w, "an object", e)
     _known_keys(e, _ENTRY_KEYS, w, lenient)
@@ -158,6 +161,8 @@ def _read_entry(e: Any, keys: dict[str, tuple[str, ...]], w: str, lenient: bool)
           f"{n} integers within int64 (one per key expression of {op})", key)
     spec = e.get("spec")
     _need(_is_name(spec), f"{w}.spec", f"a specialization name of 1 to {_limits.MAX_NAME} characters", spec)
+    _need(spec != ORIGINAL or minor >= 1, f"{w}.spec", f"a specialization name (a version 1.0 table cannot name "
+          f"{ORIGINAL}; it is version 1.1)", spec)
     us = e.get("us", {})
     _need(type(us) is dict
           and all(_is_name(k) and type(v) in (int, float) and 0 <= v <= _MAX_US for k, v in us.items()),
@@ -178,7 +183,8 @@ def from_json_obj(data: Any, where: str = "") -> Table:
     m = re.fullmatch(r"([0-9]{1,6})\.([0-9]{1,6})", ver) if type(ver) is str else None
     _need(m is not None and int(m[1]) == VERSION_MAJOR, f"{where} version",
           f"major version {VERSION_MAJOR} as 'MAJOR.MINOR' (this flyship reads {VERSION})", ver)
-    lenient = int(m[2]) > VERSION_MINOR
+    minor = int(m[2])
+    lenient = minor > VERSION_MINOR
     _known_keys(data, _TOP_KEYS, where, lenient)
     ns = data.get("namespace")
     _need(type(ns) is str and len(ns) <= _limits.MAX_NAME, f"{where} namespace", "a string", ns)
@@ -186,7 +192,7 @@ def from_json_obj(data: Any, where: str = "") -> Table:
     raw = data.get("entries")
     _need(type(raw) is list and len(raw) <= _MAX_ENTRIES, f"{where} entries", f"a list of at most {_MAX_ENTRIES}",
           raw)
-    entries = [_read_entry(e, keys, f"{where} entries[{i}]", lenient) for i, e in enumerate(raw)]
+    entries = [_read_entry(e, keys, f"{where} entries[{i}]", lenient, minor) for i, e in enumerate(raw)]
     seen: dict[tuple, str] = {}
     for e in entries:
         k = (e.op, _processor(e.target), e.cus, e.key)

@@ -61,6 +61,7 @@ struct Decision {
   int variant = -1;
   LaunchShape launch;
   std::string reason;  // why nothing fits (spec == -1)
+  bool on_purpose = false;  // spec == -1 by decision: a kOnPurpose specialization's guard holds (reason says why)
 };
 
 }  // namespace flyship

@@ -9,7 +9,8 @@ bool Decider::fits(const Call& c, int si, const Selection& sel, bool is_out, std
                    LaunchShape* ls) const {
   const OpPlan& p = plan_;
   const SpecPlan& s = p.specs[si];
-  if (sel.variant[index_][si] < 0) {
+  const int vi = sel.variant[index_][si];
+  if (vi == -1) {
     if (why) *why = sel.reason[index_][si];
     return false;
   }
@@ -45,9 +46,10 @@ bool Decider::fits(const Call& c, int si, const Selection& sel, bool is_out, std
     for (const Program& prog : s.out_constraints)
       if (!holds(prog)) return false;
   }
+  if (vi == kOnPurpose) return true;  // the reference, on purpose: no launch to check
   LaunchShape local;
   LaunchShape* first = ls ? ls : &local;
-  const VariantPlan& v = s.variants[sel.variant[index_][si]];
+  const VariantPlan& v = s.variants[vi];
   if (!packer_.check_launch(v, c, first, why)) return false;
   return (v.then.empty() && v.workspaces.empty()) || packer_.check_following(v, c, *first, why);
 }
@@ -57,8 +59,13 @@ Decision Decider::decide(const Call& c, const Selection& sel, bool is_out) const
   const int n = static_cast<int>(plan_.specs.size());
   for (int s = 0; s < n; ++s) {
     if (fits(c, s, sel, is_out, nullptr, &d.launch)) {
-      d.spec = s;
       d.variant = sel.variant[index_][s];
+      if (d.variant == kOnPurpose) {
+        d.on_purpose = true;
+        d.reason = sel.reason[index_][s];
+      } else {
+        d.spec = s;
+      }
       return d;
     }
   }

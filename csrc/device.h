@@ -12,9 +12,14 @@
 
 namespace flyship {
 
+// A selection's variant index for a specialization that runs the op's reference on purpose (a tuned bucket the
+// original wins; flyship.loader.selection.ON_PURPOSE): when its guard holds, the call runs the reference as a
+// decision, not a failure (no fallback warning, run even with the fallback off, counted apart).
+constexpr int kOnPurpose = -2;
+
 struct Selection {
   std::string target;
-  std::vector<std::vector<int>> variant;  // [op][spec] -> variant index, or -1
+  std::vector<std::vector<int>> variant;  // [op][spec] -> variant index, -1 (none runs) or kOnPurpose
   std::vector<std::vector<std::string>> reason;  // [op][spec] -> why none (when -1)
 };
 

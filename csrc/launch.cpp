@@ -24,7 +24,7 @@ void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
   Call c;
   binder_.prepare(c, args, is_out, /*check_device=*/true);
   Decision d;
-  if (!launcher_.try_launch(c, is_out, forced_spec, &d)) fallback_.run(c, d.reason, is_out);
+  if (!launcher_.try_launch(c, is_out, forced_spec, &d)) fallback_.run(c, d.reason, is_out, d.on_purpose);
   // Results: the fresh outputs; the out variant returns nothing (its schema mutates the out tensors and
   // returns (), the form torch.compile can functionalize for a custom op).
   torch::jit::drop(*stack, n_args);
@@ -49,8 +49,10 @@ bool Launcher::try_launch(Call& c, bool is_out, int forced_spec, Decision* d) {
     std::string why;
     FLYSHIP_CHECK(decider_.fits(c, forced_spec, *ds.selection, is_out, &why, &d->launch), label(),
                   ": these inputs do not fit specialization ", p.specs[forced_spec].name, ": ", why);
-    d->spec = forced_spec;
     d->variant = ds.selection->variant[index_][forced_spec];
+    d->on_purpose = d->variant == kOnPurpose;
+    d->spec = d->on_purpose ? -1 : forced_spec;
+    if (d->on_purpose) d->reason = ds.selection->reason[index_][forced_spec];
   } else {
     *d = decider_.decide(c, *ds.selection, is_out);
   }

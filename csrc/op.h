@@ -170,8 +170,10 @@ class Fallback : public OpPart {
  public:
   Fallback(const OpPlan& plan, int index, BundleCore* bundle, const Binder& binder, py::object reference)
       : OpPart(plan), index_(index), bundle_(bundle), binder_(binder), reference_(std::move(reference)) {}
-  // No specialization fits: run the reference (or raise when the fallback is off), counting the reason.
-  void run(Call& c, const std::string& reason, bool is_out);
+  // No specialization fits: run the reference (or raise when the fallback is off), counting the reason. With
+  // `on_purpose` (Decision::on_purpose) the reference runs as a decision: no warning, even with the fallback off,
+  // counted apart (stats()["original"]).
+  void run(Call& c, const std::string& reason, bool is_out, bool on_purpose = false);
   std::vector<at::Tensor> call_reference(const Call& c) const;
   // The message for a reference that failed on call `c` (what it did: `failure`; what to do when the inputs are
   // not the cause: `fix`): the input that does not fit the others, or input dtypes no specialization admits (when
@@ -189,7 +191,9 @@ class Fallback : public OpPart {
   void reset() {
     std::lock_guard<std::mutex> lock(mu_);
     counts_.clear();
+    on_purpose_.store(0, std::memory_order_relaxed);
   }
+  uint64_t on_purpose() const { return on_purpose_.load(std::memory_order_relaxed); }
 
  private:
   int index_;
@@ -198,6 +202,7 @@ class Fallback : public OpPart {
   PyRef reference_;
   mutable std::mutex mu_;
   std::map<std::string, uint64_t> counts_;
+  std::atomic<uint64_t> on_purpose_{0};
 };
 
 // An op of a loaded bundle: it owns the plan (its specializations read on first use) and composes the parts

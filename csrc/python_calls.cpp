@@ -48,7 +48,7 @@ const Selection& BundleCore::selection(const std::string& target) {
       for (size_t s = 0; s < counts.size(); ++s) {
         auto pr = per_spec[s].cast<py::sequence>();
         const int idx = pr[0].cast<int>();
-        FLYSHIP_CHECK(idx >= -1 && idx < counts[s],
+        FLYSHIP_CHECK(idx >= kOnPurpose && idx < counts[s] && (idx != kOnPurpose || counts[s] == 0),
                     "flyship: target selection index out of range");
         v.push_back(idx);
         why.push_back(pr[1].cast<std::string>());
@@ -236,17 +236,19 @@ std::vector<at::Tensor> Fallback::call_reference(const Call& c) const {
   return out;
 }
 
-void Fallback::run(Call& c, const std::string& reason, bool is_out) {
+void Fallback::run(Call& c, const std::string& reason, bool is_out, bool on_purpose) {
   const OpPlan& p = plan_;
   std::vector<std::string> names;
   for (const auto& s : p.specs) names.push_back(s.name);
-  FLYSHIP_CHECK(bundle_->fallback(), label(), ": no specialization fits these inputs (", reason,
+  FLYSHIP_CHECK(on_purpose || bundle_->fallback(), label(), ": no specialization fits these inputs (", reason,
               ") and the fallback is off (FLYSHIP_FALLBACK=0 or load(fallback=False)); specializations: ",
               join(names, ", "), "; change the inputs to fit one, or turn the fallback on to run the PyTorch "
               "reference");
   FLYSHIP_CHECK(!reference_.empty(), label(), ": no specialization fits these inputs (", reason, ") and the op has no "
               "reference to fall back to; pass one with load(..., references={'", p.name, "': fn})");
-  if (count(reason)) {
+  if (on_purpose) {
+    on_purpose_.fetch_add(1, std::memory_order_relaxed);
+  } else if (count(reason)) {
     // Once per op and reason: a workload whose inputs never fit the kernel should not pass unnoticed.
     // (FLYSHIP_FALLBACK=0 turns this into an error; stats() counts every fallback.)
     py::gil_scoped_acquire gil;
@@ -317,8 +319,10 @@ py::dict OpState::stats() const {
   py::dict d;
   d["launches"] = launches;
   d["fallbacks"] = fallbacks;
+  const uint64_t original = fallback_.on_purpose();
   d["empty"] = empty;
-  d["calls"] = total + fb_total + empty;
+  d["original"] = original;  // calls a tuned bucket sent to the reference on purpose
+  d["calls"] = total + fb_total + empty + original;
   return d;
 }
 

@@ -175,8 +175,9 @@ class OpHandle:
         """Counters since load (or the last :meth:`reset_stats`).
 
         Returns:
-            ``{"calls": n, "launches": {spec: n}, "fallbacks": {reason: n}, "empty": n}``; ``empty``
-            counts calls whose grid was empty (nothing to launch). A bundle built with ``--keep-going`` adds
+            ``{"calls": n, "launches": {spec: n}, "fallbacks": {reason: n}, "empty": n, "original": n}``;
+            ``empty`` counts calls whose grid was empty (nothing to launch), ``original`` calls a tuning table
+            sent to the reference on purpose (the original wins for their key; docs/tuning.md). A bundle built with ``--keep-going`` adds
             ``"not_built": {"<spec> <target>": reason}`` for this op's kernels that did not build.
         """
         d = self._ops._core.stats(self._index)

@@ -10,9 +10,14 @@ from typing import Any, Callable, Optional
 
 from flyship.bundle import manifest as _m
 from flyship.bundle import targets as _targets
+from flyship.bundle import tuning as _tt
 from flyship.errors import ConfigError
 from flyship.loader import plancache as _plancache
 
+# The variant index that tells the C++ core "run the reference, on purpose" (a decision, not a failure: no
+# fallback warning, run even with the fallback off, counted in stats()["original"]); csrc/device.h kOnPurpose.
+ON_PURPOSE = -2
+ORIGINAL_WINS = "tuned: the original wins for this key"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +38,8 @@ class Decision:
 def make_selector(plan: _plancache.BundlePlan | _m.Manifest) -> Callable[[str], list[list[tuple[int, str]]]]:
     """The variant chooser the C++ core calls once per (bundle, device target): per op, per
     specialization, the index of the variant to run (:func:`flyship.bundle.targets.select`) or -1 with
-    the reason. It reads only the plan's variant targets (no op is read for it)."""
+    the reason, or :data:`ON_PURPOSE` for a tuned bucket the original wins (:func:`flyship.loader.tuned.apply`).
+    It reads only the plan's variant targets (no op is read for it)."""
     if isinstance(plan, _m.Manifest):
         plan = _plancache.BundlePlan.of(plan)
     head, spec_names, spec_targets = plan.head, plan.spec_names, plan.spec_targets
@@ -44,6 +50,9 @@ def make_selector(plan: _plancache.BundlePlan | _m.Manifest) -> Callable[[str], 
         for k, per_op in enumerate(spec_targets):
             per = []
             for si, cands in enumerate(per_op):
+                if not cands and spec_names[k][si].startswith(_tt.ORIGINAL + _tt.TUNED_SUFFIX):
+                    per.append((ON_PURPOSE, ORIGINAL_WINS))
+                    continue
                 if cands not in chosen:
                     i = _targets.select(list(cands), device_target)
                     chosen[cands] = (-1, _no_code_object(device_target, list(cands))) if i is None else (i, "")

@@ -37,6 +37,12 @@ def apply(manifest: _m.Manifest, table: _tt.Table, target: str, cus: Optional[in
     winner's guard plus the bucket's bounds on the key expressions, and the winner's variants. The
     bundle's own specializations follow unchanged, for inputs the winner's guard does not admit.
 
+    A bucket the original wins (winner :data:`flyship.bundle.tuning.ORIGINAL`) becomes a specialization
+    named ``(original)__t<i>`` with the bucket's bounds as its only guard and no variants: the selector
+    (:func:`flyship.loader.selection.make_selector`) marks it "the reference, on purpose", so such a call
+    runs the op's reference without a fallback warning, even with ``fallback=False``, and ``stats()`` counts
+    it under ``"original"``.
+
     Raises:
         BundleError: the table names an op the bundle lacks, an op whose key differs from the bundle's,
             or a winner the op does not have.
@@ -58,6 +64,10 @@ def apply(manifest: _m.Manifest, table: _tt.Table, target: str, cus: Optional[in
         specs = {s.name: s for s in op.specializations}
         tuned = []
         for i, (winner, cons) in enumerate(_tt.dispatch_plan(op.tuning_key, mine)):
+            if winner == _tt.ORIGINAL:
+                base = op.specializations[0]
+                tuned.append(_m.Specialization(f"{winner}{_tt.TUNED_SUFFIX}{i}", _m.Guard({}, cons), base.example, ()))
+                continue
             if winner not in specs:
                 raise BundleError(f"tuning table: op {op.name}: winner {winner!r} is not a specialization of "
                                       f"the bundle ({', '.join(specs)}); the table belongs to another build")

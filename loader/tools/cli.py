@@ -274,14 +274,16 @@ def keygen_cmd(key: Path) -> None:
 @click.option("--warmup", default=5, show_default=True, help="untimed calls per candidate")
 @click.option("--repeats", default=20, show_default=True, help="timed calls per candidate (the median is kept)")
 @click.option("--no-merge", is_flag=True, help="replace an existing table instead of merging into it")
+@click.option("--no-original", is_flag=True, help="race only the bundle's configs, not the op's reference")
 def tune_cmd(bundle: Path, shapes: Path, out: Path | None, device: int, warmup: int, repeats: int,
-             no_merge: bool) -> None:
+             no_merge: bool, no_original: bool) -> None:
     """Race every candidate config of BUNDLE's tuned ops for each call in --shapes on a GPU (needs torch and
     a GPU; no DSL, no compiler) and write the winners as a tuning table for flyship.load(..., tuning=)."""
     from flyship.loader.tools.tune import tune
 
     try:
-        path = tune(bundle, shapes, out, device=device, warmup=warmup, repeats=repeats, merge=not no_merge)
+        path = tune(bundle, shapes, out, device=device, warmup=warmup, repeats=repeats, merge=not no_merge,
+                    original=not no_original)
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"flyship tune: wrote {path}")

@@ -130,7 +130,9 @@ def format_report(report: dict[str, Any]) -> str:
         st = s["op_stats"]
         launches = ", ".join(f"{k}={v}" for k, v in st["launches"].items() if v) or "none"
         fallbacks = ", ".join(f"{v} {k}" for k, v in st["fallbacks"].items()) or "none"
-        lines.append(f"      op: launches {launches}; fallbacks {fallbacks}")
+        original = f"; {st['original']} to the reference on purpose (tuned: the original wins)" \
+            if st.get("original") else ""
+        lines.append(f"      op: launches {launches}; fallbacks {fallbacks}{original}")
         lines.extend(_compiled_lines(s))
     for e in report["errors"]:
         lines.append(f"  NOT PATCHED: {e}")

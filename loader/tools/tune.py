@@ -4,7 +4,9 @@
 every op with a tuning key (``Op.tuning_key``, written by ``flyc-build`` from a config space) and every
 shape in the shapes file, it runs each specialization whose guard admits the inputs through the op's own
 C++ path, with warm-up, repeats, an L2 flush before each timed call and device events, and records the
-median. The fastest wins; the table (:mod:`flyship.bundle.tuning`) is keyed by the device's target ID, its
+median. The op's reference (what the op replaces: the PyTorch function the loader falls back to) races too,
+under the name ``(original)``: where it is fastest, the table says so and the loaded op runs the reference
+for that key on purpose (never slower than what it replaces). The fastest wins; the table (:mod:`flyship.bundle.tuning`) is keyed by the device's target ID, its
 CU / SM count and the key's values.
 
 ``flyship.load(bundle, tuning=PATH)`` calls :func:`apply`: the table's winners for this device become
@@ -95,15 +97,18 @@ def time_call(fn: Callable[[], Any], *, warmup: int = 5, repeats: int = 20, flus
 
 def race(ops: Any, shapes: dict[str, list[dict[str, Any]]], *, device: int = 0, warmup: int = 5, repeats: int = 20,
          progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-         timer: Optional[Callable[[Callable[[], Any]], float]] = None, tensor_device: Any = None) -> _tt.Table:
+         timer: Optional[Callable[[Callable[[], Any]], float]] = None, tensor_device: Any = None,
+         originals: Optional[dict[str, Optional[Callable[..., Any]]]] = None) -> _tt.Table:
     """Race every candidate of every tuned op for each call in ``shapes`` on GPU ``device``.
 
     ``timer`` (default :func:`time_call` with ``warmup`` / ``repeats``) and ``tensor_device`` (default GPU
     ``device``) are replaceable so that the race's logic runs on the recording driver in tests.
 
     Candidates are the specializations whose guard admits the call (checked by the C++ core with
-    ``dispatch``); a candidate that raises is skipped with a message. Key values seen twice keep the
-    first measurement.
+    ``dispatch``), and the original (:data:`flyship.bundle.tuning.ORIGINAL`): ``originals[op]`` when given
+    (a callable taking the op's inputs, e.g. a patched site's original function adapted to them; None races
+    no original), else the op's reference. A candidate that raises is skipped with a message. Key values
+    seen twice keep the first measurement.
 
     Raises:
         ConfigError: an op in ``shapes`` the bundle lacks or that has no tuning key; a call no
@@ -131,16 +136,11 @@ def race(ops: Any, shapes: dict[str, list[dict[str, Any]]], *, device: int = 0, 
             kv = key_values(op, inputs)
             if (name, kv) in entries:
                 continue
-            us: dict[str, float] = {}
-            for s in op.specializations:
-                try:
-                    # The guard, as the core checks it: only candidates that admit the call are raced.
-                    h.run_specialization(s.name, *inputs)
-                except Exception as e:
-                    progress(f"  {name} {list(kv)} {s.name}: skipped ({type(e).__name__}: {str(e)[:120]})")
-                    continue
-                us[s.name] = timer(lambda s=s: h.run_specialization(s.name, *inputs))
-            if not us:
+            us = _race_specs(h, op, inputs, timer, lambda msg: progress(f"  {name} {list(kv)} {msg}"))
+            orig = originals[name] if originals and name in originals else ops.reference(name)
+            if orig is not None:
+                us.update(_race_original(orig, inputs, timer, lambda msg: progress(f"  {name} {list(kv)} {msg}")))
+            if not any(k != _tt.ORIGINAL for k in us):
                 raise ConfigError(f"{where}: no specialization admits shapes {call}; fix the shapes file")
             best = min(us, key=us.get)
             progress(f"{name} key={list(kv)}: {best} {us[best]:.1f} us (of {len(us)})")
@@ -148,16 +148,45 @@ def race(ops: Any, shapes: dict[str, list[dict[str, Any]]], *, device: int = 0, 
     return _tt.Table(ops.manifest.namespace, keys, tuple(entries.values()))
 
 
+def _race_specs(h: Any, op: _m.Op, inputs: list[Any], timer: Callable[[Callable[[], Any]], float],
+                say: Callable[[str], None]) -> dict[str, float]:
+    """Each specialization of ``op`` that admits ``inputs``, timed through the op's C++ path."""
+    us: dict[str, float] = {}
+    for s in op.specializations:
+        try:
+            # The guard, as the core checks it: only candidates that admit the call are raced.
+            h.run_specialization(s.name, *inputs)
+        except Exception as e:
+            say(f"{s.name}: skipped ({type(e).__name__}: {str(e)[:120]})")
+            continue
+        us[s.name] = timer(lambda s=s: h.run_specialization(s.name, *inputs))
+    return us
+
+
+def _race_original(fn: Callable[..., Any], inputs: list[Any], timer: Callable[[Callable[[], Any]], float],
+                   say: Callable[[str], None]) -> dict[str, float]:
+    """The original (the op's reference or a patched site's original) timed on ``inputs``; {} if it raises."""
+    try:
+        fn(*inputs)
+    except Exception as e:
+        say(f"{_tt.ORIGINAL}: skipped ({type(e).__name__}: {str(e)[:120]})")
+        return {}
+    return {_tt.ORIGINAL: timer(lambda: fn(*inputs))}
+
+
 def tune(bundle: Path | str, shapes: Path | str, out: Optional[Path | str] = None, *, device: int = 0,
-         warmup: int = 5, repeats: int = 20, merge: bool = True) -> Path:
+         warmup: int = 5, repeats: int = 20, merge: bool = True, original: bool = True) -> Path:
     """Race a bundle's tuned ops on GPU ``device`` and write the table (default ``BUNDLE/tuning.json``);
-    with ``merge``, entries of an existing table at ``out`` for other keys or devices are kept.
+    with ``merge``, entries of an existing table at ``out`` for other keys or devices are kept. With
+    ``original`` (the default) each op's reference races too (:func:`race`).
 
     Returns:
         The table's path.
     """
     ops = _core.load(bundle)
-    table = race(ops, read_shapes(shapes), device=device, warmup=warmup, repeats=repeats)
+    shape_calls = read_shapes(shapes)
+    table = race(ops, shape_calls, device=device, warmup=warmup, repeats=repeats,
+                 originals=None if original else {name: None for name in shape_calls})
     path = Path(out) if out else Path(bundle) / "tuning.json"
     if merge and path.is_file():
         table = _tt.merge(_tt.read(path), table)

@@ -76,12 +76,13 @@ def test_the_fallback_setting_comes_from_the_environment_or_load(fresh_ops, monk
 
 def test_stats_start_at_zero_and_count_per_specialization_and_reason(recorded_tiny):
     ops = recorded_tiny()
-    assert ops.add.stats() == {"launches": {"f32": 0, "f16": 0}, "fallbacks": {}, "empty": 0, "calls": 0}
+    assert ops.add.stats() == {"launches": {"f32": 0, "f16": 0}, "fallbacks": {}, "empty": 0, "original": 0,
+                               "calls": 0}
     ops.add(torch.randn(8).double(), torch.randn(8).double())
     ops.add(torch.randn(8).double(), torch.randn(8).double())
     ops.scale_rows(torch.empty(70000, 1), 1.0, 0)
     assert ops.add.stats() == {"launches": {"f32": 0, "f16": 0}, "fallbacks": {"dtype x=float64": 2}, "empty": 0,
-                               "calls": 2}
+                               "original": 0, "calls": 2}
     assert ops.stats()["scale_rows"]["fallbacks"] == {"constraint 'x.shape[0] <= 65535' false": 1}
     ops.add.reset_stats()
     assert ops.add.stats()["calls"] == 0 and ops.scale_rows.stats()["calls"] == 1

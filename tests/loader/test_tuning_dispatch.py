@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import warnings
 
 import pytest
 import torch
@@ -115,7 +116,7 @@ def test_the_race_times_only_the_candidates_whose_guard_admits_the_call_and_keep
         return clock[last[-1]]
 
     table = tune.race(ops, {"add": [{"x": [1000], "y": [1000]}, {"x": [8], "y": [8]}]}, timer=timer,
-                      tensor_device="cpu", progress=lambda s: None)
+                      tensor_device="cpu", progress=lambda s: None, originals={"add": None})
     assert set(timed) == {"f32__small", "f32__large", "f32"}  # f16's dtype guard refuses float32 inputs
     assert table.keys == {"add": ("x.shape[0]",)}
     assert sorted((e.key, e.spec, e.target) for e in table.entries) == [((8,), "f32__large", GFX942),
@@ -130,3 +131,94 @@ def test_a_shapes_file_that_is_not_op_to_calls_is_refused(tmp_path):
     (tmp_path / "s.json").write_text('{"add": {"x": [4]}}')
     with pytest.raises(ConfigError, match="expected"):
         tune.read_shapes(tmp_path / "s.json")
+
+
+# The original in the race (issue 24 item 6): race times the op's reference as (original); a table that says the
+# original wins for one key and the kernel for another runs the reference on purpose for the first.
+def _race(ops, tmp_path):
+    """Race add at 8 and 1000 elements with a fake clock: the reference wins at 8, f32__large at 1000."""
+    from flyship.loader.tools import tune
+
+    ref = ops.reference("add")
+    calls = []
+
+    def original(x, y):
+        calls.append(x.shape[0])
+        return ref(x, y)
+
+    def timer(fn):
+        n = len(calls)
+        fn()
+        if len(calls) > n:  # the original ran: fast for small inputs, slow for large ones
+            return 1.0 if calls[-1] < 100 else 9.0
+        return 2.0
+
+    table = tune.race(ops, {"add": [{"x": [8], "y": [8]}, {"x": [1000], "y": [1000]}]}, timer=timer,
+                      tensor_device="cpu", progress=lambda s: None, originals={"add": original})
+    path = tmp_path / "tuning.json"
+    tt.write(table, path)
+    return path
+
+
+def test_the_original_races_and_wins_where_it_is_fastest(bundle_copy, recorded, tmp_path):
+    ops = recorded(bundle_copy(_tuned_add), target=GFX942)
+    path = _race(ops, tmp_path)
+    data = json.loads(path.read_text())
+    assert data["version"] == tt.VERSION == "1.1"
+    won = {tuple(e["key"]): e["spec"] for e in data["entries"]}
+    assert won == {(8,): tt.ORIGINAL, (1000,): "f32__small"}  # the first of the tied specializations
+    small = next(e for e in data["entries"] if e["key"] == [8])
+    assert small["us"][tt.ORIGINAL] == 1.0 and small["us"]["f32__small"] == 2.0
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+def test_a_key_the_original_wins_runs_the_reference_on_purpose(bundle_copy, recorded, launches, tmp_path,
+                                                               fallback):
+    bundle = bundle_copy(_tuned_add)
+    path = _race(recorded(bundle, target=GFX942), tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither the load nor any call below warns
+        ops = recorded(bundle, target=GFX942, tuning=path, fallback=fallback)
+        ops.add.reset_stats()
+        x = torch.randn(8)
+        torch.testing.assert_close(ops.add(x, x), x + x)
+        assert launches() == []  # the reference ran: nothing was launched
+        st = ops.add.stats()
+        assert st["original"] == 1 and st["fallbacks"] == {} and st["calls"] == 1
+        assert not any(st["launches"].values())
+        ops.add(torch.randn(1000), torch.randn(1000))
+        assert len(launches()) == 1
+        st = ops.add.stats()
+        assert st["original"] == 1 and st["calls"] == 2 and st["launches"]["f32__small__t1"] == 1
+        # A key value the table lacks takes its nearest bucket: 20 is nearer 8 than 1000 on a log2 scale.
+        ops.add(torch.randn(20), torch.randn(20))
+        assert launches() == [] and ops.add.stats()["original"] == 2
+
+
+def test_decide_says_the_original_wins(bundle_copy, recorded, tmp_path):
+    bundle = bundle_copy(_tuned_add)
+    path = _race(recorded(bundle, target=GFX942), tmp_path)
+    ops = recorded(bundle, target=GFX942, tuning=path)
+    d = ops.add.dispatch(torch.randn(8), torch.randn(8), target=GFX942)
+    assert d.spec is None and d.reason == "tuned: the original wins for this key"
+
+
+def test_a_version_1_0_table_cannot_name_the_original_and_old_tables_still_read(tmp_path):
+    entry = {"op": "add", "target": "gfx942", "cus": None, "key": [8], "spec": "f32", "us": {}}
+    data = {"format": "flyship-tuning", "version": "1.0", "namespace": "ns", "keys": {"add": ["x.shape[0]"]},
+            "entries": [entry]}
+    assert tt.from_json_obj(data).entries[0].spec == "f32"
+    entry["spec"] = tt.ORIGINAL
+    with pytest.raises(BundleError, match=r"version 1.0 table cannot name \(original\)"):
+        tt.from_json_obj(data)
+    data["version"] = "1.1"
+    assert tt.from_json_obj(data).entries[0].spec == tt.ORIGINAL
+
+
+def test_the_routing_report_says_the_original_wins_on_purpose():
+    from flyship.loader.tools import report
+
+    site = {"target": "m.f", "op": "ns::add", "active": True, "to_op": 3, "to_original": {}, "verdict": "ROUTED",
+            "op_stats": {"launches": {"f32__t1": 2}, "fallbacks": {}, "empty": 0, "original": 1, "calls": 3}}
+    text = report.format_report({"rank": None, "world_size": None, "pid": 1, "sites": [site], "errors": []})
+    assert "1 to the reference on purpose (tuned: the original wins)" in text
