@@ -19,9 +19,8 @@ from flyship.compiler.frontends.base import (
     FrontendError,
     KernelBuild,
     WorkerSetup,
-    compile_variant,
-    finish,
 )
+from flyship.compiler.frontends.tail import compile_variant, finish
 
 __all__ = ["BuildContext", "CompiledVariant", "Frontend", "FrontendError", "KernelBuild", "WorkerSetup",
            "compile_variant", "detect", "finish", "get", "names", "origin", "register",

@@ -267,7 +267,7 @@ def test_lds_over_the_target_limit_fails_naming_the_kernel(example_bundle):
     import dataclasses
 
     from flyship.compiler.frontends import FrontendError
-    from flyship.compiler.frontends.base import check_resources
+    from flyship.compiler.frontends.tail import check_resources
     from flyship.compiler.spec import Spec
 
     v = M.read(example_bundle).op("gemm").specializations[0].variants[0]

@@ -38,8 +38,8 @@ from flyship.bundle import targets as _targets
 from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof
 from flyship.compiler.configs import Autotuned, Config, is_native, native_pairs, refuse_pre_hook
 from flyship.compiler.frontends import writes
-from flyship.compiler.frontends.base import (BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup,
-                                             example_grid)
+from flyship.compiler.frontends.base import BuildContext, Frontend, FrontendError, KernelBuild, WorkerSetup
+from flyship.compiler.frontends.tail import example_grid
 from flyship.compiler.frontends.triton.compiling import (_cubin_target, kernarg_layout, ptxas_version, read_metadata,
                                                          run_triton, version, written_params)
 from flyship.compiler.frontends.triton import jitspec as _jitspec

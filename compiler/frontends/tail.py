@@ -1,0 +1,268 @@
+"""The common tail every frontend's code object goes through (:func:`finish`), after :meth:`Frontend.compile`: read the
+code object's metadata, lay out the kernarg segment against it, check the kernel's resources against the target, check
+what it writes against the op's declaration, and check the declared example against the grid and the guard. The result
+is a :class:`~flyship.compiler.frontends.base.CompiledVariant`, which crosses back to the build process. The protocol a
+frontend implements is :mod:`flyship.compiler.frontends.base`."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from flyship.bundle import expr as _expr
+from flyship.bundle import targets as _targets
+from flyship.bundle.errors import BundleError
+from flyship.bundle import rules as _rules
+from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Workspace
+from flyship.bundle.rules import check_layout
+from flyship.compiler.frontends import writes as _writes
+from flyship.compiler.frontends.base import (NV_REGISTERS_PER_BLOCK, BuildContext, CompiledVariant, Frontend,
+                                             FrontendError, KernelBuild, ResourceError, example_device)
+from flyship.compiler.spec import OpDecl, Scalar, Spec, Tensor
+
+
+def compile_variant(fe: Frontend, op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> CompiledVariant:
+    """Compile one (op, specialization, target) with ``fe`` and run the common tail on the result.
+
+    Raises:
+        FrontendError: from the frontend or the tail, naming op, specialization and target.
+    """
+    t0 = time.perf_counter()
+    build = fe.compile(op, spec, target, ctx)
+    v = finish(fe, op, spec, build, f"op {op.name} spec {spec.name} target {target}")
+    return dataclasses.replace(v, seconds=time.perf_counter() - t0)
+
+
+def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str) -> CompiledVariant:
+    """The common tail: code-object metadata -> kernarg layout -> resources -> example check, for the kernel and
+    each kernel the call launches after it (``build.then``); fields naming a workspace are bound to it.
+
+    Raises:
+        FrontendError: a layout that does not tile the metadata's explicit arguments, a kernel over the
+            target's limits, or an example that contradicts the grid or the guard.
+    """
+    workspaces = tuple(Workspace(name=w.name, shape=op.workspace_shape(w, spec), dtype=w.dtype, zero=w.zero)
+                       for w in op.workspaces)
+    shapes = op.example_shapes(spec)
+    scalars = {k: v for k, v in op.example_scalars(spec).items() if isinstance(v, int) and not isinstance(v, bool)}
+    device = example_device(spec, build.target)  # a workspace may have one row per CU/SM (device.cu_count)
+    for w in workspaces:
+        try:
+            sizes = [_expr.evaluate_with_shapes(e, shapes, scalars, device=device) for e in w.shape]
+        except BundleError as e:
+            raise FrontendError(f"{where}: workspace {w.name} shape {list(w.shape)} at the example: {e}") from None
+        if any(n < 0 for n in sizes):
+            raise FrontendError(f"{where}: workspace {w.name} shape {list(w.shape)} is {sizes} at the example; "
+                                "expected sizes >= 0")
+    first = _finish_one(fe, op, spec, build, where, workspaces)
+    then = tuple(_finish_one(fe, op, spec, b, f"{where} launch {k + 2}", workspaces)
+                 for k, b in enumerate(build.then))
+    check_accumulation(op, workspaces, [(build, first, where), *((b, v, f"{where} launch {k + 2}")
+                                                                for k, (b, v) in enumerate(zip(build.then, then)))])
+    if not then and not workspaces:
+        return first
+    constraints = tuple(dict.fromkeys(c for v in (first, *then) for c in v.constraints))
+    alignment: dict[str, int] = {}
+    for v in (first, *then):
+        for k, a in v.alignment.items():
+            alignment[k] = max(alignment.get(k, 1), a)
+    return dataclasses.replace(first, then=then, workspaces=workspaces, constraints=constraints, alignment=alignment)
+
+
+def bind_workspaces(layout: KernargLayout, workspaces: tuple[Workspace, ...]) -> KernargLayout:
+    """A frontend binds a workspace parameter like a tensor; the loader knows it as a workspace: its pointer
+    becomes a ``workspace`` field, its sizes and (contiguous) strides ``expr`` fields over the inputs."""
+    shapes = {w.name: w.shape for w in workspaces}
+    fields = []
+    for f in layout.fields:
+        if f.arg in shapes and f.kind == "pointer":
+            f = dataclasses.replace(f, kind="workspace")
+        elif f.arg in shapes and f.kind in ("shape", "stride"):
+            dims = shapes[f.arg]
+            d = f.dim % len(dims)
+            text = dims[d] if f.kind == "shape" else (" * ".join(f"({e})" for e in dims[d + 1:]) or "1")
+            f = dataclasses.replace(f, kind="expr", arg=None, dim=None, expr=_expr.canonical(text))
+        elif f.kind == "expr" and f.expr:
+            f = dataclasses.replace(f, expr=expand_workspaces(f.expr, workspaces))
+        fields.append(f)
+    return dataclasses.replace(layout, fields=tuple(fields))
+
+
+def expand_workspaces(text: str, workspaces: tuple[Workspace, ...]) -> str:
+    """An expression with each workspace's sizes and (contiguous) strides written in as its shape rule, so
+    a grid a launcher computes from a workspace's layout reads only the inputs."""
+    return _expr.substitute_tensors(text, {w.name: w.shape for w in workspaces}) if workspaces else text
+
+
+def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str,
+                workspaces: tuple[Workspace, ...]) -> CompiledVariant:
+    if workspaces:  # grids, LDS and guard constraints read the inputs only (a launcher may size from a workspace)
+        launch = build.launch
+        build = dataclasses.replace(build, launch=Launch(
+            grid=tuple(expand_workspaces(g, workspaces) for g in launch.grid), block=launch.block,
+            dynamic_lds=expand_workspaces(launch.dynamic_lds, workspaces)),
+            constraints=tuple(dict.fromkeys(expand_workspaces(c, workspaces) for c in build.constraints)))
+    meta, co_version = fe.read_metadata(build, where)
+    layout = bind_workspaces(fe.kernarg_layout(build, meta, where), workspaces)
+    try:
+        check_layout(layout, meta, where)
+    except BundleError as e:
+        raise FrontendError(str(e)) from None
+    if build.written is not None:
+        check_writes(op, build.written, meta, layout, where)
+    if build.unread and (why := _writes.unread_stride(build.unread, meta, layout)):
+        raise FrontendError(f"{where}: {why}")
+    constraints = (*build.constraints, *op.constraints(spec))
+    grid, shapes, scalars = example_grid(op, spec, build.launch.grid, constraints, where,
+                                         target=build.target)
+    if grid != tuple(build.example_grid):
+        raise FrontendError(f"{where}: the grid expressions {list(build.launch.grid)} give {list(grid)} at the "
+                            f"example shapes but the frontend computed {list(build.example_grid)}")
+    try:
+        dynamic_lds = _expr.evaluate_with_shapes(build.launch.dynamic_lds, shapes, scalars,
+                                                 device=example_device(spec, build.target))
+    except BundleError as e:
+        raise FrontendError(f"{where}: dynamic LDS {build.launch.dynamic_lds!r} at the example shapes: {e}") from None
+    check_resources(meta, build.launch.block, dynamic_lds, build.target, spec, build.symbol, where)
+    return CompiledVariant(
+        target=build.target, code_object=build.code_object, format=build.format, symbol=build.symbol,
+        code_object_version=co_version, metadata=meta, kernargs=layout, launch=build.launch, proof=build.proof,
+        toolchain=build.toolchain, example_grid=build.example_grid, constraints=build.constraints,
+        alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa)
+
+
+def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layout: KernargLayout,
+                 where: str) -> None:
+    """Refuse a kernel that stores through a tensor the spec declared neither an ``Output`` nor ``mutable``.
+
+    Args:
+        written: explicit kernel parameters (metadata order) whose pointers reach a store or an atomic.
+        meta, layout: the code object's metadata and the kernarg layout bound to the op's arguments.
+
+    Raises:
+        FrontendError: naming the parameter, the tensor it is bound to and what to declare.
+    """
+    explicit = [a for a in meta.args if not a.hidden]
+    by_offset = {f.offset: f for f in layout.fields if f.kind == "pointer"}
+    read_only = {a.name for a in op.args if isinstance(a, Tensor) and not a.mutable}
+    for i in sorted(written):
+        if i >= len(explicit) or explicit[i].offset not in by_offset:
+            continue  # a by-value parameter (a layout struct, a size) or one no tensor is bound to
+        f = by_offset[explicit[i].offset]
+        if f.arg in read_only:
+            name = f.kernel_arg or explicit[i].name or f"#{i}"
+            raise FrontendError(
+                f"{where}: the kernel stores through parameter {i} ({name}, offset {f.offset}), bound to input "
+                f"tensor {f.arg!r}, which the spec declares neither an Output nor mutable; declare "
+                f"Tensor({f.arg!r}, ..., mutable=True) if the kernel writes it in place (the schema then says "
+                f"Tensor(a!) {f.arg} and torch.compile sees the write), or make the kernel not write it")
+
+
+def _bound_params(params: frozenset[int], meta: KernelMetadata, layout: KernargLayout) -> dict[str, tuple[int, str]]:
+    """The tensors, outputs and workspaces whose pointer fields sit at explicit parameters ``params`` (metadata
+    order): name -> (parameter index, the kernel's name for it)."""
+    explicit = [a for a in meta.args if not a.hidden]
+    by_offset = {f.offset: f for f in layout.fields if f.kind in ("pointer", "workspace")}
+    out: dict[str, tuple[int, str]] = {}
+    for i in sorted(params):
+        if i < len(explicit) and explicit[i].offset in by_offset:
+            f = by_offset[explicit[i].offset]
+            out.setdefault(f.arg, (i, f.kernel_arg or explicit[i].name or f"#{i}"))
+    return out
+
+
+def check_accumulation(op: OpDecl, workspaces: tuple[Workspace, ...],
+                       launches: list[tuple[KernelBuild, CompiledVariant, str]]) -> None:
+    """Refuse a call whose first write to an ``Output`` (or a workspace) is an atomic read-modify-write, unless it
+    is declared zero-filled: the loader allocates both uninitialised (``at::empty``), so an atomic add into one
+    adds to garbage. A launch that stores into it first (a multi-launch op's init pass) settles it.
+
+    Args:
+        launches: the call's launches in order: (the frontend's build, the finished variant, where).
+
+    Raises:
+        FrontendError: naming the parameter, the output or workspace and what to declare.
+    """
+    kinds = {**{o.name: ("Output", o.zero) for o in op.outputs}, **{w.name: ("Workspace", w.zero) for w in workspaces}}
+    settled: set[str] = set()
+    for build, v, where in launches:
+        if build.written is None:
+            return  # the frontend could not read this launch's writes: nothing after it can be judged
+        for name, (i, kname) in _bound_params(build.accumulated, v.metadata, v.kernargs).items():
+            kind, zero = kinds.get(name, ("", True))
+            if zero or name in settled:
+                continue
+            how = (f"Output({name!r}, ..., zero=True) so the loader allocates it filled with zeros, or declare it "
+                   f"an input Tensor({name!r}, ..., mutable=True) that the caller provides and the kernel "
+                   f"accumulates into in place" if kind == "Output" else
+                   f"Workspace({name!r}, ..., zero=True) so the loader fills it with zeros before the first launch")
+            raise FrontendError(
+                f"{where}: the kernel accumulates atomically (an atomic add, max or compare-and-swap) through "
+                f"parameter {i} ({kname}), bound to {kind.lower()} {name!r}, which the loader allocates "
+                f"uninitialised, so the result would start from garbage; expected a zero-filled {kind.lower()}: "
+                f"declare {how}")
+        settled |= set(_bound_params(build.written, v.metadata, v.kernargs))
+
+
+def example_grid(op: OpDecl, spec: Spec, grid: tuple[str, ...], constraints: tuple[str, ...],
+                 where: str, target: str | None = None) -> tuple[tuple[int, int, int], dict[str, tuple[int, ...]],
+                                                                 dict[str, int]]:
+    """The grid at the example call, after checking that the example satisfies every guard constraint.
+    ``device.cu_count`` takes its value from :func:`example_device`.
+
+    Returns:
+        (the example grid, the example's shapes, the example's int scalars).
+
+    Raises:
+        FrontendError: an int scalar without an example value, an expression that cannot be evaluated at the
+            example, or a constraint the example violates (the specialization would never run its own example).
+    """
+    shapes = op.example_shapes(spec)
+    example = op.example_scalars(spec)
+    missing = [a.name for a in op.args if isinstance(a, Scalar) and a.type == "int" and example.get(a.name) is None]
+    if missing:
+        raise FrontendError(f"{where}: int scalars {missing} need example values (Spec(scalars=...) or "
+                            "Scalar(default=...)) to check the guard and the grid")
+    scalars = {k: v for k, v in example.items() if isinstance(v, int) and not isinstance(v, bool)}
+    strides = op.example_strides(spec)
+    try:
+        device = example_device(spec, target)
+        values = tuple(_expr.evaluate_with_shapes(g, shapes, scalars, strides, device=device) for g in grid)
+        for c in constraints:
+            if not _expr.evaluate_with_shapes(c, shapes, scalars, strides, device=device):
+                raise FrontendError(f"{where}: the example call (shapes {shapes}, scalars {scalars}) violates the "
+                                    f"guard constraint {c!r}; the specialization would never run its own example")
+    except BundleError as e:
+        raise FrontendError(f"{where}: at the example shapes {shapes}: {e}") from None
+    return (values[0], values[1], values[2]), shapes, scalars
+
+
+def check_resources(meta: KernelMetadata, block: tuple[int, int, int], dynamic_lds: int, target: str, spec: Spec,
+                    symbol: str, where: str) -> None:
+    """Refuse what would fail or misbehave at launch: too much LDS / shared memory, a required block size
+    other than the launch's, too many registers for the block, spills without ``allow_scratch``.
+
+    Raises:
+        FrontendError: naming the quantity, the limit and what to change.
+    """
+    tid = _targets.parse_target(target)
+    lim = _targets.limits(tid)
+    static = meta.group_segment_fixed_size
+    total = static + dynamic_lds
+    if total > lim["lds_bytes"]:
+        raise ResourceError(f"{where}: kernel {symbol} uses {total} bytes of LDS / shared memory ({dynamic_lds} "
+                            f"dynamic + {static} static), over the target's {lim['lds_bytes']}-byte per-workgroup "
+                            "limit; use smaller tiles or fewer stages")
+    threads = block[0] * block[1] * block[2]
+    try:  # required and maximum workgroup size, static LDS: the rule book's rules, as the loader applies them
+        _rules.check_resources(meta, block, target, f"{where}: kernel {symbol}")
+    except BundleError as e:
+        raise ResourceError(str(e)) from None
+    if tid.vendor == "nvidia" and meta.vgpr_count * threads > NV_REGISTERS_PER_BLOCK:
+        raise ResourceError(f"{where}: kernel {symbol} uses {meta.vgpr_count} registers x {threads} threads = "
+                            f"{meta.vgpr_count * threads}, over the {NV_REGISTERS_PER_BLOCK} a block may hold; the "
+                            "launch would fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; lower num_warps or set maxnreg")
+    try:
+        _rules.check_scratch(meta, spec.allow_scratch, f"{where}: kernel {symbol}")
+    except BundleError as e:
+        raise ResourceError(str(e)) from None
