@@ -93,6 +93,19 @@ def atomic_write(path: Path | str, data: bytes) -> Path:
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 
 
+def read_fd(fd: int, limit: int) -> bytes:
+    """Up to ``limit + 1`` bytes from an open file: one more than allowed, so the caller tells a file that grew past
+    ``limit`` since its size was checked from one that did not (the one bounded read loop of flyship's readers)."""
+    chunks, left = [], limit + 1
+    while left > 0:
+        b = os.read(fd, min(left, 1 << 20))
+        if not b:
+            break
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
 def read_regular(path: Path | str, limit: int, *, what: str, error: type[FlyshipError] = BundleError,
                  hint: str = "", expected: str = "a regular file") -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them, read through one descriptor.
@@ -131,18 +144,11 @@ def read_regular(path: Path | str, limit: int, *, what: str, error: type[Flyship
             raise error(f"{what}: expected {expected} at {path}, found {kind}{hint}")
         if st.st_size > limit:
             raise error(f"{what}: expected at most {limit} bytes at {path}, got {st.st_size}{hint}")
-        chunks, left = [], limit + 1
-        while left > 0:
-            b = os.read(fd, min(left, 1 << 20))
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
+        data = read_fd(fd, limit)
     except OSError as e:
         raise error(f"{what}: expected {expected} at {path}, got a read error ({e.strerror or e}){hint}") from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > limit:
         raise error(f"{what}: expected at most {limit} bytes at {path}, got more (it grew while read){hint}")
     return data

@@ -12,6 +12,8 @@ import os
 import stat
 from pathlib import Path
 
+from flyship.bundle import files
+
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
 
@@ -67,14 +69,7 @@ def read_trusted(path: Path, limit: int, *, what: str, group_ok: bool = False) -
             raise PermissionError(f"{what}: refused {path}: it changed after the check")
         if st.st_size > limit:
             raise ValueError(f"{what}: expected at most {limit} bytes, got {st.st_size} ({path})")
-        chunks, left = [], limit + 1
-        while left > 0:
-            b = os.read(fd, min(left, 1 << 20))
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
-        data = b"".join(chunks)
+        data = files.read_fd(fd, limit)
         if len(data) > limit:
             raise ValueError(f"{what}: expected at most {limit} bytes, got more ({path})")
         return data
