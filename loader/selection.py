@@ -10,7 +10,6 @@ from typing import Any, Callable, Optional
 
 from flyship.bundle import manifest as _m
 from flyship.bundle import targets as _targets
-from flyship.bundle import tuning as _tt
 from flyship.errors import ConfigError
 from flyship.loader import plancache as _plancache
 
@@ -50,7 +49,7 @@ def make_selector(plan: _plancache.BundlePlan | _m.Manifest) -> Callable[[str], 
         for k, per_op in enumerate(spec_targets):
             per = []
             for si, cands in enumerate(per_op):
-                if not cands and spec_names[k][si].startswith(_tt.ORIGINAL + _tt.TUNED_SUFFIX):
+                if not cands and _tuned_original(spec_names[k][si]):
                     per.append((ON_PURPOSE, ORIGINAL_WINS))
                     continue
                 if cands not in chosen:
@@ -64,6 +63,14 @@ def make_selector(plan: _plancache.BundlePlan | _m.Manifest) -> Callable[[str], 
         return out
 
     return select
+
+
+def _tuned_original(spec_name: str) -> bool:
+    """Whether a specialization without variants is a tuning table's "the original wins" bucket (only a table's
+    buckets lack variants: the tuning module is imported for them, not at every load)."""
+    from flyship.bundle import tuning as _tt
+
+    return spec_name.startswith(_tt.ORIGINAL + _tt.TUNED_SUFFIX)
 
 
 def failures_for(manifest: _m.Manifest, op: str, spec: Optional[str] = None) -> list[_m.Failure]:

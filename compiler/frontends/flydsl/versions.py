@@ -289,14 +289,17 @@ def requires(minimum: str, why: str = "") -> None:
     FlyDSL is then refused naming both versions, before any import of the kernels or tracing.
 
     Raises:
-        FlydslVersionError: FlyDSL is absent or older than ``minimum``.
+        FlydslVersionError: FlyDSL is older than ``minimum``.
+        ModuleNotFoundError: FlyDSL is not installed (as ``import flydsl`` would raise).
     """
     import sys
 
     need = parse_version(minimum)
     caller = sys._getframe(1).f_code.co_filename
     installed = installed_version_without_import()
-    if installed is None or parse_version(installed) < need:
+    if installed is None:  # no FlyDSL at all: as importing it would fail, so flyc-build names the Python to use
+        raise ModuleNotFoundError(f"No module named 'flydsl' ({caller} needs FlyDSL >= {minimum})", name="flydsl")
+    if parse_version(installed) < need:
         raise FlydslVersionError(
             f"{caller}: expected FlyDSL >= {minimum}{f' (for {why})' if why else ''}, got "
             f"{installed or 'none installed'}; run flyc-build under a Python whose FlyDSL is >= {minimum} "
