@@ -20,6 +20,31 @@ import pytest
 from ..conftest import ROOT
 
 
+def example_bundle(env_var: str, name: str, proves: str, tmp_path_factory: Any) -> Path:
+    """An example bundle for a GPU test: ``$env_var``, else ``artifacts/<name>`` when built, else built here from
+    ``examples/triton/<name>.py`` for this GPU; skips (saying what the test would prove) when neither can be had."""
+    import subprocess
+    import sys
+
+    import torch
+
+    b = Path(os.environ.get(env_var) or ROOT / "artifacts" / name)
+    if (b / "manifest.json").is_file():
+        return b
+    how = f"flyc-build examples/triton/{name}.py -o artifacts/{name} --arch sm_90"
+    pytest.importorskip("triton", reason=f"no bundle at {b} and no Triton here to build one; build it with {how} "
+                                         f"to prove {proves}")
+    major, minor = torch.cuda.get_device_capability()
+    out = tmp_path_factory.mktemp(name) / name
+    r = subprocess.run([sys.executable, "-m", "flyship.compiler.cli", str(ROOT / f"examples/triton/{name}.py"),
+                        "-o", str(out), "--arch", f"sm_{major}{minor}", "--no-cache"],
+                       capture_output=True, text=True, cwd=str(ROOT), timeout=600)
+    if r.returncode != 0:
+        pytest.skip(f"no bundle at {b}, and building one here failed ({r.stderr.strip()[-400:]}); build it "
+                    f"elsewhere with {how}")
+    return out
+
+
 def bundle_dir() -> Path:
     return Path(os.environ.get("FLYSHIP_GPU_BUNDLE") or ROOT / "artifacts" / "triton")
 

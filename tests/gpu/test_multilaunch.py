@@ -8,17 +8,13 @@ is none and this Python has Triton, the fixture builds it for this GPU with flyc
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from ..conftest import ROOT
-from .conftest import counting
+from .conftest import counting, example_bundle
 
 pytestmark = pytest.mark.gpu
 
@@ -29,21 +25,8 @@ DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 @pytest.fixture(scope="module")
 def ml_bundle(gpu, tmp_path_factory) -> Path:
-    b = Path(os.environ.get("FLYSHIP_GPU_MULTILAUNCH_BUNDLE") or ROOT / "artifacts" / "multilaunch")
-    if (b / "manifest.json").is_file():
-        return b
-    pytest.importorskip("triton", reason=f"no bundle at {b} and no Triton here to build one; build it with flyc-build "
-                                         "examples/triton/multilaunch.py -o artifacts/multilaunch --arch sm_90 to "
-                                         "prove that both phases of a two-kernel op run in order on this GPU")
-    major, minor = torch.cuda.get_device_capability()
-    out = tmp_path_factory.mktemp("ml") / "multilaunch"
-    r = subprocess.run([sys.executable, "-m", "flyship.compiler.cli", str(ROOT / "examples/triton/multilaunch.py"),
-                        "-o", str(out), "--arch", f"sm_{major}{minor}", "--no-cache"],
-                       capture_output=True, text=True, cwd=str(ROOT), timeout=600)
-    if r.returncode != 0:
-        pytest.skip(f"no bundle at {b}, and building one here failed ({r.stderr.strip()[-400:]}); build it "
-                    "elsewhere with flyc-build examples/triton/multilaunch.py -o artifacts/multilaunch --arch sm_90")
-    return out
+    return example_bundle("FLYSHIP_GPU_MULTILAUNCH_BUNDLE", "multilaunch",
+                          "that both phases of a two-kernel op run in order on this GPU", tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,6 @@ runs a kernel (an input no specialization takes raises instead of quietly runnin
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,8 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ..conftest import ROOT
-from .conftest import counting
+from .conftest import counting, example_bundle
 
 pytestmark = pytest.mark.gpu
 
@@ -30,21 +26,8 @@ DTYPES = {"f32": (torch.float32, 1e-5), "bf16": (torch.bfloat16, 2e-2)}  # dtype
 
 @pytest.fixture(scope="module")
 def tr_bundle(gpu, tmp_path_factory) -> Path:
-    b = Path(os.environ.get("FLYSHIP_GPU_TRAINING_BUNDLE") or ROOT / "artifacts" / "training")
-    if (b / "manifest.json").is_file():
-        return b
-    pytest.importorskip("triton", reason=f"no bundle at {b} and no Triton here to build one; build it with flyc-build "
-                                         "examples/triton/training.py -o artifacts/training --arch sm_90 to prove "
-                                         "that the training ops' kernels give torch's gradients on this GPU")
-    major, minor = torch.cuda.get_device_capability()
-    out = tmp_path_factory.mktemp("tr") / "training"
-    r = subprocess.run([sys.executable, "-m", "flyship.compiler.cli", str(ROOT / "examples/triton/training.py"),
-                        "-o", str(out), "--arch", f"sm_{major}{minor}", "--no-cache"],
-                       capture_output=True, text=True, cwd=str(ROOT), timeout=600)
-    if r.returncode != 0:
-        pytest.skip(f"no bundle at {b}, and building one here failed ({r.stderr.strip()[-400:]}); build it "
-                    "elsewhere with flyc-build examples/triton/training.py -o artifacts/training --arch sm_90")
-    return out
+    return example_bundle("FLYSHIP_GPU_TRAINING_BUNDLE", "training",
+                          "that the training ops' kernels give torch's gradients on this GPU", tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,6 @@ Python has Triton, the fixture builds it for this GPU first.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ import pytest
 import torch
 
 from ..conftest import ROOT
-from .conftest import counting
+from .conftest import counting, example_bundle
 
 pytestmark = pytest.mark.gpu
 
@@ -29,21 +27,8 @@ DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 @pytest.fixture(scope="module")
 def ws_bundle(gpu, tmp_path_factory) -> Path:
-    b = Path(os.environ.get("FLYSHIP_GPU_WORKSPACES_BUNDLE") or ROOT / "artifacts" / "workspaces")
-    if (b / "manifest.json").is_file():
-        return b
-    pytest.importorskip("triton", reason=f"no bundle at {b} and no Triton here to build one; build it with flyc-build "
-                                         "examples/triton/workspaces.py -o artifacts/workspaces --arch sm_90 to prove "
-                                         "that the device-sized workspace and the JIT variant run on this GPU")
-    major, minor = torch.cuda.get_device_capability()
-    out = tmp_path_factory.mktemp("ws") / "workspaces"
-    r = subprocess.run([sys.executable, "-m", "flyship.compiler.cli", str(ROOT / "examples/triton/workspaces.py"),
-                        "-o", str(out), "--arch", f"sm_{major}{minor}", "--no-cache"],
-                       capture_output=True, text=True, cwd=str(ROOT), timeout=600)
-    if r.returncode != 0:
-        pytest.skip(f"no bundle at {b}, and building one here failed ({r.stderr.strip()[-400:]}); build it "
-                    "elsewhere with flyc-build examples/triton/workspaces.py -o artifacts/workspaces --arch sm_90")
-    return out
+    return example_bundle("FLYSHIP_GPU_WORKSPACES_BUNDLE", "workspaces",
+                          "that the device-sized workspace and the JIT variant run on this GPU", tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
