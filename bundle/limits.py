@@ -84,6 +84,9 @@ MAX_PROGRAM_DEPTH = 32
 
 # The plan contract: what Python (flyship/loader/plan.py) lowers and the C++ core parses (csrc/plan.cpp).
 PLAN_VERSION = 10
+VARIANT_ON_PURPOSE = -2
+"""A selection's variant index for a specialization that runs the op's reference on purpose (a tuning table's bucket
+the original wins): the Python chooser (flyship.loader.selection) gives it, the C++ core (kOnPurpose) acts on it."""
 """The plan's format version; the per-user plan cache keys on it."""
 
 # C++ name -> this module's name: the constants csrc/limits.h defines, each with the value above.
@@ -98,6 +101,7 @@ CXX_CONSTANTS = (
     ("kMaxRank", "MAX_RANK"),
     ("kMaxProgramWords", "MAX_PROGRAM_WORDS"),
     ("kMaxProgramDepth", "MAX_PROGRAM_DEPTH"),
+    ("kOnPurpose", "VARIANT_ON_PURPOSE"),
 )
 HEADER = "limits.h"
 """The generated header's name in csrc/."""

@@ -202,6 +202,7 @@ void add_plan_tables(py::module_& m) {
     FLYSHIP_LIMIT(kMaxRank);
     FLYSHIP_LIMIT(kMaxProgramWords);
     FLYSHIP_LIMIT(kMaxProgramDepth);
+    FLYSHIP_LIMIT(kOnPurpose);
 #undef FLYSHIP_LIMIT
     m.attr("LIMITS") = limits;
   }

@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "driver.h"
+#include "limits.h"
 
 namespace flyship {
 
-// A selection's variant index for a specialization that runs the op's reference on purpose (a tuned bucket the
-// original wins; flyship.loader.selection.ON_PURPOSE): when its guard holds, the call runs the reference as a
-// decision, not a failure (no fallback warning, run even with the fallback off, counted apart).
-constexpr int kOnPurpose = -2;
+// kOnPurpose (limits.h, from bundle/limits.py VARIANT_ON_PURPOSE): a selection's variant index for a specialization
+// that runs the op's reference on purpose (a tuned bucket the original wins): when its guard holds, the call runs the
+// reference as a decision, not a failure (no fallback warning, run even with the fallback off, counted apart).
 
 struct Selection {
   std::string target;

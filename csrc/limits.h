@@ -17,5 +17,6 @@ constexpr int64_t kMaxBlock = 1024;  // MAX_BLOCK
 constexpr int64_t kMaxRank = 16;  // MAX_RANK
 constexpr int64_t kMaxProgramWords = 256;  // MAX_PROGRAM_WORDS
 constexpr int64_t kMaxProgramDepth = 32;  // MAX_PROGRAM_DEPTH
+constexpr int64_t kOnPurpose = -2;  // VARIANT_ON_PURPOSE
 
 }  // namespace flyship

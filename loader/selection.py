@@ -8,14 +8,16 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from flyship.bundle import limits as _limits
 from flyship.bundle import manifest as _m
 from flyship.bundle import targets as _targets
 from flyship.errors import ConfigError
 from flyship.loader import plancache as _plancache
 
 # The variant index that tells the C++ core "run the reference, on purpose" (a decision, not a failure: no
-# fallback warning, run even with the fallback off, counted in stats()["original"]); csrc/device.h kOnPurpose.
-ON_PURPOSE = -2
+# fallback warning, run even with the fallback off, counted in stats()["original"]); one value, bundle/limits.py,
+# which csrc/limits.h's kOnPurpose is generated from.
+ON_PURPOSE = _limits.VARIANT_ON_PURPOSE
 ORIGINAL_WINS = "tuned: the original wins for this key"
 
 
