@@ -53,8 +53,8 @@ def check_must_understand(m: _m.Manifest) -> None:
     (``docs/bundle-format.md``): a loader of an older major refuses it instead of ignoring the key.
 
     Raises:
-        BundleError: ``then``, ``workspaces`` or ``mutable`` under 1.x, ``zero`` under 1.x or 2.x, ``consumes`` or
-            ``composites`` under 1.x to 3.x.
+        BundleError: ``then``, ``workspaces`` or ``mutable`` under 1.x, ``zero`` under 1.x or 2.x, ``consumes``,
+            ``composites`` or a workspace sized by the device under 1.x to 3.x.
     """
     major = int(m.schema_version.split(".")[0])
     late = [k for k in _m.must_understand(m) if _m.MUST_UNDERSTAND[k] > major]

@@ -57,6 +57,16 @@ def test_a_workspace_of_one_row_per_cu_builds_and_its_guards_follow_each_targets
             assert {f.arg for t in v.launches for f in t.kernargs.fields if f.kind == "workspace"} == {"partial"}
 
 
+def test_a_workspace_sized_by_the_device_is_a_must_understand_key_of_4x(ws_bundle):
+    # Loaders of 3.x and older refuse a workspace whose shape reads the device as a bundle mistake ("an output's
+    # shape must not read the device"); written as 4.0, they refuse it with their version message instead.
+    bundle, _ = ws_bundle
+    m = M.read(bundle)
+    assert "device_workspaces" in M.must_understand(m) and m.schema_version == "4.0"
+    with pytest.raises(BundleError, match=r"expected 4\.0 for a bundle that uses device_workspaces, got '2\.2'"):
+        rules.check_must_understand(dataclasses.replace(m, schema_version="2.2"))
+
+
 def test_the_declared_aligned_workspace_is_compiled_divisible_in_the_generic_specialization(ws_ops):
     op = ws_ops["rmsnorm_bwd"]
     spec = spec_named(op, "f32_n4096__generic")
