@@ -15,7 +15,7 @@ The patches file (JSON)::
       "patches": [
         {"target": "mymodel.layers:RMSNorm.forward", "op": "rmsnorm",
          "args": {"x": "hidden", "w": "self.weight", "eps": "self.eps"},
-         "inplace": null, "ignore": [], "cpu_target": null}
+         "inplace": null, "ignore": [], "cpu_target": null, "compiled": "op"}
       ]
     }
 
@@ -39,10 +39,11 @@ from flyship.bundle import files as _files
 from flyship.bundle import limits as _limits
 from flyship.bundle import targets as _targets
 from flyship.errors import BundleError, ConfigError
+from flyship.loader.tools.patch import COMPILED_CHOICES as _COMPILED_CHOICES  # flyship.patch's compiled=
 
 PTH_NAME = "zz_flyship_hook.pth"  # .pth files run in name order: after the ones that put flyship on sys.path
 _MARK = "# flyship hook: "
-_KEYS = {"target", "op", "args", "inplace", "ignore", "cpu_target"}
+_KEYS = {"target", "op", "args", "inplace", "ignore", "cpu_target", "compiled"}
 _MAX_PATCHES = 4096
 _MAX_NAME_TEXT = 512  # a dotted module path or attribute path
 
@@ -55,6 +56,7 @@ class PatchSpec:
     inplace: str | None = None
     ignore: tuple[str, ...] = ()
     cpu_target: str | None = None
+    compiled: str = "op"
 
     @property
     def module(self) -> str:
@@ -106,7 +108,11 @@ def _read_patch(p: Any, at: str) -> PatchSpec:
             _targets.parse_target(cpu_target)
         except BundleError as e:
             raise ConfigError(f"{at}: cpu_target: {e}") from None
-    return PatchSpec(p["target"], p["op"], dict(args), inplace, tuple(ignore or ()), cpu_target)
+    compiled = p.get("compiled", "op")
+    if compiled not in _COMPILED_CHOICES:
+        raise ConfigError(f"{at}: compiled: expected one of {', '.join(map(repr, _COMPILED_CHOICES))}, got "
+                          f"{_shown(compiled)}")
+    return PatchSpec(p["target"], p["op"], dict(args), inplace, tuple(ignore or ()), cpu_target, compiled)
 
 
 def _shown(value: Any) -> str:
@@ -179,7 +185,7 @@ def apply_for_module(path: str | Path, module: str) -> list[Any]:
             try:
                 args = {k: Const(v["const"]) if isinstance(v, dict) else v for k, v in spec.args.items()}
                 done.append(patch(spec.target, ops[spec.op], args=args, inplace=spec.inplace, ignore=spec.ignore,
-                                  cpu_target=spec.cpu_target))
+                                  cpu_target=spec.cpu_target, compiled=spec.compiled))
             except (FlyshipError, KeyError) as e:
                 msg = f"{spec.target} -> {spec.op}: {e}"
                 _report.note_error(msg)

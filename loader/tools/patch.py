@@ -29,6 +29,8 @@ from flyship.errors import ConfigError
 from flyship.loader.tools import report as _report  # the patch registry; FLYSHIP_REPORT's summary at exit
 
 _MISSING = object()
+# What a torch.compile trace of a patched site gets (Patch.compiled): the op in the graph, or the original traced.
+COMPILED_CHOICES = ("op", "original")
 
 
 # A patch cannot be made (the target does not resolve, or its signature does not match the op's): a ConfigError,
@@ -199,10 +201,14 @@ class Patch:
 
     def __init__(self, target: str, op: Any, *, args: Mapping[str, Source] | None = None,
                  inplace: str | None = None, result: Callable[[Any, dict], Any] | None = None,
-                 ignore: Sequence[str] = (), cpu_target: str | None = None) -> None:
+                 ignore: Sequence[str] = (), cpu_target: str | None = None, compiled: str = "op") -> None:
         self.target = target
         self.op = op
         self.cpu_target = cpu_target
+        if compiled not in COMPILED_CHOICES:
+            raise PatchError(f"patch {target!r}: compiled= expected one of {', '.join(map(repr, COMPILED_CHOICES))}, "
+                             f"got {compiled!r}")
+        self.compiled = compiled
         self._owner, self._name, self._raw = _resolve(target)
         self._kind = ("staticmethod" if isinstance(self._raw, staticmethod) else
                       "classmethod" if isinstance(self._raw, classmethod) else "function")
@@ -368,8 +374,9 @@ class Patch:
             if not self.active:
                 return original(*args, **kwargs)
             if torch.compiler.is_compiling():
-                # One graph: the custom op (with its fake kernel) goes in; its guards run at call time.
-                bound = sig.bind(args, kwargs)
+                # One graph: the custom op (with its fake kernel) goes in; its guards run at call time. With
+                # compiled="original" the compiler traces the original instead and fuses it with its neighbours.
+                bound = sig.bind(args, kwargs) if self.compiled == "op" else None
                 if bound is None:
                     return original(*args, **kwargs)
                 return self._finish(op_default(*[self._value(s, bound) for s in self._sources]), bound)
@@ -440,7 +447,7 @@ class Patch:
 
 def patch(target: str, op: Any, *, args: Mapping[str, Source] | None = None, inplace: str | None = None,
           result: Callable[[Any, dict], Any] | None = None, ignore: Sequence[str] = (),
-          cpu_target: str | None = None) -> Patch:
+          cpu_target: str | None = None, compiled: str = "op") -> Patch:
     """Replace the callable at ``target`` so that calls whose inputs fit one of ``op``'s specializations run
     ``op`` and all others call the original, each counted by reason (:meth:`Patch.stats`).
 
@@ -462,6 +469,9 @@ def patch(target: str, op: Any, *, args: Mapping[str, Source] | None = None, inp
             Other unmapped parameters with defaults send a call to the original when set.
         cpu_target: decide calls on CPU tensors as a device of this target would (tests, CPU-only CI: the op
             then runs its reference on the CPU); by default CPU calls go to the original.
+        compiled: what a ``torch.compile`` trace of the site gets: ``"op"`` (default) puts the op into the graph;
+            ``"original"`` traces the original, so the compiler fuses it with its neighbours, while eager calls
+            still run the op: for a site the routing report shows ``FUSION LOST`` under compile.
 
     Returns:
         The active :class:`Patch`; ``.undo()`` or leave its ``with`` block to restore the original.
@@ -475,7 +485,8 @@ def patch(target: str, op: Any, *, args: Mapping[str, Source] | None = None, inp
         with flyship.patch("mymodel:RMSNorm.forward", ops.rmsnorm, args={"w": "self.weight", "eps": "self.eps"}):
             model(x)
     """
-    return Patch(target, op, args=args, inplace=inplace, result=result, ignore=ignore, cpu_target=cpu_target).apply()
+    return Patch(target, op, args=args, inplace=inplace, result=result, ignore=ignore, cpu_target=cpu_target,
+                 compiled=compiled).apply()
 
 
 def patches() -> list[Patch]:

@@ -9,7 +9,7 @@ stderr when the process exits, tagged with its rank (``RANK`` / ``WORLD_SIZE``, 
           to original: 8 cpu tensors
           op: launches f32_n1024=120; fallbacks none
           compiled (default): 0.4003 ms patched vs 0.3336 ms compiled alone: FUSION LOST, +66.7 us per call;
-            leave these sites to torch.compile
+            leave these sites to torch.compile (patch(..., compiled="original"))
 
 A bench that races compiled arms records what it measured for the sites it patched (:func:`note_compiled`), so
 the report says, per site, whether routing it to the op wins or loses inside a compiled graph and by how much.
@@ -70,7 +70,8 @@ def _compiled_lines(site: dict[str, Any]) -> list[str]:
         lines.append(f"      compiled ({mode}): {c['patched_s'] * 1e3:.4f} ms patched{jointly} vs "
                      f"{c['alone_s'] * 1e3:.4f} ms compiled alone: "
                      + (f"FUSION LOST, +{delta_us:.1f} us per call; leave {'these sites' if jointly else 'this site'} "
-                        "to torch.compile" if lost else f"wins, {-delta_us:.1f} us per call"))
+                        "to torch.compile (patch(..., compiled=\"original\"))" if lost
+                        else f"wins, {-delta_us:.1f} us per call"))
     return lines
 
 

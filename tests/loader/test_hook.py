@@ -142,3 +142,11 @@ def test_install_refuses_a_bad_patches_file_naming_the_problem(tmp_path, tiny_bu
                                                                          "args": {"x": 3}}]}))
     with pytest.raises(ConfigError, match=r'args\["x"\]: expected a parameter name'):
         hook.read_patches(bad)
+
+
+def test_a_patches_file_says_what_a_compiled_trace_of_each_site_gets(tmp_path, tiny_bundle):
+    assert hook.read_patches(patches_file(tmp_path, tiny_bundle)).patches[0].compiled == "op"
+    pf = hook.read_patches(patches_file(tmp_path, tiny_bundle, compiled="original"))
+    assert pf.patches[0].compiled == "original"
+    with pytest.raises(ConfigError, match=r"patches\[0\]: compiled: expected one of 'op', 'original', got 'maybe'"):
+        hook.read_patches(patches_file(tmp_path, tiny_bundle, compiled="maybe"))

@@ -145,9 +145,35 @@ def test_routing_report_says_where_fusion_was_lost(rec_ops: Any, monkeypatch: py
         assert site["compiled"]["default"] == {"patched_s": 400e-6, "alone_s": 333e-6, "sites": [target]}
         text = report.format_report(flyship.routing_report())
         assert "compiled (default): 0.4000 ms patched vs 0.3330 ms compiled alone: FUSION LOST, +67.0 us" in text
+        assert 'leave this site to torch.compile (patch(..., compiled="original"))' in text
         assert "compiled (reduce-overhead): 0.1000 ms patched vs 0.1200 ms compiled alone: wins, 20.0 us" in text
     finally:
         p.undo()
+
+
+def test_a_site_left_to_the_compiler_traces_the_original_and_runs_the_op_eagerly(
+        rec_ops: Any, launches: Callable[[], list[dict]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compiled="original"`` (what the report advises for a site that loses fusion): a compiled graph holds the
+    original's torch ops, fused, and no flyship op; the same site called eagerly still launches the kernel."""
+    import flyship
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "data" / "dropin"))
+    import dropin_model
+
+    def fn(a: Any, b: Any) -> Any:
+        return dropin_model.add(a, b) * 2
+
+    x, y = torch.randn(256), torch.randn(256)
+    for compiled, in_graph in (("op", True), ("original", False)):
+        with flyship.patch("dropin_model:add", rec_ops.add, args={"x": "a", "y": "b"}, cpu_target="gfx942",
+                           compiled=compiled) as p:
+            _, code = compiled_code(fn, x, y)
+            assert (f"torch.ops.{rec_ops.namespace}.add" in code) is in_graph
+            launches()
+            fn(x, y)
+            assert len(launches()) == 1 and p.stats()["to_op"] == 1
+    with pytest.raises(flyship.PatchError, match=r"compiled= expected one of 'op', 'original', got 'never'"):
+        flyship.patch("dropin_model:add", rec_ops.add, args={"x": "a", "y": "b"}, compiled="never")
 
 
 def test_dropin_bench_modes(monkeypatch: pytest.MonkeyPatch) -> None:
