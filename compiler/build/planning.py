@@ -207,9 +207,25 @@ def check_replaceable(out_dir: Path) -> None:
     try:
         M.read(out_dir)
     except (M.BundleError, OSError) as e:
+        if _written_by_flyship(out_dir):
+            return  # an older or broken bundle of ours (a version this flyship refuses): what a rebuild replaces
         raise CompileError(f"flyc-build: output folder {out_dir} is not empty and is not a flyship bundle ({e}); "
                          "--force replaces only a bundle or an empty folder: choose another -o, or empty or remove "
                          "the folder yourself") from None
+
+
+def _written_by_flyship(out_dir: Path) -> bool:
+    """Whether ``out_dir/manifest.json`` is a JSON object with flyship's ``format`` key, whatever its version or
+    its other keys: a bundle an older (or newer) flyc-build wrote, which this one may refuse to read but may
+    replace."""
+    from flyship.bundle import files as _files
+    from flyship.bundle import limits as _limits
+
+    try:
+        data = _files.read_json(out_dir / M.MANIFEST_NAME, _limits.MAX_MANIFEST_BYTES, what="read bundle")
+    except (M.BundleError, OSError):
+        return False
+    return isinstance(data, dict) and data.get("format") == M.FORMAT_NAME
 
 
 def plan_tasks(sf: SpecFile, targets: list[_targets.TargetID],

@@ -178,6 +178,20 @@ def test_force_never_replaces_a_folder_that_is_not_a_bundle(tmp_path, kind):
     assert sorted((p.name, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()) == before
 
 
+@pytest.mark.compile
+def test_force_replaces_a_bundle_this_flyship_refuses_to_read(tmp_path):
+    # A bundle an older flyc-build wrote (here: a version this flyship refuses) is what a rebuild replaces; the
+    # refusal that tells the user to rebuild must not be followed by one that forbids it.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "manifest.json").write_text(json.dumps({"format": "flyship-bundle", "schema_version": "0.9", "ops": []}))
+    (out / "gone.f32.gfx942.hsaco").write_bytes(b"old")
+    r = run_build(ROOT / "examples" / "flydsl" / "ops.py", out, ["gfx942"], "--force", check=False,
+                  env={"TMPDIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert not (out / "gone.f32.gfx942.hsaco").exists() and json.loads((out / "manifest.json").read_text())["ops"]
+
+
 # ---- calls: dispatch and the op call refuse what the C++ core or torch would refuse raw ------------------------
 
 TINY = ROOT / "tests" / "loader" / "data" / "tiny"
