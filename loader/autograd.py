@@ -52,6 +52,9 @@ class _Rule:
         # (requires_grad False) instead of silently dropping a gradient that flows into them.
         sources = set(b.inputs.values())
         self.constant_outs = [i for i, n in enumerate(self.out_names) if _m.GRAD_PREFIX + n not in sources]
+        # A backward op with a backward of its own, writing no buffer in place, is differentiable again through
+        # its own autograd pair; any other backward computes first derivatives only (see ``_first_order_only``).
+        self.twice = bwd.backward is not None and not self.consumed
 
     def setup_context(self, ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         outs = output if isinstance(output, (tuple, list)) else (output,)
@@ -63,6 +66,24 @@ class _Rule:
             ctx.mark_non_differentiable(*(outs[i] for i in self.constant_outs))
 
     def backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        import torch
+
+        if self.twice or not torch.is_grad_enabled():
+            return self._backward(ctx, *grads)
+        # create_graph=True: the gradients may be used, but a second derivative through them would silently miss
+        # this op's part (the kernel's results carry no graph), so differentiating them again raises.
+        anchors = [t for t in (*grads, *ctx.saved_tensors) if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not anchors and any(ctx.needs_input_grad):
+            # Nothing this backward holds carries the inputs' graph (the forward saved no input that requires grad):
+            # the second derivative of its term could not even be detected later, so refuse it now.
+            raise RuntimeError(_first_order_message(self.namespace, self.fwd.name, self.bwd.name) + "; a gradient "
+                               "of this op cannot be taken with create_graph=True at all (nothing it saved carries "
+                               "the inputs' graph), so compute it without create_graph")
+        with torch.no_grad():
+            result = self._backward(ctx, *grads)
+        return _first_order_only(result, anchors, self.namespace, self.fwd.name, self.bwd.name) if anchors else result
+
+    def _backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
         import torch
 
         # An input the backward gives no gradient to must not silently get none.
@@ -105,6 +126,51 @@ class _Rule:
         outs = result if isinstance(result, (tuple, list)) else (result,)
         by_name = dict(zip(self.bwd_outs, outs)) | handed
         return tuple(by_name[self.b.grads[n]] if n in self.b.grads else None for n in self.in_names)
+
+
+def _first_order_only(grads: tuple[Any, ...], anchors: list[Any], namespace: str, op: str,
+                      bwd: str) -> tuple[Any, ...]:
+    """``grads`` as tensors whose own derivative raises, like ``torch.autograd.function.once_differentiable``, with a
+    message naming the op. The raising node hangs off ``anchors`` (the incoming gradients and saved tensors that carry
+    a graph), so ``torch.autograd.grad(..., inputs=...)`` cannot prune it and silently miss this op's term."""
+    message = _first_order_message(namespace, op, bwd)
+    live = [i for i, g in enumerate(grads) if g is not None and g.is_floating_point()]
+    if not live:
+        return grads
+    wrapped = _first_order_function().apply(message, len(live), *(grads[i] for i in live), *anchors)
+    out = list(grads)
+    for i, w in zip(live, wrapped):
+        out[i] = w
+    return tuple(out)
+
+
+def _first_order_message(namespace: str, op: str, bwd: str) -> str:
+    return (f"flyship {namespace}::{op}: a double backward (differentiating a gradient taken with create_graph=True) "
+            f"needs the derivative of its backward op {bwd}, which computes first derivatives only (it declares no "
+            f"Backward, or writes gradients in place); compute this term with torch ops, or declare a Backward for "
+            f"{bwd} that writes no input")
+
+
+_FIRST_ORDER: list[Any] = []
+
+
+def _first_order_function() -> Any:
+    """The autograd Function behind :func:`_first_order_only` (made on first use: torch is imported lazily)."""
+    if not _FIRST_ORDER:
+        import torch
+
+        class FirstOrderOnly(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx: Any, message: str, n: int, *tensors: Any) -> tuple[Any, ...]:
+                ctx.message = message
+                return tuple(t.view_as(t) for t in tensors[:n])
+
+            @staticmethod
+            def backward(ctx: Any, *grads: Any) -> Any:
+                raise RuntimeError(ctx.message)
+
+        _FIRST_ORDER.append(FirstOrderOnly)
+    return _FIRST_ORDER[0]
 
 
 def _zeros_like_saved(rule: _Rule, src: str, values: dict[str, Any]) -> Any:

@@ -230,11 +230,7 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     refs = _references.resolve(root, plan.head, references)
     ext = _extension.extension(near=_beside(path))
     if table is not None:
-        gpu = device_index(tuning_device, "flyship.load(tuning_device=)")
-        target = ext.device_info(gpu)["target"]
-        from flyship.loader import tuned as _tuned  # only with a tuning table
-
-        plan = _plancache.BundlePlan.of(_tuned.apply(plan.manifest, table, target, _tuned.device_cus(gpu)))
+        plan = _tuned_plan(plan, table, tuning_device, ext)
     code_objects = _CodeObjects(root, plan)
     heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))
              for k, op in enumerate(plan.head.ops)]
@@ -251,3 +247,25 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     if env.verbose():
         print(f"flyship: loaded {ops!r} ({ext.flavor()} flavor, {ext.runtime_version()})")
     return ops
+
+
+def _tuned_plan(plan: _plancache.BundlePlan, table: Any, tuning_device: Any, ext: Any) -> _plancache.BundlePlan:
+    """The plan with the tuning table's winners for the GPU ``tuning_device``. On a machine with no GPU (calls run
+    the references, which no table tunes) the table is set aside with a warning, so one load line serves both."""
+    import torch
+
+    gpu = device_index(tuning_device, "flyship.load(tuning_device=)")
+    try:
+        target = ext.device_info(gpu)["target"]
+    except RuntimeError as e:
+        if ext.flavor() != "record" and not torch.cuda.is_available():
+            import warnings
+
+            warnings.warn(f"flyship.load(tuning=): no GPU here, so the tuning table is not used (its winners are "
+                          f"chosen per device target; calls here run the op's reference)", UserWarning, stacklevel=3)
+            return plan
+        raise ConfigError(f"flyship.load(tuning=): expected to read the target of GPU {gpu} to pick the table's "
+                          f"winners, but the runtime failed: {e}; pass tuning_device= a GPU this process sees") from None
+    from flyship.loader import tuned as _tuned  # only with a tuning table
+
+    return _plancache.BundlePlan.of(_tuned.apply(plan.manifest, table, target, _tuned.device_cus(gpu)))

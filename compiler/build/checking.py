@@ -103,7 +103,8 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
             returned = got
             got = list(got) if isinstance(got, (tuple, list)) else [] if got is None and written else [got]
             if len(got) != len(op.outputs):
-                hint = (f"; the kernel writes {', '.join(written)} in place, so the reference must write it in place "
+                hint = (f"; the kernel writes {', '.join(written)} in place, so the reference must write "
+                        f"{'it' if len(written) == 1 else 'them'} in place "
                         f"(e.g. {written[0]}.copy_(new_value)) and return only the outputs"
                         if written and len(got) > len(op.outputs) else
                         f"; return {', '.join(o.name for o in op.outputs)} from {op.reference}()" if op.outputs else "")

@@ -117,6 +117,10 @@ def race(ops: Any, shapes: dict[str, list[dict[str, Any]]], *, device: int = 0, 
     import torch
 
     target = ops.device_target(device)
+    if tensor_device is None and not torch.cuda.is_available():
+        raise ConfigError(f"flyship tune: expected a GPU torch can put the race's tensors on, found none (torch "
+                          f"{torch.__version__}, the {ops.flavor} flavor); run flyship tune on a machine with the "
+                          "GPU the table is for")
     cus = device_cus(device)
     dev = tensor_device if tensor_device is not None else torch.device("cuda", device)
     timer = timer or (lambda fn: time_call(fn, warmup=warmup, repeats=repeats))

@@ -70,6 +70,40 @@ def test_a_prebuilt_extension_beside_the_bundle_loads_with_no_compiler_another_h
     assert not (tmp_path / "other_home" / ".cache" / "torch_extensions").exists()
 
 
+def recipe_copies(stage: str) -> list[tuple[str, str]]:
+    """The (source glob, destination) of each ``COPY --from=STAGE`` line of docs/shipping.md's container recipe."""
+    text = (ROOT / "docs" / "shipping.md").read_text()
+    block = text.split("```dockerfile", 1)[1].split("```", 1)[0]
+    copies = []
+    for line in block.splitlines():
+        words = line.split()
+        if words[:2] == ["COPY", f"--from={stage}"]:
+            copies.append((words[2], words[3]))
+    return copies
+
+
+def test_the_container_recipe_copies_what_prebuild_writes_and_the_runtime_stage_loads_with_it(shipped, tmp_path):
+    # The recipe's extension stage runs `flyship prebuild -o /out`; `shipped` is that /out. Follow the recipe's own
+    # COPY lines: what they leave behind (a library without its .json record) the load would refuse and rebuild.
+    copies = recipe_copies("extension")
+    assert copies, "docs/shipping.md's recipe copies nothing from the extension stage"
+    runtime = tmp_path / "opt_kernels"
+    runtime.mkdir()
+    for src, dst in copies:
+        assert src.startswith("/out/") and dst == "/opt/kernels/", (src, dst)
+        for f in shipped.glob(src[len("/out/"):]):
+            if f.is_file():
+                shutil.copy2(f, runtime / f.name)
+    written = sorted(f.name for f in shipped.iterdir() if f.is_file() and f.name.startswith("flyship_"))
+    assert sorted(f.name for f in runtime.iterdir()) == written
+    _pack.pack(shipped / "tiny", runtime / "tiny.flyship")
+    r = subprocess.run([PY, "-c", DISPATCH, str(runtime / "tiny.flyship"), str(tmp_path / "empty_prefix")],
+                       cwd=tmp_path, capture_output=True, text=True, env=bare_env(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["f32", "f32"]
+    assert "building" not in r.stderr
+
+
 def test_a_prebuilt_extension_installed_into_the_environment_is_found_from_anywhere(shipped, tmp_path):
     prefix = tmp_path / "prefix"
     inst = f"import sys; sys.prefix = {str(prefix)!r}; from flyship.loader.tools.cli import main; main(['prebuild'])"

@@ -253,3 +253,24 @@ def test_the_training_manifest_validates_against_the_json_schema(training_bundle
 
     jsonschema = pytest.importorskip("jsonschema", reason="needs jsonschema; it would validate the 4.0 manifest")
     jsonschema.Draft202012Validator(S.load()).validate(json.loads((training_bundle / "manifest.json").read_text()))
+
+
+@pytest.mark.parametrize("name", ["swiglu", "scale", "cross_entropy"])
+def test_a_double_backward_through_a_pair_is_refused_not_a_silent_zero(ops, name):
+    # The backward kernels compute first derivatives only: a gradient taken with create_graph=True may be used
+    # (a gradient penalty's first step), but differentiating it again must raise, never give zeros or None.
+    torch.manual_seed(4)
+    w = leaf(4, 6)
+    if name == "swiglu":
+        a, b = w * 1.5, w - 0.5
+        out = ops.swiglu(a, b).square().sum()
+    elif name == "scale":
+        out = ops.scale(w * 2, torch.randn(6)).square().sum()
+    else:
+        out = ops.cross_entropy(w * 3, torch.tensor([1, 2, 0, 5]))
+    with pytest.raises(RuntimeError, match="double backward"):
+        # cross-entropy saves no input (its gradient is made in the forward): refused at the first, create_graph step
+        (g,) = torch.autograd.grad(out, w, create_graph=True)
+        torch.autograd.grad((g.square().sum() + w.sum()), w)
+    (g1,) = torch.autograd.grad(out, w)  # first derivatives stay as they were
+    assert g1.abs().sum() > 0

@@ -222,3 +222,31 @@ def test_the_routing_report_says_the_original_wins_on_purpose():
             "op_stats": {"launches": {"f32__t1": 2}, "fallbacks": {}, "empty": 0, "original": 1, "calls": 3}}
     text = report.format_report({"rank": None, "world_size": None, "pid": 1, "sites": [site], "errors": []})
     assert "1 to the reference on purpose (tuned: the original wins)" in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="proves the load on a machine with no GPU")
+def test_a_tuning_table_on_a_machine_with_no_gpu_is_set_aside_with_a_warning_and_calls_run_the_reference(
+        bundle_copy, tmp_path, ext):
+    import uuid
+
+    import flyship
+
+    if ext.flavor() == "record":
+        pytest.skip("the recording driver has a device; this proves the hip/cuda flavor's load with no GPU")
+    table = _table(tmp_path, [tt.Entry("add", "gfx942", None, (1024,), "f32__large")])
+    with pytest.warns(UserWarning, match="no GPU here, so the tuning table is not used"):
+        ops = flyship.load(bundle_copy(_tuned_add), namespace=f"flyship_t{uuid.uuid4().hex[:8]}", tuning=table)
+    x = torch.randn(1024)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback warning: CPU calls run the reference
+        torch.testing.assert_close(ops.add(x, x), x + x)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="proves flyship tune's refusal on a machine with no GPU")
+def test_tune_on_a_machine_with_no_gpu_is_a_flyship_error_naming_the_fix(bundle_copy, recorded):
+    from flyship.errors import ConfigError
+    from flyship.loader.tools import tune
+
+    ops = recorded(bundle_copy(_tuned_add), target=GFX942)  # the recording driver reads a device: torch has none
+    with pytest.raises(ConfigError, match="expected a GPU torch can put the race's tensors on, found none"):
+        tune.race(ops, {"add": [{"x": [8], "y": [8]}]}, progress=lambda s: None)
