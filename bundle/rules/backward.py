@@ -49,10 +49,13 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
     bwd_outs = [o.name for o in bwd.outputs]
     for x, g in b.grads.items():
         if fwd_kind.get(x) != "tensor" or x in outs:
-            raise BundleError(f"{where}: grads: expected a tensor input of {op.name}, got {x!r}")
+            tensors = [a.name for a in op.args if a.kind == "tensor"]
+            raise BundleError(f"{where}: grads: expected a tensor input of {op.name} "
+                              f"({', '.join(tensors) or 'it has none'}), got {x!r}")
         if g not in bwd_outs and g not in bwd.mutable:
-            raise BundleError(f"{where}: grads[{x!r}] = {g!r}: expected an output of {b.op} ({', '.join(bwd_outs)}) "
-                              f"or an input it writes in place ({', '.join(bwd.mutable) or 'none'})")
+            givers = [f"output {n}" for n in bwd_outs] + [f"{n} (written in place)" for n in bwd.mutable]
+            raise BundleError(f"{where}: grads[{x!r}] = {g!r}: expected a buffer {b.op} gives: "
+                              f"{', '.join(givers) or 'it has no output and writes no input'}")
     if not b.grads:
         raise BundleError(f"{where}: grads is empty; name the inputs that get gradients")
     check_consumed(op, bwd, b, where)

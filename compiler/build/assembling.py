@@ -16,7 +16,8 @@ from flyship.bundle import occupancy as _occupancy
 from flyship.bundle import rules as _rules
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import offload as _off
-from flyship.compiler.build.checking import check_reachable, check_references_module, guard_constraints
+from flyship.compiler.build.checking import (check_reachable, check_references_module, guard_constraints,
+                                              needed_references)
 from flyship.compiler.build.options import Row
 from flyship.compiler.spec import OpDecl, Scalar, SpecFile, Tensor
 from flyship.errors import CompileError
@@ -159,8 +160,7 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
         rp = (Path(sf.path).parent / sf.references).resolve()
         if not rp.is_file():
             raise CompileError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
-        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference}
-                                | {c.name: c.function for c in sf.composites})
+        check_references_module(rp, needed_references(sf))
         files["references.py"] = rp.read_bytes()
         refs = "references.py"
     m = M.Manifest(schema_version=M.SCHEMA_VERSION, namespace=sf.namespace,

@@ -16,10 +16,17 @@ from flyship.compiler.spec import SpecFile, Tensor
 from flyship.errors import CompileError, traceback_text
 
 
+def needed_references(sf: Any) -> dict[str, str]:
+    """What a spec file's references module must define: ``"op NAME: reference"`` / ``"composite NAME: function"``
+    (the declaration's own words, for the message) -> the function's name."""
+    return ({f"op {o.name}: reference": o.reference for o in sf.ops if o.reference}
+            | {f"composite {c.name}: function": c.function for c in sf.composites})
+
+
 def check_references_module(path: Path, needed: dict[str, str]) -> None:
     """The references module is copied into the bundle alone and run in the workload Python (torch, no FlyDSL):
     it may import torch and the standard library, nothing relative, and must define every reference an op
-    names (``needed``: op name -> function name).
+    names (``needed``: :func:`needed_references`).
 
     Raises:
         CompileError: naming the module, the import or the missing function.
@@ -42,9 +49,9 @@ def check_references_module(path: Path, needed: dict[str, str]) -> None:
                                    "the workload Python, which has torch and the standard library only")
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
-    for op, fn in sorted(needed.items()):
+    for where, fn in sorted(needed.items()):
         if fn not in defined:
-            raise CompileError(f"op {op}: reference={fn!r} is not defined in {path}; it defines "
+            raise CompileError(f"{where}={fn!r} is not defined in {path}; it defines "
                                f"{', '.join(sorted(d for d in defined if not d.startswith('_'))) or 'nothing'}")
 
 

@@ -17,7 +17,7 @@ from flyship.compiler import spec as _spec_mod
 from flyship.compiler import executors as _executors
 from flyship.compiler import tuning as _tuning
 from flyship.compiler import toolchain as _tc
-from flyship.compiler.build.checking import check_reference_outputs, check_references_module
+from flyship.compiler.build.checking import check_reference_outputs, check_references_module, needed_references
 from flyship.compiler.build.options import BuildOptions
 from flyship.compiler.spec import SpecFile
 from flyship.compiler.spec.composite import check_composite_functions
@@ -126,8 +126,7 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
         rp = (Path(sf.path).parent / sf.references).resolve()
         if not rp.is_file():
             raise CompileError(f"spec file {sf.path}: references({sf.references!r}) names no file ({rp})")
-        check_references_module(rp, {o.name: o.reference for o in sf.ops if o.reference}
-                                | {c.name: c.function for c in sf.composites})
+        check_references_module(rp, needed_references(sf))
         try:
             check_composite_functions(rp, sf.composites)
         except SpecError as e:

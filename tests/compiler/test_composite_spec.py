@@ -42,3 +42,16 @@ def test_a_composite_function_taking_other_arguments_than_declared_is_refused_fr
     with pytest.raises(SpecError, match=r"composite ce: refs\.py's ce\(ops, logits, target, ignore_index\) is called "
                                         r"as ce\(ops, logits\); expected it to take ops and then the 1 declared"):
         check_composite_functions(refs, [one])
+
+
+def test_a_composite_naming_a_missing_function_is_refused_in_the_composites_own_words(tmp_path):
+    from types import SimpleNamespace
+
+    from flyship.compiler.build.checking import check_references_module, needed_references
+    from flyship.errors import CompileError
+
+    refs = tmp_path / "refs.py"
+    refs.write_text("def swiglu(ops, a, b):\n    pass\n")
+    sf = SimpleNamespace(ops=[], composites=[composite_entry("swiglu", "swigl", [Tensor("a", rank=2)], ["c"])])
+    with pytest.raises(CompileError, match=r"composite swiglu: function='swigl' is not defined in .*it defines swiglu"):
+        check_references_module(refs, needed_references(sf))

@@ -155,8 +155,10 @@ def _with_backward(bundle_copy, backward):
     ({"op": "addsub", "inputs": {"x": "grad:sum"}, "grads": {"x": "sum"}}, r"backward inputs \['y'\] have no source"),
     ({"op": "addsub", "inputs": {"x": "grad:nope", "y": "x"}, "grads": {"x": "sum"}}, "expected 'grad:' of an output"),
     ({"op": "addsub", "inputs": {"x": "z", "y": "x"}, "grads": {"x": "sum"}}, "expected a forward input or output"),
-    ({"op": "addsub", "inputs": {"x": "x", "y": "y"}, "grads": {"sum": "sum"}}, "expected a tensor input of addsub"),
-    ({"op": "addsub", "inputs": {"x": "x", "y": "y"}, "grads": {"x": "nope"}}, "expected an output of addsub"),
+    ({"op": "addsub", "inputs": {"x": "x", "y": "y"}, "grads": {"sum": "sum"}},
+     r"expected a tensor input of addsub \(x, y\), got 'sum'"),
+    ({"op": "addsub", "inputs": {"x": "x", "y": "y"}, "grads": {"x": "nope"}},
+     "expected a buffer addsub gives: output sum, output diff"),
 ])
 def test_a_backward_that_does_not_fit_the_bundle_is_refused_when_read(bundle_copy, backward, message):
     with pytest.raises(BundleError, match=message):
