@@ -10,6 +10,7 @@ Kinds (a switch set to an empty or all-blank value counts as unset, i.e. takes i
         (``/dev/null``). The folder need not exist yet; flyship creates caches when it writes them.
         ``FLYSHIP_PLAN_CACHE`` also takes the off words of a bool (``0``, ``false``, ``no``, ``off``).
     folders: ``:``-separated folders, each checked as ``folder`` (empty entries skipped).
+    count: a whole number from 1 (e.g. ``4``); anything else is a ConfigError naming the switch.
     choice / text / keys: as each switch's meaning says.
 """
 
@@ -30,7 +31,7 @@ FALSE_WORDS = ("0", "false", "no", "off")
 @dataclass(frozen=True)
 class Switch:
     name: str
-    kind: str  # bool | folder | folders | choice | text | keys
+    kind: str  # bool | folder | folders | count | choice | text | keys
     default: str  # as a person reads it in the docs table
     meaning: str
 
@@ -48,6 +49,9 @@ SWITCHES: tuple[Switch, ...] = (
            "root of the HIP install to compile the hip flavor against."),
     Switch("FLYSHIP_EXTENSIONS_DIR", "folder", "`$TORCH_EXTENSIONS_DIR` or torch's default, under `flyship`",
            "where the compiled loader extension is cached."),
+    Switch("FLYSHIP_BUILD_UNITS", "count", "1 below 8 cores, else a unit per 4 cores",
+           "how many translation units the loader extension's core is compiled as when it is built (the same "
+           "module either way): one parses torch's headers once, more compile in parallel (loader/units.py)."),
     Switch("FLYSHIP_FALLBACK", "bool", "on",
            "on: inputs that fit no specialization run the op's reference; off: they raise."),
     Switch("FLYSHIP_FAST_CALL", "bool", "on",
@@ -138,6 +142,17 @@ def hip_path() -> str:
 
 def extensions_dir() -> str:
     return _folder_or_empty("FLYSHIP_EXTENSIONS_DIR")
+
+
+def build_units() -> int | None:
+    """``FLYSHIP_BUILD_UNITS`` as a count, or None when unset (the default grouping)."""
+    v = _get("FLYSHIP_BUILD_UNITS")
+    if not v:
+        return None
+    if not (v.isascii() and v.isdigit()) or len(v) > 4 or int(v) < 1:
+        raise ConfigError(f"FLYSHIP_BUILD_UNITS: expected a whole number from 1 (the translation units of the "
+                          f"extension's core), found {v!r}; set e.g. 4, or unset it for the default")
+    return int(v)
 
 
 def fallback_enabled() -> bool:
