@@ -5,9 +5,11 @@
 #   OUT=/tmp/out bash scripts/gpu_focus.sh
 #
 # Steps, each with its own time limit, a failing one does not stop the others; logs under $OUT:
+#   ext_build_bench  bench/extension_build.py: cold builds per grouping of the core's units ($EXT_BENCH_UNITS)
 #   cold_build   the CUDA flavor's extension built from nothing (empty extension cache), wall and CPU seconds
 #   gpu-tests    $FOCUS_TESTS (default: the tuning race, verify's unwritten-output check, the flavor and the op tests)
 #   launch_overhead  per-call host time of every path (fewer calls than gpu_check.sh: --calls 5000 --repeats 7)
+#   dropin_block the drop-in block bench in the compile modes $DROPIN_MODES (only when set)
 #   hip_nvidia   the HIP shim on HIP's NVIDIA platform: cold build, the flavor and op tests (SKIP_HIP=1 skips)
 set -uo pipefail
 
@@ -51,16 +53,22 @@ EOF
 }
 
 : > "$OUT/steps.txt"
-step cold_build 120 cold_build cuda "$EXT/cuda"
+[[ -z "${EXT_BENCH_UNITS:-}" ]] || step ext_build_bench "${EXT_BENCH_LIMIT:-300}" "$PY" bench/extension_build.py \
+  --flavor cuda --units $EXT_BENCH_UNITS --out "$OUT"
+export -f cold_build
+export PY
+step cold_build 120 bash -c 'cold_build "$@"' _ cuda "$EXT/cuda"
 export FLYSHIP_EXTENSIONS_DIR="$EXT/cuda"
 step gpu-tests "${TESTS_LIMIT:-150}" "$PY" -m pytest --import-mode=importlib -m gpu -v -rA -p no:cacheprovider \
-  ${FOCUS_TESTS:-tests/gpu/test_tuning_race.py tests/gpu/test_verify_unwritten.py tests/gpu/test_flavor.py tests/gpu/test_triton_ops.py}
+  ${FOCUS_TESTS:-tests/gpu/test_tuning_race.py tests/gpu/test_verify_unwritten.py tests/gpu/test_flavor.py tests/gpu/test_triton_ops.py tests/gpu/test_fast_call.py}
 step launch_overhead "${BENCH_LIMIT:-60}" "$PY" bench/launch_overhead.py --bundle "$FLYSHIP_GPU_BUNDLE" --out "$OUT" \
   --calls 5000 --repeats 7
+[[ -z "${DROPIN_MODES:-}" ]] || step dropin_block "${DROPIN_LIMIT:-240}" "$PY" bench/dropin_block.py \
+  --bundle "$FLYSHIP_GPU_BUNDLE" --out "$OUT" --modes "$DROPIN_MODES"
 if [[ "${SKIP_HIP:-0}" != 1 ]]; then
   export FLYSHIP_FLAVOR=hip-nvidia FLYSHIP_HIP_NVIDIA_INCLUDE="$PWD/tests/gpu/hip_nvidia/include"
   export FLYSHIP_GPU_EXPECT_FLAVOR=hip-nvidia
-  step hip_cold_build 120 cold_build hip-nvidia "$EXT/hip-nvidia"
+  step hip_cold_build 120 bash -c 'cold_build "$@"' _ hip-nvidia "$EXT/hip-nvidia"
   export FLYSHIP_EXTENSIONS_DIR="$EXT/hip-nvidia"
   step hip_tests 90 "$PY" -m pytest --import-mode=importlib -m gpu -q -rA -p no:cacheprovider tests/gpu/test_flavor.py \
     tests/gpu/test_triton_ops.py

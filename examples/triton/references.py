@@ -42,6 +42,10 @@ def rmsnorm_ref(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Te
 
 
 def gemm_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b.T as torch computes it: on a GPU its own GEMM in the inputs' dtype (cuBLAS / hipBLASLt, accumulating in
+    float32), which `flyship tune` races as the original; on the CPU in float32, rounded once."""
+    if a.is_cuda:
+        return a @ b.t()
     return (a.float() @ b.float().t()).to(a.dtype)
 
 
