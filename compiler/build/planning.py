@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from flyship.bundle import manifest as M
+from flyship.bundle import rules as _rules
 from flyship.bundle import targets as _targets
+from flyship.bundle.errors import BundleError
 from flyship.compiler import declarations as _declarations
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import hygiene as _hygiene
@@ -20,6 +22,7 @@ from flyship.compiler import toolchain as _tc
 from flyship.compiler.build.checking import check_reference_outputs, check_references_module, needed_references
 from flyship.compiler.build.options import BuildOptions
 from flyship.compiler.spec import SpecFile
+from flyship.compiler.spec.checks import manifest_head
 from flyship.compiler.spec.composite import check_composite_functions
 from flyship.compiler.worker import load_spec_file
 from flyship.errors import CompileError, FlyshipError, SpecError, headline, traceback_text
@@ -142,7 +145,30 @@ def read_declarations(spec_path: str, targets: list[_targets.TargetID]) -> SpecF
             raise CompileError(f"flyc-build: {e}") from None
         except Exception as e:
             raise _bug(f"frontend {op.frontend}'s check of op {op.name}", e) from e
+    check_backwards(sf)
     return sf
+
+
+def check_backwards(sf: SpecFile) -> None:
+    """The rule book's judgement of every ``Backward`` on the declarations alone (the ops' heads and the composites),
+    before anything compiles: a backward that names a missing op or buffer is refused in seconds, not after every
+    kernel was built. The written bundle is judged again by the same rules.
+
+    Raises:
+        CompileError: the rule book's refusal, naming the op and its backward.
+    """
+    heads = tuple(manifest_head(o) for o in sf.ops)
+    if not any(h.backward for h in heads):
+        return
+    draft = M.Manifest(schema_version=M.SCHEMA_VERSION, namespace=sf.namespace or "draft",
+                       build=M.BuildInfo(flyship_version="", frontends={}, python="", tools={}), references=None,
+                       ops=heads, composites=tuple(sf.composites))
+    for h in heads:
+        if h.backward is not None:
+            try:
+                _rules.check_backward(draft, h, h.backward)
+            except BundleError as e:
+                raise CompileError(f"spec file {sf.path}: {e}") from None
 
 
 def _bug(where: str, e: Exception) -> CompileError:

@@ -202,6 +202,25 @@ def check_accumulation(op: OpDecl, workspaces: tuple[Workspace, ...],
                 f"uninitialised, so the result would start from garbage; expected a zero-filled {kind.lower()}: "
                 f"declare {how}")
         settled |= set(_bound_params(build.written, v.metadata, v.kernargs))
+    _check_outputs_written(op, settled, [(v, where) for _b, v, where in launches])
+
+
+def _check_outputs_written(op: OpDecl, written: set[str], launches: list[tuple[CompiledVariant, str]]) -> None:
+    """Refuse an ``Output`` that the loader allocates uninitialised and no launch of the call stores through: the
+    op would return whatever the allocator's block held. Only outputs bound to a pointer parameter are judged (one
+    reached through a descriptor made on the host is not visible to the IR readers)."""
+    for o in op.outputs:
+        if o.zero or o.name in written:
+            continue
+        bound = [(where, f) for v, where in launches for f in v.kernargs.fields
+                 if f.kind == "pointer" and f.arg == o.name]
+        if bound:
+            where, f = bound[-1]
+            raise FrontendError(
+                f"{where}: expected the kernel to store through output {o.name!r} (parameter "
+                f"{f.kernel_arg or f.offset}), found no store, atomic or copy through it in any launch of the call; "
+                f"the loader allocates outputs uninitialised, so the op would return garbage. Make the kernel write "
+                f"{o.name}, or declare Output({o.name!r}, ..., zero=True) if zeros are the values it means")
 
 
 def example_grid(op: OpDecl, spec: Spec, grid: tuple[str, ...], constraints: tuple[str, ...],

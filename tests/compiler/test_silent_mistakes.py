@@ -105,3 +105,21 @@ def test_a_declared_stride_the_triton_kernel_never_reads_is_refused_naming_it_an
     guards = implied_layout_constraints(M.read(tmp_path / "fixed" / "o").op("scale_rows"), spec.variants)
     assert guards["w"] == ["w.shape[0] <= 1 or w.stride[0] == w.shape[1]", "w.shape[1] <= 1 or w.stride[1] == 1"]
 
+
+
+@pytest.mark.compile
+def test_an_output_the_kernel_never_stores_through_is_refused_naming_it_and_zero_true(tmp_path):
+    # The kernel stores into x (declared mutable) instead of out: out would come back as the allocator left it.
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "kern.py").write_text(KERNELS.replace("WSTRIDE", "w_stride").replace("tl.store(out + ", "tl.store(x + "))
+    spec = tmp_path / "spec.py"
+    spec.write_text(textwrap.dedent(SPEC.format(folder=str(tmp_path))).replace('Tensor("x", rank=2)',
+                                                                              'Tensor("x", rank=2, mutable=True)'))
+    r = run_build(spec, tmp_path / "o", ["sm_90"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "expected the kernel to store through output 'out'" in r.stderr
+    assert "Output('out', ..., zero=True)" in r.stderr and not (tmp_path / "o").exists()
+    zeroed = tmp_path / "zeroed.py"
+    zeroed.write_text(spec.read_text().replace('Output("out", like="x")', 'Output("out", like="x", zero=True)'))
+    ok = run_build(zeroed, tmp_path / "o2", ["sm_90"], check=False)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
