@@ -57,8 +57,12 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
     first = _finish_one(fe, op, spec, build, where, workspaces)
     then = tuple(_finish_one(fe, op, spec, b, f"{where} launch {k + 2}", workspaces)
                  for k, b in enumerate(build.then))
+    # A variant built as Triton's JIT would for the example call takes an int equal to 1 as a constant and may fold
+    # away the branch that writes an output; the generic variant beside it is the one that shows what the kernel
+    # can write, so only variants that pin no int by its value are judged for unwritten outputs.
     check_accumulation(op, workspaces, [(build, first, where), *((b, v, f"{where} launch {k + 2}")
-                                                                for k, (b, v) in enumerate(zip(build.then, then)))])
+                                                                for k, (b, v) in enumerate(zip(build.then, then)))],
+                       judge_unwritten=spec.options.get("specialize") != "jit")
     if not then and not workspaces:
         return first
     constraints = tuple(dict.fromkeys(c for v in (first, *then) for c in v.constraints))
@@ -172,13 +176,15 @@ def _bound_params(params: frozenset[int], meta: KernelMetadata, layout: KernargL
 
 
 def check_accumulation(op: OpDecl, workspaces: tuple[Workspace, ...],
-                       launches: list[tuple[KernelBuild, CompiledVariant, str]]) -> None:
+                       launches: list[tuple[KernelBuild, CompiledVariant, str]], judge_unwritten: bool = True) -> None:
     """Refuse a call whose first write to an ``Output`` (or a workspace) is an atomic read-modify-write, unless it
     is declared zero-filled: the loader allocates both uninitialised (``at::empty``), so an atomic add into one
     adds to garbage. A launch that stores into it first (a multi-launch op's init pass) settles it.
 
     Args:
         launches: the call's launches in order: (the frontend's build, the finished variant, where).
+        judge_unwritten: also refuse an ``Output`` no launch stores through (off for a variant whose ints are
+            pinned by value, where a store the generic variant keeps may have been folded away).
 
     Raises:
         FrontendError: naming the parameter, the output or workspace and what to declare.
@@ -202,7 +208,8 @@ def check_accumulation(op: OpDecl, workspaces: tuple[Workspace, ...],
                 f"uninitialised, so the result would start from garbage; expected a zero-filled {kind.lower()}: "
                 f"declare {how}")
         settled |= set(_bound_params(build.written, v.metadata, v.kernargs))
-    _check_outputs_written(op, settled, [(v, where) for _b, v, where in launches])
+    if judge_unwritten:
+        _check_outputs_written(op, settled, [(v, where) for _b, v, where in launches])
 
 
 def _check_outputs_written(op: OpDecl, written: set[str], launches: list[tuple[CompiledVariant, str]]) -> None:
