@@ -58,3 +58,50 @@ def test_a_plain_function_that_reaches_no_launcher_is_refused_naming_the_op_and_
     assert "it reaches no launcher" in r.stderr
     assert "declare kernel=entry(copy_through)" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_builder_that_dispatches_through_star_args_builds_the_launcher_each_spec_picks(tmp_path):
+    # build_dispatch_divide returns divide(*args, stream=None): the declared (x, out, alpha) reach it as *args,
+    # and each spec's example picks one of its two inner launchers (64-thread blocks for rows of <= 64 columns).
+    spec = _spec(tmp_path, """
+        from builder import build_dispatch_divide
+        op("dispatch", kernel=build_dispatch_divide(), args=ARGS, specs=[
+            Spec("narrow", dtypes={"x": "float32"}, shapes={"x": (64, 48)}, constraints=("x.shape[1] <= 64",)),
+            Spec("wide", dtypes={"x": "float32"}, shapes={"x": (64, 1000)}, constraints=("x.shape[1] > 64",))])
+    """)
+    run_build(spec, tmp_path / "o", ["gfx942"])
+    (o,) = json.loads((tmp_path / "o" / "manifest.json").read_text())["ops"]
+    variants = {s["name"]: s["variants"][0] for s in o["specializations"]}
+    assert sorted(variants) == ["narrow", "wide"]
+    for v in variants.values():
+        assert v["proof"]["method"] == "flydsl-binary" and v["proof"]["differences"] == []
+    assert _block(variants["narrow"]) == [64, 1, 1] and _block(variants["wide"]) == [256, 1, 1]
+    assert ((tmp_path / "o" / "dispatch.narrow.gfx942.hsaco").read_bytes()
+            != (tmp_path / "o" / "dispatch.wide.gfx942.hsaco").read_bytes())
+
+
+def _block(variant: dict) -> list:
+    return variant["launch"]["block"]
+
+
+def test_an_entry_taking_star_args_must_still_declare_its_named_parameters_first(tmp_path):
+    spec = _spec(tmp_path, """
+        def f(x, alpha, *rest, stream=None):
+            pass
+        op("d", kernel=entry(f), args=ARGS, specs=SPECS)
+    """)
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ("op d: expected args= to declare the first 3 parameters of entry 'f' in its order (x, alpha, *rest), "
+            "got (x, out, alpha); entry 'f' takes (x, alpha, *rest, stream)") in r.stderr
+
+
+def test_a_keyword_only_parameter_after_star_args_with_no_default_is_refused(tmp_path):
+    spec = _spec(tmp_path, """
+        def f(*args, stream):
+            pass
+        op("d", kernel=entry(f), args=ARGS, specs=SPECS)
+    """)
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "every later parameter needs a default, got stream without one" in r.stderr

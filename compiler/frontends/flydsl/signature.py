@@ -197,8 +197,9 @@ def check_signature(op: OpDecl) -> None:
 
 
 def _check_entry_signature(op: OpDecl) -> None:
-    """An entry is called with the declared arguments positionally: they are its leading parameters, in order,
-    and every later parameter has a default."""
+    """An entry is called with the declared arguments positionally: they are its leading parameters, in order
+    (an entry taking ``*args``, as upstream FlyDSL's attention builders return, receives those past its named
+    positional parameters there), and every parameter that receives none has a default."""
     import inspect
 
     try:
@@ -206,15 +207,18 @@ def _check_entry_signature(op: OpDecl) -> None:
     except (TypeError, ValueError):
         return
     got = [a.name for a in entry_arguments(op)]
-    lead = [p.name for p in params[:len(got)]]
-    rest = [p.name for p in params[len(got):] if p.default is inspect.Parameter.empty
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    takes = f"entry {op.kernel.__name__!r} takes ({', '.join(p.name for p in params)})"
-    if got != lead:
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    star = any(p.kind is p.VAR_POSITIONAL for p in params)
+    lead = [p.name for p in positional[:len(got)]]
+    order = ", ".join(lead + [_shown(p) for p in params if p.kind is p.VAR_POSITIONAL and len(got) > len(lead)])
+    rest = [p.name for p in positional[len(got):] + [p for p in params if p.kind is p.KEYWORD_ONLY]
+            if p.default is inspect.Parameter.empty]
+    takes = f"entry {op.kernel.__name__!r} takes ({', '.join(_shown(p) for p in params)})"
+    if got[:len(lead)] != lead or (len(got) > len(lead) and not star):
         # flyship calls the entry with the declared arguments positionally: they must be its first parameters.
         raise FrontendError(
             f"op {op.name}: expected args= to declare the first {len(got)} parameters of entry "
-            f"{op.kernel.__name__!r} in its order ({', '.join(lead)}), got ({', '.join(got)}); {takes}: flyship "
+            f"{op.kernel.__name__!r} in its order ({order}), got ({', '.join(got)}); {takes}: flyship "
             "passes the declared Tensor/Output/Scalar/Value arguments positionally, so declare its leading "
             "parameters in its order")
     if rest:
@@ -222,6 +226,11 @@ def _check_entry_signature(op: OpDecl) -> None:
             f"op {op.name}: args= declares ({', '.join(got)}) and {takes}; flyship calls the entry with the declared "
             f"arguments only, so every later parameter needs a default, got {', '.join(rest)} without one; declare "
             "them too, or give them defaults")
+
+
+def _shown(p: Any) -> str:
+    """A parameter as an error message names it: ``x``, ``*args``, ``**kwargs``."""
+    return {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name
 
 
 # Spec.options keys the FlyDSL frontend passes to FlyDSL as the launcher's compile hints (FlyDSL 0.5.0:
