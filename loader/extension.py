@@ -16,7 +16,6 @@ the cache at image-build time). A file lock makes N processes starting together 
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import hashlib
 import importlib.util
@@ -32,6 +31,7 @@ from pathlib import Path
 from types import ModuleType
 
 from flyship import env
+from flyship.bundle.frozen import frozen
 from flyship.errors import ConfigError, LoadError
 
 CSRC = Path(__file__).parent.parent / "csrc"
@@ -49,7 +49,7 @@ HEADERS = tuple(sorted(p.name for p in CSRC.glob("*.h")))
 ExtensionBuildError = LoadError
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class BuildConfig:
     """Everything that decides the extension binary.
 
