@@ -39,7 +39,7 @@ def dynamic_tags(path: Path) -> dict[str, list[str]]:
 def fresh_import(cfg: extension.BuildConfig, then: str) -> subprocess.CompletedProcess:
     """Import the extension built from ``cfg`` in a fresh process (as load() does), print whether a HIP runtime is
     mapped into the process, run ``then`` (``m`` is the module) and print it again."""
-    code = ("import sys\nfrom flyship.loader import extension\n"
+    code = ("import sys\nimport torch\nfrom flyship.loader import extension\n"
             "def hip_mapped():\n    return 'libamdhip64' in open('/proc/self/maps').read()\n"
             f"m = extension._import({cfg.name!r}, {str(cfg.library)!r})\n"
             f"print(hip_mapped())\n{then}\nprint(hip_mapped())\n")
