@@ -113,8 +113,8 @@ def find_hip_headers() -> Path | None:
 
 
 def _multiarch() -> str:
-    """The Debian multiarch folder name (``x86_64-linux-gnu``); sysconfig is imported here, by a build only (4 ms a
-    load that finds its extension does not pay)."""
+    """The Debian multiarch folder name (``x86_64-linux-gnu``); sysconfig is imported here, by a build only (a load
+    that finds its extension imports nothing it does not use)."""
     import sysconfig
 
     return sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"

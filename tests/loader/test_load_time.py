@@ -218,8 +218,8 @@ def test_the_plan_cache_key_changes_with_the_manifest_flyships_version_and_its_c
 
 def test_a_load_imports_only_what_loading_needs(tiny_bundle):
     # A fresh process's first load imports neither the integrations (flyship.loader.tools) nor the tuning-table
-    # reader (only with load(tuning=...)), nor torch's build tooling or sysconfig (a build's: 4 ms), nor the HIP
-    # library finder: each import is paid by every first load.
+    # reader (only with load(tuning=...)), nor torch's build tooling or sysconfig (a build's), nor the HIP library
+    # finder: each import is paid by every first load.
     import subprocess
 
     code = ("import sys, torch, flyship\n"
