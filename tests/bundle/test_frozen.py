@@ -234,3 +234,13 @@ def test_frozen_and_dataclass_twins_agree_on_any_values(x, y, other_x, other_y):
     assert hash(a) == hash(b)
     assert dataclasses.asdict(a) == dataclasses.asdict(b) and dataclasses.astuple(a) == dataclasses.astuple(b)
     assert dataclasses.replace(a, y=other_y) == ours(x, other_y)
+
+
+def test_the_docstring_example_runs():
+    import textwrap
+
+    doc = frozen.__doc__
+    example = textwrap.dedent(doc.split("Example::\n", 1)[1])
+    namespace = {"frozen": frozen, "dataclasses": dataclasses}
+    exec(compile(example, "frozen.__doc__", "exec"), namespace)  # noqa: S102 - our own docstring
+    assert namespace["Point"](2) == namespace["Point"](2, 0)
