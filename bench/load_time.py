@@ -5,6 +5,7 @@ load as a bundle grows from 21 to 2,016 variants with the plan cache cold, warm 
 
     python bench/load_time.py [--bundle artifacts/examples] [--processes 15]
     python bench/load_time.py --in-process [--specs 1,10,96] [--repeats 7]
+    python bench/load_time.py --parts 9 [--bundle artifacts/examples]
 
 Fresh processes: each bundle (the one given by ``--bundle``, else the tiny test bundle, and a generated bundle of
 2,016 variants) is loaded once to warm the plan cache, then in ``--processes`` fresh processes, interleaved; the
@@ -92,6 +93,52 @@ def fresh_processes(args: argparse.Namespace, work: Path) -> None:
         print(f"| {name} | {statistics.median(ts):.1f} | {min(ts):.1f} | {q[0]:.1f}-{q[2]:.1f} |")
 
 
+PARTS_CHILD = """
+import sys, time, cProfile, pstats, json
+import torch
+profile = cProfile.Profile()
+t = time.perf_counter()
+profile.enable()
+import flyship
+flyship.load(sys.argv[1])
+profile.disable()
+total = (time.perf_counter() - t) * 1e3
+stats = pstats.Stats(profile).stats
+parts = {"whole first load, under cProfile": lambda f, n: False}
+parts.update({
+    "importing the flyship modules": lambda f, n: f.endswith("loader/__init__.py") and n == "<module>",
+    "of it: dataclasses._process_class": lambda f, n: n == "_process_class",
+    "of it: @frozen class creation": lambda f, n: f.endswith("bundle/frozen.py") and n == "frozen",
+    "importing the extension .so (_imp.create_dynamic)": lambda f, n: n == "<built-in method _imp.create_dynamic>",
+    "torch.library.register_fake": lambda f, n: f.endswith("torch/library.py") and n == "register_fake",
+    "the plan cache read (load_plan)": lambda f, n: f.endswith("loader/plancache.py") and n == "load_plan",
+})
+out = {k: sum(v[3] for (f, _, n), v in stats.items() if test(f, n)) * 1e3 for k, test in parts.items()}
+out["whole first load, under cProfile"] = total
+print(json.dumps(out))
+"""
+
+
+def profiled_parts(args: argparse.Namespace, work: Path) -> None:
+    """Where a first load's time goes: cProfile's cumulative ms of named parts, median of ``--parts`` fresh
+    processes (docs/perf.md, "The first load cut to its parts")."""
+    import json
+    import subprocess
+
+    env = dict(os.environ, FLYSHIP_PLAN_CACHE=str(work / "plans"), PYTHONPYCACHEPREFIX=str(work / "pyc"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    bundle = str(args.bundle or ROOT / "tests/loader/data/tiny")
+    runs = []
+    for k in range(args.parts + 1):  # the first warms the plan and byte-code caches
+        out = subprocess.run([sys.executable, "-c", PARTS_CHILD, bundle], cwd=ROOT, env=env, check=True,
+                             capture_output=True, text=True).stdout
+        if k:
+            runs.append(json.loads(out))
+    print(f"{bundle}: cProfile, median of {args.parts} fresh processes, ms\n| part | ms |\n|---|---|")
+    for name in runs[0]:
+        print(f"| {name} | {statistics.median(r[name] for r in runs):.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bundle", help="the bundle for the fresh-process table (default: the tiny test bundle)")
@@ -99,8 +146,13 @@ def main() -> None:
     ap.add_argument("--in-process", action="store_true", help="the in-process table instead (cold/warm/off)")
     ap.add_argument("--specs", default="1,10,96", help="specializations per op, comma-separated (--in-process)")
     ap.add_argument("--repeats", type=int, default=7, help="warm loads per bundle (--in-process)")
+    ap.add_argument("--parts", type=int, default=0, metavar="N",
+                    help="instead: where a first load's time goes (cProfile), median of N fresh processes")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flyship_load_bench_"))
+    if args.parts:
+        profiled_parts(args, work)
+        return
     if not args.in_process:
         fresh_processes(args, work)
         return

@@ -18,14 +18,14 @@ Works on ints and on torch SymInts alike (only ``*`` and ``==`` are used).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping, Sequence
 
 from flyship.bundle import model as _m
+from flyship.bundle.frozen import frozen
 from flyship.errors import CallError
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Batch:
     """The leading dims of one call and how many extra dims each batched input carries.
 

@@ -29,12 +29,12 @@ evaluates per call; opcodes travel by mnemonic (``"shape"``, ``"cdiv"``), which 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from flyship.bundle import limits as _limits
 from flyship.bundle.errors import ExprError
+from flyship.bundle.frozen import frozen
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_EXPR_CHARS = 1000
@@ -61,7 +61,7 @@ OVERFLOW = "ExprOverflowError"  # a value (or an intermediate one) leaves int64 
 DIVISION = "ExprDivisionError"  # a division by zero for these inputs
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Slot:
     """Where an argument lives in the op's argument list, as the C++ core numbers it.
 
@@ -385,7 +385,7 @@ def substitute_tensors(text: str, shapes: Mapping[str, Sequence[str]]) -> str:
     return canonical(ast.unparse(tree))
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Symbolic:
     """Arithmetic over symbolic sizes (torch SymInts), for fake kernels: ``min``/``max`` that trace
     (``torch.sym_min``/``torch.sym_max``). Symbolic values are not range-checked; the C++ core checks the

@@ -93,10 +93,19 @@ def atomic_write(path: Path | str, data: bytes) -> Path:
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 
 
-def read_fd(fd: int, limit: int) -> bytes:
+def read_fd(fd: int, limit: int, size: int | None = None) -> bytes:
     """Up to ``limit + 1`` bytes from an open file: one more than allowed, so the caller tells a file that grew past
-    ``limit`` since its size was checked from one that did not (the one bounded read loop of flyship's readers)."""
+    ``limit`` since its size was checked from one that did not (the one bounded read loop of flyship's readers).
+
+    ``size``: the regular file's size from ``fstat``, when known: the whole file is then read in one call of
+    ``size + 1`` bytes (a regular file gives fewer than asked only at its end), with no copies joined; an 8 MB
+    manifest cost nine 1 MiB reads and a join before. A file that grew since is read on to ``limit + 1``."""
     chunks, left = [], limit + 1
+    if size is not None and size < limit:
+        first = os.read(fd, size + 1)
+        if len(first) <= size:
+            return first
+        chunks, left = [first], left - len(first)
     while left > 0:
         b = os.read(fd, min(left, 1 << 20))
         if not b:
@@ -144,7 +153,7 @@ def read_regular(path: Path | str, limit: int, *, what: str, error: type[Flyship
             raise error(f"{what}: expected {expected} at {path}, found {kind}{hint}")
         if st.st_size > limit:
             raise error(f"{what}: expected at most {limit} bytes at {path}, got {st.st_size}{hint}")
-        data = read_fd(fd, limit)
+        data = read_fd(fd, limit, st.st_size)
     except OSError as e:
         raise error(f"{what}: expected {expected} at {path}, got a read error ({e.strerror or e}){hint}") from None
     finally:

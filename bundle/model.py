@@ -12,6 +12,7 @@ from typing import Optional
 
 from flyship.bundle import expr as _expr
 from flyship.bundle.errors import BundleError
+from flyship.bundle.frozen import frozen
 
 SCHEMA_MAJOR, SCHEMA_MINOR = 1, 4
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
@@ -47,7 +48,7 @@ CODE_OBJECT_FORMATS = ("hsaco", "cubin")
 TENSOR_ABIS = ("static", "dynamic", "pointer")
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Arg:
     """One input of an op, in the order of the op's torch schema.
 
@@ -72,7 +73,7 @@ class Arg:
     batch: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Output:
     """One output of an op, allocated fresh by the loader (or passed to the ``out`` variant).
 
@@ -94,7 +95,7 @@ class Output:
     zero: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Guard:
     """What inputs a specialization accepts; the loader checks it per call.
 
@@ -109,7 +110,7 @@ class Guard:
     alignment: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class KernargField:
     """One value the loader writes into the kernarg buffer.
 
@@ -145,7 +146,7 @@ class KernargField:
     kernel_arg: Optional[str] = None
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class KernargLayout:
     """The explicit kernel arguments as the loader packs them.
 
@@ -161,7 +162,7 @@ class KernargLayout:
     fields: tuple[KernargField, ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Launch:
     """Launch geometry.
 
@@ -176,7 +177,7 @@ class Launch:
     dynamic_lds: str = "0"
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class MetadataArg:
     """One kernel argument from the code object's metadata (AMDGPU: ``amdhsa.kernels[].args[]``;
     cubin: ``EIATTR_KPARAM_INFO``).
@@ -198,7 +199,7 @@ class MetadataArg:
         return self.value_kind.startswith("hidden_")
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class KernelMetadata:
     """Resource and ABI facts read from the code object (AMDGPU Code Object V5+ metadata, LLVM
     AMDGPUUsage "Code Object V3 Metadata" and later; for cubins, the ``.nv.info`` attributes).
@@ -230,7 +231,7 @@ class KernelMetadata:
     args: tuple[MetadataArg, ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class CodeObject:
     """A code object file in the bundle.
 
@@ -251,7 +252,7 @@ class CodeObject:
     code_object_version: Optional[int] = None
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Proof:
     """How the code object was shown equal to the frontend's own binary.
 
@@ -277,7 +278,7 @@ class Proof:
     differences: tuple[str, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Workspace:
     """Device memory a multi-launch variant allocates per call and passes between its launches (schema 1.2):
     a split-K partial sum, a two-pass reduction's per-block results. The loader allocates it from torch's
@@ -297,7 +298,7 @@ class Workspace:
     zero: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Variant:
     """One specialization compiled for one target.
 
@@ -332,7 +333,7 @@ class Variant:
         return (self, *self.then)
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Example:
     """The concrete call the specialization was traced with, and the geometry it gave.
 
@@ -350,7 +351,7 @@ class Example:
     strides: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Specialization:
     """A compiled form of an op for some inputs: a guard, and one variant per target."""
 
@@ -363,7 +364,7 @@ class Specialization:
 GRAD_PREFIX = "grad:"
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Backward:
     """An op's derivative, computed by another op of the bundle (schema 1.1).
 
@@ -395,7 +396,7 @@ class Backward:
         return {a.name: self.inputs[a.name] for a in bwd.args if a.mutable and a.name in self.inputs}
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Composite:
     """An op composed in torch code from the bundle's ops and torch ops (schema 1.4): a host step between launches
     (``partial.sum(0)``, a count of valid rows) or a whole training op, forward and backward, as one op.
@@ -420,7 +421,7 @@ class Composite:
     returns: tuple[str, ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Op:
     """A kernel exposed as one torch op.
 
@@ -456,7 +457,7 @@ class Op:
         return tuple(a.name for a in self.args if a.mutable)
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class BuildInfo:
     """Who built the bundle. No timestamps: rebuilding from the same inputs gives the same bytes.
 
@@ -473,7 +474,7 @@ class BuildInfo:
     tools: dict[str, str]
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Failure:
     """A kernel that did not build in a ``flyc-build --keep-going`` run (schema 1.2).
 
@@ -490,7 +491,7 @@ class Failure:
     reason: str
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Manifest:
     """The whole manifest (``manifest.json`` at the bundle root).
 

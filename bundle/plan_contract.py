@@ -17,8 +17,9 @@ C++ code that uses the member, and the manifest field in :mod:`flyship.bundle.mo
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
+
+from flyship.bundle.frozen import frozen
 
 # reader -> the C++ type of the member it fills. "custom" rows give their own type (a type name plan.h defines).
 READERS: dict[str, str] = {
@@ -38,7 +39,7 @@ STRUCTS = ("Bundle", "OpPlan", "Slot", "OutputPlan", "SpecPlan", "VariantPlan", 
 no plain struct: its rows are keys only (no members are generated for it)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class PlanField:
     """One key of one plan dict.
 

@@ -11,11 +11,11 @@ runs only on exactly that device.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
 
 from flyship.bundle.errors import BundleError
+from flyship.bundle.frozen import frozen
 
 # Per-workgroup LDS (bytes) and wavefront size of the AMD processors we know. Sources: LLVM
 # AMDGPUUsage "Processors" table and the CDNA3 / CDNA4 ISA guides (64 KiB LDS on gfx942,
@@ -61,7 +61,7 @@ _MAX_TARGET_TEXT = 64
 AMD_FEATURES = ("sramecc", "xnack")
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class TargetID:
     """A parsed GPU target ID.
 

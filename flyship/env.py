@@ -17,9 +17,9 @@ Kinds (a switch set to an empty or all-blank value counts as unset, i.e. takes i
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from flyship.bundle.frozen import frozen
 from flyship.errors import ConfigError
 
 
@@ -28,7 +28,7 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 
 
-@dataclass(frozen=True)
+@frozen
 class Switch:
     name: str
     kind: str  # bool | folder | folders | count | choice | text | keys

@@ -24,7 +24,6 @@ from typing import Any
 from flyship.bundle import batch as _batch
 from flyship.bundle import manifest as _m
 from flyship.errors import CallError
-from flyship.loader import blame as _blame
 from flyship.loader import opschema as _opschema
 from flyship.loader import references as _references
 
@@ -138,7 +137,9 @@ class CpuKernel:
     def _blame(self, values: dict[str, Any], failure: str, fix: str, about_dtypes: bool) -> str:
         """The message for a reference that failed: :func:`flyship.loader.blame.blame` words it (the C++ core's
         ``OpState::call_reference`` asks the same function), after the op's name."""
-        return f"flyship {self._qualname}: {_blame.blame(self._full_op(), values, failure, fix, about_dtypes)}"
+        from flyship.loader import blame  # a failing reference's message only: not imported by a load
+
+        return f"flyship {self._qualname}: {blame.blame(self._full_op(), values, failure, fix, about_dtypes)}"
 
     def _expected(self, inputs: list[Any]) -> tuple[Any, ...]:
         """The outputs' meta tensors by the output rules (the fake kernel), cached per input layout."""

@@ -16,8 +16,6 @@ the cache at image-build time). A file lock makes N processes starting together 
 
 from __future__ import annotations
 
-import dataclasses
-import glob
 import hashlib
 import importlib.util
 import os
@@ -25,13 +23,13 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 from pathlib import Path
 from types import ModuleType
 
 from flyship import env
+from flyship.bundle.frozen import frozen
 from flyship.errors import ConfigError, LoadError
 
 CSRC = Path(__file__).parent.parent / "csrc"
@@ -49,7 +47,7 @@ HEADERS = tuple(sorted(p.name for p in CSRC.glob("*.h")))
 ExtensionBuildError = LoadError
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class BuildConfig:
     """Everything that decides the extension binary.
 
@@ -114,13 +112,22 @@ def find_hip_headers() -> Path | None:
     return None
 
 
+def _multiarch() -> str:
+    """The Debian multiarch folder name (``x86_64-linux-gnu``); sysconfig is imported here, by a build only (a load
+    that finds its extension imports nothing it does not use)."""
+    import sysconfig
+
+    return sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
+
+
 def _lib_dirs(root: Path) -> list[Path]:
-    multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
+    multiarch = _multiarch()
     return [root / "lib", root / "lib64", root / "lib" / multiarch]
 
 
 def find_hip_library() -> tuple[Path, list[str]]:
-    """The libamdhip64 to link against, and the places searched.
+    """The libamdhip64 whose folder becomes the extension's rpath and whose names its HIP shim opens on first use
+    (:func:`flyship.loader.hip_library.find`), and the places searched.
 
     torch's own copy comes first: ROCm torch wheels carry a libamdhip64 in ``torch/lib`` and a second
     HIP runtime in one process is a bug (two device-memory views). Then the HIP roots' lib folders.
@@ -128,18 +135,9 @@ def find_hip_library() -> tuple[Path, list[str]]:
     Raises:
         ExtensionBuildError: none found; lists every path tried.
     """
-    tried: list[str] = []
-    candidates = [torch_lib_dir()] + [d for r in hip_roots() for d in _lib_dirs(r)]
-    for d in candidates:
-        pattern = str(d / "libamdhip64.so*")
-        tried.append(pattern)
-        found = sorted(glob.glob(pattern), key=len)
-        if found:
-            return Path(found[0]), tried
-    raise ExtensionBuildError(
-        "build flyship extension (hip): expected libamdhip64.so, found none; tried " + ", ".join(tried)
-        + "; install ROCm (or Debian's libamdhip64-dev) or set FLYSHIP_HIP_PATH to its root"
-    )
+    from flyship.loader import hip_library
+
+    return hip_library.find([torch_lib_dir()] + [d for r in hip_roots() for d in _lib_dirs(r)])
 
 
 def cuda_include_candidates() -> list[Path]:
@@ -188,7 +186,7 @@ def find_cuda_library() -> Path:
         pass
     homes.append("/usr/local/cuda")
     dirs = [Path(h) / sub for h in homes if h for sub in ("lib64/stubs", "targets/x86_64-linux/lib/stubs", "lib/stubs")]
-    multiarch = sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
+    multiarch = _multiarch()
     dirs += [Path("/usr/lib") / multiarch, Path("/usr/lib64"), Path("/usr/lib"), Path("/usr/local/nvidia/lib64")]
     tried = []
     for name in ("libcuda.so", "libcuda.so.1"):
@@ -304,15 +302,20 @@ def config(flavor: str | None = None) -> BuildConfig:
                                   f"'hip-nvidia', 'record'), got {flavor!r}")
     sources = tuple(str(CSRC / s) for s in (*CORE_SOURCES, SHIM_SOURCES[flavor]))
     cflags = _cflags(flavor)
+    name = extension_name(flavor, sources, tuple(cflags))  # what the binary is made of, never where a toolkit is
     if flavor == "hip":
         inc = find_hip_headers()
         if inc is None:
             tried = ", ".join(str(r / "include") for r in hip_roots())
             raise ExtensionBuildError(f"build flyship extension (hip): expected hip/hip_runtime_api.h, found none in "
                                       f"{tried}; install ROCm or set FLYSHIP_HIP_PATH to its root")
+        from flyship.loader import hip_library
+
         lib, _ = find_hip_library()
         include_dirs = (str(inc),)
-        ldflags = (str(lib), f"-Wl,-rpath,{lib.parent}")
+        # Not linked: the shim opens it on first use by these names, from the rpath first (loader/hip_library.py).
+        cflags.append(hip_library.cflag(hip_library.names(lib)))
+        ldflags = ("-ldl", f"-Wl,-rpath,{lib.parent}")
     elif flavor == "hip-nvidia":
         include_dirs, _, ldflags = hip_nvidia_config()  # its platform flag is in _cflags
     elif flavor == "record":  # no GPU SDK: the recording driver calls no runtime
@@ -325,7 +328,6 @@ def config(flavor: str | None = None) -> BuildConfig:
         lib = find_cuda_library()
         include_dirs = (str(inc),)
         ldflags = (str(lib),)
-    name = extension_name(flavor, sources, tuple(cflags))
     root = extensions_root()
     return BuildConfig(flavor, sources, include_dirs, tuple(cflags), ldflags, name, root / name)
 

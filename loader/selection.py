@@ -4,13 +4,13 @@ loader reads them."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from flyship.bundle import limits as _limits
 from flyship.bundle import manifest as _m
 from flyship.bundle import targets as _targets
+from flyship.bundle.frozen import frozen
 from flyship.errors import ConfigError
 from flyship.loader import plancache as _plancache
 
@@ -21,7 +21,7 @@ ON_PURPOSE = _limits.VARIANT_ON_PURPOSE
 ORIGINAL_WINS = "tuned: the original wins for this key"
 
 
-@dataclasses.dataclass(frozen=True)
+@frozen
 class Decision:
     """What a call would run.
 

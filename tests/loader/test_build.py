@@ -36,10 +36,20 @@ def dynamic_tags(path: Path) -> dict[str, list[str]]:
     return out
 
 
+def fresh_import(cfg: extension.BuildConfig, then: str) -> subprocess.CompletedProcess:
+    """Import the extension built from ``cfg`` in a fresh process (as load() does), print whether a HIP runtime is
+    mapped into the process, run ``then`` (``m`` is the module) and print it again."""
+    code = ("import sys\nimport torch\nfrom flyship.loader import extension\n"
+            "def hip_mapped():\n    return 'libamdhip64' in open('/proc/self/maps').read()\n"
+            f"m = extension._import({cfg.name!r}, {str(cfg.library)!r})\n"
+            f"print(hip_mapped())\n{then}\nprint(hip_mapped())\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.hip
 @pytest.mark.cpu
 @needs_hip
-def test_hip_flavor_compiles_and_links_against_the_installed_hip(tmp_path, monkeypatch):
+def test_hip_flavor_compiles_against_the_installed_hip_and_opens_its_runtime_on_first_use(tmp_path, monkeypatch):
     monkeypatch.setenv("FLYSHIP_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hip")
     cfg = extension.config()
@@ -47,18 +57,59 @@ def test_hip_flavor_compiles_and_links_against_the_installed_hip(tmp_path, monke
     lib = extension.build(cfg, verbose=False)
     tags = dynamic_tags(lib)
     hip = extension.find_hip_library()[0]
-    assert any(n.startswith("libamdhip64.so") for n in tags["needed"]), tags
-    assert str(hip.parent) in ":".join(tags.get("runpath", [])), tags
-    # Import it in a fresh process (the same way load() does) and ask the HIP runtime for its version.
-    code = ("from flyship.loader import extension; cfg = extension.config(); m = extension._import(cfg.name, cfg.library); "
-            "print(m.flavor(), '|', m.runtime_version())")
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                       env={**os.environ, "FLYSHIP_EXTENSIONS_DIR": str(tmp_path), "FLYSHIP_FLAVOR": "hip"})
+    assert not any(n.startswith("libamdhip64") for n in tags["needed"]), tags  # not linked: opened on first use
+    assert str(hip.parent) in ":".join(tags.get("runpath", [])), tags  # where the link would have found it
+    # Importing it maps no HIP runtime; the first runtime call opens it (RTLD_NOLOAD first, then the rpath).
+    r = fresh_import(cfg, "print(m.flavor(), '|', m.runtime_version())")
     assert r.returncode == 0, r.stderr
-    flavor, version = r.stdout.strip().split(" | ")
+    before, answer, after = r.stdout.strip().splitlines()
+    assert (before, after) == ("False", "True"), r.stdout
+    flavor, version = answer.split(" | ")
     header_version = (HIP_HEADERS / "hip" / "hip_version.h").read_text()
     major = next(line.split()[-1] for line in header_version.splitlines() if "define HIP_VERSION_MAJOR" in line)
-    assert flavor == "hip" and version.startswith("HIP runtime") and f"headers {major}." in version
+    assert flavor == "hip" and version.startswith("HIP runtime ") and f"headers {major}." in version
+
+
+@pytest.mark.hip
+@pytest.mark.cpu
+@needs_hip
+def test_a_missing_hip_runtime_is_reported_at_first_use_naming_the_library_and_what_to_install(tmp_path,
+                                                                                                 monkeypatch):
+    from flyship.loader import hip_library
+
+    monkeypatch.setenv("FLYSHIP_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("FLYSHIP_FLAVOR", "hip")
+    monkeypatch.setattr(hip_library, "names", lambda library: ("libamdhip64_absent.so.9",))
+    cfg = extension.config()
+    assert "-DFLYSHIP_HIP_LIBRARY=libamdhip64_absent.so.9" in cfg.cflags
+    extension.build(cfg, verbose=False)
+    r = fresh_import(cfg, "print(m.runtime_version())\n"
+                          "try:\n    m.device_info(0)\nexcept RuntimeError as e:\n    print(str(e).splitlines()[0])")
+    assert r.returncode == 0, r.stderr  # the import itself needs no runtime
+    before, version, error, after = r.stdout.strip().splitlines()
+    assert (before, after) == ("False", "False"), r.stdout
+    assert version.startswith("HIP runtime not loaded (flyship: opening the HIP runtime: expected "
+                              "libamdhip64_absent.so.9 ")
+    assert "reading the properties of device 0 failed: flyship: opening the HIP runtime: expected " \
+           "libamdhip64_absent.so.9 (loaded in this process, or on the library path or the extension's rpath), " \
+           "found none (libamdhip64_absent.so.9: cannot open shared object file" in error, error
+    assert "; install the HIP runtime (ROCm's hip-runtime-amd, or Debian's libamdhip64-5)" in error, error
+
+
+@pytest.mark.cpu
+def test_the_hip_library_names_are_its_soname_then_its_file_name_and_travel_as_one_flag(tmp_path):
+    from flyship.loader import hip_library
+
+    found = extension.find_hip_library()[0] if HIP_HEADERS is not None else None
+    if found is not None and hip_library.soname(found):
+        assert hip_library.names(found)[0] == hip_library.soname(found)
+    not_elf = tmp_path / "libamdhip64.so.6"
+    not_elf.write_bytes(b"not an ELF file")
+    assert hip_library.names(not_elf) == ("libamdhip64.so.6",)
+    assert hip_library.cflag(("libamdhip64.so.6", "libamdhip64.so")) == \
+        "-DFLYSHIP_HIP_LIBRARY=libamdhip64.so.6:libamdhip64.so"
+    with pytest.raises(ValueError, match="expected plain file names"):
+        hip_library.cflag(("lib amd;rm.so",))
 
 
 @pytest.mark.cpu

@@ -95,11 +95,12 @@ def test_a_process_that_never_imports_the_target_loads_nothing(env_python, tmp_p
     r = run(env_python, "-c", "import sys; print(sorted(m for m in sys.modules if m.startswith(('torch', "
                               "'flyship'))), [type(f).__name__ for f in sys.meta_path][0])")
     assert r.returncode == 0, r.stderr
-    # The start-up hook reads FLYSHIP_HOOK with the switch parser (flyship.env) and the patches file with the one
-    # bounded reader (bundle/files.py), and nothing else:
+    # The start-up hook reads FLYSHIP_HOOK with the switch parser (flyship.env, its switch table a @frozen class)
+    # and the patches file with the one bounded reader (bundle/files.py), and nothing else:
     # no torch, no loader, no bundle until the target module is imported.
     assert r.stdout.strip() == ("['flyship', 'flyship._startup', 'flyship.bundle', 'flyship.bundle.errors', "
-                                "'flyship.bundle.files', 'flyship.bundle.limits', 'flyship.env', 'flyship.errors'] _Finder")
+                                "'flyship.bundle.files', 'flyship.bundle.frozen', 'flyship.bundle.limits', 'flyship.env', "
+                                "'flyship.errors'] _Finder")
     r = run(env_python, "-c", "import sys, dropin_model; print(dropin_model.add.__flyship_patch__)",
             env={"FLYSHIP_HOOK": "0"})
     assert r.returncode == 1 and "has no attribute '__flyship_patch__'" in r.stderr

@@ -218,13 +218,15 @@ def test_the_plan_cache_key_changes_with_the_manifest_flyships_version_and_its_c
 
 def test_a_load_imports_only_what_loading_needs(tiny_bundle):
     # A fresh process's first load imports neither the integrations (flyship.loader.tools) nor the tuning-table
-    # reader (only with load(tuning=...)), nor torch's build tooling: each import is paid by every first load.
+    # reader (only with load(tuning=...)), nor torch's build tooling or sysconfig (a build's), nor the HIP library
+    # finder: each import is paid by every first load.
     import subprocess
 
     code = ("import sys, torch, flyship\n"
             f"flyship.load({str(tiny_bundle)!r}, namespace='flyship_lean_load')\n"
             "print(sorted(m for m in sys.modules if m.startswith(('flyship.loader.tools', 'flyship.bundle.tuning', "
-            "'flyship.loader.tuned', 'flyship.compiler', 'torch.utils.cpp_extension', 'setuptools'))))\n")
+            "'flyship.loader.tuned', 'flyship.compiler', 'flyship.loader.hip_library', 'torch.utils.cpp_extension', "
+            "'setuptools', 'sysconfig'))))\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=str(Path(__file__).resolve().parents[2]),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
