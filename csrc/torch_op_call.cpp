@@ -34,7 +34,8 @@ PyObject* call_key() {
 }
 
 // The binding stored on `self` (a borrowed reference), or nullptr: read from its instance dict without a lookup
-// through the class (torch's classes define __getattr__, which a miss would run).
+// through the class (torch's classes define __getattr__, which a miss would run). _PyObject_GetDictPtr and
+// _PyType_Lookup (torch_call) are CPython's unstable API, present from 3.9 through 3.13.
 PyObject* binding_of(PyObject* self) {
   PyObject** dict = _PyObject_GetDictPtr(self);
   if (dict == nullptr || *dict == nullptr) return nullptr;
@@ -79,7 +80,9 @@ PyObject* torch_call(PyObject* self, PyObject* args, PyObject* kwargs) {
 }
 
 PyObject* torch_op_tp_call(PyObject* self, PyObject* args, PyObject* kwargs) {
-  FastOp* f = fast_binding(binding_of(self));
+  // Held for the call: the launch runs without the GIL, while another thread might replace the attribute.
+  const py::object binding = py::reinterpret_borrow<py::object>(binding_of(self));
+  FastOp* f = fast_binding(binding.ptr());
   if (f != nullptr) {
     try {
       PyObject* slot[kMaxSlots];
