@@ -261,3 +261,14 @@ def test_FLYSHIP_FAST_CALL_0_leaves_torchs_classes(recorded_tiny, record_ext, mo
     x = torch.randn(4096)
     ns.add(x, x)
     assert counts(record_ext, ns.add) == (0, 0) and ops.add.stats()["launches"]["f32"] == 1
+
+
+def test_ops_that_write_an_input_in_place_keep_torchs_classes(triton_examples_bundle, recorded):
+    # _fast_entry_fits refuses them (their autograd kernel checks and rebases the written tensors): torch's path only
+    ops = recorded(triton_examples_bundle)
+    ns = ns_of(ops)
+    for name in ("fused_add_rmsnorm", "accumulate"):
+        assert type(getattr(ns, name)) is torch._ops.OpOverloadPacket
+        assert type(getattr(ns, name).default) is torch._ops.OpOverload
+    assert type(ns.fused_add_rmsnorm.out) is torch._ops.OpOverload
+    assert isinstance(ns.softmax, torchops.FastOpOverloadPacket)  # an op it serves, in the same bundle
