@@ -41,8 +41,9 @@ class OpHandle:
 
     Calling it runs ``torch.ops.<ns>.<name>.default``; ``.out(...)`` runs the out variant
     (``ops.add.out(x, y, out=z)``, :meth:`_out`); ``.packet`` is ``torch.ops.<ns>.<name>``. Eager calls of
-    both enter the C++ core directly when nothing but flyship's kernel would act on them (csrc/fast_call.cpp);
-    every other call, and torch.compile, takes the torch op.
+    both enter the C++ core directly when nothing but flyship's kernel would act on them (csrc/fast_call.cpp),
+    as eager calls of the torch op itself do (:mod:`flyship.loader.torchops`); every other call, and
+    torch.compile, takes the torch op.
     """
 
     def __init__(self, ops: "Ops", index: int, op: _m.Op) -> None:
