@@ -13,8 +13,11 @@ costs:
 * ``torch.empty_like``: what one output allocation costs through torch alone;
 * ``torch.ops.aten.add``: torch's own op through the same Python layer as ``torch.ops.<ns>.add``; the ``._op``
   rows: our op without that layer (the OpOverload's C++ callable), so the layer's cost is the difference;
-* the handles ``ops.add(...)`` / ``ops.add.out(...)``: the fast entry (csrc/fast_call.cpp), the same C++ path
-  without torch.ops' Python frames, argument boxing, dispatcher and autograd kernel.
+* the handles ``ops.add(...)`` / ``ops.add.out(...)`` and flyship's ``torch.ops`` objects: the fast entry
+  (csrc/fast_call.cpp, csrc/torch_op_call.cpp), the same C++ path without torch.ops' Python frames, argument
+  boxing, dispatcher and autograd kernel; the ``(torch's own __call__)`` rows time the same objects through
+  torch's ``OpOverloadPacket`` / ``OpOverload.__call__``, what they cost unpatched. The targets table at the end
+  gives each target as the median of per-round ratios.
 
 The recording driver appends every launch to a log: the log is cleared between rounds and its append (a few
 hundred ns) stands in for the driver's launch call. Rounds are interleaved (every path once per round); the
@@ -55,6 +58,30 @@ def us_per_call(paths: list[tuple[str, Callable[[], Any]]], calls: int, repeats:
     return out
 
 
+# Issue 24's targets for the torch.ops surface: (path, against, at most).
+TARGETS = [
+    ("torch.ops.<ns>.add(x, y)", "torch.add(x, y)", 1.0),
+    ("torch.ops.<ns>.add.default(x, y)", "torch.add(x, y)", 1.0),
+    ("torch.ops.<ns>.add.out(x, y, out=o)", "torch.add(x, y, out=o)", 0.95),
+    ("ops.add(x, y) (fast entry)", "torch.add(x, y)", 1.0),
+]
+
+
+def targets_table(times: dict[str, list[float]]) -> list[str]:
+    """The targets as medians of per-round ratios, each beside the same ratio through torch's own ``__call__``."""
+    lines = ["", "| target | fast | torch's own `__call__` | at most | met |", "| --- | ---: | ---: | ---: | --- |"]
+    for path, against, most in TARGETS:
+        def ratio(p: str) -> Optional[float]:
+            if p not in times:
+                return None
+            return statistics.median(a / b for a, b in zip(times[p], times[against]))
+
+        fast, own = ratio(path), ratio(f"{path} (torch's own __call__)")
+        shown = "n/a" if own is None else f"{own:.2f}"
+        lines.append(f"| {path} / {against} | {fast:.2f} | {shown} | {most} | {'yes' if fast <= most else '**no**'} |")
+    return lines
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundle", type=Path, default=ROOT / "tests" / "loader" / "data" / "tiny")
@@ -80,14 +107,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     ops.add(x, y)  # first call: device state, variant choice, code object checked and loaded
     packet = ops.add.packet
     raw, raw_out = packet.default._op, packet.out._op
+    own_packet, own = torch._ops.OpOverloadPacket.__call__, torch._ops.OpOverload.__call__
     paths = [
         ("torch.add(x, y)", lambda: torch.add(x, y)),
         ("torch.add(x, y, out=o)", lambda: torch.add(x, y, out=o)),
         ("torch.empty_like(x)", lambda: torch.empty_like(x)),
         ("ops.add.dispatch(x, y) (bind + guards, pybind11)", lambda: ops.add.dispatch(x, y, target=args.target)),
+        # flyship's torch.ops objects: the fast entry (loader/torchops.py), and torch's own __call__ of the same
+        # objects, what the call costs unpatched
         ("torch.ops.<ns>.add.out(x, y, out=o)", lambda: packet.out(x, y, out=o)),
         ("torch.ops.<ns>.add.default(x, y)", lambda: packet.default(x, y)),
         ("torch.ops.<ns>.add(x, y)", lambda: packet(x, y)),
+        ("torch.ops.<ns>.add.out(x, y, out=o) (torch's own __call__)", lambda: own(packet.out, x, y, out=o)),
+        ("torch.ops.<ns>.add.default(x, y) (torch's own __call__)", lambda: own(packet.default, x, y)),
+        ("torch.ops.<ns>.add(x, y) (torch's own __call__)", lambda: own_packet(packet, x, y)),
         # torch's own op through the same Python layer (OpOverloadPacket / OpOverload.__call__), and ours without
         # it (the OpOverload's C++ callable): what that layer costs, ours or aten's alike
         ("torch.ops.aten.add(x, y)", lambda: torch.ops.aten.add(x, y)),
@@ -98,12 +131,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         ("ops.add.out(x, y, out=o) (fast entry)", lambda: ops.add.out(x, y, out=o)),
     ]
     with torch.no_grad():
-        nograd = us_per_call([("torch.ops.<ns>.add.default(x, y), no_grad", lambda: packet.default(x, y))],
+        nograd = us_per_call([("torch.ops.<ns>.add.default(x, y), no_grad (torch's own __call__)",
+                               lambda: own(packet.default, x, y))],
                              args.calls, args.repeats, lambda: ext.recorded_launches(clear=True))
     times = us_per_call(paths, args.calls, args.repeats, lambda: ext.recorded_launches(clear=True))
-    counts = ext.fast_call_counts(ops.add), ext.fast_call_counts(ops.add.out)
+    counts = [ext.fast_call_counts(h) for h in (ops.add, ops.add.out, packet, packet.default, packet.out)]
     if any(c["dispatcher"] for c in counts):
-        raise SystemExit(f"call_path: the fast entry handed calls to the dispatcher path: {counts}")
+        raise SystemExit(f"call_path: the fast entry handed calls to torch's path: {counts}")
     times.update(nograd)
     ext.recorded_launches(clear=True)
     base = statistics.median(times["torch.add(x, y)"])
@@ -120,6 +154,7 @@ def main(argv: Optional[list[str]] = None) -> int:
              "| --- | ---: | ---: | ---: | ---: |"]
     lines += [f"| {r['path']} | {r['us']:.2f} | {r['min']:.2f} | {r['x_torch_add']:.2f} | {r['x_torch']:.2f} |"
               for r in rows]
+    lines += targets_table(times)
     md = "\n".join(lines) + "\n"
     print(md)
     if args.out:

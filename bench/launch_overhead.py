@@ -2,8 +2,9 @@
 
     python3 bench/launch_overhead.py --bundle artifacts/triton --out /tmp/out
 
-Paths: flyship's op through ``torch.ops`` (allocating, and the out variant), the ``ops.add`` and ``ops.add.out``
-handles (the fast entry, csrc/fast_call.cpp),
+Paths: flyship's op through ``torch.ops`` (the packet, ``.default`` and ``.out``: the fast entry, loader/torchops.py,
+beside torch's own ``__call__`` of the same objects, what an unpatched torch.ops call runs), the ``ops.add`` and
+``ops.add.out`` handles (the fast entry, csrc/fast_call.cpp),
 ``torch.add`` (allocating and ``out=``), Triton's own launcher ``add_kernel[grid](...)`` on the same
 kernel source, and the floor: a C++ loop of ``cuLaunchKernel`` on the bundle's own cubin with a prepacked
 kernarg buffer (built with ``torch.utils.cpp_extension.load_inline``). Each path is timed as ``calls``
@@ -175,8 +176,12 @@ def triton_launcher(x: Any, y: Any, o: Any) -> Callable[[], Any]:
 TARGETS = [
     ("flyship ops.add(x, y) (fast entry)", "torch.add(x, y)", 1.0, "<="),
     ("flyship ops.add.out(x, y, out=o) (fast entry)", "torch.add(x, y, out=o)", 0.9, "<="),
-    ("flyship torch.ops.<ns>.add(x, y)", "torch.add(x, y)", None, ""),
-    ("flyship torch.ops.<ns>.add.out(x, y, out=o)", "torch.add(x, y, out=o)", None, ""),
+    ("flyship torch.ops.<ns>.add(x, y)", "torch.add(x, y)", 1.0, "<="),
+    ("flyship torch.ops.<ns>.add.default(x, y)", "torch.add(x, y)", 1.0, "<="),
+    ("flyship torch.ops.<ns>.add.out(x, y, out=o)", "torch.add(x, y, out=o)", 0.95, "<="),
+    ("flyship torch.ops.<ns>.add(x, y) (torch's own __call__)", "torch.add(x, y)", None, ""),
+    ("flyship torch.ops.<ns>.add.default(x, y) (torch's own __call__)", "torch.add(x, y)", None, ""),
+    ("flyship torch.ops.<ns>.add.out(x, y, out=o) (torch's own __call__)", "torch.add(x, y, out=o)", None, ""),
     ("Triton launcher add_kernel[grid](...)", "flyship ops.add(x, y) (fast entry)", 1.5, ">="),
     ("Triton launcher add_kernel[grid](...)", "flyship ops.add.out(x, y, out=o) (fast entry)", 1.5, ">="),
 ]
@@ -219,6 +224,58 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def call_paths(ops: Any, op: Any, x: Any, y: Any, o: Any) -> list[tuple[str, Callable[[], Any]]]:
+    """The timed paths: torch's, flyship's torch.ops objects (the fast entry, loader/torchops.py) and torch's own
+    ``__call__`` of the same objects (what an unpatched torch.ops call runs), and the handles."""
+    import torch
+
+    packet_call, overload_call = torch._ops.OpOverloadPacket.__call__, torch._ops.OpOverload.__call__
+    default, out = op.default, op.out
+    return [
+        ("torch.add(x, y)", lambda: torch.add(x, y)),
+        ("torch.add(x, y, out=o)", lambda: torch.add(x, y, out=o)),
+        ("flyship torch.ops.<ns>.add(x, y)", lambda: op(x, y)),
+        ("flyship torch.ops.<ns>.add.default(x, y)", lambda: default(x, y)),
+        ("flyship torch.ops.<ns>.add.out(x, y, out=o)", lambda: out(x, y, out=o)),
+        ("flyship torch.ops.<ns>.add(x, y) (torch's own __call__)", lambda: packet_call(op, x, y)),
+        ("flyship torch.ops.<ns>.add.default(x, y) (torch's own __call__)", lambda: overload_call(default, x, y)),
+        ("flyship torch.ops.<ns>.add.out(x, y, out=o) (torch's own __call__)",
+         lambda: overload_call(out, x, y, out=o)),
+        ("flyship ops.add(x, y) (fast entry)", lambda: ops.add(x, y)),
+        ("flyship ops.add.out(x, y, out=o) (fast entry)", lambda: ops.add.out(x, y, out=o)),
+    ]
+
+
+def check_launched(ops: Any, op: Any, stats_before: dict[str, Any], expected: int) -> None:
+    """Every flyship path launched its kernel (no fallback), and the fast entries handed no call to torch's path."""
+    launched = sum(ops.add.stats()["launches"].values()) - sum(stats_before["launches"].values())
+    handed = {n: ops._ext.fast_call_counts(h)["dispatcher"] for n, h in (
+        ("add", ops.add), ("add.out", ops.add.out), ("torch.ops add", op), ("torch.ops add.default", op.default),
+        ("torch.ops add.out", op.out))}
+    if any(handed.values()):
+        raise SystemExit(f"launch_overhead: the fast entry handed calls to torch's path: {handed}")
+    if launched < expected:
+        raise SystemExit(f"launch_overhead: the flyship paths launched {launched} kernels, expected >= "
+                         f"{expected}; did they fall back to the reference? {ops.add.stats()}")
+
+
+def checked_triton(x: Any, y: Any, o: Any, want: Any) -> tuple[str, Optional[Callable[[], Any]], Optional[str]]:
+    """Triton's version, its launcher (checked against ``want``) or None, and why not."""
+    import torch
+
+    try:
+        import triton
+
+        fn = triton_launcher(x, y, o)
+        o.zero_()
+        fn()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(o, want)
+        return triton.__version__, fn, None
+    except Exception as e:  # report, keep the other rows
+        return "n/a", None, f"{type(e).__name__}: {e}"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", default=str(ROOT / "artifacts" / "triton"), help="bundle built by flyc-build")
@@ -243,15 +300,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     o = torch.empty_like(x)
     want = x + y
     op = torch.ops.flyship_triton.add
-    paths: list[tuple[str, Callable[[], Any]]] = [
-        ("torch.add(x, y)", lambda: torch.add(x, y)),
-        ("torch.add(x, y, out=o)", lambda: torch.add(x, y, out=o)),
-        ("flyship torch.ops.<ns>.add(x, y)", lambda: op(x, y)),
-        ("flyship torch.ops.<ns>.add.default(x, y)", lambda: op.default(x, y)),
-        ("flyship torch.ops.<ns>.add.out(x, y, out=o)", lambda: op.out(x, y, out=o)),
-        ("flyship ops.add(x, y) (fast entry)", lambda: ops.add(x, y)),
-        ("flyship ops.add.out(x, y, out=o) (fast entry)", lambda: ops.add.out(x, y, out=o)),
-    ]
+    paths = call_paths(ops, op, x, y, o)
     for name, fn in paths:  # every path computes the right thing before it is timed
         r = fn()
         torch.testing.assert_close(r if r is not None else o, want)
@@ -270,33 +319,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         ("flyship ops.add.dispatch(x, y) (bind + guards only)", lambda: ops.add.dispatch(x, y, target=target)),
     ]
     stats_before = ops.add.stats()
-    triton_version = "n/a"
     timed = list(paths) + breakdown
     triton_name = "Triton launcher add_kernel[grid](...)"
-    triton_skip = None
-    try:
-        import triton
-
-        triton_version = triton.__version__
-        fn = triton_launcher(x, y, o)
-        o.zero_()
-        fn()
-        torch.cuda.synchronize()
-        torch.testing.assert_close(o, want)
-        timed.append((triton_name, fn))
-    except Exception as e:  # report, keep the other rows
-        triton_skip = f"{type(e).__name__}: {e}"
+    triton_version, triton_fn, triton_skip = checked_triton(x, y, o, want)
+    if triton_fn is not None:
+        timed.append((triton_name, triton_fn))
     us = interleaved_us_per_call(timed, args.calls, args.repeats)
     rows: list[dict[str, Any]] = [{"path": name, "us": us[name]} for name, _ in paths + breakdown]
     rows.append({"path": triton_name, "us": us[triton_name]} if triton_skip is None
                 else {"path": triton_name, "skipped": triton_skip})
-    launched = sum(ops.add.stats()["launches"].values()) - sum(stats_before["launches"].values())
-    handed = {n: ops._ext.fast_call_counts(h)["dispatcher"] for n, h in (("add", ops.add), ("add.out", ops.add.out))}
-    if any(handed.values()):
-        raise SystemExit(f"launch_overhead: the fast entry handed calls to torch.ops: {handed}")
-    if launched < 6 * args.calls * args.repeats:
-        raise SystemExit(f"launch_overhead: the flyship paths launched {launched} kernels, expected >= "
-                         f"{6 * args.calls * args.repeats}; did they fall back to the reference? {ops.add.stats()}")
+    check_launched(ops, op, stats_before, 9 * args.calls * args.repeats)
     build_s = None
     try:
         us, build_s = raw_loop(bundle, ops, x, y, o, args.calls, args.repeats,

@@ -294,6 +294,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   add_plan_tables(m);
   add_evaluate_program(m);
   add_fast_call(m);
+  add_torch_op_call(m);
   m.def("loaded_modules", [] { return ModuleCache::instance().size(); });
   add_bundle_class(m);
 }

@@ -1,11 +1,12 @@
 // The fast eager entry. `ops.<op>(...)` through torch.ops costs two Python frames (OpOverloadPacket /
 // OpOverload.__call__), boxing every argument into an IValue, the dispatcher's key computation and the
-// autograd kernel. The handle classes (flyship/loader/core.py) derive from FastCall, a C type whose instances
+// autograd kernel. The handle classes (loader/handles.py) derive from FastCall, a C type whose instances
 // are called through CPython's vectorcall protocol: the arguments go from the Python call straight into a
 // Call (slots by name, scalar defaults), then through the SAME path as the dispatcher's kernel
 // (Binder::check_tensors -> prepare_bound -> Launcher::try_launch: guards, allocation, kernarg packing, launch).
 //
-// It takes a call only when the dispatcher would do nothing but run our kernel: every tensor a plain
+// It takes a call only when the dispatcher would do nothing but run our kernel (fast_take, the one rule that
+// torch.ops' own fast path in torch_op_call.cpp asks too): every tensor a plain
 // torch.Tensor, no TorchFunctionMode or TorchDispatchMode, no functorch/vmap, functionalization, tracing or
 // profiling in effect, no conjugate/negative view, no gradient needed (grad mode on and an input that requires
 // grad, or a forward-AD tangent), and for .out outside inference mode. Any other call, any argument it does not
@@ -42,18 +43,6 @@ namespace py = pybind11;
 
 namespace {
 
-// One handle's entry: which op, which overload, and the dispatcher path to hand other calls to.
-struct FastOp {
-  std::shared_ptr<BundleCore> core;  // keeps the op alive
-  OpState* op = nullptr;
-  bool is_out = false;
-  py::object slow;  // called with the same arguments when the fast path does not take the call
-  std::vector<py::object> defaults;  // per input slot: the scalar default, or None (required)
-  std::vector<py::object> names;  // slot names, inputs then outputs (interned)
-  bool out_tuple = false;  // .out: `out=(a, b)` names the outputs in order (no output is called "out")
-  uint64_t taken = 0, handed = 0;  // calls the fast path ran / handed to `slow` (under the GIL; for tests)
-};
-
 struct FastCallObject {
   PyObject_HEAD
   vectorcallfunc vectorcall;
@@ -80,34 +69,16 @@ int slot_of(const FastOp& f, PyObject* key, int n) {
   return -1;
 }
 
-// The call's arguments by slot (positional, then keywords, then an `out=` tuple); false when the call does not
-// fit the fast entry's shapes (the dispatcher path then parses it and says why).
-bool fast_gather(const FastOp& f, PyObject* const* args, size_t nargsf, PyObject* kwnames, int n, PyObject** slot) {
-  const OpPlan& p = f.op->plan();
-  const int n_in = p.n_inputs;
-  const int n_out = static_cast<int>(p.outputs.size());
+// The call's arguments by slot (positional, then keywords); false when the call does not fit the fast entry's
+// shapes (the handle's slow path then parses it and says why).
+bool fast_gather(const FastOp& f, PyObject* const* args, size_t nargsf, PyObject* kwnames, PyObject** slot) {
+  const int n = f.slots();
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if (nargs > n_in) return false;
+  if (nargs > f.inputs()) return false;
   for (int k = 0; k < n; ++k) slot[k] = k < nargs ? args[k] : nullptr;
-  if (kwnames == nullptr) return true;
-  const Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
-  for (Py_ssize_t k = 0; k < nkw; ++k) {
-    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
-    PyObject* value = args[nargs + k];
-    const int s = slot_of(f, key, n);
-    if (s >= 0) {
-      if (slot[s] != nullptr) return false;
-      slot[s] = value;
-      continue;
-    }
-    if (!f.out_tuple || PyUnicode_CompareWithASCIIString(key, "out") != 0) return false;
-    if (!PyTuple_CheckExact(value) && !PyList_CheckExact(value)) return false;
-    if (PySequence_Fast_GET_SIZE(value) != n_out) return false;
-    for (int j = 0; j < n_out; ++j) {
-      if (slot[n_in + j] != nullptr) return false;
-      slot[n_in + j] = PySequence_Fast_GET_ITEM(value, j);
-    }
-  }
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t k = 0; k < nkw; ++k)
+    if (!fast_place(f, PyTuple_GET_ITEM(kwnames, k), args[nargs + k], slot)) return false;
   return true;
 }
 
@@ -159,7 +130,7 @@ bool fast_bind(int kind, PyObject* v, int k, Call& c, c10::DispatchKeySet* keys,
 
 // Whether the dispatcher would run only the plain kernel for these tensors' keys (no mode, no autograd, no
 // profiler, no inference-mode out= tensors): else the fast entry steps aside.
-bool fast_plain(const FastOp& f, const Call& c, int n_in, int n, c10::DispatchKeySet keys, bool requires_grad) {
+bool fast_plain(const FastOp& f, const Call& c, c10::DispatchKeySet keys, bool requires_grad) {
   // What the dispatcher would see: the tensors' keys with the thread's included/excluded keys applied.
   if (at::impl::torch_function_mode_enabled() || c10::impl::dispatch_mode_enabled()) return false;
   const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
@@ -169,17 +140,37 @@ bool fast_plain(const FastOp& f, const Call& c, int n_in, int n, c10::DispatchKe
   if (f.is_out) {
     // Inference mode skips ADInplaceOrView, and an inference tensor refuses the version bump: the dispatcher's.
     if (c10::InferenceMode::is_enabled()) return false;
-    for (int j = n_in; j < n; ++j)
+    for (int j = f.op->plan().n_inputs; j < f.slots(); ++j)
       if (c.t[j]->is_inference()) return false;
   }
   return !at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value();  // a profiler
 }
 
+// The fast rule: whether a call with these arguments may take the fast entry, binding them into `c` (scalar
+// defaults filled in). It takes a call only when the dispatcher would do nothing but run our kernel (fast_bind,
+// fast_plain); handles and torch.ops alike ask it, so they take exactly the same calls.
+bool fast_take(const FastOp& f, PyObject** slot, Call& c) {
+  const OpPlan& p = f.op->plan();
+  const int n = f.slots();
+  c.op = &p;
+  c10::DispatchKeySet keys;
+  bool requires_grad = false;
+  for (int k = 0; k < n; ++k) {
+    if (slot[k] == nullptr) {
+      if (k >= p.n_inputs || f.defaults[k].is_none()) return false;
+      slot[k] = f.defaults[k].ptr();
+    }
+    if (!fast_bind(p.slots[k].kind, slot[k], k, c, &keys, &requires_grad)) return false;
+  }
+  return fast_plain(f, c, keys, requires_grad);
+}
+
 // What a launched call returns: its out= tensors (version bumped, as ADInplaceOrView does) or its fresh outputs;
-// one output alone, several as a tuple. A new reference.
+// one output alone, several as a tuple; torch's .out overload returns nothing, as its schema says. A new reference.
 PyObject* fast_result(const FastOp& f, Call& c, PyObject* const* slot, int n_in, int n_out) {
   if (f.is_out) {
     for (int j = n_in; j < n_in + n_out; ++j) torch::autograd::impl::bump_version(*c.t[j]);
+    if (f.torch_surface) Py_RETURN_NONE;
     if (n_out == 1) {
       Py_INCREF(slot[n_in]);
       return slot[n_in];
@@ -206,40 +197,6 @@ PyObject* fast_result(const FastOp& f, Call& c, PyObject* const* slot, int n_in,
   return out.release().ptr();
 }
 
-// The fast path; false when the call is for the dispatcher path (nothing has run). On success *result is the
-// new reference the call returns.
-bool try_fast(FastOp& f, PyObject* const* args, size_t nargsf, PyObject* kwnames, PyObject** result) {
-  OpState& op = *f.op;
-  const OpPlan& p = op.plan();
-  const int n_in = p.n_inputs;
-  const int n_out = static_cast<int>(p.outputs.size());
-  const int n = n_in + (f.is_out ? n_out : 0);
-  PyObject* slot[kMaxSlots];
-  if (!fast_gather(f, args, nargsf, kwnames, n, slot)) return false;
-  Call c;
-  c.op = &p;
-  c10::DispatchKeySet keys;
-  bool requires_grad = false;
-  for (int k = 0; k < n; ++k) {
-    if (slot[k] == nullptr) {
-      if (k >= n_in || f.defaults[k].is_none()) return false;
-      slot[k] = f.defaults[k].ptr();
-    }
-    if (!fast_bind(p.slots[k].kind, slot[k], k, c, &keys, &requires_grad)) return false;
-  }
-  if (!fast_plain(f, c, n_in, n, keys, requires_grad)) return false;
-  op.ensure_specs();  // the op's specializations, read on its first call (one acquire load afterwards)
-  {
-    py::gil_scoped_release nogil;  // as torch's own ops run: other Python threads go on meanwhile
-    op.binder().check_tensors(c, static_cast<size_t>(n), /*check_device=*/true);
-    op.binder().prepare_bound(c, f.is_out);
-    Decision d;
-    if (!op.launcher().try_launch(c, f.is_out, -1, &d)) return false;  // the fallback: the dispatcher path counts it
-  }
-  *result = fast_result(f, c, slot, n_in, n_out);
-  return true;
-}
-
 // type(self).__call__(self, *args): a FastCall whose entry was never bound.
 PyObject* call_python(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   PyObject* call = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(self)), "__call__");
@@ -259,7 +216,8 @@ PyObject* fast_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, 
   if (f == nullptr) return call_python(self, args, nargsf, kwnames);
   try {
     PyObject* result = nullptr;
-    if (try_fast(*f, args, nargsf, kwnames, &result)) {
+    PyObject* slot[kMaxSlots];
+    if (fast_gather(*f, args, nargsf, kwnames, slot) && fast_try(*f, slot, &result)) {
       ++f->taken;
       return result;
     }
@@ -313,6 +271,55 @@ PyTypeObject* checked_subclass(const py::handle& cls) {
 
 }  // namespace
 
+int FastOp::slots() const {
+  const OpPlan& p = op->plan();
+  return p.n_inputs + (is_out ? static_cast<int>(p.outputs.size()) : 0);
+}
+
+int FastOp::inputs() const { return op->plan().n_inputs; }
+
+FastOp* fast_binding(PyObject* obj) {
+  if (obj == nullptr || !PyObject_TypeCheck(obj, &fast_call_type)) return nullptr;
+  return reinterpret_cast<FastCallObject*>(obj)->fast;
+}
+
+bool fast_place(const FastOp& f, PyObject* key, PyObject* value, PyObject** slot) {
+  const int n = f.slots();
+  const int s = PyUnicode_Check(key) ? slot_of(f, key, n) : -1;
+  if (s >= 0) {
+    if (slot[s] != nullptr) return false;
+    slot[s] = value;
+    return true;
+  }
+  // handle .out only: out=(a, b, ...) is every output in order
+  if (!f.out_tuple || !PyUnicode_Check(key) || PyUnicode_CompareWithASCIIString(key, "out") != 0) return false;
+  if (!PyTuple_CheckExact(value) && !PyList_CheckExact(value)) return false;
+  const int n_in = f.op->plan().n_inputs;
+  if (PySequence_Fast_GET_SIZE(value) != n - n_in) return false;
+  for (int j = n_in; j < n; ++j) {
+    if (slot[j] != nullptr) return false;
+    slot[j] = PySequence_Fast_GET_ITEM(value, j - n_in);
+  }
+  return true;
+}
+
+bool fast_try(FastOp& f, PyObject** slot, PyObject** result) {
+  OpState& op = *f.op;
+  const OpPlan& p = op.plan();
+  Call c;
+  if (!fast_take(f, slot, c)) return false;
+  op.ensure_specs();  // the op's specializations, read on its first call (one acquire load afterwards)
+  {
+    py::gil_scoped_release nogil;  // as torch's own ops run: other Python threads go on meanwhile
+    op.binder().check_tensors(c, static_cast<size_t>(f.slots()), /*check_device=*/true);
+    op.binder().prepare_bound(c, f.is_out);
+    Decision d;
+    if (!op.launcher().try_launch(c, f.is_out, -1, &d)) return false;  // the fallback: torch's path counts it
+  }
+  *result = fast_result(f, c, slot, p.n_inputs, static_cast<int>(p.outputs.size()));
+  return true;
+}
+
 void add_fast_call(py::module_& m) {
   if (PyType_Ready(&fast_call_type) < 0) throw py::error_already_set();
   Py_INCREF(&fast_call_type);
@@ -331,7 +338,8 @@ void add_fast_call(py::module_& m) {
       py::arg("cls"), "Make eager calls of instances of `cls` (a FastCall subclass) enter the C++ core directly.");
   m.def(
       "bind_fast",
-      [](const py::handle& handle, Bundle& b, int op, bool is_out, py::object slow, const py::list& defaults) {
+      [](const py::handle& handle, Bundle& b, int op, bool is_out, py::object slow, const py::list& defaults,
+         bool torch_surface) {
         checked_subclass(py::type::handle_of(handle));
         OpState& state = b.core->op(op);
         const OpPlan& p = state.plan();
@@ -341,6 +349,7 @@ void add_fast_call(py::module_& m) {
         f->core = b.core;
         f->op = &state;
         f->is_out = is_out;
+        f->torch_surface = torch_surface;
         f->slow = std::move(slow);
         for (auto d : defaults) f->defaults.push_back(py::reinterpret_borrow<py::object>(d));
         bool named_out = false;  // an output called "out" takes out= itself
@@ -350,25 +359,33 @@ void add_fast_call(py::module_& m) {
           f->names.push_back(py::reinterpret_steal<py::object>(name));
           named_out |= static_cast<int>(k) >= p.n_inputs && p.slots[k].name == "out";
         }
-        f->out_tuple = is_out && !named_out;
+        f->out_tuple = is_out && !named_out && !torch_surface;
         auto* o = reinterpret_cast<FastCallObject*>(handle.ptr());
         delete o->fast;
         o->fast = f.release();
       },
       py::arg("handle"), py::arg("bundle"), py::arg("op"), py::arg("is_out"), py::arg("slow"), py::arg("defaults"),
+      py::arg("torch_surface") = false,
       "Bind a FastCall instance to op `op` of `bundle` (its .out overload when is_out); calls the fast path does "
-      "not take go to `slow` with the same arguments.");
+      "not take go to `slow` with the same arguments. torch_surface: the binding of a torch.ops overload (its .out "
+      "returns nothing and takes its outputs by name only; bind_torch_op).");
   m.def(
       "fast_call_counts",
       [](const py::handle& handle) {
-        checked_subclass(py::type::handle_of(handle));
-        const FastOp* f = reinterpret_cast<FastCallObject*>(handle.ptr())->fast;
+        // a handle, or a torch.ops packet / overload carrying its binding (bind_torch_op)
+        const bool torch_op = !PyObject_TypeCheck(handle.ptr(), &fast_call_type);
+        py::object binding = torch_op ? py::getattr(handle, "_flyship_fast", py::none())
+                                      : py::reinterpret_borrow<py::object>(handle);
+        if (!torch_op) checked_subclass(py::type::handle_of(handle));
+        const FastOp* f = fast_binding(binding.ptr());
         py::dict d;
         d["fast"] = f ? f->taken : 0;
         d["dispatcher"] = f ? f->handed : 0;
         return d;
       },
-      py::arg("handle"), "{'fast': calls the fast entry ran, 'dispatcher': calls it handed to the dispatcher path}");
+      py::arg("handle"),
+      "{'fast': calls the fast entry ran, 'dispatcher': calls it handed to the dispatcher path} of a handle or of a "
+      "torch.ops packet / overload (zeros when it has no binding)");
 }
 
 }  // namespace flyship

@@ -1,12 +1,54 @@
 // The fast eager entry: the user-facing handles ops.<op>(...) and ops.<op>.out(...) as CPython vectorcall
-// objects that bind Python arguments straight into a Call (fast_call.cpp).
+// objects, and torch.ops.<ns>.<op> / .default / .out themselves (torch_op_call.cpp), binding Python arguments
+// straight into a Call (fast_call.cpp).
 #pragma once
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <cstdint>
+#include <memory>
+#include <vector>
+
 namespace flyship {
 
-// Adds FastCall (the C base of the handle classes), enable_fast_call(cls) and bind_fast(...) to the module.
+struct BundleCore;
+struct OpState;
+
+// One bound entry: which op, which overload, and how a call of it returns.
+struct FastOp {
+  std::shared_ptr<BundleCore> core;  // keeps the op alive
+  OpState* op = nullptr;
+  bool is_out = false;
+  // The torch.ops surface: .out returns what its schema says (nothing) and takes the outputs by their schema
+  // names only; the handle's .out returns the out tensors and also takes `out=(a, b)`.
+  bool torch_surface = false;
+  pybind11::object slow;  // a handle's: called with the same arguments when the fast path does not take the call
+  std::vector<pybind11::object> defaults;  // per input slot: the scalar default, or None (required)
+  std::vector<pybind11::object> names;  // slot names, inputs then outputs (interned)
+  bool out_tuple = false;  // handle .out: `out=(a, b)` names the outputs in order (no output is called "out")
+  uint64_t taken = 0, handed = 0;  // calls the fast path ran / handed on (under the GIL; for tests)
+
+  int slots() const;  // the call's argument slots: inputs, plus outputs for .out
+  int inputs() const;  // the op's inputs (the slots that may be given by position)
+};
+
+// The FastOp bound to `obj` (a FastCall instance), or nullptr when `obj` is not one or is unbound.
+FastOp* fast_binding(PyObject* obj);
+
+// Puts keyword argument `key`=`value` into its slot; false when the fast entry does not take such a call (an
+// unknown keyword, one given twice): the caller's own path then parses it and says why.
+bool fast_place(const FastOp& f, PyObject* key, PyObject* value, PyObject** slot);
+
+// Runs the call whose arguments are in `slot` (FastOp::slots() of them, nullptr where not given) when the fast
+// rule (fast_take in fast_call.cpp) takes it; false when it must go the torch path (nothing has run). On success
+// *result is the new reference the call returns. Throws on errors raised before a launch.
+bool fast_try(FastOp& f, PyObject** slot, PyObject** result);
+
+// Adds FastCall (the C base of the handle classes), enable_fast_call(cls), bind_fast(...) and
+// fast_call_counts(obj) to the module.
 void add_fast_call(pybind11::module_& m);
+
+// Adds enable_torch_op_call(cls) and bind_torch_op(obj, binding) (torch_op_call.cpp).
+void add_torch_op_call(pybind11::module_& m);
 
 }  // namespace flyship

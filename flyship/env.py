@@ -55,8 +55,10 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("FLYSHIP_FALLBACK", "bool", "on",
            "on: inputs that fit no specialization run the op's reference; off: they raise."),
     Switch("FLYSHIP_FAST_CALL", "bool", "on",
-           "on: eager calls of `ops.<op>(...)` enter the C++ core directly when nothing but flyship's kernel would "
-           "act on them (csrc/fast_call.cpp); off: every call goes through `torch.ops` (read at `flyship.load`)."),
+           "on: eager calls of `ops.<op>(...)` and of `torch.ops.<ns>.<op>` (packet, `.default`, `.out`) enter the "
+           "C++ core directly when nothing but flyship's kernel would act on them (csrc/fast_call.cpp, "
+           "csrc/torch_op_call.cpp); off: every call goes through torch's own `torch.ops` classes and `__call__` "
+           "(read at `flyship.load`)."),
     Switch("FLYSHIP_VERBOSE", "bool", "off", "prints extension build commands and bundle loading details."),
     Switch("FLYSHIP_LLVM_BIN", "folder", "found on `ROCM_PATH` / `PATH`",
            "folder holding llvm-mc and ld.lld for flyc-build (same as `--llvm-bin`)."),

@@ -41,8 +41,9 @@ class OpHandle:
 
     Calling it runs ``torch.ops.<ns>.<name>.default``; ``.out(...)`` runs the out variant
     (``ops.add.out(x, y, out=z)``, :meth:`_out`); ``.packet`` is ``torch.ops.<ns>.<name>``. Eager calls of
-    both enter the C++ core directly when nothing but flyship's kernel would act on them (csrc/fast_call.cpp);
-    every other call, and torch.compile, takes the torch op.
+    both enter the C++ core directly when nothing but flyship's kernel would act on them (csrc/fast_call.cpp),
+    as eager calls of the torch op itself do (:mod:`flyship.loader.torchops`); every other call, and
+    torch.compile, takes the torch op.
     """
 
     def __init__(self, ops: "Ops", index: int, op: _m.Op) -> None:
@@ -296,13 +297,26 @@ class Ops:
         self._code_objects = code_objects
         handle_class, self._out_class = _handle_classes(ext)
         self._ops = {op.name: handle_class(self, i, op) for i, op in enumerate(plan.head.ops)}
+        for name, handle in self._ops.items():
+            # a plain attribute (no __getattr__ on each `ops.add`), unless it would hide one of the class's or ours
+            if not hasattr(type(self), name) and name not in self.__dict__:
+                self.__dict__[name] = handle
         if handle_class is not OpHandle and env.fast_call_enabled():
-            for i, (op, handle) in enumerate(zip(plan.head.ops, self._ops.values())):
-                if not _fast_entry_fits(op):
-                    continue
-                defaults = [None if a.kind == "tensor" else a.default for a in op.args]
-                ext.bind_fast(handle, core, i, False, handle._slow, defaults)
-                ext.bind_fast(handle.out, core, i, True, handle._out, defaults)
+            self._bind_fast(ext, core, plan.head.ops)
+
+    def _bind_fast(self, ext: Any, core: Any, ops: Sequence[_m.Op]) -> None:
+        """Bind the fast entry (csrc/fast_call.cpp) of each op it serves (:func:`_fast_entry_fits`): the handle and
+        its ``.out``, and the torch side, ``torch.ops.<ns>.<op>``, ``.default`` and ``.out``
+        (:mod:`flyship.loader.torchops`)."""
+        from flyship.loader import torchops
+
+        for i, (op, handle) in enumerate(zip(ops, self._ops.values())):
+            if not _fast_entry_fits(op):
+                continue
+            defaults = [None if a.kind == "tensor" else a.default for a in op.args]
+            ext.bind_fast(handle, core, i, False, handle._slow, defaults)
+            ext.bind_fast(handle.out, core, i, True, handle._out, defaults)
+            torchops.bind(ext, core, i, handle.packet, defaults)
 
     def __getattr__(self, name: str) -> OpHandle:
         ops = self.__dict__.get("_ops", {})
