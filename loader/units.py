@@ -43,7 +43,7 @@ def group(sources: Sequence[str], groups: int) -> list[list[str]]:
     bins: list[list[str]] = [[] for _ in range(groups)]
     weight = [0] * groups
     for s in sized:
-        i = min(range(groups), key=lambda k: (weight[k], k))
+        i = min(range(groups), key=lambda k: (weight[k], len(bins[k]), k))  # empty files too fill every group
         bins[i].append(s)
         weight[i] += Path(s).stat().st_size
     order = {s: i for i, s in enumerate(sources)}
