@@ -23,7 +23,10 @@ from typing import Sequence
 BRIDGE = frozenset({"bindings.cpp", "fast_call.cpp", "python_calls.cpp", "register.cpp"})
 
 # Cores per translation unit for the default grouping. On the H200 machine's 16 cores (docs/perf.md, round 3 session
-# 3): 1 unit 32.3 s wall / 27.5 s CPU, 4 units 22.6 / 60.0, 16 units 20.2 / 138.0; 2 cores keep one unit.
+# 3): 1 unit 32.3 s wall / 27.5 s CPU, 4 units 22.6 / 60.0, 16 units 20.2 / 138.0. On the 2-core CPU machine, busy (load
+# 4-5; docs/perf.md, "The extension's cold build, cut by unit", bridge and plain units apart): 1 unit 50.1 s compiler
+# CPU, 2 units 58.7, 4 units 93.7, 13 units 186.3; a second unit costs ~9 s of CPU that busy cores cannot hide, so
+# 2 cores keep one unit.
 CORES_PER_UNIT = 4
 
 
