@@ -7,8 +7,9 @@ Each arm is a fresh Python that builds the extension into an empty ``FLYSHIP_EXT
 loader/units.py for this machine), arms interleaved over ``--rounds``. Reports the median wall seconds and the
 compiler's CPU seconds per arm, the machine's cores and load, and writes ``extension_build.json`` to ``--out``.
 The module built is the same in every arm (loader/units.py); only how its sources are compiled differs.
-``--per-file`` also compiles each core unit alone (all at once, one process per unit, torch's include paths and the
-build's flags) and reports each one's seconds: which units a parallel build waits for.
+``--per-file`` also compiles each core unit alone (one per core at a time, torch's include paths and the build's
+flags) and reports each one's compiler CPU seconds with ``-fsyntax-only`` (the headers' cost) and in full (the rest is
+code generation): which units a parallel build waits for, and what each pays for its headers.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's flyship (its csrc), as the arms' processes import it
 
 CHILD = r"""
 import json, os, resource, sys, time
@@ -53,8 +55,17 @@ def arm(flavor: str, units: str, folder: Path) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def per_file(flavor: str | None) -> dict[str, float]:
-    """Seconds to compile each core unit alone to an object, all units at once (as ninja runs them)."""
+def _cpu(cmd: list[str]) -> float:
+    """Compiler CPU seconds (user + sys) of one command, or -1.0 if it failed."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    return round(usage.ru_utime + usage.ru_stime, 2) if status == 0 else -1.0
+
+
+def per_file(flavor: str | None) -> dict[str, dict[str, float]]:
+    """Each core unit compiled alone to an object, as cpp_extension compiles it (torch's include paths, C++20, the
+    build's flags), one unit per core at a time: compiler CPU seconds of ``-fsyntax-only`` (parsing and template
+    instantiation: the headers' cost) and of the full compile (the rest is code generation), and the wall seconds."""
     import sysconfig
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -65,19 +76,20 @@ def per_file(flavor: str | None) -> dict[str, float]:
 
     cfg = extension.config(flavor)
     incs = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"], *cfg.include_dirs]
-    flags = ["-std=c++17", "-fPIC", "-DTORCH_EXTENSION_NAME=bench", "-DTORCH_API_INCLUDE_EXTENSION_H", *cfg.cflags]
+    flags = ["-std=c++20", "-fPIC", "-DTORCH_EXTENSION_NAME=bench", "-DTORCH_API_INCLUDE_EXTENSION_H", *cfg.cflags]
     cxx = os.environ.get("CXX", "c++")
 
-    def one(src: str) -> tuple[str, float]:
+    def one(src: str) -> tuple[str, dict[str, float]]:
+        base = [cxx, *flags, *(f"-isystem{i}" for i in incs), "-c", src]
         with tempfile.TemporaryDirectory() as d:
+            syntax = _cpu([*base, "-fsyntax-only"])
             t0 = time.perf_counter()
-            r = subprocess.run([cxx, *flags, *(f"-I{i}" for i in incs), "-c", src, "-o", f"{d}/o.o"],
-                               capture_output=True, text=True)
+            full = _cpu([*base, "-o", f"{d}/o.o"])
             took = time.perf_counter() - t0
-        return Path(src).name, round(took, 2) if r.returncode == 0 else -1.0
+        return Path(src).name, {"syntax_cpu_s": syntax, "compile_cpu_s": full, "compile_wall_s": round(took, 2)}
 
-    with ThreadPoolExecutor(max_workers=len(cfg.sources)) as pool:
-        return dict(sorted(pool.map(one, cfg.sources), key=lambda kv: -kv[1]))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(sorted(pool.map(one, cfg.sources), key=lambda kv: -kv[1]["compile_cpu_s"]))
 
 
 def main() -> None:
@@ -86,7 +98,7 @@ def main() -> None:
     ap.add_argument("--units", nargs="+", default=["1", "auto", "all"], help="groupings to time: N, auto or all")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--per-file", action="store_true", help="also time each core unit compiled alone")
+    ap.add_argument("--per-file", action="store_true", help="also time each core unit compiled alone (CPU s: syntax only, full)")
     a = ap.parse_args()
     from flyship.loader import units as _units
 

@@ -3,8 +3,11 @@
 // each field.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <torch/csrc/utils/pybind.h>
+// Plain pybind11 (no torch type casters: the plan holds only ints, strings, lists and dicts) and c10's dtype; the
+// units that convert tensors through pybind11 include torch/csrc/utils/pybind.h themselves (docs/perf.md: the
+// extension's cold build, cut by unit).
+#include <c10/core/ScalarType.h>
+#include <pybind11/pybind11.h>
 
 #include <array>
 #include <cstdint>

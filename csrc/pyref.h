@@ -1,7 +1,7 @@
 // A Python object held by C++ objects that may outlive the interpreter.
 #pragma once
 
-#include <torch/csrc/utils/pybind.h>
+#include <pybind11/pybind11.h>
 
 namespace flyship {
 

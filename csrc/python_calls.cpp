@@ -4,6 +4,7 @@
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Layout.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <c10/util/strides.h>
 

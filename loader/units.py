@@ -5,6 +5,11 @@ with few cores one translation unit holding every unit (a unity build) is fastes
 on one with many cores, a few groups compiled in parallel by ninja finish sooner (each parses the headers once, and
 the code generation, the larger part, is split). The grouping changes only how the same sources are compiled, never
 the module: the extension's cache name does not depend on it.
+
+Only a few units bridge to Python through torch (:data:`BRIDGE`: torch's Python headers, its pybind11 type casters,
+the dispatcher's registration API); the others need ATen's tensor, c10 and plain pybind11, which parse in a fraction
+of the time. From two groups up, the two families never share a translation unit, so the plain units' groups skip
+the bridge's headers (docs/perf.md, "The extension's cold build, cut by unit").
 """
 
 from __future__ import annotations
@@ -13,8 +18,15 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+# The core units that include torch's Python bridge (torch/csrc/..., torch/library.h); every other core unit must not,
+# directly or through csrc's headers (tests/loader/test_units.py checks it).
+BRIDGE = frozenset({"bindings.cpp", "fast_call.cpp", "python_calls.cpp", "register.cpp", "torch_op_call.cpp"})
+
 # Cores per translation unit for the default grouping. On the H200 machine's 16 cores (docs/perf.md, round 3 session
-# 3): 1 unit 32.3 s wall / 27.5 s CPU, 4 units 22.6 / 60.0, 16 units 20.2 / 138.0; 2 cores keep one unit.
+# 3): 1 unit 32.3 s wall / 27.5 s CPU, 4 units 22.6 / 60.0, 16 units 20.2 / 138.0. On the 2-core CPU machine, busy (load
+# 4-5; docs/perf.md, "The extension's cold build, cut by unit", bridge and plain units apart): 1 unit 50.1 s compiler
+# CPU, 2 units 58.7, 4 units 93.7, 13 units 186.3; a second unit costs ~9 s of CPU that busy cores cannot hide, so
+# 2 cores keep one unit.
 CORES_PER_UNIT = 4
 
 
@@ -34,18 +46,29 @@ def group(sources: Sequence[str], groups: int) -> list[list[str]]:
     bins: list[list[str]] = [[] for _ in range(groups)]
     weight = [0] * groups
     for s in sized:
-        i = min(range(groups), key=lambda k: (weight[k], k))
+        i = min(range(groups), key=lambda k: (weight[k], len(bins[k]), k))  # empty files too fill every group
         bins[i].append(s)
         weight[i] += Path(s).stat().st_size
     order = {s: i for i, s in enumerate(sources)}
     return [sorted(b, key=order.__getitem__) for b in bins if b]
 
 
+def split(sources: Sequence[str], groups: int) -> list[list[str]]:
+    """``sources`` in ``groups`` groups: one group is every source; from two up, the :data:`BRIDGE` units and the
+    plain ones are grouped apart (:func:`group` within each), the bridge getting half the groups (at least one)."""
+    bridge = [s for s in sources if Path(s).name in BRIDGE]
+    plain = [s for s in sources if Path(s).name not in BRIDGE]
+    if groups < 2 or not bridge or not plain:
+        return group(sources, groups)
+    n_bridge = max(1, min(len(bridge), groups // 2))
+    return group(bridge, n_bridge) + group(plain, max(1, groups - n_bridge))
+
+
 def write_units(sources: Sequence[str], groups: int, directory: Path) -> list[str]:
     """One generated file per group in ``directory`` that includes the group's units; a file whose text is unchanged
     keeps its mtime (ninja then skips it). Returns the generated files."""
     out = []
-    parts = group(sources, groups)
+    parts = split(sources, groups)
     for i, part in enumerate(parts):
         name = "flyship_core.cpp" if len(parts) == 1 else f"flyship_core_{i}.cpp"
         unit = directory / name

@@ -79,3 +79,41 @@ def test_the_extension_name_does_not_depend_on_the_grouping(monkeypatch):
         monkeypatch.setenv("FLYSHIP_BUILD_UNITS", n)
         names.add(extension.config("record").name)
     assert len(names) == 1
+
+
+def _torch_includes(name: str, seen: set[str] | None = None) -> set[str]:
+    """The ``<torch/...>`` headers a csrc file includes, directly or through csrc's own headers."""
+    seen = set() if seen is None else seen
+    if name in seen:
+        return set()
+    seen.add(name)
+    found = set()
+    for line in (extension.CSRC / name).read_text().splitlines():
+        if line.startswith("#include <torch/"):
+            found.add(line.split("<")[1].rstrip(">"))
+        elif line.startswith('#include "'):
+            found |= _torch_includes(line.split('"')[1], seen)
+    return found
+
+
+@pytest.mark.parametrize("name", extension.CORE_SOURCES)
+def test_only_the_bridge_units_include_torchs_python_bridge(name):
+    assert set(units.BRIDGE) <= set(extension.CORE_SOURCES)
+    torch_headers = _torch_includes(name)
+    if name in units.BRIDGE:
+        assert torch_headers, f"{name} is in units.BRIDGE but includes no torch/ header: move it to the plain units"
+    else:
+        assert not torch_headers, f"{name} includes {sorted(torch_headers)}: add it to units.BRIDGE or narrow it"
+
+
+@pytest.mark.parametrize("groups", [2, 3, 4, 13])
+def test_from_two_groups_up_no_group_mixes_bridge_and_plain_units(groups):
+    parts = units.split(CORE, groups)
+    assert sorted(s for p in parts for s in p) == sorted(CORE)
+    assert len(parts) == min(groups, len(CORE))
+    for p in parts:
+        assert len({Path(s).name in units.BRIDGE for s in p}) == 1, p
+
+
+def test_one_group_holds_every_unit():
+    assert units.split(CORE, 1) == [CORE]
