@@ -5,9 +5,12 @@
 
 // Plain pybind11 (no torch type casters: the plan holds only ints, strings, lists and dicts) and c10's dtype; the
 // units that convert tensors through pybind11 include torch/csrc/utils/pybind.h themselves (docs/perf.md: the
-// extension's cold build, cut by unit).
+// extension's cold build, cut by unit). pybind11/stl.h is needed for plan_value<std::vector<...>>: without it a
+// translation unit of plain units only instantiates pybind11's generic caster for std::vector, which fails at run
+// time ("out of range for a list of ints") and breaks the one-definition rule against the bridge units' copy.
 #include <c10/core/ScalarType.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <array>
 #include <cstdint>

@@ -3,6 +3,10 @@ balanced and stable, one group on a machine of few cores, and FLYSHIP_BUILD_UNIT
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,7 @@ from flyship.loader import extension, units
 
 pytestmark = pytest.mark.cpu
 
+ROOT = Path(__file__).resolve().parents[2]
 CORE = [str(extension.CSRC / s) for s in extension.CORE_SOURCES]
 
 
@@ -117,3 +122,27 @@ def test_from_two_groups_up_no_group_mixes_bridge_and_plain_units(groups):
 
 def test_one_group_holds_every_unit():
     assert units.split(CORE, 1) == [CORE]
+
+
+@pytest.mark.cpu
+def test_a_core_split_into_groups_loads_and_runs_a_bundle(tmp_path, tiny_bundle):
+    """Split into groups, the plain units form a translation unit without the bridge's headers: each type they
+    convert through pybind11 must have its caster there too (a missing pybind11/stl.h once built, then refused
+    every plan's list of ints at load on the 16-core GPU machine, while the one-unit build of 2 cores was right)."""
+    code = textwrap.dedent(f"""
+        import torch, flyship
+        from flyship.loader import extension, units
+        written, write = [], units.write_units
+        units.write_units = lambda *a: written.append(write(*a)) or written[-1]
+        ext = extension.extension("record")
+        ext.set_recorded_device(0, "gfx942:sramecc+:xnack-")
+        ops = flyship.load({str(tiny_bundle)!r})
+        x, y = torch.randn(100), torch.randn(100)
+        s, d = torch.empty(100), torch.empty(100)
+        ops.addsub.out(x, y, sum=s, diff=d)
+        print(len(written[0]), len(ext.recorded_launches(clear=True)))
+    """)
+    env = dict(os.environ, FLYSHIP_EXTENSIONS_DIR=str(tmp_path), FLYSHIP_BUILD_UNITS="2", FLYSHIP_FLAVOR="record")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-2:] == ["2", "1"], r.stdout  # two translation units built; the op launched once
