@@ -214,20 +214,9 @@ PyObject* call_python(PyObject* self, PyObject* const* args, size_t nargsf, PyOb
 PyObject* fast_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   FastOp* f = reinterpret_cast<FastCallObject*>(self)->fast;
   if (f == nullptr) return call_python(self, args, nargsf, kwnames);
-  try {
-    PyObject* result = nullptr;
-    PyObject* slot[kMaxSlots];
-    if (fast_gather(*f, args, nargsf, kwnames, slot) && fast_try(*f, slot, &result)) {
-      ++f->taken;
-      return result;
-    }
-  } catch (py::error_already_set&) {
-    // The dispatcher path below runs the call again and raises its own error.
-  } catch (const std::exception&) {
-  }
-  PyErr_Clear();
-  ++f->handed;
-  return PyObject_Vectorcall(f->slow.ptr(), args, nargsf, kwnames);
+  PyObject* result =
+      fast_attempt(*f, [&](PyObject** slot) { return fast_gather(*f, args, nargsf, kwnames, slot); });
+  return result != nullptr ? result : PyObject_Vectorcall(f->slow.ptr(), args, nargsf, kwnames);
 }
 
 PyObject* fast_new(PyTypeObject* type, PyObject*, PyObject*) {

@@ -6,8 +6,11 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <vector>
+
+#include "limits.h"
 
 namespace flyship {
 
@@ -43,6 +46,28 @@ bool fast_place(const FastOp& f, PyObject* key, PyObject* value, PyObject** slot
 // rule (fast_take in fast_call.cpp) takes it; false when it must go the torch path (nothing has run). On success
 // *result is the new reference the call returns. Throws on errors raised before a launch.
 bool fast_try(FastOp& f, PyObject** slot, PyObject** result);
+
+// One eager call through the fast entry, for both entries (handles and torch.ops): `gather(slot)` puts the
+// call's arguments into kMaxSlots slots (false when the fast entry does not take such a call), then fast_try runs
+// it. Returns the call's result (a new reference; counted in f.taken), or nullptr with no Python error set
+// (counted in f.handed) when the caller must take its own path: that path runs the call again, so an error raised
+// before any launch is the one it raises.
+template <class Gather>
+PyObject* fast_attempt(FastOp& f, Gather&& gather) {
+  try {
+    PyObject* slot[kMaxSlots];
+    PyObject* result = nullptr;
+    if (gather(slot) && fast_try(f, slot, &result)) {
+      ++f.taken;
+      return result;
+    }
+  } catch (pybind11::error_already_set&) {
+  } catch (const std::exception&) {
+  }
+  PyErr_Clear();
+  ++f.handed;
+  return nullptr;
+}
 
 // Adds FastCall (the C base of the handle classes), enable_fast_call(cls), bind_fast(...) and
 // fast_call_counts(obj) to the module.

@@ -84,19 +84,8 @@ PyObject* torch_op_tp_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   const py::object binding = py::reinterpret_borrow<py::object>(binding_of(self));
   FastOp* f = fast_binding(binding.ptr());
   if (f != nullptr) {
-    try {
-      PyObject* slot[kMaxSlots];
-      PyObject* result = nullptr;
-      if (gather(*f, args, kwargs, slot) && fast_try(*f, slot, &result)) {
-        ++f->taken;
-        return result;
-      }
-    } catch (py::error_already_set&) {
-      // torch's path below runs the call again and raises its own error.
-    } catch (const std::exception&) {
-    }
-    PyErr_Clear();
-    ++f->handed;
+    PyObject* result = fast_attempt(*f, [&](PyObject** slot) { return gather(*f, args, kwargs, slot); });
+    if (result != nullptr) return result;
   }
   return torch_call(self, args, kwargs);
 }
