@@ -176,8 +176,8 @@ FP8_GEMM = """
 
 # fp4_gemm_4wave as upstream's test_fp4_gemm_4wave.py calls it: compile_fp4_gemm_4w(K=K, MN=(M, N)) bakes M and N;
 # every operand a flat uint8 view (two fp4 per byte, e8m0 scales). mxfp4_preshuffle.launch_gemm as that test's
-# adapter in test_preshuffle_gemm.py calls it: fx.Pointer operands (from_c_void_p(fx.Uint8, ...)), every config a
-# positional Constexpr; the launcher passes the operands to the kernel as i64 addresses.
+# adapter in test_preshuffle_gemm.py calls it: fx.Pointer operands, all bytes (from_c_void_p(fx.Uint8, ...), the bf16
+# output too), every config a positional Constexpr; the launcher passes the operands to the kernel as i64 addresses.
 FP4_GEMM = """
     from kernels.gemm.fp4_gemm_4wave import compile_fp4_gemm_4w
     from kernels.gemm.mxfp4_preshuffle import launch_gemm
@@ -195,7 +195,7 @@ FP4_GEMM = """
                  batch=1, a_row_stride=-1, a_batch_stride=-1, sca_row_stride=-1, sca_batch_stride=-1,
                  c_row_stride=-1, c_batch_stride=-1, waves_per_eu=0, xcd_swizzle=0)
     op("mxfp4_preshuffle", kernel=launch_gemm,
-       args=[Output("arg_c", shape=("arg_scale_a.numel // 256", str(N2)), dtype="bfloat16"),
+       args=[Output("arg_c", shape=("arg_scale_a.numel // 256", str(N2)), dtype="bfloat16", pointee="uint8"),
              Tensor("arg_a", rank=2, pointee="uint8"), Tensor("arg_b", rank=2, pointee="uint8"),
              Tensor("arg_scale_a", rank=1, pointee="uint8"), Tensor("arg_scale_b", rank=1, pointee="uint8"),
              Value("i32_m", "arg_a.shape[0]"), Value("i32_n", str(N2)), *(Constexpr(k) for k in CONST)],

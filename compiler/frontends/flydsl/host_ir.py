@@ -403,7 +403,7 @@ def check_pointee(ptr_type: str, p: Tensor | Output, op: OpDecl, spec: Spec, whe
     want = _POINTEE.get(getattr(p, "pointee", None) or dtype or "")
     if m is None or m.group(2) != "global" or (want is not None and m.group(1) != want):
         raise FrontendError(f"{where}: parameter {p.name} is an fx.Pointer of type {ptr_type}; expected a global "
-                            f"pointer to {want or dtype} (the tensor's dtype {dtype}, or Tensor(pointee=...))")
+                            f"pointer to {want or dtype} (the tensor's dtype {dtype}, or Tensor/Output(pointee=...))")
 
 
 class _Evaluator:
