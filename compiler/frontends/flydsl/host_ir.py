@@ -553,16 +553,6 @@ class _Evaluator:
         raise FrontendError(f"{self.where}: cannot interpret {n}")
 
     # -- kernel arguments -----------------------------------------------------------------------
-    def _address_of(self, v) -> str | None:
-        """The tensor whose data pointer ``v`` is as a 64-bit integer (``fx.Int64(fx.ptrtoint(p))`` of a pointer
-        launcher argument: upstream's MXFP4 GEMM passes its operands to the kernel as addresses), else None.
-        The kernel argument is then the data pointer's 8 bytes, as for a pointer argument."""
-        o = self._owner(v)
-        if o is None or o.name != "llvm.ptrtoint" or str(v.type) != "i64":
-            return None
-        b = self._block_arg(o.operands[0])
-        return b[0] if b is not None and b[1] == "pointer" else None
-
     def kernel_arg(self, v) -> tuple[list[FieldPlan], int]:
         """Fields of one kernel operand and its size in bytes."""
         b = self._block_arg(v)
@@ -599,9 +589,10 @@ class _Evaluator:
                 raise FrontendError(f"{self.where}: scalar {name} lowered to {t}, which flyship cannot pack")
             ft = _SCALAR_FIELD[t]
             return [FieldPlan(0, "scalar", ft, arg=name)], FIELD_TYPES[ft]
-        address = self._address_of(v)
-        if address is not None:
-            return [FieldPlan(0, "pointer", "ptr", arg=address)], 8
+        o = self._owner(v)  # fx.Int64(fx.ptrtoint(p)), upstream's MXFP4 GEMM: the kernel gets p's data pointer
+        src = self._block_arg(o.operands[0]) if o is not None and o.name == "llvm.ptrtoint" and t == "i64" else None
+        if src is not None and src[1] == "pointer":
+            return [FieldPlan(0, "pointer", "ptr", arg=src[0])], 8
         if t in _INT_W:
             return [FieldPlan(0, "expr", t, expr=self.expr(v))], _INT_W[t]
         raise FrontendError(f"{self.where}: kernel argument of type {t} is computed in the launcher; flyship binds "
