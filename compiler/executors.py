@@ -36,7 +36,7 @@ from flyship.bundle import targets as _targets
 from flyship.compiler import cache as _cache
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import toolchain as _tc
-from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, run_task
+from flyship.compiler.worker import TaskResult, TraceSlots, WorkerConfig, init_worker, run_task
 from flyship.errors import CompileError
 
 
@@ -115,8 +115,9 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
         for target, items in by_target.items():
             cfg = worker_config(opts, target, toolchain, rocm_root, scratch, frontends)
             # Pipelined: one worker more than may trace at once, so one kernel's assembly and proof (external
-            # tools, waiting) overlap the next kernel's trace; the semaphore keeps the traces at per_pool.
-            slots = ctx.BoundedSemaphore(per_pool) if len(items) > per_pool else None
+            # tools, waiting) overlap the next kernel's trace; the trace slots keep the traces at per_pool.
+            slots = (TraceSlots(tempfile.mkdtemp(prefix="slots.", dir=scratch), per_pool)
+                     if len(items) > per_pool else None)
             pool = cf.ProcessPoolExecutor(max_workers=min(per_pool + (slots is not None), len(items)), mp_context=ctx,
                                           initializer=init_worker, initargs=(cfg, slots))
             pools.append(pool)

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import importlib
 import importlib.util
+import os
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import Optional
@@ -27,6 +30,48 @@ from flyship.errors import CompileError, FlyshipError, headline, traceback_text
 
 
 SPEC_IMPORT = "SpecImportError"  # the kind of the CompileError of a spec file that could not be imported
+
+
+class TraceSlots:
+    """At most ``count`` of a pool's workers trace at once: each slot is a lock file (``flock``), held while a DSL
+    traces (:attr:`BuildContext.trace_slot`). Picklable (it is the folder's path), so it crosses to the workers.
+
+    Not a ``multiprocessing`` semaphore: a worker that dies in the DSL's native code while it holds a semaphore
+    never gives it back, and the other workers wait for it forever. CPython's ``ProcessPoolExecutor`` does not
+    always notice such a death either (3.11: a worker spawned by ``submit`` after the manager thread took its
+    list of worker sentinels is not watched until some result arrives), so the build hung with no result to
+    come. The kernel releases a dead process's ``flock``, so the others go on, their results arrive, and the
+    pool then sees the dead worker (its task is rerun alone and reported).
+    """
+
+    POLL_S = 0.02  # between rounds of trying every slot, while all are held
+
+    def __init__(self, folder: Path | str, count: int) -> None:
+        self.paths = tuple(str(Path(folder) / f"trace-slot-{k}.lock") for k in range(count))
+        for path in self.paths:
+            Path(path).touch()
+        self._fd: Optional[int] = None
+
+    def __getstate__(self) -> dict:
+        return {"paths": self.paths, "_fd": None}
+
+    def __enter__(self) -> "TraceSlots":
+        while True:
+            for path in self.paths:
+                fd = os.open(path, os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                self._fd = fd
+                return self
+            time.sleep(self.POLL_S)
+
+    def __exit__(self, *exc: object) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor of the open file releases its flock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +113,7 @@ class TaskResult:
 _SPEC: Optional[SpecFile] = None
 _CFG: Optional[WorkerConfig] = None
 _TASKS_RUN = 0  # tasks this worker process has started (a reused worker has run one before)
-_TRACE_SLOTS = None  # the pool's semaphore: how many of its workers may trace at once (executors.run_tasks)
+_TRACE_SLOTS = None  # the pool's TraceSlots: how many of its workers may trace at once (executors.run_tasks)
 _SPEC_ERROR: Optional[tuple[str, Optional[str]]] = None  # why the spec file did not load here: (text, traceback)
 
 
@@ -123,7 +168,7 @@ def load_spec_file(path: str) -> SpecFile:
 
 def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
     """Process initializer: each frontend that builds for this target prepares the environment, then the
-    spec file is imported. ``trace_slots``: a semaphore shared by the pool's workers, held while a DSL traces
+    spec file is imported. ``trace_slots``: the pool's :class:`TraceSlots`, one held while a DSL traces
     (:attr:`BuildContext.trace_slot`), or None for no limit."""
     global _SPEC, _CFG, _SPEC_ERROR, _TRACE_SLOTS
     _CFG = cfg

@@ -35,8 +35,9 @@ def validate(d: OpDecl) -> None:
     for a in d.args:
         if isinstance(a, Tensor) and not isinstance(a.mutable, bool):
             raise SpecError(f"{w}: tensor {a.name}: mutable must be True or False, got {a.mutable!r}")
-        if isinstance(a, Tensor) and a.pointee is not None and a.pointee not in DTYPES:
-            raise SpecError(f"{w}: tensor {a.name}: pointee {a.pointee!r} is not a dtype; known: {', '.join(DTYPES)}")
+        if isinstance(a, (Tensor, Output)) and a.pointee is not None and a.pointee not in DTYPES:
+            kind = "tensor" if isinstance(a, Tensor) else "output"
+            raise SpecError(f"{w}: {kind} {a.name}: pointee {a.pointee!r} is not a dtype; known: {', '.join(DTYPES)}")
         if isinstance(a, Scalar) and a.default is not None and a.type in SCALAR_TYPES:  # (an unknown type: below)
             _check_scalar_value(a, a.default, f"{w}: Scalar({a.name!r}, {a.type!r}, default={a.default!r})")
         if isinstance(a, Output):

@@ -57,6 +57,9 @@ class Output:
         zero: the kernel accumulates into it (atomic adds from several programs): the loader allocates it filled
             with zeros (and zero-fills an ``out=`` tensor) before the launch. flyc-build refuses a kernel whose
             IR accumulates atomically into an output not declared ``zero=True``.
+        pointee: for a FlyDSL launcher parameter annotated ``fx.Pointer``: the element type of the pointer
+            flyc-build passes, when it is not the output's dtype (as for ``Tensor``: a caller that passes bytes,
+            ``flyc.from_c_void_p(fx.Uint8, c.data_ptr())``, is ``pointee="uint8"``).
     """
 
     name: str
@@ -65,6 +68,7 @@ class Output:
     dtype: Optional[str] = None
     batch: Optional[bool] = None
     zero: bool = False
+    pointee: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)

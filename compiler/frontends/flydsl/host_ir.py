@@ -403,7 +403,7 @@ def check_pointee(ptr_type: str, p: Tensor | Output, op: OpDecl, spec: Spec, whe
     want = _POINTEE.get(getattr(p, "pointee", None) or dtype or "")
     if m is None or m.group(2) != "global" or (want is not None and m.group(1) != want):
         raise FrontendError(f"{where}: parameter {p.name} is an fx.Pointer of type {ptr_type}; expected a global "
-                            f"pointer to {want or dtype} (the tensor's dtype {dtype}, or Tensor(pointee=...))")
+                            f"pointer to {want or dtype} (the tensor's dtype {dtype}, or Tensor/Output(pointee=...))")
 
 
 class _Evaluator:
@@ -589,6 +589,10 @@ class _Evaluator:
                 raise FrontendError(f"{self.where}: scalar {name} lowered to {t}, which flyship cannot pack")
             ft = _SCALAR_FIELD[t]
             return [FieldPlan(0, "scalar", ft, arg=name)], FIELD_TYPES[ft]
+        o = self._owner(v)  # fx.Int64(fx.ptrtoint(p)), upstream's MXFP4 GEMM: the kernel gets p's data pointer
+        src = self._block_arg(o.operands[0]) if o is not None and o.name == "llvm.ptrtoint" and t == "i64" else None
+        if src is not None and src[1] == "pointer":
+            return [FieldPlan(0, "pointer", "ptr", arg=src[0])], 8
         if t in _INT_W:
             return [FieldPlan(0, "expr", t, expr=self.expr(v))], _INT_W[t]
         raise FrontendError(f"{self.where}: kernel argument of type {t} is computed in the launcher; flyship binds "

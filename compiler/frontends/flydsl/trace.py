@@ -51,7 +51,7 @@ def _call_args(op: OpDecl, spec: Spec, target: str | None = None) -> tuple[list[
             named[a.name] = values[a.name] if a.float_literal() is not None else int(values[a.name])
         elif isinstance(a, Output):
             t = torch.empty(shapes[a.name], dtype=_torch_dtype(op.output_dtype_for(a, spec)))
-            named[a.name] = _pointer_to(t, op.output_dtype_for(a, spec)) if a.name in pointers else t
+            named[a.name] = _pointer_to(t, a.pointee or op.output_dtype_for(a, spec)) if a.name in pointers else t
         elif isinstance(a, Workspace) and not is_entry:  # an entry allocates its own
             named[a.name] = torch.zeros(workspace_example_shape(op, a, spec), dtype=_torch_dtype(a.dtype))
         elif isinstance(a, Scalar):
