@@ -50,7 +50,9 @@ class AmdLimits:
 #   (gfx90a, gfx942, gfx950); AMD CDNA3 ISA reference guide, "Wave scheduling": 8 wave slots per SIMD.
 # * VGPRs: LLVM AMDGPUUsage, "AMDGPU Processors" / "Register allocation": gfx90a and later CDNA have a unified
 #   512-register file per SIMD lane shared by arch VGPRs and AGPRs, allocated in granules of 8; the AGPRs start
-#   after the arch VGPRs rounded up to 4 (AMDGPUUsage, `.amdhsa_accum_offset`).
+#   after the arch VGPRs rounded up to 4 (AMDGPUUsage, `.amdhsa_accum_offset`), and the code-object metadata's
+#   `.vgpr_count` counts both (LLVM test CodeGen/AMDGPU/agpr-register-count.ll: 9 arch VGPRs + 32 AGPRs give
+#   `.vgpr_count` 44 and `.agpr_count` 32 on gfx90a).
 # * SGPRs: LLVM AMDGPUBaseInfo.cpp getTotalNumSGPRs (800 on GFX8+) and getSGPRAllocGranule (16).
 # * LDS: AMD CDNA3 ISA, "Local data share": 64 KiB per CU (gfx942); AMD CDNA4 ISA: 160 KiB per CU (gfx950);
 #   LLVM AMDGPUUsage lists the same LDS sizes.
@@ -155,8 +157,10 @@ def _pick(limits: dict[str, int], unit: str) -> Occupancy:
 
 def _amd(lim: AmdLimits, meta: KernelMetadata, threads: int, lds: int) -> Occupancy:
     limits = {"hardware": lim.max_waves_per_simd}
-    # Unified register file: AGPRs follow the arch VGPRs rounded up to 4; the total is allocated in granules.
-    vgprs = (math.ceil(meta.vgpr_count / 4) * 4 if meta.agpr_count else meta.vgpr_count) + meta.agpr_count
+    # Unified register file. On these targets the metadata's .vgpr_count is already the total (the arch VGPRs
+    # rounded up to 4, then the AGPRs: LLVM's createTotalNumVGPR; .agpr_count is the AGPR part of it, shown by
+    # `flyship inspect` but not added again). The total is allocated in granules.
+    vgprs = meta.vgpr_count
     if vgprs:
         limits["VGPRs"] = lim.vgprs_per_simd // (math.ceil(vgprs / lim.vgpr_granule) * lim.vgpr_granule)
     if meta.sgpr_count:

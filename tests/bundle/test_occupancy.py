@@ -23,7 +23,11 @@ def meta(vgprs=0, sgprs=0, agprs=0, lds=0) -> KernelMetadata:
     (65, 0, 7),     # 72 after the granule of 8: 512 // 72
     (128, 0, 4),
     (256, 0, 2),
-    (130, 128, 1),  # AGPRs after the arch VGPRs rounded to 4: 132 + 128 = 260 -> 264: 512 // 264
+    # With AGPRs, .vgpr_count is already the total (arch VGPRs rounded to 4, then the AGPRs), as LLVM writes it:
+    (44, 32, 8),    # LLVM's agpr-register-count.ll on gfx90a: 9 arch + 32 AGPRs -> .vgpr_count 44 -> 48: 10, hw 8
+    (260, 128, 1),  # 132 arch + 128 AGPRs -> 264: 512 // 264
+    (256, 128, 2),  # 128 arch + 128 AGPRs: the AGPRs are not counted twice (that gave 1)
+    (512, 256, 1),  # a kernel using the whole file runs one wave per SIMD (counting AGPRs twice gave 0)
     (512, 0, 1),
 ])
 def test_gfx942_waves_per_simd_follow_the_unified_vgpr_file(vgprs, agprs, waves):
