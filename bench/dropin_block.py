@@ -31,6 +31,7 @@ import json
 import platform
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -157,27 +158,31 @@ def compile_arms(model: nn.Module, x: torch.Tensor, patches: list, mode: str, re
     return {"arms": arms, "table": result.table(), "patched_compiled_over_compiled": c / pc if pc else None}
 
 
-def export_arm(model: nn.Module, x: torch.Tensor, patches: list, ops, out: Path, repeats: int,
+def export_arm(model: nn.Module, x: torch.Tensor, patches: list, ops, repeats: int,
                iters: int) -> dict[str, Any]:
     """The patched block through torch.export and an AOTInductor package, loaded in this process; checks that the
     package computes the eager result and launches our kernels, then races it against eager."""
     for p in patches:
         p.apply()
     try:
-        return _export_and_race(model, x, patches, ops, out, repeats, iters)
+        return _export_and_race(model, x, patches, ops, repeats, iters)
     finally:
         for p in patches:
             p.undo()
 
 
-def _export_and_race(model: nn.Module, x: torch.Tensor, patches: list, ops, out: Path, repeats: int,
+def _export_and_race(model: nn.Module, x: torch.Tensor, patches: list, ops, repeats: int,
                      iters: int) -> dict[str, Any]:
     with torch.no_grad():
         want = model(x)
         program = torch.export.export(model, (x,), strict=False)
         in_graph = sorted({str(n.target) for n in program.graph.nodes if ops.namespace in str(n.target)})
-        package = torch._inductor.aoti_compile_and_package(program, package_path=str(out / "dropin_block.pt2"))
-        loaded = torch._inductor.aoti_load_package(package)
+        # The package (tens of MB of compiled code) goes to a temporary folder, not --out: --out holds the results
+        # that travel back from a GPU machine, and one file over their size limit lost them all once.
+        with tempfile.TemporaryDirectory(prefix="flyship-dropin-") as tmp:
+            package = torch._inductor.aoti_compile_and_package(program, package_path=str(Path(tmp) / "block.pt2"))
+            package_bytes = Path(package).stat().st_size
+            loaded = torch._inductor.aoti_load_package(package)
         n0 = sum(sum(op.stats()["launches"].values()) for op in (ops.rmsnorm, ops.softmax))
         got = loaded(x)
         launched = sum(sum(op.stats()["launches"].values()) for op in (ops.rmsnorm, ops.softmax)) - n0
@@ -191,7 +196,7 @@ def _export_and_race(model: nn.Module, x: torch.Tensor, patches: list, ops, out:
 
         timed = race({"eager": lambda: model(x), "eager_patched": lambda: model(x), "aoti_patched": lambda: loaded(x)},
                      repeats, iters, before={"eager": patched(False), "eager_patched": patched(True)})
-    return {"ops_in_graph": in_graph, "launches_per_call": launched, "times": timed}
+    return {"ops_in_graph": in_graph, "launches_per_call": launched, "package_bytes": package_bytes, "times": timed}
 
 
 def probe_arm(ops, repeats: int, iters: int) -> dict[str, Any]:
@@ -257,7 +262,7 @@ def stacking(a: argparse.Namespace, ops, model: nn.Module, x: torch.Tensor, patc
             if mode in COMPILE_MODES:
                 results[mode] = compile_arms(model, x, patches, mode, a.repeats, a.iters)
             elif mode == "export":
-                results[mode] = export_arm(model, x, patches, ops, a.out, a.repeats, a.iters)
+                results[mode] = export_arm(model, x, patches, ops, a.repeats, a.iters)
             else:
                 results[mode] = probe_arm(ops, a.repeats, a.iters)
         except Exception as e:  # noqa: BLE001 - a bench arm that fails is a result to report, the others still run

@@ -36,7 +36,8 @@ from flyship.bundle import targets as _targets
 from flyship.compiler import cache as _cache
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import toolchain as _tc
-from flyship.compiler.worker import TaskResult, TraceSlots, WorkerConfig, init_worker, run_task
+from flyship.compiler import pools as _pools
+from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, run_task
 from flyship.errors import CompileError
 
 
@@ -83,12 +84,29 @@ def _check_reachable(spec: str, address: str) -> None:
 
 
 def run(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path], scratch: Path,
-        progress: Callable[[str], None], frontends: tuple[str, ...]) -> list[TaskResult]:
-    """Run ``tasks`` on the executor ``opts.executor`` names; one result per task."""
+        progress: Callable[[str], None], frontends: tuple[str, ...],
+        early: Optional[_pools.EarlyPools] = None) -> list[TaskResult]:
+    """Run ``tasks`` on the executor ``opts.executor`` names; one result per task. ``early``: the local pools
+    :func:`early_pools` started before planning, taken where they fit."""
     kind, _, address = opts.executor.partition(":")
     if kind == "ray":
         return run_ray(tasks, opts, toolchain, rocm_root, scratch, progress, address or None, frontends)
-    return run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress, frontends)
+    return run_tasks(tasks, opts, toolchain, rocm_root, scratch, progress, frontends, early)
+
+
+def tracing_per_pool(opts: Any, targets: int) -> int:
+    """Workers of each target's pool that may trace at once: ``-j`` shared among the targets, at least one."""
+    return max(1, opts.jobs // max(1, targets))
+
+
+def early_pools(opts: Any, targets: list[str], toolchain: object, rocm_root: Optional[Path],
+                scratch: Path) -> contextlib.AbstractContextManager[Optional[_pools.EarlyPools]]:
+    """Local pools started before the build reads its declarations (:mod:`flyship.compiler.pools`), so the
+    workers' imports overlap the build's own; nothing for Ray (its workers start with the cluster)."""
+    if opts.executor.partition(":")[0] != "local":
+        return contextlib.nullcontext()
+    configs = [worker_config(opts, t, toolchain, rocm_root, scratch, ()) for t in targets]
+    return _pools.start_early(configs, tracing_per_pool(opts, len(targets)))
 
 
 def worker_config(opts: Any, target: str, toolchain: object, rocm_root: Optional[Path], scratch: Path,
@@ -102,27 +120,26 @@ def worker_config(opts: Any, target: str, toolchain: object, rocm_root: Optional
 
 
 def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, rocm_root: Optional[Path],
-              scratch: Path, progress: Callable[[str], None], frontends: tuple[str, ...]) -> list[TaskResult]:
-    """Run the tasks in spawned worker processes, one pool per target; report each as it ends."""
+              scratch: Path, progress: Callable[[str], None], frontends: tuple[str, ...],
+              early: Optional[_pools.EarlyPools] = None) -> list[TaskResult]:
+    """Run the tasks in spawned worker processes, one pool per target (the early pool of a target where it fits);
+    report each as it ends."""
     by_target: dict[str, list[tuple[str, str]]] = {}
     for o, s, t in tasks:
         by_target.setdefault(t, []).append((o, s))
-    per_pool = max(1, opts.jobs // max(1, len(by_target)))
+    per_pool = tracing_per_pool(opts, len(by_target))
     ctx = multiprocessing.get_context("spawn")
     pools, futures = [], {}
     results: list[TaskResult] = []
     try:
         for target, items in by_target.items():
             cfg = worker_config(opts, target, toolchain, rocm_root, scratch, frontends)
-            # Pipelined: one worker more than may trace at once, so one kernel's assembly and proof (external
-            # tools, waiting) overlap the next kernel's trace; the trace slots keep the traces at per_pool.
-            slots = (TraceSlots(tempfile.mkdtemp(prefix="slots.", dir=scratch), per_pool)
-                     if len(items) > per_pool else None)
-            pool = cf.ProcessPoolExecutor(max_workers=min(per_pool + (slots is not None), len(items)), mp_context=ctx,
-                                          initializer=init_worker, initargs=(cfg, slots))
-            pools.append(pool)
+            tracing, pipelined = min(per_pool, len(items)), _pools.pipelines(len(items), per_pool)
+            pool = (early.take(cfg, tracing, pipelined) if early is not None else None) \
+                or _pools.start(cfg, tracing, pipelined)
+            pools.append(pool.executor)
             for o, s in items:
-                futures[pool.submit(run_task, o, s)] = (o, s, target)
+                futures[pool.executor.submit(run_task, o, s)] = (o, s, target)
         done = 0
         broken: list[tuple[str, str, str]] = []
         retry: list[tuple[str, str, str, Optional[str]]] = []

@@ -28,7 +28,7 @@ from flyship.compiler.build.checking import (check_reachable, check_reference_ou
                                              guard_constraints, _example_tensor)
 from flyship.compiler.build.options import BuildOptions, PartialBuildError, Row
 from flyship.compiler.build.planning import (check_archs, check_offload_targets, check_output, check_request,
-                                             find_tools, plan, plan_tasks, read_declarations)
+                                             early_tools, find_tools, plan, plan_tasks, read_declarations)
 from flyship.compiler.build.running import (compile_with_cache, failure_report, next_step, partial_build_error,
                                             spec_refusal, succeeded, task_keys, verdict)
 from flyship.compiler.build.writing import build_key, remember_build, reuse_bundle, write_bundle, write_results
@@ -61,18 +61,25 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
         bkey = build_key(opts, cache) if cache else ""
         if cache and (rows := reuse_bundle(cache, bkey, out_dir, opts.force, progress)) is not None:
             return rows
-        with _cache.record_reads() as deps:  # every file the spec reads while imported: the whole-build entry's inputs
-            sf = read_declarations(opts.spec_path, targets)
-        tasks = plan_tasks(sf, targets, progress)
-        frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
         with contextlib.ExitStack() as stack:
             scratch = stack.enter_context(_hygiene.scratch_dir())
-            toolchain, rocm_root, tools = find_tools(frontends_used, targets, opts, stack)
+            # The workers start now and import the spec file while this process imports it to plan (pools.py).
+            found = early_tools(targets, opts, stack)
+            early = stack.enter_context(
+                _executors.early_pools(opts, [t.text for t in targets], found[0], found[1], scratch))
+            with _cache.record_reads() as deps:  # every file the spec reads while imported: the whole-build entry's inputs
+                sf = read_declarations(opts.spec_path, targets)
+            tasks = plan_tasks(sf, targets, progress)
+            frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
+            toolchain, rocm_root, tools = find_tools(frontends_used, targets, opts, stack, found)
+            # The workers get what the early ones were given when nothing in use needs a toolchain (only the frontends
+            # that need one read it), so the early pools fit; the bundle and the cache keys keep `tools`.
+            workers_tools = (toolchain, rocm_root) if toolchain is not None else (found[0], found[1])
             progress(f"flyc-build: {len(tasks)} kernels ({len(sf.ops)} ops) for "
                      f"{', '.join(t.text for t in targets)}, jobs={opts.jobs}")
             results, hits = compile_with_cache(
                 tasks, sf, tools, opts, cache, progress,
-                lambda todo: _executors.run(todo, opts, toolchain, rocm_root, scratch, progress, frontends_used))
+                lambda todo: _executors.run(todo, opts, *workers_tools, scratch, progress, frontends_used, early))
             results, variants, failures = verdict(sf, results, opts.keep_going, progress)
             write_results(sf, variants, failures, tools, toolchain, scratch, out_dir, opts)
         rows = summary_rows(sf, variants, hits)

@@ -178,17 +178,34 @@ def _bug(where: str, e: Exception) -> CompileError:
                         "traceback", details=traceback_text(e))
 
 
+Tools = tuple[object, Optional[Path], dict[str, str]]  # (toolchain, ROCm-shaped root, what goes into cache keys)
+
+
 def find_tools(frontends_used: tuple[str, ...], targets: list[_targets.TargetID], opts: BuildOptions,
-               stack: contextlib.ExitStack) -> tuple[object, Optional[Path], dict[str, str]]:
+               stack: contextlib.ExitStack, found: Optional[Tools] = None) -> Tools:
     """The LLVM toolchain, checked for every AMD target, and a ROCm-shaped root (kept for ``stack``'s life),
-    when a frontend in use needs them or offload bundles are asked for; else ``(None, None, {})``."""
+    when a frontend in use needs them or offload bundles are asked for; else ``(None, None, {})``. ``found``:
+    what :func:`early_tools` found before planning (used when needed, instead of looking again)."""
     amd = [t.text for t in targets if t.vendor == "amd"]
     if not amd or not (opts.offload_bundle or any(_frontends.get(f).needs_llvm for f in frontends_used)):
         return None, None, {}
+    if found is not None and found[0] is not None:
+        return found
     toolchain = _tc.find_toolchain(opts.llvm_bin)
     _tc.check_targets(toolchain, amd)
     rocm_root = stack.enter_context(_tc.rocm_root(toolchain))
     return toolchain, rocm_root, dict(toolchain.describe())
+
+
+def early_tools(targets: list[_targets.TargetID], opts: BuildOptions, stack: contextlib.ExitStack) -> Tools:
+    """Before the declarations are read (the early workers need the ROCm root in their environment before they
+    import the spec file): :func:`find_tools` as if every registered frontend were used; ``(None, None, {})``
+    where that fails, so a build that needs no LLVM is never refused here (the needed lookup after planning
+    reports a missing toolchain in its own words)."""
+    try:
+        return find_tools(tuple(_frontends.names()), targets, opts, stack)
+    except CompileError:
+        return None, None, {}
 
 
 def check_request(opts: BuildOptions) -> list[_targets.TargetID]:

@@ -15,7 +15,7 @@ from flyship.bundle import manifest as M
 from flyship.bundle import targets as _targets
 from flyship.compiler import build as B
 from flyship.compiler import cache as C
-from flyship.compiler import executors, frontends, spec, tuning
+from flyship.compiler import executors, frontends, pools, spec, tuning
 from flyship.compiler.worker import SPEC_IMPORT, load_spec_file
 from flyship.errors import CompileError
 
@@ -129,6 +129,7 @@ def test_a_pipelined_frontends_post_trace_steps_overlap_the_next_trace_with_one_
     worker: the build's wall time is below the sum of the steps, and no two traces ever overlap."""
     monkeypatch.setattr(frontends, "_REGISTRY", dict(frontends._registry()))
     frontends.register(importlib.import_module("tests.compiler.pipe_frontend").FRONTEND)
+    monkeypatch.setattr(pools, "PIPELINE_MIN_TASKS", 4)  # pipelining pays from a few dozen kernels; this has four
     log = tmp_path / "steps.jsonl"
     monkeypatch.setenv("TINYPIPE_LOG", str(log))
     path = spec_file(tmp_path, PIPE_SPEC)

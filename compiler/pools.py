@@ -1,0 +1,111 @@
+"""The local executor's worker pools: one process pool per target, started as early as the build can.
+
+A worker imports the spec file (and with it torch and the DSL: ~2.5 s of CPU for the FlyDSL examples on the 2-core
+machine) before it compiles anything, and the build process imports the same spec file to plan. Done one after the
+other, those two imports were a third of a small build's wall time (docs/perf.md, "Build wall time"). So
+:func:`start_early` starts each target's workers before the build reads its declarations, with a configuration
+every built-in frontend can use; once the build has planned, :meth:`EarlyPools.take` hands a pool to the run when
+its configuration is the one the run would have made, and stops it otherwise (a frontend registered by the spec
+file itself, another toolchain): an early pool never changes what a worker does, only when it starts.
+
+Pipelining (one worker more than may trace at once, so one kernel's assembly and proof overlap the next kernel's
+trace) pays for that extra worker's start only on long task lists: :func:`pipelines` decides.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import dataclasses
+import multiprocessing
+import tempfile
+from typing import Iterator, Optional
+
+from flyship.compiler import frontends as _frontends
+from flyship.compiler.worker import TraceSlots, WorkerConfig, init_worker, warm_up
+
+# Tasks per pool from which a pool pipelines. The extra worker costs one more import of the spec file (~2.5 s of CPU
+# for the FlyDSL examples on the 2-core machine) and saves the in-process steps after a trace (proof, metadata,
+# checks: ~40-70 ms per kernel there), so it pays from a few dozen kernels; below that, on 2 cores, it only took
+# CPU from the trace (docs/perf.md, "Build wall time": -j 1, 9 kernels, 6.5-7.8 s wall either way, 1.7 s more CPU).
+PIPELINE_MIN_TASKS = 24
+
+
+def pipelines(tasks: int, per_pool: int) -> bool:
+    """Whether a pool of ``per_pool`` tracing workers with ``tasks`` tasks gets one more worker to pipeline."""
+    return tasks > per_pool and tasks >= PIPELINE_MIN_TASKS
+
+
+@dataclasses.dataclass
+class Pool:
+    """One target's process pool and the configuration its workers were started with."""
+
+    executor: cf.ProcessPoolExecutor
+    cfg: WorkerConfig
+    tracing: int  # workers that may trace at once
+    pipelined: bool
+
+    def stop(self) -> None:
+        """Stop the pool now, its workers killed wherever they are (an early pool's may still be importing)."""
+        for proc in list(getattr(self.executor, "_processes", {}).values()):
+            with contextlib.suppress(Exception):
+                proc.kill()
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+def start(cfg: WorkerConfig, tracing: int, pipelined: bool, warm: int = 0) -> Pool:
+    """A pool of ``tracing`` workers (one more when ``pipelined``) for ``cfg.target``; ``warm`` of them are started
+    now (a spawn pool starts its workers as tasks arrive), each importing the spec file in its initializer."""
+    slots = TraceSlots(tempfile.mkdtemp(prefix="slots.", dir=cfg.scratch_root), tracing) if pipelined else None
+    executor = cf.ProcessPoolExecutor(max_workers=tracing + pipelined, mp_context=multiprocessing.get_context("spawn"),
+                                      initializer=init_worker, initargs=(cfg, slots))
+    for _ in range(warm):
+        executor.submit(warm_up)
+    return Pool(executor, cfg, tracing, pipelined)
+
+
+def early_config(cfg: WorkerConfig) -> WorkerConfig:
+    """``cfg`` as an early pool's workers get it: prepared for every registered frontend, as the build does not yet
+    know which the spec file uses."""
+    names = tuple(_frontends.names())
+    return dataclasses.replace(cfg, frontends=names, frontend_modules=tuple(_frontends.origin(f) for f in names))
+
+
+class EarlyPools:
+    """Pools started before planning, by target, until the run takes them; the rest are stopped on exit."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, Pool] = {}
+
+    def take(self, cfg: WorkerConfig, tracing: int, pipelined: bool) -> Optional[Pool]:
+        """The early pool of ``cfg.target`` when its workers were started as ``cfg`` would start them (its
+        frontends a superset of ``cfg``'s, everything else equal), at least ``tracing`` of them, and the run does
+        not pipeline (early pools never do); else None, the early pool stopped."""
+        pool = self.pools.pop(cfg.target, None)
+        if pool is None:
+            return None
+        same = (dataclasses.replace(pool.cfg, frontends=cfg.frontends, frontend_modules=cfg.frontend_modules) == cfg
+                and set(cfg.frontends) <= set(pool.cfg.frontends)
+                and set(cfg.frontend_modules) <= set(pool.cfg.frontend_modules))
+        if same and not pipelined and not pool.pipelined and pool.tracing >= tracing:
+            return pool  # workers past the tasks' count stay idle
+        pool.stop()
+        return None
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.stop()
+        self.pools.clear()
+
+
+@contextlib.contextmanager
+def start_early(configs: list[WorkerConfig], tracing: int) -> Iterator[EarlyPools]:
+    """Start one unpipelined pool of ``tracing`` warm workers per configuration (one per target); stop whatever the
+    run did not take when the block ends, the build failing included (no worker outlives it)."""
+    early = EarlyPools()
+    try:
+        for cfg in configs:
+            early.pools[cfg.target] = start(early_config(cfg), tracing, pipelined=False, warm=tracing)
+        yield early
+    finally:
+        early.close()

@@ -1,0 +1,135 @@
+"""The local executor's early pools (``compiler/pools.py``): a target's workers import the spec file while the build
+process imports it to plan, the run takes them when they fit, and nothing outlives a build that fails meanwhile."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from flyship.bundle import manifest as M
+from flyship.compiler import build as B
+from flyship.compiler import executors, frontends, pools
+from flyship.errors import CompileError
+
+from .test_hygiene import children_of
+
+pytestmark = pytest.mark.cpu
+
+# The spec's planning import (the build process) waits until a worker is importing the same file: it can only see
+# one when the workers start before planning. A worker writes its pid, then sleeps so the wait is not a race it
+# could win by finishing first.
+SPEC = """
+    import multiprocessing, os, time
+    from pathlib import Path
+    from flyship.compiler.spec import *
+    from tests.compiler.tiny_frontend import TinyKernel
+
+    MARKS = Path(os.environ["FLYSHIP_TEST_POOL_MARKS"])
+    if multiprocessing.parent_process() is not None:  # a build worker
+        (MARKS / f"worker-{os.getpid()}").write_text("")
+    else:  # the build's own planning import
+        end = time.monotonic() + float(os.environ.get("FLYSHIP_TEST_POOL_WAIT", "60"))
+        while not any(MARKS.glob("worker-*")):
+            if time.monotonic() > end:
+                raise RuntimeError("no worker was importing the spec file while the build planned")
+            time.sleep(0.02)
+        if os.environ.get("FLYSHIP_TEST_POOL_FAIL"):
+            raise RuntimeError("planning fails after the workers started")
+
+    namespace("pool_ops")
+    for k in range(3):
+        op(f"vadd{k}", kernel=TinyKernel(), grid=("cdiv(a.numel, 64)",),
+           args=[Tensor("a", rank=1), Tensor("b", rank=1), Output("c", like="a")],
+           specs=[Spec("f32", dtypes={"a": "float32", "b": "float32"}, shapes={"a": (4096,), "b": (4096,)})])
+"""
+
+
+@pytest.fixture
+def tiny(monkeypatch, tmp_path):
+    monkeypatch.setattr(frontends, "_REGISTRY", dict(frontends._registry()))
+    frontends.register(importlib.import_module("tests.compiler.tiny_frontend").FRONTEND)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("FLYSHIP_TEST_POOL_MARKS", str(marks))
+    spec = tmp_path / "pool_spec.py"
+    spec.write_text(textwrap.dedent(SPEC))
+    return spec, marks
+
+
+def live_workers() -> list[int]:
+    """This process's children but multiprocessing's resource tracker (which lives as long as this process)."""
+    out = []
+    for pid in children_of(__import__("os").getpid()):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"resource_tracker" not in cmd:
+            out.append(pid)
+    return out
+
+
+def test_the_workers_import_the_spec_file_while_the_build_plans_and_then_compile_its_kernels(tiny, tmp_path):
+    spec, marks = tiny
+    opts = B.BuildOptions(spec_path=str(spec), out_dir=str(tmp_path / "out"), archs=("gfx942",), cache=False)
+    rows = B.build(opts, progress=lambda line: None)
+    assert sorted(r.op for r in rows) == ["vadd0", "vadd1", "vadd2"]
+    assert sorted(o.name for o in M.read(tmp_path / "out").ops) == ["vadd0", "vadd1", "vadd2"]
+    # -j 1: the one early worker compiled every kernel (three tasks are too few to pipeline: no second worker).
+    assert len(list(marks.glob("worker-*"))) == 1
+    assert live_workers() == []
+
+
+def test_without_early_pools_the_planning_import_sees_no_worker(tiny, tmp_path, monkeypatch):
+    """The check above can fail: with the pools started after planning, as before, the planning import waits in vain."""
+    spec, _ = tiny
+    monkeypatch.setenv("FLYSHIP_TEST_POOL_WAIT", "2")
+    monkeypatch.setattr(executors, "early_pools", lambda *a, **k: __import__("contextlib").nullcontext())
+    opts = B.BuildOptions(spec_path=str(spec), out_dir=str(tmp_path / "out"), archs=("gfx942",), cache=False)
+    with pytest.raises(CompileError, match="no worker was importing the spec file while the build planned"):
+        B.build(opts, progress=lambda line: None)
+
+
+def test_a_build_that_fails_while_planning_stops_the_workers_it_started(tiny, tmp_path, monkeypatch):
+    spec, marks = tiny
+    monkeypatch.setenv("FLYSHIP_TEST_POOL_FAIL", "1")
+    opts = B.BuildOptions(spec_path=str(spec), out_dir=str(tmp_path / "out"), archs=("gfx942",), cache=False)
+    with pytest.raises(CompileError, match="planning fails after the workers started"):
+        B.build(opts, progress=lambda line: None)
+    assert list(marks.glob("worker-*")) and live_workers() == []
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_early_pool_is_taken_only_when_its_workers_were_started_as_the_run_would_start_them(tiny, tmp_path):
+    cfg = executors.worker_config(B.BuildOptions(spec_path=str(tiny[0]), out_dir=str(tmp_path / "o"),
+                                                 archs=("gfx942",)), "gfx942", None, None, tmp_path, ("tiny",))
+    with pools.start_early([cfg], tracing=1) as early:
+        taken = early.take(cfg, 1, pipelined=False)  # a subset of its frontends, the rest equal: taken
+        assert taken is not None and early.pools == {}
+        taken.stop()  # a taken pool is the run's to stop
+    with pools.start_early([cfg], tracing=1) as early:
+        pool = early.pools[cfg.target]
+        other = dataclasses.replace(cfg, keep_ir=not cfg.keep_ir)
+        assert early.take(other, 1, pipelined=False) is None  # another configuration: stopped, not taken
+        assert early.pools == {}
+        with pytest.raises(RuntimeError):  # shut down
+            pool.executor.submit(int)
+    with pools.start_early([cfg], tracing=1) as early:
+        assert early.take(cfg, 1, pipelined=True) is None  # early pools never pipeline
+    with pools.start_early([cfg], tracing=1) as early:
+        assert early.take(dataclasses.replace(cfg, frontends=("tiny", "elsewhere")), 1, pipelined=False) is None
+    deadline = time.monotonic() + 10
+    while live_workers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_workers() == []
+
+
+@pytest.mark.parametrize("tasks, per_pool, want", [(3, 1, False), (23, 1, False), (24, 1, True), (24, 24, False),
+                                                   (100, 4, True)])
+def test_a_pool_pipelines_only_long_task_lists(tasks, per_pool, want):
+    assert pools.pipelines(tasks, per_pool) is want
