@@ -49,7 +49,7 @@ SWITCHES: tuple[Switch, ...] = (
            "root of the HIP install to compile the hip flavor against."),
     Switch("FLYSHIP_EXTENSIONS_DIR", "folder", "`$TORCH_EXTENSIONS_DIR` or torch's default, under `flyship`",
            "where the compiled loader extension is cached."),
-    Switch("FLYSHIP_BUILD_UNITS", "count", "1 below 8 cores, else a unit per 4 cores",
+    Switch("FLYSHIP_BUILD_UNITS", "count", "2 below 8 cores (bridge and plain units apart; 1 on one core), else a unit per 4 cores",
            "how many translation units the loader extension's core is compiled as when it is built (the same "
            "module either way): one parses torch's headers once, more compile in parallel (loader/units.py)."),
     Switch("FLYSHIP_FALLBACK", "bool", "on",

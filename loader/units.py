@@ -22,11 +22,12 @@ from typing import Sequence
 # directly or through csrc's headers (tests/loader/test_units.py checks it).
 BRIDGE = frozenset({"bindings.cpp", "fast_call.cpp", "python_calls.cpp", "register.cpp", "torch_op_call.cpp"})
 
-# Cores per translation unit for the default grouping. On the H200 machine's 16 cores (docs/perf.md, round 3 session
-# 3): 1 unit 32.3 s wall / 27.5 s CPU, 4 units 22.6 / 60.0, 16 units 20.2 / 138.0. On the 2-core CPU machine, busy (load
-# 4-5; docs/perf.md, "The extension's cold build, cut by unit", bridge and plain units apart): 1 unit 50.1 s compiler
-# CPU, 2 units 58.7, 4 units 93.7, 13 units 186.3; a second unit costs ~9 s of CPU that busy cores cannot hide, so
-# 2 cores keep one unit.
+# Cores per translation unit for the default grouping from 8 cores up. On the H200 machine's 16 cores (docs/perf.md,
+# round 3 session 3): 1 unit 32.3 s wall / 27.5 s CPU, 4 units 22.6 / 60.0, 16 units 20.2 / 138.0. Below 8 cores, two
+# translation units, the bridge units apart from the plain ones (one compiler each on two cores): on the 2-core CPU
+# machine, quiet (round 3 session 5, record flavor, 2 rounds interleaved), 1 unit 30.2 s wall / 34.8 s compiler CPU,
+# 2 units 25.8 / 45.9; busy (load 4-5, session 4) the two were a wash in wall time (80.0 vs 82.6 s), so the quiet
+# machine a first load usually meets decides.
 CORES_PER_UNIT = 4
 
 
@@ -35,7 +36,8 @@ def default_groups(units: int, cores: int | None = None) -> int:
     cores this process may run on)."""
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(units, cores // CORES_PER_UNIT))
+    groups = cores // CORES_PER_UNIT if cores >= 2 * CORES_PER_UNIT else min(cores, 2)
+    return max(1, min(units, groups))
 
 
 def group(sources: Sequence[str], groups: int) -> list[list[str]]:

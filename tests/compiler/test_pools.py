@@ -32,6 +32,8 @@ SPEC = """
     MARKS = Path(os.environ["FLYSHIP_TEST_POOL_MARKS"])
     if multiprocessing.parent_process() is not None:  # a build worker
         (MARKS / f"worker-{os.getpid()}").write_text("")
+        import atexit  # a worker ends without tearing its modules down, but after the exit handlers of what it ran
+        atexit.register(lambda pid=os.getpid(): (MARKS / f"exited-{pid}").write_text(""))
     else:  # the build's own planning import
         end = time.monotonic() + float(os.environ.get("FLYSHIP_TEST_POOL_WAIT", "60"))
         while not any(MARKS.glob("worker-*")):
@@ -80,9 +82,10 @@ def test_the_workers_import_the_spec_file_while_the_build_plans_and_then_compile
     rows = B.build(opts, progress=lambda line: None)
     assert sorted(r.op for r in rows) == ["vadd0", "vadd1", "vadd2"]
     assert sorted(o.name for o in M.read(tmp_path / "out").ops) == ["vadd0", "vadd1", "vadd2"]
-    # -j 1: the one early worker compiled every kernel (three tasks are too few to pipeline: no second worker).
-    assert len(list(marks.glob("worker-*"))) == 1
-    assert live_workers() == []
+    # -j 1: the one early worker compiled every kernel (three tasks are too few to pipeline: no second worker),
+    # and it ran its exit handlers.
+    (worker,) = [p.name.split("-")[1] for p in marks.glob("worker-*")]
+    assert live_workers() == [] and (marks / f"exited-{worker}").exists()
 
 
 def test_without_early_pools_the_planning_import_sees_no_worker(tiny, tmp_path, monkeypatch):

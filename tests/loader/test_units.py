@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CORE = [str(extension.CSRC / s) for s in extension.CORE_SOURCES]
 
 
-@pytest.mark.parametrize("cores, groups", [(1, 1), (2, 2 // units.CORES_PER_UNIT or 1), (7, 1), (16, 4), (128, None)])
-def test_the_default_grouping_is_one_unit_on_few_cores_and_never_more_groups_than_units(cores, groups):
+@pytest.mark.parametrize("cores, groups", [(1, 1), (2, 2), (7, 2), (8, 2), (16, 4), (128, None)])
+def test_the_default_grouping_is_bridge_and_plain_apart_on_few_cores_and_never_more_groups_than_units(cores, groups):
     got = units.default_groups(len(CORE), cores)
     assert got == (groups if groups is not None else len(CORE))
 
