@@ -79,6 +79,32 @@ def test_the_gpu_bench_block_routes_its_norms_and_softmax_to_the_ops_on_the_cpu(
     assert [(p.stats()["to_op"], p.stats()["to_original"]) for p in patches] == [(2, {}), (1, {})]
 
 
+def test_the_gpu_bench_follows_the_routing_reports_advice_when_fusion_is_lost(example_bundle, ext, monkeypatch):
+    """bench/dropin_block.py's last compiled arm, on the CPU (aot_eager): with every site set to compiled="original"
+    (what the report advises when a compiled graph loses fusion), the compiled graph traces the originals, so none of
+    its calls reach the ops, while the eager arm still takes them; the patches are left as they were."""
+    import uuid
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "bench"))
+    import dropin_block
+
+    ops = flyship.load(example_bundle, namespace=f"flyship_rep{uuid.uuid4().hex[:8]}")
+    torch.manual_seed(0)
+    block = dropin_block.Block(64, 4).eval()
+    x = torch.randn(2, 16, 64)
+    patches = dropin_block.make_patches(ops, cpu_target="gfx942")
+    try:
+        with torch.no_grad():
+            got = dropin_block.routed_as_reported(block, x, patches, {"backend": "aot_eager"}, repeats=1, iters=1)
+    finally:
+        for p in patches:
+            p.undo()
+    calls = {name: arm["op_calls"] for name, arm in got["arms"].items()}
+    assert calls == {"baseline": 0, "compiled": 0, "patched+compiled": 0}, calls
+    assert [p.compiled for p in patches] == ["op", "op"]
+    assert "patched+compiled" in got["table"] and got["patched_compiled_over_compiled"] > 0
+
+
 def test_the_bench_command_times_a_factory_with_a_patches_file(tmp_path, tiny_bundle, ext):
     import json
     import os
