@@ -28,6 +28,7 @@ incoming values, a TTIR ``scf.if`` result what its branches ``scf.yield`` at tha
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -62,7 +63,8 @@ def _split_top_level(text: str) -> list[str]:
     return parts
 
 
-def _llvm_function(ir: str, symbol: str) -> tuple[list[str], list[str]]:
+@functools.lru_cache(maxsize=4)  # read by the taint analysis and the unread-parameters pass of the same kernel
+def _llvm_function(ir: str, symbol: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The parameter names and the body lines of ``define ... @symbol(...)``.
 
     Raises:
@@ -86,51 +88,52 @@ def _llvm_function(ir: str, symbol: str) -> tuple[list[str], list[str]]:
             if rest.startswith("}"):
                 break
             body.append(rest.split(";", 1)[0])
-        return params, body
+        return tuple(params), tuple(body)  # shared through the cache: never mutated
     raise ValueError(f"no function @{symbol} in the LLVM IR")
 
 
-def _llvm_operation(inst: str) -> tuple[str, list[str], str | None]:
+@functools.lru_cache(maxsize=16384)  # each line is read by the stored-through and accumulated-through passes
+def _llvm_operation(inst: str) -> tuple[str, tuple[str, ...], str | None]:
     """An instruction's operation text (without ``%v =``), its pointer operands, and the callee it calls (or None)."""
     body = (inst.split("=", 1)[1] if _LLVM_DEF.match(inst) else inst).strip()
     call = re.search(r"\bcall\b.*?@([\w.$\"]+)\(", body)
-    return body, _LLVM_PTR_OPERAND.findall(body), call.group(1) if call else None
+    return body, tuple(_LLVM_PTR_OPERAND.findall(body)), call.group(1) if call else None
 
 
-def _llvm_stored_through(inst: str) -> list[str]:
+def _llvm_stored_through(inst: str) -> tuple[str, ...]:
     """The pointer operands an instruction writes through (empty for one that writes no memory)."""
     body, ptrs, callee = _llvm_operation(inst)
     if not ptrs:
-        return []
+        return ()
     if re.match(r"store\b", body):
         return ptrs[-1:]  # store <ty> %value, ptr %address: a stored pointer is a value, not a destination
     if re.match(r"(atomicrmw|cmpxchg)\b", body):
         return ptrs[:1]
     if callee is None:
-        return []
+        return ()
     if re.match(r"\"?llvm\.mem(cpy|move|set)", callee):
         return ptrs[:1]
     if re.search(r"store|atomic", callee):
         return ptrs
-    return []
+    return ()
 
 
-def _llvm_accumulated_through(inst: str) -> list[str]:
+def _llvm_accumulated_through(inst: str) -> tuple[str, ...]:
     """The pointer operands an instruction atomically reads, modifies and writes back (``atomicrmw`` but an
     exchange, ``cmpxchg`` (a CAS loop is how a float add without a native atomic lowers), AMDGPU atomic
     intrinsics but swaps): the memory must hold a defined value first."""
     body, ptrs, callee = _llvm_operation(inst)
     if not ptrs:
-        return []
+        return ()
     if re.match(r"atomicrmw\s+(?:volatile\s+)?xchg\b", body):
-        return []  # an exchange writes a value that does not depend on the old one
+        return ()  # an exchange writes a value that does not depend on the old one
     if re.match(r"(atomicrmw|cmpxchg)\b", body):
         return ptrs[:1]
     if callee is None:
-        return []
+        return ()
     if re.search(r"atomic", callee) and not re.search(r"swap|xchg|store", callee):
         return ptrs
-    return []
+    return ()
 
 
 def llvm_written_params(ir: str, symbol: str) -> set[int]:
@@ -162,7 +165,8 @@ def _llvm_params_reaching(ir: str, symbol: str, operands: Callable[[str], list[s
     return out
 
 
-def _llvm_taint(ir: str, symbol: str) -> tuple[dict[str, frozenset[int]], list[str]]:
+@functools.lru_cache(maxsize=4)  # one analysis for the written and the accumulated parameters of a kernel
+def _llvm_taint(ir: str, symbol: str) -> tuple[dict[str, frozenset[int]], tuple[str, ...]]:
     """Each value of ``@symbol`` -> the parameters whose pointers it carries, and the function's body lines."""
     params, body = _llvm_function(ir, symbol)
     taint: dict[str, frozenset[int]] = {p: frozenset({i}) for i, p in enumerate(params) if p}
