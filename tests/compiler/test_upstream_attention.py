@@ -10,7 +10,6 @@ holding it (``git archive HEAD kernels`` of ROCm/FlyDSL, extracted). Without it 
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from flyship.bundle import rules
 from flyship.bundle.codeobject import CodeObjectFile
 
 from ..conftest import run_build
+from .upstream import upstream_kernels
 
 pytestmark = pytest.mark.compile
 ARCHS = ["gfx942", "gfx950"]
@@ -28,16 +28,7 @@ ARCHS = ["gfx942", "gfx950"]
 
 @pytest.fixture(scope="module")
 def upstream() -> Path:
-    root = os.environ.get("FLYSHIP_UPSTREAM_FLYDSL")
-    if not root:
-        pytest.skip("set FLYSHIP_UPSTREAM_FLYDSL to a folder holding upstream FlyDSL's kernels/: it would prove its "
-                    "RoPE + KV cache and flash attention builders build, as upstream calls them, equal to FlyDSL's "
-                    "own code object")
-    path = Path(root)
-    if not (path / "kernels" / "attention" / "fused_rope_cache_kernel.py").is_file():
-        pytest.fail(f"FLYSHIP_UPSTREAM_FLYDSL={root}: expected kernels/attention/fused_rope_cache_kernel.py under it, "
-                    "got none; extract upstream's kernels/ there (git archive HEAD kernels | tar -x -C <folder>)")
-    return path
+    return upstream_kernels("its RoPE + KV cache and flash attention builders build", "kernels/attention/fused_rope_cache_kernel.py")
 
 
 ROPE = """

@@ -10,7 +10,6 @@ holding it (``git archive HEAD kernels`` of ROCm/FlyDSL, extracted). Without it 
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from flyship.bundle import rules
 from flyship.bundle.codeobject import CodeObjectFile
 
 from ..conftest import run_build
+from .upstream import upstream_kernels
 
 pytestmark = pytest.mark.compile
 BOTH = ["gfx942", "gfx950"]
@@ -29,16 +29,7 @@ GFX950 = ["gfx950"]  # upstream's fp8 row-scale and fp4 GEMMs use CDNA4-only MFM
 
 @pytest.fixture(scope="module")
 def upstream() -> Path:
-    root = os.environ.get("FLYSHIP_UPSTREAM_FLYDSL")
-    if not root:
-        pytest.skip("set FLYSHIP_UPSTREAM_FLYDSL to a folder holding upstream FlyDSL's kernels/: it would prove its "
-                    "paged-attention decode, MoE 2-stage GEMMs, fp8 and MXFP4 GEMMs and norm backward kernels "
-                    "build, as upstream calls them, equal to FlyDSL's own code objects")
-    path = Path(root)
-    if not (path / "kernels" / "moe" / "moe_gemm_2stage" / "gemm1.py").is_file():
-        pytest.fail(f"FLYSHIP_UPSTREAM_FLYDSL={root}: expected kernels/moe/moe_gemm_2stage/gemm1.py under it, got "
-                    "none; extract upstream's kernels/ there (git archive HEAD kernels | tar -x -C <folder>)")
-    return path
+    return upstream_kernels("its paged-attention decode, MoE 2-stage GEMMs, fp8 and MXFP4 GEMMs and norm backward kernels build", "kernels/moe/moe_gemm_2stage/gemm1.py")
 
 
 # pa_decode_tile's host entry (``pa_decode_tile(output, query, key_cache, ...)``) computes the launcher's ints from
