@@ -461,8 +461,8 @@ def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
             cfg.library.unlink()
             prebuilt.record_path(cfg.library).unlink(missing_ok=True)
         _say(f"flyship: building the C++ extension ({cfg.flavor} flavor) in {cfg.directory} with "
-             f"{os.environ.get('CXX', 'c++')}; this takes about a minute, once (`flyship prebuild` does it ahead of "
-             "time)")
+             f"{os.environ.get('CXX', 'c++')}; this takes 15-35 s on an idle machine (longer on a busy one), once "
+             "(`flyship prebuild` does it ahead of time)")
         cfg.directory.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".build-", dir=cfg.directory))
         try:
