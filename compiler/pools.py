@@ -18,6 +18,7 @@ import concurrent.futures as cf
 import contextlib
 import dataclasses
 import multiprocessing
+import os
 import tempfile
 from typing import Iterator, Optional
 
@@ -100,12 +101,15 @@ class EarlyPools:
 
 @contextlib.contextmanager
 def start_early(configs: list[WorkerConfig], tracing: int) -> Iterator[EarlyPools]:
-    """Start one unpipelined pool of ``tracing`` warm workers per configuration (one per target); stop whatever the
-    run did not take when the block ends, the build failing included (no worker outlives it)."""
+    """Start one unpipelined pool of up to ``tracing`` workers per configuration (one per target), some of them now;
+    stop whatever the run did not take when the block ends, the build failing included (no worker outlives it)."""
     early = EarlyPools()
+    # Warm no more workers than the machine has cores, shared among the targets: before planning the build does not
+    # know how many kernels there are (a pool starts the rest as tasks arrive, up to ``tracing``).
+    warm = max(1, min(tracing, (os.cpu_count() or 1) // max(1, len(configs))))
     try:
         for cfg in configs:
-            early.pools[cfg.target] = start(early_config(cfg), tracing, pipelined=False, warm=tracing)
+            early.pools[cfg.target] = start(early_config(cfg), tracing, pipelined=False, warm=warm)
         yield early
     finally:
         early.close()

@@ -136,3 +136,17 @@ def test_an_early_pool_is_taken_only_when_its_workers_were_started_as_the_run_wo
                                                    (100, 4, True)])
 def test_a_pool_pipelines_only_long_task_lists(tasks, per_pool, want):
     assert pools.pipelines(tasks, per_pool) is want
+
+
+def test_an_early_pool_warms_no_more_workers_than_the_machine_has_cores(tiny, tmp_path):
+    """-j 64 before planning: the build does not yet know it has three kernels, so it starts a core's worth."""
+    import os
+
+    cfg = executors.worker_config(B.BuildOptions(spec_path=str(tiny[0]), out_dir=str(tmp_path / "o"),
+                                                 archs=("gfx942",), jobs=64), "gfx942", None, None, tmp_path, ("tiny",))
+    with pools.start_early([cfg], tracing=64):
+        assert 1 <= len(live_workers()) <= (os.cpu_count() or 1)
+    deadline = time.monotonic() + 10
+    while live_workers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_workers() == []
