@@ -127,7 +127,20 @@ def parse_target(text: str) -> TargetID:
     raise BundleError(
         f"target ID {shown}: expected an AMD target like 'gfx942' or 'gfx942:sramecc+:xnack-' (features sramecc, "
         "xnack, each at most once, in that order, with + or -), or an NVIDIA one like 'sm_90' or 'sm_90a'"
+        + _spelling_hint(text)
     )
+
+
+def _spelling_hint(text: str) -> str:
+    """``; did you mean 'gfx942'?`` for a target spelled in another case or without sm_'s underscore, else ''."""
+    if len(text) > _MAX_TARGET_TEXT:
+        return ""
+    guess = text.lower()
+    guess = re.sub(r"^sm(?=\d)", "sm_", guess)
+    for pattern in (_AMD_RE, _NV_RE):
+        if guess != text and pattern.fullmatch(guess):
+            return f"; did you mean {guess!r}?"
+    return ""
 
 
 def is_compatible(code_object: TargetID | str, device: TargetID | str) -> bool:

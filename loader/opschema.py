@@ -222,6 +222,8 @@ def _kind_of(v: Any) -> str:
         return f"a tensor of shape {list(v.shape)}"
     if isinstance(v, (tuple, list)):
         return f"a {type(v).__name__} of length {len(v)}"
+    if isinstance(v, (str, bytes)):
+        return f"{type(v).__name__} {v[:40]!r}"  # quoted: str '2' is not the number 2
     return "None" if v is None else f"{type(v).__name__} {str(v)[:40]}"
 
 

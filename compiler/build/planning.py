@@ -76,6 +76,11 @@ def plan(sf: SpecFile, targets: list[_targets.TargetID],
             raise CompileError(f"flyc-build: op {op.name} ({op.frontend}) has no target among "
                                f"{[t.text for t in targets]}; {op.frontend} builds for "
                                f"{' and '.join(sorted(fe.vendors))} targets ({_VENDOR_EXAMPLES[min(fe.vendors)]}, ...)")
+        others = [t.text for t in targets if t not in usable]
+        if others:
+            note(f"flyc-build: note: op {op.name} ({op.frontend}) builds for {' and '.join(sorted(fe.vendors))} "
+                 f"targets only: not built for {', '.join(others)} (there it runs its reference, or refuses with the "
+                 "fallback off)")
         for t in usable:
             try:
                 fe.check_target(t)

@@ -144,3 +144,14 @@ def test_a_pipelined_frontends_post_trace_steps_overlap_the_next_trace_with_one_
         assert b["trace"][0] >= a["trace"][1] - 0.01, f"two traces at once: {a} {b}"
     # Some kernel's post-trace step ran while the next one traced.
     assert any(b["trace"][0] < a["end"] for a, b in zip(steps, steps[1:])), steps
+
+
+def test_an_op_whose_frontend_cannot_build_one_of_the_requested_targets_is_noted_not_dropped_silently(tiny, tmp_path):
+    """tinydsl builds for AMD only: asked for gfx942 and sm_90, its op is planned for gfx942 and the build says, in a
+    note, that it is not built for sm_90 (where it runs its reference)."""
+    targets = B.check_archs(("gfx942", "sm_90"))
+    notes: list[str] = []
+    tasks = B.plan(B.read_declarations(str(spec_file(tmp_path)), targets), targets, notes.append)
+    assert tasks == [("vadd", "f32", "gfx942")]
+    assert notes == ["flyc-build: note: op vadd (tiny) builds for amd targets only: not built for sm_90 (there it runs "
+                     "its reference, or refuses with the fallback off)"]

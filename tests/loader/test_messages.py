@@ -164,8 +164,18 @@ def test_a_wrong_argument_type_through_dispatch_is_a_flyship_type_error(recorded
         ops.scale_rows.dispatch(torch.ones(2, 2), torch.ones(1), target="gfx942")
 
 
+def test_a_string_where_a_number_goes_is_quoted_in_the_message(recorded_tiny):
+    from flyship.errors import CallTypeError
+
+    ops = recorded_tiny()
+    with pytest.raises(CallTypeError, match=r"expected 'alpha' to be a float, got str '2'"):
+        ops.scale_rows.dispatch(torch.ones(2, 2), "2", target="gfx942")
+
+
 @pytest.mark.parametrize("target, message", [
     ("h100", r"target=: target ID 'h100': expected an AMD target like 'gfx942'"),
+    ("GFX942", r"target=: target ID 'GFX942': expected an AMD target like .*; did you mean 'gfx942'\?"),
+    ("sm90", r"target=: target ID 'sm90': expected an AMD target like .*; did you mean 'sm_90'\?"),
     (942, r"expected target= a device target ID string \('gfx942', 'sm_90'\), got int"),
 ])
 def test_dispatch_with_a_bad_target_is_a_config_error_saying_what_to_pass(fresh_ops, target, message):
