@@ -47,7 +47,7 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "flyc-build=flyship.compiler.cli:main",
+            "flyc-build=flyship.compiler.cli:run",
             "flyship=flyship.loader.tools.cli:main",
         ]
     },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import tempfile
@@ -102,5 +103,31 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
     click.echo(f"\nwrote {out_dir}" + (f" and {packed}" if packed else ""))
 
 
+def run() -> None:
+    """The ``flyc-build`` program: :func:`main`, then the process ends without tearing its modules down.
+
+    The build process has imported torch and the DSL to plan; interpreter teardown of those took 0.5-0.7 s of
+    every build's wall time on the 2-core machine, after the bundle was written (docs/perf.md, "Build wall time").
+    Every exit handler still runs first (multiprocessing's, the DSLs', the user's), and the exit code is main's."""
+    try:
+        main()  # click's standalone mode ends in SystemExit, with the command's code
+        code: object = 0
+    except SystemExit as e:
+        code = e.code
+    if isinstance(code, str):  # as the interpreter does with SystemExit("message")
+        print(code, file=sys.stderr)
+    status = 0 if code is None else code if isinstance(code, int) else 1
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if run_exit_handlers is None:  # another Python than CPython: the ordinary exit
+        sys.exit(status)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing more can be said on it
+            pass
+    run_exit_handlers()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    main()
+    run()

@@ -195,6 +195,7 @@ def find_tools(frontends_used: tuple[str, ...], targets: list[_targets.TargetID]
     if not amd or not (opts.offload_bundle or any(_frontends.get(f).needs_llvm for f in frontends_used)):
         return None, None, {}
     if found is not None and found[0] is not None:
+        _tc.check_targets(found[0], amd)  # early_tools found the tools without checking them
         return found
     toolchain = _tc.find_toolchain(opts.llvm_bin)
     _tc.check_targets(toolchain, amd)
@@ -204,11 +205,15 @@ def find_tools(frontends_used: tuple[str, ...], targets: list[_targets.TargetID]
 
 def early_tools(targets: list[_targets.TargetID], opts: BuildOptions, stack: contextlib.ExitStack) -> Tools:
     """Before the declarations are read (the early workers need the ROCm root in their environment before they
-    import the spec file): :func:`find_tools` as if every registered frontend were used; ``(None, None, {})``
-    where that fails, so a build that needs no LLVM is never refused here (the needed lookup after planning
-    reports a missing toolchain in its own words)."""
+    import the spec file): the toolchain and ROCm root :func:`find_tools` would give if every registered frontend
+    were used, not yet checked against the targets (:func:`find_tools` does that once it is known to be needed,
+    while the workers import); ``(None, None, {})`` where none is found, so a build that needs no LLVM is never
+    refused here (the needed lookup after planning reports a missing toolchain in its own words)."""
+    if not any(t.vendor == "amd" for t in targets):
+        return None, None, {}
     try:
-        return find_tools(tuple(_frontends.names()), targets, opts, stack)
+        toolchain = _tc.find_toolchain(opts.llvm_bin)
+        return toolchain, stack.enter_context(_tc.rocm_root(toolchain)), dict(toolchain.describe())
     except CompileError:
         return None, None, {}
 

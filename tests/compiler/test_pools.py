@@ -150,3 +150,37 @@ def test_an_early_pool_warms_no_more_workers_than_the_machine_has_cores(tiny, tm
     while live_workers() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert live_workers() == []
+
+
+def test_flyc_build_ends_without_teardown_but_after_every_exit_handler_with_mains_exit_code(tmp_path):
+    """``flyc-build`` (compiler/cli.py: run) skips interpreter teardown: a build process's exit handlers (here one the
+    spec file registers) still run, its output is flushed, and the exit code is the command's."""
+    from ..conftest import run_build
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = tmp_path / "exit_spec.py"
+    spec.write_text(textwrap.dedent("""
+        import atexit, multiprocessing, os
+        from pathlib import Path
+        from flyship.compiler.spec import *
+        from tests.compiler.tiny_frontend import TinyKernel
+
+        if multiprocessing.parent_process() is None:  # the build process
+            atexit.register(lambda: (Path(os.environ["FLYSHIP_TEST_POOL_MARKS"]) / "build-exit").write_text("ran"))
+        if os.environ.get("FLYSHIP_TEST_EXIT_FAIL"):
+            raise RuntimeError("this spec file refuses to import")
+        namespace("exit_ops")
+        op("vadd", kernel=TinyKernel(), grid=("cdiv(a.numel, 64)",),
+           args=[Tensor("a", rank=1), Tensor("b", rank=1), Output("c", like="a")],
+           specs=[Spec("f32", dtypes={"a": "float32", "b": "float32"}, shapes={"a": (4096,), "b": (4096,)})])
+    """))
+    env = {"FLYSHIP_TEST_POOL_MARKS": str(marks)}
+    r = run_build(spec, tmp_path / "out", ["gfx942"], env=env)
+    assert r.returncode == 0 and f"wrote {tmp_path / 'out'}" in r.stdout and (marks / "build-exit").read_text() == "ran"
+    (marks / "build-exit").unlink()
+    r = run_build(spec, tmp_path / "out2", ["gfx942"], check=False, env={**env, "FLYSHIP_TEST_EXIT_FAIL": "1"})
+    assert r.returncode == 1 and "this spec file refuses to import" in r.stderr
+    assert (marks / "build-exit").read_text() == "ran"
+    assert "console_scripts" in (Path(__file__).parents[2] / "setup.py").read_text()
+    assert '"flyc-build=flyship.compiler.cli:run"' in (Path(__file__).parents[2] / "setup.py").read_text()
