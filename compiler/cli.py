@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import tempfile
 
@@ -11,6 +12,7 @@ import click
 
 from flyship import env as _env
 from flyship.bundle import pack as _pack
+from flyship.compiler import hygiene as _hygiene
 from flyship.compiler.build import BuildOptions, PartialBuildError, Row, build
 from flyship.errors import FlyshipError, bug_details
 
@@ -109,6 +111,8 @@ def run() -> None:
     The build process has imported torch and the DSL to plan; interpreter teardown of those took 0.5-0.7 s of
     every build's wall time on the 2-core machine, after the bundle was written (docs/perf.md, "Build wall time").
     Every exit handler still runs first (multiprocessing's, the DSLs', the user's), and the exit code is main's."""
+    # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the pools are stopped, the scratch folder removed.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         main()  # click's standalone mode ends in SystemExit, with the command's code
         code: object = 0
@@ -117,6 +121,8 @@ def run() -> None:
     if isinstance(code, str):  # as the interpreter does with SystemExit("message")
         print(code, file=sys.stderr)
     status = 0 if code is None else code if isinstance(code, int) else 1
+    if _TERMINATED:
+        status = 128 + _TERMINATED[0]
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
     if run_exit_handlers is None:  # another Python than CPython: the ordinary exit
         sys.exit(status)
@@ -126,7 +132,17 @@ def run() -> None:
         except Exception:  # noqa: BLE001 - a closed pipe: nothing more can be said on it
             pass
     run_exit_handlers()
-    os._exit(status)
+    _hygiene.end_process(status)
+
+
+_TERMINATED: list[int] = []  # the signal that ended the build, when one did
+
+
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM: unwind as Ctrl-C does (every layer already handles KeyboardInterrupt: the pools are stopped, the
+    scratch folder removed); :func:`run` then exits with the shell's code for the signal."""
+    _TERMINATED.append(signum)
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

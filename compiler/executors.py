@@ -37,7 +37,7 @@ from flyship.compiler import cache as _cache
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import toolchain as _tc
 from flyship.compiler import pools as _pools
-from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, run_task
+from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, run_task, warm_up
 from flyship.errors import CompileError
 
 
@@ -129,19 +129,25 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
         by_target.setdefault(t, []).append((o, s))
     per_pool = tracing_per_pool(opts, len(by_target))
     ctx = multiprocessing.get_context("spawn")
-    pools, futures = [], {}
+    pools: list[_pools.Pool] = []
+    futures: dict[cf.Future, tuple[str, str, str]] = {}
     results: list[TaskResult] = []
+    broken: list[tuple[str, str, str]] = []
+    failed = True
     try:
         for target, items in by_target.items():
             cfg = worker_config(opts, target, toolchain, rocm_root, scratch, frontends)
             tracing, pipelined = min(per_pool, len(items)), _pools.pipelines(len(items), per_pool)
             pool = (early.take(cfg, tracing, pipelined) if early is not None else None) \
                 or _pools.start(cfg, tracing, pipelined)
-            pools.append(pool.executor)
-            for o, s in items:
-                futures[pool.executor.submit(run_task, o, s)] = (o, s, target)
+            pools.append(pool)
+            try:
+                for o, s in items:
+                    futures[pool.executor.submit(run_task, o, s)] = (o, s, target)
+            except cf.process.BrokenProcessPool:  # a worker died importing the spec file: each task alone says so
+                submitted = {(fo, fs) for fo, fs, ft in futures.values() if ft == target}
+                broken.extend((o, s, target) for o, s in items if (o, s) not in submitted)
         done = 0
-        broken: list[tuple[str, str, str]] = []
         retry: list[tuple[str, str, str, Optional[str]]] = []
         for fut in cf.as_completed(futures):
             o, s, t = futures[fut]
@@ -163,10 +169,11 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
             done += 1
             results.append(r)
             status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
-            progress(f"[{done}/{len(futures)}] {t:<8} {o}.{s}  {status}")
+            progress(f"[{done}/{len(tasks)}] {t:<8} {o}.{s}  {status}")
+        failed = False
     finally:
         for p in pools:
-            p.shutdown(wait=True, cancel_futures=True)
+            p.shutdown(failed)
     for o, s, t, first in retry:
         r = _run_alone(o, s, worker_config(opts, t, toolchain, rocm_root, scratch, frontends), ctx)
         if r.variant is None:
@@ -175,14 +182,14 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
         done += 1
         results.append(r)
         status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
-        progress(f"[{done}/{len(futures)}] {t:<8} {o}.{s}  {status} (retried in a fresh process after failing in "
+        progress(f"[{done}/{len(tasks)}] {t:<8} {o}.{s}  {status} (retried in a fresh process after failing in "
                  "a reused worker)")
     for o, s, t in broken:
         r = _run_alone(o, s, worker_config(opts, t, toolchain, rocm_root, scratch, frontends), ctx)
         done += 1
         results.append(r)
         status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
-        progress(f"[{done}/{len(futures)}] {t:<8} {o}.{s}  {status} (rerun in its own process)")
+        progress(f"[{done}/{len(tasks)}] {t:<8} {o}.{s}  {status} (rerun in its own process)")
     return results
 
 
@@ -207,20 +214,46 @@ def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
     try:
         with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_alone,
                                     initargs=(cfg, err_path)) as pool:
+            importing = True
+            warm = pool.submit(warm_up)  # the worker starts now and imports the spec file before it returns
+            process = next(iter(getattr(pool, "_processes", {}).values()), None)  # for its exit status
             try:
+                warm.result()
+                importing = False
                 return pool.submit(run_task, o, s).result()
             except cf.process.BrokenProcessPool:
                 tail, err_path = _tail(err_path), _unlinked(err_path)
                 said = (f"; it printed:\n{tail}" if tail else "; it printed nothing on stderr")
+                what = ("importing the spec file, before any kernel (the spec file or a module it imports ended "
+                        "the process" if importing else
+                        "compiling this kernel (a crash or abort in the DSL's native code")
                 return TaskResult(o, s, cfg.target, None,
-                                  "the worker process died while compiling this kernel (a crash or abort in the "
-                                  f"DSL's native code){said}")
+                                  f"the worker process died while {what}{_exit_status(process)}){said}")
     finally:
         if err_path:  # a worker that lived: its stderr goes on to ours, as a pool worker's would
             tail = _tail(err_path)
             if tail:
                 print(tail, file=sys.stderr)
             _unlinked(err_path)
+
+
+def _exit_status(process: Any) -> str:
+    """``; exit code 3`` or ``; killed by SIGSEGV`` for a dead worker process, or '' when it cannot be read."""
+    import signal
+
+    try:
+        process.join(1)
+        code = process.exitcode
+    except Exception:  # noqa: BLE001 - no process object (another Python's pool): say nothing of it
+        return ""
+    if code is None:
+        return ""
+    if code < 0:
+        try:
+            return f"; killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"; killed by signal {-code}"
+    return f"; exit code {code}"
 
 
 def _unlinked(path: str) -> str:

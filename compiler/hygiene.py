@@ -23,6 +23,7 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import io
 import os
 import re
 import shutil
@@ -31,7 +32,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, NoReturn, Optional
 
 from flyship.errors import CompileError
 
@@ -263,3 +264,23 @@ def output_lock(out_dir: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):
             os.unlink(path)  # while still holding the lock: see above
         os.close(fd)
+
+
+def end_process(status: int) -> NoReturn:
+    """End this process now with ``status``, without interpreter teardown (the caller has run the exit handlers
+    that matter): the standard streams and every open file a module holds at top level (``_LOG = open(...)`` in a
+    spec file) are flushed first, as teardown would have; files held deeper are the holder's to close."""
+    for module in list(sys.modules.values()):
+        for value in list(getattr(module, "__dict__", {}).values()):
+            if isinstance(value, io.IOBase):
+                try:
+                    if not value.closed:
+                        value.flush()
+                except Exception:  # noqa: BLE001 - a file that cannot be flushed (closed pipe, read-only): as teardown
+                    pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing more can be said on it
+            pass
+    os._exit(status)

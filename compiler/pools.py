@@ -46,6 +46,14 @@ class Pool:
     tracing: int  # workers that may trace at once
     pipelined: bool
 
+    def shutdown(self, failed: bool) -> None:
+        """The end of a run: wait for the workers to finish and leave, or, when the run failed (an exception, Ctrl-C,
+        SIGTERM), stop them now (workers ignore SIGINT: the build process decides)."""
+        if failed:
+            self.stop()
+        else:
+            self.executor.shutdown(wait=True, cancel_futures=True)
+
     def stop(self) -> None:
         """Stop the pool now, its workers killed wherever they are (an early pool's may still be importing)."""
         for proc in list(getattr(self.executor, "_processes", {}).values()):
@@ -85,6 +93,9 @@ class EarlyPools:
         pool = self.pools.pop(cfg.target, None)
         if pool is None:
             return None
+        if getattr(pool.executor, "_broken", False):  # a worker died importing the spec file: a fresh pool reports it
+            pool.stop()
+            return None
         same = (dataclasses.replace(pool.cfg, frontends=cfg.frontends, frontend_modules=cfg.frontend_modules) == cfg
                 and set(cfg.frontends) <= set(pool.cfg.frontends)
                 and set(cfg.frontend_modules) <= set(pool.cfg.frontend_modules))
@@ -104,9 +115,10 @@ def start_early(configs: list[WorkerConfig], tracing: int) -> Iterator[EarlyPool
     """Start one unpipelined pool of up to ``tracing`` workers per configuration (one per target), some of them now;
     stop whatever the run did not take when the block ends, the build failing included (no worker outlives it)."""
     early = EarlyPools()
-    # Warm no more workers than the machine has cores, shared among the targets: before planning the build does not
-    # know how many kernels there are (a pool starts the rest as tasks arrive, up to ``tracing``).
-    warm = max(1, min(tracing, (os.cpu_count() or 1) // max(1, len(configs))))
+    # Warm no more workers than the cores the planning import leaves, shared among the targets: before planning the
+    # build does not know how many kernels there are, nor whether the build cache holds them all (a pool starts the
+    # rest as tasks arrive, up to ``tracing``). On 2 cores: one, beside the planning import.
+    warm = max(1, min(tracing, ((os.cpu_count() or 1) - 1) // max(1, len(configs))))
     try:
         for cfg in configs:
             early.pools[cfg.target] = start(early_config(cfg), tracing, pipelined=False, warm=warm)

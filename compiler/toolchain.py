@@ -440,7 +440,7 @@ def _complete_rocm_root(root: Path) -> bool:
 
 @contextlib.contextmanager
 def rocm_root(toolchain: Toolchain, *, environ: Mapping[str, str] | None = None,
-              bitcode_dirs: Sequence[Path | str] | None = None) -> Iterator[Path]:
+              bitcode_dirs: Sequence[Path | str] | None = None, parent: Path | None = None) -> Iterator[Path]:
     """A folder shaped like a ROCm install for FlyDSL's link step: ``llvm/bin/ld.lld`` + ``amdgcn/bitcode``.
 
     FlyDSL (MLIR's ROCDL serializer) links with ``$ROCM_PATH/llvm/bin/ld.lld`` and the device libraries in
@@ -451,6 +451,8 @@ def rocm_root(toolchain: Toolchain, *, environ: Mapping[str, str] | None = None,
         toolchain: whose ``ld.lld`` to use (for ziglang, a small script running ``zig ld.lld``).
         environ: environment for ``ROCM_PATH`` (default: ``os.environ``).
         bitcode_dirs: replaces the system bitcode folders (see :func:`find_device_bitcode`); for tests.
+        parent: the folder to make the temporary one in (a build's scratch folder, which the next build removes
+            when this one is killed); default: the system's temporary folder.
 
     Yields:
         ``$ROCM_PATH`` itself when it already has both parts; otherwise a temporary folder of symlinks,
@@ -465,7 +467,7 @@ def rocm_root(toolchain: Toolchain, *, environ: Mapping[str, str] | None = None,
         yield Path(given)
         return
     bitcode = find_device_bitcode(environ, bitcode_dirs)
-    with tempfile.TemporaryDirectory(prefix="flyship-rocm-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="flyship-rocm-", dir=parent) as tmp:
         root = Path(tmp)
         (root / "llvm" / "bin").mkdir(parents=True)
         (root / "amdgcn").mkdir()

@@ -14,6 +14,7 @@ import fcntl
 import importlib
 import importlib.util
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -25,7 +26,7 @@ from flyship.bundle import targets as _targets
 from flyship.compiler import frontends
 from flyship.compiler.frontends import BuildContext, CompiledVariant, WorkerSetup
 from flyship.compiler.frontends.base import DSLError, FrontendError, ResourceError
-from flyship.compiler.hygiene import die_with_parent
+from flyship.compiler.hygiene import die_with_parent, end_process
 from flyship.compiler.spec import SpecError, SpecFile, run_spec_file
 from flyship.errors import CompileError, FlyshipError, headline, traceback_text
 
@@ -176,6 +177,9 @@ def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
     _TRACE_SLOTS = trace_slots
     if cfg.parent_pid:  # first: a worker never outlives the build (kill -9 included)
         die_with_parent(cfg.parent_pid)
+    # Ctrl-C reaches the whole process group: the build process decides (it stops the pools), so a worker neither
+    # dies mid-import with a traceback of its own nor leaves its task half done on its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     atexit.register(_exit_now)
     setup = WorkerSetup(target=cfg.target, scratch_root=Path(cfg.scratch_root),
                         rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
@@ -202,10 +206,7 @@ def _exit_now() -> None:
     """The worker's last exit step: once every exit handler registered after it (the DSLs', the libraries') has
     run, end the process without tearing down its modules: a worker that imported torch and a DSL spent ~0.7 s
     of the build's wall time in interpreter teardown that nothing reads (the pool waits for it)."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)
+    end_process(0)
 
 
 def run_task(op_name: str, spec_name: str) -> TaskResult:

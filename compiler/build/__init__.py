@@ -64,14 +64,14 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
         with contextlib.ExitStack() as stack:
             scratch = stack.enter_context(_hygiene.scratch_dir())
             # The workers start now and import the spec file while this process imports it to plan (pools.py).
-            found = early_tools(targets, opts, stack)
+            found = early_tools(targets, opts, stack, scratch)
             early = stack.enter_context(
                 _executors.early_pools(opts, [t.text for t in targets], found[0], found[1], scratch))
             with _cache.record_reads() as deps:  # every file the spec reads while imported: the whole-build entry's inputs
                 sf = read_declarations(opts.spec_path, targets)
             tasks = plan_tasks(sf, targets, progress)
             frontends_used = tuple(sorted({o.frontend for o in sf.ops}))
-            toolchain, rocm_root, tools = find_tools(frontends_used, targets, opts, stack, found)
+            toolchain, rocm_root, tools = find_tools(frontends_used, targets, opts, stack, found, scratch)
             # The workers get what the early ones were given when nothing in use needs a toolchain (only the frontends
             # that need one read it), so the early pools fit; the bundle and the cache keys keep `tools`.
             workers_tools = (toolchain, rocm_root) if toolchain is not None else (found[0], found[1])

@@ -187,7 +187,7 @@ Tools = tuple[object, Optional[Path], dict[str, str]]  # (toolchain, ROCm-shaped
 
 
 def find_tools(frontends_used: tuple[str, ...], targets: list[_targets.TargetID], opts: BuildOptions,
-               stack: contextlib.ExitStack, found: Optional[Tools] = None) -> Tools:
+               stack: contextlib.ExitStack, found: Optional[Tools] = None, scratch: Optional[Path] = None) -> Tools:
     """The LLVM toolchain, checked for every AMD target, and a ROCm-shaped root (kept for ``stack``'s life),
     when a frontend in use needs them or offload bundles are asked for; else ``(None, None, {})``. ``found``:
     what :func:`early_tools` found before planning (used when needed, instead of looking again)."""
@@ -199,11 +199,12 @@ def find_tools(frontends_used: tuple[str, ...], targets: list[_targets.TargetID]
         return found
     toolchain = _tc.find_toolchain(opts.llvm_bin)
     _tc.check_targets(toolchain, amd)
-    rocm_root = stack.enter_context(_tc.rocm_root(toolchain))
+    rocm_root = stack.enter_context(_tc.rocm_root(toolchain, parent=scratch))
     return toolchain, rocm_root, dict(toolchain.describe())
 
 
-def early_tools(targets: list[_targets.TargetID], opts: BuildOptions, stack: contextlib.ExitStack) -> Tools:
+def early_tools(targets: list[_targets.TargetID], opts: BuildOptions, stack: contextlib.ExitStack,
+                scratch: Optional[Path] = None) -> Tools:
     """Before the declarations are read (the early workers need the ROCm root in their environment before they
     import the spec file): the toolchain and ROCm root :func:`find_tools` would give if every registered frontend
     were used, not yet checked against the targets (:func:`find_tools` does that once it is known to be needed,
@@ -213,7 +214,7 @@ def early_tools(targets: list[_targets.TargetID], opts: BuildOptions, stack: con
         return None, None, {}
     try:
         toolchain = _tc.find_toolchain(opts.llvm_bin)
-        return toolchain, stack.enter_context(_tc.rocm_root(toolchain)), dict(toolchain.describe())
+        return toolchain, stack.enter_context(_tc.rocm_root(toolchain, parent=scratch)), dict(toolchain.describe())
     except CompileError:
         return None, None, {}
 

@@ -117,6 +117,10 @@ def next_step(r: TaskResult) -> str:
         return ("an unexpected exception, a bug (in the kernel's Python, its frontend or flyship), not a refusal: "
                 "its traceback is printed by flyc-build --verbose (or written to the file named below); fix it or "
                 "report it with that traceback")
+    if "process died while importing the spec file" in err:
+        return ("the spec file (or a module it imports) ended the worker process while it imported: look for "
+                "os._exit, a crash in native code or a signal at import time in the workers, which import it with "
+                "the target's environment (FLYDSL_GPU_ARCH)")
     if "process died" in err:
         return "the DSL crashed on this kernel: run it alone (one --arch, one spec) to see its own message"
     if spec_refusal(r):

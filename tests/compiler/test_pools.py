@@ -184,3 +184,109 @@ def test_flyc_build_ends_without_teardown_but_after_every_exit_handler_with_main
     assert (marks / "build-exit").read_text() == "ran"
     assert "console_scripts" in (Path(__file__).parents[2] / "setup.py").read_text()
     assert '"flyc-build=flyship.compiler.cli:run"' in (Path(__file__).parents[2] / "setup.py").read_text()
+
+
+HOSTILE = """
+    import multiprocessing, os, time
+    from pathlib import Path
+    from flyship.compiler.spec import *
+    from tests.compiler.tiny_frontend import TinyKernel
+
+    MARKS = Path(os.environ["FLYSHIP_TEST_POOL_MARKS"])
+    MODE = os.environ.get("FLYSHIP_TEST_HOSTILE", "")
+    if multiprocessing.parent_process() is not None:  # a build worker
+        (MARKS / f"worker-{os.getpid()}").write_text("")
+        if MODE == "die":
+            os._exit(3)
+        if MODE == "log":
+            _LOG = open(MARKS / f"log-{os.getpid()}", "w")  # never closed, as a careless spec file does
+            _LOG.write("written at import")
+        if MODE == "hang":
+            time.sleep(60)
+    else:  # the build process: wait until a worker is importing, then give it time to act
+        end = time.monotonic() + 60
+        while not any(MARKS.glob("worker-*")) and time.monotonic() < end:
+            time.sleep(0.02)
+        time.sleep(60 if MODE == "hang" else 0.5)
+
+    namespace("hostile_ops")
+    op("vadd", kernel=TinyKernel(), grid=("cdiv(a.numel, 64)",),
+       args=[Tensor("a", rank=1), Tensor("b", rank=1), Output("c", like="a")],
+       specs=[Spec("f32", dtypes={"a": "float32", "b": "float32"}, shapes={"a": (4096,), "b": (4096,)})])
+"""
+
+
+def _hostile_build(tmp_path: Path, mode: str, signal_after_marks: int | None = None):
+    """flyc-build of the HOSTILE spec in its own session (so a signal reaches its whole group, as a terminal's
+    Ctrl-C does); returns (returncode, stderr, marks folder, TMPDIR)."""
+    import os
+    import signal as _signal
+    import subprocess
+
+    from ..conftest import ROOT, flydsl_python
+
+    py = flydsl_python()
+    if py is None:
+        pytest.skip("needs the FlyDSL build Python; it would run flyc-build against a hostile spec file")
+    marks, tmp = tmp_path / "marks", tmp_path / "tmp"
+    marks.mkdir()
+    tmp.mkdir()
+    spec = tmp_path / "hostile_spec.py"
+    spec.write_text(textwrap.dedent(HOSTILE))
+    env = dict(os.environ, FLYSHIP_TEST_POOL_MARKS=str(marks), FLYSHIP_TEST_HOSTILE=mode, TMPDIR=str(tmp))
+    proc = subprocess.Popen([py, "-m", "flyship.compiler.cli", str(spec), "-o", str(tmp_path / "out"), "--arch",
+                             "gfx942", "--no-cache"], env=env, cwd=str(ROOT), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        if signal_after_marks is not None:
+            end = time.monotonic() + 60
+            while not any(marks.glob("worker-*")) and time.monotonic() < end:
+                time.sleep(0.05)
+            time.sleep(1.0)  # the worker is inside its import now
+            os.killpg(proc.pid, signal_after_marks)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, _signal.SIGKILL)
+            proc.wait()
+    return proc.returncode, err, marks, tmp
+
+
+def _left_behind(marks: Path) -> list[int]:
+    """Workers of the hostile builds (they wrote a mark named by their pid) still alive."""
+    import os
+
+    pids = [int(p.name.split("-")[1]) for p in marks.glob("worker-*")]
+    return [pid for pid in pids if os.path.exists(f"/proc/{pid}") and "Z" not in
+            Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:1]]
+
+
+def test_a_worker_that_dies_importing_the_spec_file_is_reported_as_such(tmp_path):
+    """The early pool breaks before the run takes it: the build still reports, in its own words, that a worker died
+    importing the spec file (not compiling a kernel), with its exit code and what to look for; no traceback."""
+    code, err, marks, _ = _hostile_build(tmp_path, "die")
+    assert code == 1, err
+    assert ("vadd.f32 on gfx942: the worker process died while importing the spec file, before any kernel (the spec "
+            "file or a module it imports ended the process; exit code 3)") in err, err
+    assert "ended the worker process while it imported" in err and "Traceback" not in err
+    assert _left_behind(marks) == [] and not (tmp_path / "out").exists()
+
+
+def test_a_worker_flushes_the_files_its_modules_hold_open_when_it_ends(tmp_path):
+    code, err, marks, _ = _hostile_build(tmp_path, "log")
+    assert code == 0, err
+    # The worker that compiled ended normally and flushed; an early worker stopped because this spec file registers
+    # its own frontend (tests.compiler.tiny_frontend) was killed mid-way, and a killed process flushes nothing.
+    assert "written at import" in {p.read_text() for p in marks.glob("log-*")}
+
+
+@pytest.mark.parametrize("signum, want", [("SIGINT", 1), ("SIGTERM", 143)])
+def test_ctrl_c_or_sigterm_while_the_workers_import_stops_them_quietly_and_cleans_up(tmp_path, signum, want):
+    import signal as _signal
+
+    code, err, marks, tmp = _hostile_build(tmp_path, "hang", getattr(_signal, signum))
+    assert code == want, err
+    assert "Traceback" not in err, err  # neither the build's nor a worker's
+    assert _left_behind(marks) == []
+    assert [p.name for p in tmp.iterdir()] == [], "the scratch folder (and the ROCm root inside it) is removed"
+    assert not (tmp_path / "out").exists()
