@@ -203,7 +203,7 @@ class OpHandle:
         out = []
         for a in self._head.args:
             v = bound[a.name] if a.name in bound else a.default
-            out.append(float(v) if a.kind == "float" and isinstance(v, int) and not isinstance(v, bool) else v)
+            out.append(_opschema.scalar_value(a.kind, v))
         return out
 
     def dispatch(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None, cu_count: int = 0,

@@ -184,6 +184,20 @@ def make_fake(op: _m.Op, is_out: bool, qualname: str) -> Callable[..., Any]:
 _INT64 = (-(2**63), 2**63 - 1)
 
 
+def scalar_value(kind: str, v: Any) -> Any:
+    """``v`` as torch's argument parser passes it for a schema type ``kind`` it accepted (:func:`misfit_value`): a
+    one-element tensor as its value for a scalar (truncated for an int, as torch does), a Python int as a float
+    for a float; anything else as it is."""
+    import torch
+
+    if kind in ("bool", "int", "float") and isinstance(v, torch.Tensor):
+        v = v.item()
+        return bool(v) if kind == "bool" else int(v) if kind == "int" else float(v)
+    if kind == "float" and isinstance(v, int) and not isinstance(v, bool):
+        return float(v)
+    return v
+
+
 def misfit_value(kind: str, v: Any) -> Optional[str]:
     """What is wrong with ``v`` for a schema type ``kind`` (as torch's argument parser would refuse it), or None."""
     import numbers
@@ -197,6 +211,8 @@ def misfit_value(kind: str, v: Any) -> Optional[str]:
             what = "nested" if v.is_nested else "quantized" if v.is_quantized else str(v.layout).replace("torch.", "")
             return f"a dense tensor (torch.strided), got a {what} tensor of shape {list(v.shape)}"
         return None
+    if isinstance(v, torch.Tensor) and v.numel() == 1 and kind in ("bool", "int", "float"):
+        return None  # torch's parser takes a one-element tensor for a scalar, as its .item() (scalar_value)
     if kind == "bool":
         return None if isinstance(v, bool) else f"a bool, got {_kind_of(v)}"
     if kind == "int":

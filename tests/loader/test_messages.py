@@ -161,7 +161,18 @@ def test_a_wrong_argument_type_through_dispatch_is_a_flyship_type_error(recorded
 
     ops = recorded_tiny()
     with pytest.raises(CallTypeError, match="expected 'alpha' to be a float, got a tensor of shape"):
-        ops.scale_rows.dispatch(torch.ones(2, 2), torch.ones(1), target="gfx942")
+        ops.scale_rows.dispatch(torch.ones(2, 2), torch.ones(2), target="gfx942")
+
+
+@pytest.mark.parametrize("alpha", [torch.tensor(2.0), torch.tensor([2.0]), torch.tensor(2)])
+def test_dispatch_takes_a_one_element_tensor_for_a_scalar_as_the_call_does(recorded_tiny, alpha):
+    """torch's argument parser passes a one-element tensor given for a float as its value, so the call launches;
+    dispatch, which says what a call would do, decides the same (it refused it before)."""
+    ops = recorded_tiny()
+    x = torch.ones(2, 2)
+    decision = ops.scale_rows.dispatch(x, alpha, target="gfx942")
+    ops.scale_rows(x, alpha)
+    assert decision.spec is not None and ops.scale_rows.stats()["launches"][decision.spec] == 1
 
 
 def test_a_string_where_a_number_goes_is_quoted_in_the_message(recorded_tiny):
