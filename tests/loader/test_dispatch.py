@@ -94,8 +94,9 @@ def test_wrong_rank_and_wrong_out_shape_are_errors_not_fallbacks(tiny):
     with pytest.raises(RuntimeError, match=r"expected out tensor 'out' of shape \[8\] and dtype float32, got "
                                            r"shape \[9\]"):
         tiny.add.dispatch(*pair(8), target="gfx942", out=(torch.empty(9),))
-    with pytest.raises(TypeError, match=r"scale_rows.dispatch: expected .alpha. to be a float, got a tensor of shape \[\]"):
-        tiny.scale_rows.dispatch(torch.randn(2, 3), torch.tensor(2.0), 0, target="gfx942")
+    # A one-element tensor is a float to torch's parser (and so to the call and dispatch); two elements are not.
+    with pytest.raises(TypeError, match=r"scale_rows.dispatch: expected .alpha. to be a float, got a tensor of shape \[2\]"):
+        tiny.scale_rows.dispatch(torch.randn(2, 3), torch.tensor([2.0, 3.0]), 0, target="gfx942")
 
 
 def test_multi_output_ops_decide_on_all_their_arguments(tiny):
