@@ -272,7 +272,7 @@ def end_process(status: int) -> NoReturn:
     spec file) are flushed first, as teardown would have; files held deeper are the holder's to close."""
     for module in list(sys.modules.values()):
         for value in list(getattr(module, "__dict__", {}).values()):
-            if isinstance(value, io.IOBase):
+            if issubclass(type(value), io.IOBase):  # type(), not isinstance: a proxy's __class__ may warn or raise
                 try:
                     if not value.closed:
                         value.flush()
