@@ -127,11 +127,6 @@ def run() -> None:
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
     if run_exit_handlers is None:  # another Python than CPython: the ordinary exit
         sys.exit(status)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed pipe: nothing more can be said on it
-            pass
     run_exit_handlers()
     _hygiene.end_process(status)
 

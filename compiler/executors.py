@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -239,8 +240,6 @@ def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
 
 def _exit_status(process: Any) -> str:
     """``; exit code 3`` or ``; killed by SIGSEGV`` for a dead worker process, or '' when it cannot be read."""
-    import signal
-
     try:
         process.join(1)
         code = process.exitcode
