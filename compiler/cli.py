@@ -11,7 +11,6 @@ import tempfile
 import click
 
 from flyship import env as _env
-from flyship.bundle import pack as _pack
 from flyship.compiler import hygiene as _hygiene
 from flyship.compiler.build import BuildOptions, PartialBuildError, Row, build
 from flyship.errors import FlyshipError, bug_details
@@ -92,7 +91,7 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
                         cache=not no_cache, executor=executor, keep_going=keep_going)
     try:
         rows = build(opts)
-        packed = _pack.pack(out_dir, str(out_dir).rstrip("/") + ".flyship") if pack else None
+        packed = _write_pack(out_dir) if pack else None
     except PartialBuildError as e:  # the bundle of what built is written: show it, then every failure
         click.echo(format_table(e.rows))
         click.echo(f"\nwrote {out_dir} (partial)")
@@ -103,6 +102,13 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
         sys.exit(1)
     click.echo(format_table(rows))
     click.echo(f"\nwrote {out_dir}" + (f" and {packed}" if packed else ""))
+
+
+def _write_pack(out_dir: str) -> str:
+    """``--pack``: the bundle as one file beside it (imported here: most builds write no pack)."""
+    from flyship.bundle import pack as _pack
+
+    return _pack.pack(out_dir, str(out_dir).rstrip("/") + ".flyship")
 
 
 def run() -> None:

@@ -29,9 +29,10 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from flyship.bundle import targets as _targets
 from flyship.compiler import cache as _cache
@@ -138,7 +139,7 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
     try:
         for target, items in by_target.items():
             cfg = worker_config(opts, target, toolchain, rocm_root, scratch, frontends)
-            tracing, pipelined = min(per_pool, len(items)), _pools.pipelines(len(items), per_pool)
+            tracing, pipelined = min(per_pool, len(items)), _pools.pipelines(len(items), per_pool, len(by_target))
             pool = (early.take(cfg, tracing, pipelined) if early is not None else None) \
                 or _pools.start(cfg, tracing, pipelined)
             pools.append(pool)
@@ -150,7 +151,7 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
                 broken.extend((o, s, target) for o, s in items if (o, s) not in submitted)
         done = 0
         retry: list[tuple[str, str, str, Optional[str]]] = []
-        for fut in cf.as_completed(futures):
+        for fut in _as_completed(futures, progress):
             o, s, t = futures[fut]
             try:
                 r = fut.result()
@@ -174,7 +175,7 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
         failed = False
     finally:
         for p in pools:
-            p.shutdown(failed)
+            p.shutdown(failed, progress)
     for o, s, t, first in retry:
         r = _run_alone(o, s, worker_config(opts, t, toolchain, rocm_root, scratch, frontends), ctx)
         if r.variant is None:
@@ -192,6 +193,29 @@ def run_tasks(tasks: list[tuple[str, str, str]], opts: Any, toolchain: object, r
         status = f"{r.variant.seconds:5.1f}s" if r.variant else "FAILED"
         progress(f"[{done}/{len(tasks)}] {t:<8} {o}.{s}  {status} (rerun in its own process)")
     return results
+
+
+# Seconds without a finished kernel after which the build says what it still waits for (again each time as long).
+STALL_NOTICE_S = 120.0
+
+
+def _as_completed(futures: dict[cf.Future, tuple[str, str, str]],
+                  progress: Callable[[str], None]) -> Iterator[cf.Future]:
+    """``cf.as_completed(futures)``, saying so each :data:`STALL_NOTICE_S` seconds that none finishes: a spec file
+    whose import never ends in a worker, or a kernel whose trace never ends, shows as what it is, not as silence."""
+    pending, quiet = set(futures), 0.0
+    while pending:
+        finished, pending = cf.wait(pending, timeout=STALL_NOTICE_S, return_when=cf.FIRST_COMPLETED)
+        if finished:
+            quiet = 0.0
+            yield from finished
+            continue
+        quiet += STALL_NOTICE_S
+        waiting = sorted(f"{o}.{s} ({t})" for o, s, t in (futures[f] for f in pending))
+        progress(f"flyc-build: no kernel has finished for {quiet:g} s; {len(waiting)} to come: "
+                 f"{', '.join(waiting[:8])}{', ...' if len(waiting) > 8 else ''}. A worker is importing the spec file "
+                 "or tracing a kernel: one that never ends (a loop, a wait at import in the workers) keeps the build "
+                 "here; Ctrl-C stops it")
 
 
 _STDERR_TAIL = 4000  # characters of a dead worker's own stderr quoted in its error
@@ -213,8 +237,8 @@ def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
                                      delete=False) as f:
         err_path = f.name
     try:
-        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_alone,
-                                    initargs=(cfg, err_path)) as pool:
+        pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_alone, initargs=(cfg, err_path))
+        try:
             importing = True
             warm = pool.submit(warm_up)  # the worker starts now and imports the spec file before it returns
             process = next(iter(getattr(pool, "_processes", {}).values()), None)  # for its exit status
@@ -230,6 +254,11 @@ def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
                         "compiling this kernel (a crash or abort in the DSL's native code")
                 return TaskResult(o, s, cfg.target, None,
                                   f"the worker process died while {what}{_exit_status(process)}){said}")
+        except BaseException:  # Ctrl-C, SIGTERM: the worker is stopped where it is
+            _pools.kill(pool)
+            raise
+        finally:
+            _pools.close(pool, f"{cfg.target} worker", lambda line: print(line, file=sys.stderr))
     finally:
         if err_path:  # a worker that lived: its stderr goes on to ours, as a pool worker's would
             tail = _tail(err_path)
@@ -243,6 +272,13 @@ def _exit_status(process: Any) -> str:
     try:
         process.join(1)
         code = process.exitcode
+        # The pool's manager thread may have reaped it first (our join then reads nothing): its join records the
+        # exit code on the same object a moment later.
+        for _ in range(50):
+            if code is not None:
+                break
+            time.sleep(0.02)
+            code = process.exitcode
     except Exception:  # noqa: BLE001 - no process object (another Python's pool): say nothing of it
         return ""
     if code is None:

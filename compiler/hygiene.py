@@ -6,6 +6,10 @@ Guarantees (docs/compile-stage.md, "What a build leaves behind"):
   ``SIGKILL`` when its parent dies (``prctl(PR_SET_PDEATHSIG)``, Linux) and also runs a watchdog thread
   that polls its parent (every platform). The multiprocessing resource tracker exits by itself once the
   build and its workers are gone (it reads its pipe until every writer has closed it).
+* A worker also ends when its pool is done with it, whatever the spec file started there: it runs the exit
+  handlers and leaves without waiting for threads (``worker._end_worker``), as flyc-build itself does; a worker
+  still running :data:`flyship.compiler.pools.EXIT_GRACE_S` later is killed, and so is every process a worker
+  started that outlives it (:func:`descendants`, :func:`stop_processes`); the build says which.
 * Scratch folders are named ``flyc-build-<pid>-*`` in the temp dir; a build removes those whose owner
   process is dead (left by a killed build) before it starts. The same holds for the half-written sibling
   folders ``.<bundle>.flyc-build-<pid>-*`` next to the output.
@@ -69,6 +73,63 @@ def die_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="flyship-parent-watchdog", daemon=True).start()
+
+
+# --- processes a worker leaves -----------------------------------------------------------------------------------
+
+def _proc_stat(pid: int) -> Optional[tuple[int, int]]:
+    """(parent pid, start time in clock ticks) of a live process, read from /proc; None when it is gone, a zombie,
+    or unreadable."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        return None if fields[0] in ("Z", "X") else (int(fields[1]), int(fields[19]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def descendants(pids: list[int]) -> dict[int, int]:
+    """Every live descendant of ``pids`` (children, theirs, ...; not ``pids`` themselves) as pid -> start time, so
+    that :func:`stop_processes` later signals only these processes, never one that reused a pid meanwhile. Empty
+    where /proc cannot be read."""
+    if not pids:
+        return {}
+    children: dict[int, list[tuple[int, int]]] = {}
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return {}
+    for name in entries:
+        st = _proc_stat(int(name))
+        if st is not None:
+            children.setdefault(st[0], []).append((int(name), st[1]))
+    out: dict[int, int] = {}
+    frontier = list(pids)
+    while frontier:
+        nxt = [(c, start) for p in frontier for c, start in children.get(p, ()) if c not in out]
+        out.update(nxt)
+        frontier = [c for c, _ in nxt]
+    return out
+
+
+def stop_processes(found: dict[int, int]) -> list[str]:
+    """SIGKILL each process of ``found`` (pid -> start time, from :func:`descendants`) that still runs with that start
+    time; returns each one stopped as ``pid N (name)``."""
+    stopped = []
+    for pid, start in found.items():
+        st = _proc_stat(pid)
+        if st is None or st[1] != start:
+            continue  # gone, or its pid now belongs to another process
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            name = "?"
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+        stopped.append(f"pid {pid} ({name})")
+    return stopped
 
 
 # --- scratch folders ---------------------------------------------------------------------------------------------

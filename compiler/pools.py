@@ -18,23 +18,40 @@ import concurrent.futures as cf
 import contextlib
 import dataclasses
 import multiprocessing
+import multiprocessing.connection as mp_connection
 import os
 import tempfile
-from typing import Iterator, Optional
+import time
+from typing import Callable, Iterator, Optional
 
 from flyship.compiler import frontends as _frontends
+from flyship.compiler import hygiene as _hygiene
 from flyship.compiler.worker import TraceSlots, WorkerConfig, init_worker, warm_up
 
-# Tasks per pool from which a pool pipelines. The extra worker costs one more import of the spec file (~2.5 s of CPU
-# for the FlyDSL examples on the 2-core machine) and saves the in-process steps after a trace (proof, metadata,
-# checks: ~40-70 ms per kernel there), so it pays from a few dozen kernels; below that, on 2 cores, it only took
-# CPU from the trace (docs/perf.md, "Build wall time": -j 1, 9 kernels, 6.5-7.8 s wall either way, 1.7 s more CPU).
+# Tasks per pool from which a pool pipelines, where the machine has a core for the extra worker (:func:`pipelines`).
+# The extra worker costs one more import of the spec file (~2.5 s of CPU for the FlyDSL examples on the 2-core
+# machine) and saves the in-process steps after a trace (the wait for the assembler and linker, the proof, metadata,
+# checks), so it pays only on long task lists (docs/perf.md, "Build wall time": -j 1, 9 kernels, 6.5-7.8 s wall
+# either way, 1.7 s more CPU).
 PIPELINE_MIN_TASKS = 24
 
+# Seconds a worker may take to end after its pool's shutdown before it is killed (:func:`close`); a worker ends in
+# ~0.05 s (it skips interpreter teardown), so only one stuck in what the spec file started waits this long.
+EXIT_GRACE_S = 10.0
 
-def pipelines(tasks: int, per_pool: int) -> bool:
-    """Whether a pool of ``per_pool`` tracing workers with ``tasks`` tasks gets one more worker to pipeline."""
-    return tasks > per_pool and tasks >= PIPELINE_MIN_TASKS
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def pipelines(tasks: int, per_pool: int, pools: int = 1) -> bool:
+    """Whether a pool of ``per_pool`` tracing workers with ``tasks`` tasks gets one more worker to pipeline: on a
+    long task list, and only where every one of the ``pools`` pools' extra worker has a core of its own beside the
+    tracing workers and the build process. On the 2-core machine with -j 1 the extra worker's import took the CPU the
+    first traces needed: 27 and 54 FlyDSL kernels built 1.1-1.7 s slower pipelined (4 pairs), while it saved ~13 ms
+    of wall per kernel after that, ~115 kernels to break even (docs/perf.md, "Build wall time")."""
+    return tasks > per_pool and tasks >= PIPELINE_MIN_TASKS and cores() >= pools * (per_pool + 1) + 1
 
 
 @dataclasses.dataclass
@@ -46,20 +63,67 @@ class Pool:
     tracing: int  # workers that may trace at once
     pipelined: bool
 
-    def shutdown(self, failed: bool) -> None:
-        """The end of a run: wait for the workers to finish and leave, or, when the run failed (an exception, Ctrl-C,
+    def shutdown(self, failed: bool, say: Callable[[str], None] = lambda s: None) -> None:
+        """The end of a run: let the workers leave (:func:`close`), or, when the run failed (an exception, Ctrl-C,
         SIGTERM), stop them now (workers ignore SIGINT: the build process decides)."""
         if failed:
             self.stop()
         else:
-            self.executor.shutdown(wait=True, cancel_futures=True)
+            close(self.executor, f"{self.cfg.target} worker", say)
 
     def stop(self) -> None:
         """Stop the pool now, its workers killed wherever they are (an early pool's may still be importing)."""
-        for proc in list(getattr(self.executor, "_processes", {}).values()):
+        kill(self.executor)
+
+
+def kill(executor: cf.ProcessPoolExecutor) -> None:
+    """Stop ``executor`` now, its workers killed wherever they are, and every process they started."""
+    procs = list((getattr(executor, "_processes", None) or {}).values())
+    left = _hygiene.descendants([p.pid for p in procs if p.pid])
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.kill()
+    executor.shutdown(wait=True, cancel_futures=True)
+    _hygiene.stop_processes(left)
+
+
+def close(executor: cf.ProcessPoolExecutor, who: str, say: Callable[[str], None],
+          grace: Optional[float] = None) -> None:
+    """Shut ``executor`` down once its tasks are done, leaving no process behind.
+
+    A worker ends ~0.05 s after its pool's shutdown (``worker._end_worker``); one still running ``grace`` seconds
+    (default :data:`EXIT_GRACE_S`) later is stuck in something the spec file started (an exit handler that waits,
+    a child process multiprocessing joins) and is killed. The processes a worker started and left running (a
+    server, ``sleep`` in the background) would outlive the build as orphans: they are killed too. Each kill is
+    said, naming the process."""
+    procs = [p for p in (getattr(executor, "_processes", None) or {}).values() if p.pid]
+    manager = getattr(executor, "_executor_manager_thread", None)
+    left = _hygiene.descendants([p.pid for p in procs])
+    executor.shutdown(wait=False, cancel_futures=True)
+    grace = EXIT_GRACE_S if grace is None else grace
+    deadline = time.monotonic() + grace
+    # The pool's manager thread joins (and reaps) the workers: here only their sentinels are watched, which a reap
+    # does not disturb (a second join would race it and could see a reaped worker as alive).
+    running = {p.sentinel: p for p in procs}
+    while running and (left_s := deadline - time.monotonic()) > 0:
+        for ended in mp_connection.wait(list(running), timeout=left_s):
+            running.pop(ended)
+    stuck = list(running.values())
+    if stuck:
+        left.update(_hygiene.descendants([p.pid for p in stuck]))
+        for p in stuck:
             with contextlib.suppress(Exception):
-                proc.kill()
-        self.executor.shutdown(wait=True, cancel_futures=True)
+                p.kill()
+    if manager is not None:
+        manager.join()
+    stopped = _hygiene.stop_processes(left)
+    if stuck:
+        say(f"flyc-build: the {who} process {', '.join(str(p.pid) for p in stuck)} had not ended {grace:g} "
+            "s after its last kernel (something the spec file started kept it: an exit handler that waits, a child "
+            "process it joins); stopped it")
+    if stopped:
+        say(f"flyc-build: stopped {len(stopped)} process(es) that the spec file started in a {who} and left running "
+            f"after it ended: {', '.join(stopped)}; a spec file should not leave processes behind")
 
 
 def start(cfg: WorkerConfig, tracing: int, pipelined: bool, warm: int = 0) -> Pool:
@@ -118,7 +182,7 @@ def start_early(configs: list[WorkerConfig], tracing: int) -> Iterator[EarlyPool
     # Warm no more workers than the cores the planning import leaves, shared among the targets: before planning the
     # build does not know how many kernels there are, nor whether the build cache holds them all (a pool starts the
     # rest as tasks arrive, up to ``tracing``). On 2 cores: one, beside the planning import.
-    warm = max(1, min(tracing, ((os.cpu_count() or 1) - 1) // max(1, len(configs))))
+    warm = max(1, min(tracing, (cores() - 1) // max(1, len(configs))))
     try:
         for cfg in configs:
             early.pools[cfg.target] = start(early_config(cfg), tracing, pipelined=False, warm=warm)

@@ -13,6 +13,7 @@ import dataclasses
 import fcntl
 import importlib
 import importlib.util
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -181,6 +182,10 @@ def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
     # dies mid-import with a traceback of its own nor leaves its task half done on its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     atexit.register(_exit_now)
+    # Once the pool is done with this worker, multiprocessing runs its finalizers, then joins the processes and the
+    # threads (not daemons) the worker started: one the spec file started and never ends would keep the worker, and
+    # the build, waiting. This finalizer (the last of priority >= 0) ends the worker before those joins.
+    multiprocessing.util.Finalize(None, _end_worker, exitpriority=0)
     setup = WorkerSetup(target=cfg.target, scratch_root=Path(cfg.scratch_root),
                         rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
     vendor = _targets.parse_target(cfg.target).vendor
@@ -200,6 +205,15 @@ def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
 def warm_up() -> None:
     """A task that does nothing: submitted to a pool to start a worker now (its initializer imports the spec file),
     before the build has tasks for it (:mod:`flyship.compiler.pools`)."""
+
+
+def _end_worker() -> None:
+    """The worker's end, as multiprocessing's last finalizer (before it joins the threads): every exit handler, the
+    last of them :func:`_exit_now`; where this Python has no way to run them here, the ordinary exit."""
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if run_exit_handlers is not None:
+        run_exit_handlers()
+        end_process(0)  # reached only if an exit handler unregistered _exit_now
 
 
 def _exit_now() -> None:

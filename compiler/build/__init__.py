@@ -67,7 +67,8 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
             found = early_tools(targets, opts, stack, scratch)
             early = stack.enter_context(
                 _executors.early_pools(opts, [t.text for t in targets], found[0], found[1], scratch))
-            with _cache.record_reads() as deps:  # every file the spec reads while imported: the whole-build entry's inputs
+            # every file the spec reads while imported: the inputs of the whole-build entry (none without a cache)
+            with _cache.record_reads() if cache else contextlib.nullcontext({}) as deps:
                 sf = read_declarations(opts.spec_path, targets)
             tasks = plan_tasks(sf, targets, progress)
             frontends_used = tuple(sorted({o.frontend for o in sf.ops}))

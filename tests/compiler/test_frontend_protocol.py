@@ -130,6 +130,7 @@ def test_a_pipelined_frontends_post_trace_steps_overlap_the_next_trace_with_one_
     monkeypatch.setattr(frontends, "_REGISTRY", dict(frontends._registry()))
     frontends.register(importlib.import_module("tests.compiler.pipe_frontend").FRONTEND)
     monkeypatch.setattr(pools, "PIPELINE_MIN_TASKS", 4)  # pipelining pays from a few dozen kernels; this has four
+    monkeypatch.setattr(pools, "cores", lambda: 16)  # and needs a core to spare for the extra worker
     log = tmp_path / "steps.jsonl"
     monkeypatch.setenv("TINYPIPE_LOG", str(log))
     path = spec_file(tmp_path, PIPE_SPEC)

@@ -132,10 +132,14 @@ def test_an_early_pool_is_taken_only_when_its_workers_were_started_as_the_run_wo
     assert live_workers() == []
 
 
-@pytest.mark.parametrize("tasks, per_pool, want", [(3, 1, False), (23, 1, False), (24, 1, True), (24, 24, False),
-                                                   (100, 4, True)])
-def test_a_pool_pipelines_only_long_task_lists(tasks, per_pool, want):
-    assert pools.pipelines(tasks, per_pool) is want
+@pytest.mark.parametrize("tasks, per_pool, n_pools, n_cores, want", [
+    (3, 1, 1, 16, False), (23, 1, 1, 16, False), (24, 1, 1, 16, True), (24, 24, 1, 64, False), (100, 4, 1, 16, True),
+    (100, 1, 1, 2, False),  # -j 1 on 2 cores: the extra worker would share a core with the trace or the build
+    (100, 1, 1, 3, True), (100, 2, 2, 6, False), (100, 2, 2, 7, True)])
+def test_a_pool_pipelines_only_long_task_lists_with_a_core_to_spare(monkeypatch, tasks, per_pool, n_pools, n_cores,
+                                                                     want):
+    monkeypatch.setattr(pools, "cores", lambda: n_cores)
+    assert pools.pipelines(tasks, per_pool, n_pools) is want
 
 
 def test_an_early_pool_warms_no_more_workers_than_the_machine_has_cores(tiny, tmp_path):
@@ -203,6 +207,18 @@ HOSTILE = """
             _LOG.write("written at import")
         if MODE == "hang":
             time.sleep(60)
+        if MODE == "thread":  # a thread that is not a daemon and never ends
+            import threading
+            threading.Thread(target=time.sleep, args=(3600,), name="spec-thread").start()
+        if MODE == "children":  # processes started and left running: one directly, one multiprocessing joins at exit
+            import subprocess
+            (MARKS / f"child-{subprocess.Popen(['sleep', '3600']).pid}").write_text("")
+            kid = multiprocessing.get_context("fork").Process(target=time.sleep, args=(3600,))
+            kid.start()
+            (MARKS / f"child-{kid.pid}").write_text("")
+        if MODE == "stuck-exit":  # an exit handler that never returns
+            import atexit
+            atexit.register(time.sleep, 3600)
         if MODE == "main":  # did the worker run flyc-build's main module (the CLI) again?
             import sys
             ran = hasattr(sys.modules.get("__mp_main__"), "format_table")
@@ -303,3 +319,53 @@ def test_flyc_builds_workers_do_not_run_its_main_module_again(tmp_path):
     assert code == 0, err
     seen = {p.read_text() for p in marks.glob("main-*")}
     assert seen == {"False"}, seen
+
+
+def _alive(pids: list[int]) -> list[int]:
+    from flyship.compiler import hygiene
+
+    return [pid for pid in pids if hygiene.pid_alive(pid)]
+
+
+def test_a_thread_the_spec_file_leaves_running_in_a_worker_does_not_hold_the_build(tmp_path):
+    """A worker ends as flyc-build does: exit handlers, then no wait for threads (a non-daemon thread used to keep
+    the worker, and the pool's shutdown, waiting forever)."""
+    t0 = time.monotonic()
+    code, err, marks, _ = _hostile_build(tmp_path, "thread")
+    assert code == 0, err
+    assert time.monotonic() - t0 < pools.EXIT_GRACE_S and "had not ended" not in err, err
+    assert _left_behind(marks) == []
+
+
+def test_processes_the_spec_file_leaves_running_in_a_worker_are_stopped_and_named(tmp_path):
+    code, err, marks, _ = _hostile_build(tmp_path, "children")
+    assert code == 0, err
+    kids = [int(p.name.split("-")[1]) for p in marks.glob("child-*")]
+    assert len(kids) >= 2  # the run's worker's two (an early worker's too, when it got that far before it was stopped)
+    assert "left running after it ended: pid " in err and "(sleep)" in err, err
+    deadline = time.monotonic() + 5
+    while _alive(kids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _alive(kids) == [] and _left_behind(marks) == []
+
+
+def test_a_worker_stuck_in_an_exit_handler_is_stopped_after_the_grace_period(tmp_path):
+    code, err, marks, _ = _hostile_build(tmp_path, "stuck-exit")
+    assert code == 0, err
+    assert f"had not ended {pools.EXIT_GRACE_S:g} s after its last kernel" in err, err
+    assert (tmp_path / "out" / "manifest.json").is_file() and _left_behind(marks) == []
+
+
+def test_a_build_waiting_on_a_worker_says_what_it_waits_for(tiny, tmp_path, monkeypatch):
+    """A worker whose spec import (or trace) never ends used to keep the build silent; now it says, every
+    STALL_NOTICE_S, which kernels it still waits for and why it may be stuck."""
+    spec, marks = tiny
+    spec.write_text(spec.read_text().replace("namespace(", "if multiprocessing.parent_process() is not None:\n"
+                                             "    time.sleep(1.5)\nnamespace(", 1))
+    monkeypatch.setattr(executors, "STALL_NOTICE_S", 0.4)
+    said: list[str] = []
+    opts = B.BuildOptions(spec_path=str(spec), out_dir=str(tmp_path / "out"), archs=("gfx942",), cache=False)
+    B.build(opts, progress=said.append)
+    stalls = [line for line in said if "no kernel has finished for" in line]
+    assert stalls and "3 to come: vadd0.f32 (gfx942), vadd1.f32 (gfx942), vadd2.f32 (gfx942)" in stalls[0], said
+    assert "Ctrl-C stops it" in stalls[0] and live_workers() == []
