@@ -178,6 +178,13 @@ def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
     _TRACE_SLOTS = trace_slots
     if cfg.parent_pid:  # first: a worker never outlives the build (kill -9 included)
         die_with_parent(cfg.parent_pid)
+    # What the worker's libraries and tools leave in the temp folder (FlyDSL's linker files when the worker is killed
+    # mid-link, a spec file's own) goes into the build's scratch folder: removed when the build ends, and by the next
+    # build when this one was killed (hygiene.scratch_dir).
+    tmp = Path(cfg.scratch_root) / f"tmp.{os.getpid()}"
+    tmp.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(tmp)
+    tempfile.tempdir = None
     # Ctrl-C reaches the whole process group: the build process decides (it stops the pools), so a worker neither
     # dies mid-import with a traceback of its own nor leaves its task half done on its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

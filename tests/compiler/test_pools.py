@@ -216,6 +216,11 @@ HOSTILE = """
             kid = multiprocessing.get_context("fork").Process(target=time.sleep, args=(3600,))
             kid.start()
             (MARKS / f"child-{kid.pid}").write_text("")
+        if MODE == "tmp":  # temporary files left behind, by Python and by a native tool
+            import subprocess, tempfile
+            (MARKS / f"tmp-{os.getpid()}").write_text(tempfile.gettempdir())
+            tempfile.mkstemp(prefix="left-by-spec-")
+            subprocess.run(["mktemp", "left-by-tool-XXXXXX", "--tmpdir"], check=True, capture_output=True)
         if MODE == "stuck-exit":  # an exit handler that never returns
             import atexit
             atexit.register(time.sleep, 3600)
@@ -369,3 +374,13 @@ def test_a_build_waiting_on_a_worker_says_what_it_waits_for(tiny, tmp_path, monk
     stalls = [line for line in said if "no kernel has finished for" in line]
     assert stalls and "3 to come: vadd0.f32 (gfx942), vadd1.f32 (gfx942), vadd2.f32 (gfx942)" in stalls[0], said
     assert "Ctrl-C stops it" in stalls[0] and live_workers() == []
+
+
+def test_a_workers_temporary_files_live_in_the_builds_scratch_folder(tmp_path):
+    """What a spec file or a tool (FlyDSL's linker when the worker is killed mid-link) leaves in the temp folder of a
+    worker is inside the scratch folder, which the build removes (and the next build, after a kill -9)."""
+    code, err, marks, tmp = _hostile_build(tmp_path, "tmp")
+    assert code == 0, err
+    seen = [Path(p.read_text()) for p in marks.glob("tmp-*")]
+    assert seen and all(d.parent.parent == tmp and d.parent.name.startswith("flyc-build-") for d in seen), seen
+    assert [p.name for p in tmp.iterdir()] == [], "the scratch folder, and what the workers left in it, is removed"
