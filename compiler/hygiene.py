@@ -9,7 +9,8 @@ Guarantees (docs/compile-stage.md, "What a build leaves behind"):
 * A worker also ends when its pool is done with it, whatever the spec file started there: it runs the exit
   handlers and leaves without waiting for threads (``worker._end_worker``), as flyc-build itself does; a worker
   still running :data:`flyship.compiler.pools.EXIT_GRACE_S` later is killed, and so is every process a worker
-  started that outlives it (:func:`descendants`, :func:`stop_processes`); the build says which.
+  started that outlives it, detached ones included (:func:`adopt_orphans`, :func:`descendants`,
+  :func:`stop_processes`); the build says which.
 * Scratch folders are named ``flyc-build-<pid>-*`` in the temp dir; a build removes those whose owner
   process is dead (left by a killed build) before it starts. The same holds for the half-written sibling
   folders ``.<bundle>.flyc-build-<pid>-*`` next to the output.
@@ -86,6 +87,28 @@ def _proc_stat(pid: int) -> Optional[tuple[int, int]]:
         return None if fields[0] in ("Z", "X") else (int(fields[1]), int(fields[19]))
     except (OSError, ValueError, IndexError):
         return None
+
+
+_PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+def adopt_orphans() -> None:
+    """Make this (worker) process the parent of every orphan among its descendants (``PR_SET_CHILD_SUBREAPER``,
+    Linux >= 3.4): a process the spec file starts and detaches (``sleep 1 &`` in a shell that exits, a daemon's
+    double fork) stays a descendant of the worker, where :func:`descendants` finds it, instead of passing to init."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # orphans pass to init, as without this
+
+
+def start_time(pid: int) -> Optional[int]:
+    """When a live process started (clock ticks since boot: with the pid, it names one process); None when it is
+    gone or a zombie."""
+    st = _proc_stat(pid)
+    return None if st is None else st[1]
 
 
 def descendants(pids: list[int]) -> dict[int, int]:

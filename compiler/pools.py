@@ -102,12 +102,17 @@ def close(executor: cf.ProcessPoolExecutor, who: str, say: Callable[[str], None]
     executor.shutdown(wait=False, cancel_futures=True)
     grace = EXIT_GRACE_S if grace is None else grace
     deadline = time.monotonic() + grace
-    # The pool's manager thread joins (and reaps) the workers: here only their sentinels are watched, which a reap
-    # does not disturb (a second join would race it and could see a reaped worker as alive).
+    # The pool's manager thread joins (and reaps) the workers, so a second join here would race it and could see a
+    # reaped worker as alive. A worker's sentinel (a pipe) says when it ends, unless a process it forked still holds
+    # the pipe's other end: /proc says it too (gone, or a zombie).
+    starts = {p.pid: _hygiene.start_time(p.pid) for p in procs}
     running = {p.sentinel: p for p in procs}
     while running and (left_s := deadline - time.monotonic()) > 0:
-        for ended in mp_connection.wait(list(running), timeout=left_s):
+        for ended in mp_connection.wait(list(running), timeout=min(left_s, 0.05)):
             running.pop(ended)
+        for sentinel, p in list(running.items()):
+            if starts[p.pid] is None or _hygiene.start_time(p.pid) != starts[p.pid]:
+                running.pop(sentinel)
     stuck = list(running.values())
     if stuck:
         left.update(_hygiene.descendants([p.pid for p in stuck]))

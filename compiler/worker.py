@@ -27,7 +27,7 @@ from flyship.bundle import targets as _targets
 from flyship.compiler import frontends
 from flyship.compiler.frontends import BuildContext, CompiledVariant, WorkerSetup
 from flyship.compiler.frontends.base import DSLError, FrontendError, ResourceError
-from flyship.compiler.hygiene import die_with_parent, end_process
+from flyship.compiler.hygiene import adopt_orphans, die_with_parent, end_process
 from flyship.compiler.spec import SpecError, SpecFile, run_spec_file
 from flyship.errors import CompileError, FlyshipError, headline, traceback_text
 
@@ -178,6 +178,7 @@ def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
     _TRACE_SLOTS = trace_slots
     if cfg.parent_pid:  # first: a worker never outlives the build (kill -9 included)
         die_with_parent(cfg.parent_pid)
+    adopt_orphans()  # nor does a process the spec file starts in it and detaches
     # What the worker's libraries and tools leave in the temp folder (FlyDSL's linker files when the worker is killed
     # mid-link, a spec file's own) goes into the build's scratch folder: removed when the build ends, and by the next
     # build when this one was killed (hygiene.scratch_dir).

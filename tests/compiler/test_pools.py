@@ -216,6 +216,10 @@ HOSTILE = """
             kid = multiprocessing.get_context("fork").Process(target=time.sleep, args=(3600,))
             kid.start()
             (MARKS / f"child-{kid.pid}").write_text("")
+            # and one detached: the shell that starts it exits at once, so it is nobody's child but a subreaper's
+            detached = subprocess.run(["sh", "-c", "sleep 3600 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                                      text=True, check=True).stdout.strip()
+            (MARKS / f"child-{detached}").write_text("")
         if MODE == "tmp":  # temporary files left behind, by Python and by a native tool
             import subprocess, tempfile
             (MARKS / f"tmp-{os.getpid()}").write_text(tempfile.gettempdir())
@@ -346,8 +350,9 @@ def test_processes_the_spec_file_leaves_running_in_a_worker_are_stopped_and_name
     code, err, marks, _ = _hostile_build(tmp_path, "children")
     assert code == 0, err
     kids = [int(p.name.split("-")[1]) for p in marks.glob("child-*")]
-    assert len(kids) >= 2  # the run's worker's two (an early worker's too, when it got that far before it was stopped)
+    assert len(kids) >= 3  # the run's worker's three (an early worker's too, when it got that far before it was stopped)
     assert "left running after it ended: pid " in err and "(sleep)" in err, err
+    assert "had not ended" not in err, err  # a forked child holding the worker's sentinel pipe is not the worker
     deadline = time.monotonic() + 5
     while _alive(kids) and time.monotonic() < deadline:
         time.sleep(0.05)
