@@ -176,24 +176,24 @@ def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
     global _SPEC, _CFG, _SPEC_ERROR, _TRACE_SLOTS
     _CFG = cfg
     _TRACE_SLOTS = trace_slots
-    if cfg.parent_pid:  # first: a worker never outlives the build (kill -9 included)
-        die_with_parent(cfg.parent_pid)
-    adopt_orphans()  # nor does a process the spec file starts in it and detaches
-    # What the worker's libraries and tools leave in the temp folder (FlyDSL's linker files when the worker is killed
-    # mid-link, a spec file's own) goes into the build's scratch folder: removed when the build ends, and by the next
-    # build when this one was killed (hygiene.scratch_dir).
-    tmp = Path(cfg.scratch_root) / f"tmp.{os.getpid()}"
-    tmp.mkdir(exist_ok=True)
-    os.environ["TMPDIR"] = str(tmp)
-    tempfile.tempdir = None
+    if cfg.parent_pid:  # a local pool's worker (a Ray worker is Ray's process, left as Ray runs it)
+        die_with_parent(cfg.parent_pid)  # first: a worker never outlives the build (kill -9 included)
+        adopt_orphans()  # nor does a process the spec file starts in it and detaches
+        # What the worker's libraries and tools leave in the temp folder (FlyDSL's linker files when the worker is
+        # killed mid-link, a spec file's own) goes into the build's scratch folder: removed when the build ends, and
+        # by the next build when this one was killed (hygiene.scratch_dir).
+        tmp = Path(cfg.scratch_root) / f"tmp.{os.getpid()}"
+        tmp.mkdir(exist_ok=True)
+        os.environ["TMPDIR"] = str(tmp)
+        tempfile.tempdir = None
+        # Once the pool is done with this worker, multiprocessing runs its finalizers, then joins the processes and
+        # the threads (not daemons) the worker started: one the spec file started and never ends would keep the
+        # worker, and the build, waiting. This finalizer (the last of priority >= 0) ends the worker before those.
+        multiprocessing.util.Finalize(None, _end_worker, exitpriority=0)
     # Ctrl-C reaches the whole process group: the build process decides (it stops the pools), so a worker neither
     # dies mid-import with a traceback of its own nor leaves its task half done on its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     atexit.register(_exit_now)
-    # Once the pool is done with this worker, multiprocessing runs its finalizers, then joins the processes and the
-    # threads (not daemons) the worker started: one the spec file started and never ends would keep the worker, and
-    # the build, waiting. This finalizer (the last of priority >= 0) ends the worker before those joins.
-    multiprocessing.util.Finalize(None, _end_worker, exitpriority=0)
     setup = WorkerSetup(target=cfg.target, scratch_root=Path(cfg.scratch_root),
                         rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)
     vendor = _targets.parse_target(cfg.target).vendor
