@@ -120,6 +120,7 @@ def run() -> None:
     # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the pools are stopped, the scratch folder removed.
     signal.signal(signal.SIGTERM, _terminated)
     _workers_skip_main()
+    _hygiene.adopt_orphans()  # what the spec file starts and detaches, here or in a worker, stays ours to stop
     try:
         main()  # click's standalone mode ends in SystemExit, with the command's code
         code: object = 0
@@ -132,9 +133,19 @@ def run() -> None:
         status = 128 + _TERMINATED[0]
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
     if run_exit_handlers is None:  # another Python than CPython: the ordinary exit
+        _stop_leftovers()
         sys.exit(status)
     run_exit_handlers()
+    _stop_leftovers()
     _hygiene.end_process(status)
+
+
+def _stop_leftovers() -> None:
+    """No process outlives flyc-build (one left would also hold its output open: ``flyc-build ... | tee`` waits)."""
+    stopped = _hygiene.sweep_descendants()
+    if stopped:
+        print(f"flyc-build: stopped {len(stopped)} process(es) still running as the build ended (started by the spec "
+              f"file, the DSL or a tool, and left running): {', '.join(stopped)}", file=sys.stderr, flush=True)
 
 
 def _workers_skip_main() -> None:

@@ -10,7 +10,9 @@ Guarantees (docs/compile-stage.md, "What a build leaves behind"):
   handlers and leaves without waiting for threads (``worker._end_worker``), as flyc-build itself does; a worker
   still running :data:`flyship.compiler.pools.EXIT_GRACE_S` later is killed, and so is every process a worker
   started that outlives it, detached ones included (:func:`adopt_orphans`, :func:`descendants`,
-  :func:`stop_processes`); the build says which.
+  :func:`stop_processes`); the build says which. ``flyc-build`` itself is a child subreaper too and, before it
+  exits, stops whatever still descends from it (:func:`sweep_descendants`: a process a worker's exit handler
+  started, one a dead worker left, one the planning import started).
 * Scratch folders are named ``flyc-build-<pid>-*`` in the temp dir; a build removes those whose owner
   process is dead (left by a killed build) before it starts. The same holds for the half-written sibling
   folders ``.<bundle>.flyc-build-<pid>-*`` next to the output.
@@ -152,6 +154,27 @@ def stop_processes(found: dict[int, int]) -> list[str]:
         except (ProcessLookupError, PermissionError):
             continue
         stopped.append(f"pid {pid} ({name})")
+    return stopped
+
+
+def _is_resource_tracker(pid: int) -> bool:
+    try:
+        return b"multiprocessing.resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def sweep_descendants(rounds: int = 20) -> list[str]:
+    """At the end of the build process: stop every process still descending from it (it is a child subreaper,
+    :func:`adopt_orphans`, so what a worker's exit handler started, what a dead worker left, what the planning import
+    started and detached are all here) but multiprocessing's resource tracker, which leaves by itself once its pipe
+    closes. In rounds, as a process may fork between the listing and the kill; returns each one stopped."""
+    stopped: list[str] = []
+    for _ in range(rounds):
+        left = {pid: t for pid, t in descendants([os.getpid()]).items() if not _is_resource_tracker(pid)}
+        if not left:
+            break
+        stopped += stop_processes(left)
     return stopped
 
 

@@ -225,6 +225,13 @@ HOSTILE = """
             (MARKS / f"tmp-{os.getpid()}").write_text(tempfile.gettempdir())
             tempfile.mkstemp(prefix="left-by-spec-")
             subprocess.run(["mktemp", "left-by-tool-XXXXXX", "--tmpdir"], check=True, capture_output=True)
+        if MODE == "late":  # a process started by an exit handler, after the pool listed the worker's children
+            import atexit, subprocess
+            atexit.register(lambda: (MARKS / f"child-{subprocess.Popen(['sleep', '3600']).pid}").write_text(""))
+        if MODE == "die-child":  # a worker that dies leaves its child to whoever adopts it
+            import subprocess
+            (MARKS / f"child-{subprocess.Popen(['sleep', '3600']).pid}").write_text("")
+            os._exit(3)
         if MODE == "stuck-exit":  # an exit handler that never returns
             import atexit
             atexit.register(time.sleep, 3600)
@@ -233,6 +240,12 @@ HOSTILE = """
             ran = hasattr(sys.modules.get("__mp_main__"), "format_table")
             (MARKS / f"main-{os.getpid()}").write_text(str(ran))
     else:  # the build process: wait until a worker is importing, then give it time to act
+        if MODE == "planning":  # processes the planning import starts, one of them detached
+            import subprocess
+            (MARKS / f"child-{subprocess.Popen(['sleep', '3600']).pid}").write_text("")
+            detached = subprocess.run(["sh", "-c", "sleep 3600 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                                      text=True, check=True).stdout.strip()
+            (MARKS / f"child-{detached}").write_text("")
         end = time.monotonic() + 60
         while not any(MARKS.glob("worker-*")) and time.monotonic() < end:
             time.sleep(0.02)
@@ -389,3 +402,16 @@ def test_a_workers_temporary_files_live_in_the_builds_scratch_folder(tmp_path):
     seen = [Path(p.read_text()) for p in marks.glob("tmp-*")]
     assert seen and all(d.parent.parent == tmp and d.parent.name.startswith("flyc-build-") for d in seen), seen
     assert [p.name for p in tmp.iterdir()] == [], "the scratch folder, and what the workers left in it, is removed"
+
+
+@pytest.mark.parametrize("mode, code", [("late", 0), ("die-child", 1), ("planning", 0)])
+def test_no_process_outlives_flyc_build(tmp_path, mode, code):
+    """flyc-build is a child subreaper and stops what still descends from it before it exits: a process a worker's
+    exit handler started (after its pool listed the worker's children), the child of a worker that died, a process
+    the planning import started, detached or not. One left would also hold the build's output open."""
+    got, err, marks, _ = _hostile_build(tmp_path, mode)
+    assert got == code, err
+    kids = [int(p.name.split("-")[1]) for p in marks.glob("child-*")]
+    assert kids, err
+    assert "still running as the build ended" in err and "(sleep)" in err, err
+    assert _alive(kids) == [] and _left_behind(marks) == []
