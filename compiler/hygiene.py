@@ -38,6 +38,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Iterator, NoReturn, Optional
 
@@ -164,14 +165,33 @@ def _is_resource_tracker(pid: int) -> bool:
         return False
 
 
-def sweep_descendants(rounds: int = 20) -> list[str]:
+def _children(pid: int) -> list[int]:
+    """The children of ``pid`` (/proc/<pid>/task/*/children), zombies included; [] where the kernel does not say."""
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            out += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def sweep_descendants(seconds: float = 2.0) -> list[str]:
     """At the end of the build process: stop every process still descending from it (it is a child subreaper,
     :func:`adopt_orphans`, so what a worker's exit handler started, what a dead worker left, what the planning import
     started and detached are all here) but multiprocessing's resource tracker, which leaves by itself once its pipe
-    closes. In rounds, as a process may fork between the listing and the kill; returns each one stopped."""
-    stopped: list[str] = []
-    for _ in range(rounds):
-        left = {pid: t for pid, t in descendants([os.getpid()]).items() if not _is_resource_tracker(pid)}
+    closes. In rounds, for up to ``seconds``: a process may fork between a listing and its kill. Its own children
+    are killed by pid at once (a child's pid cannot pass to another process before this one reaps it), so a process
+    that keeps forking and leaving its child behind is caught; deeper ones by pid and start time. Returns each one
+    stopped."""
+    me, stopped = os.getpid(), []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for pid in _children(me):
+            if _proc_stat(pid) is None or _is_resource_tracker(pid):
+                continue  # a zombie (ours to reap, at exit), or the tracker
+            stopped += stop_processes({pid: start_time(pid) or 0})
+        left = {pid: t for pid, t in descendants([me]).items() if not _is_resource_tracker(pid)}
         if not left:
             break
         stopped += stop_processes(left)
