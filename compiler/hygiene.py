@@ -81,13 +81,13 @@ def die_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
 
 # --- processes a worker leaves -----------------------------------------------------------------------------------
 
-def _proc_stat(pid: int) -> Optional[tuple[int, int]]:
-    """(parent pid, start time in clock ticks) of a live process, read from /proc; None when it is gone, a zombie,
-    or unreadable."""
+def _proc_stat(pid: int, zombies: bool = False) -> Optional[tuple[int, int]]:
+    """(parent pid, start time in clock ticks) of a live process, read from /proc; None when it is gone, a zombie
+    (unless ``zombies``), or unreadable."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         fields = stat[stat.rindex(")") + 2:].split()
-        return None if fields[0] in ("Z", "X") else (int(fields[1]), int(fields[19]))
+        return None if fields[0] in ("Z", "X") and not zombies else (int(fields[1]), int(fields[19]))
     except (OSError, ValueError, IndexError):
         return None
 
@@ -125,17 +125,19 @@ def descendants(pids: list[int]) -> dict[int, int]:
         entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
     except OSError:
         return {}
+    # Zombies are walked through, not returned: a process that is exiting still parents the children it forked
+    # until the kernel hands them on, and they would be missed in that moment.
     for name in entries:
-        st = _proc_stat(int(name))
+        st = _proc_stat(int(name), zombies=True)
         if st is not None:
             children.setdefault(st[0], []).append((int(name), st[1]))
-    out: dict[int, int] = {}
+    seen: dict[int, int] = {}
     frontier = list(pids)
     while frontier:
-        nxt = [(c, start) for p in frontier for c, start in children.get(p, ()) if c not in out]
-        out.update(nxt)
+        nxt = [(c, start) for p in frontier for c, start in children.get(p, ()) if c not in seen]
+        seen.update(nxt)
         frontier = [c for c, _ in nxt]
-    return out
+    return {pid: start for pid, start in seen.items() if _proc_stat(pid) is not None}
 
 
 def stop_processes(found: dict[int, int]) -> list[str]:
@@ -193,7 +195,12 @@ def sweep_descendants(seconds: float = 2.0) -> list[str]:
             stopped += stop_processes({pid: start_time(pid) or 0})
         left = {pid: t for pid, t in descendants([me]).items() if not _is_resource_tracker(pid)}
         if not left:
-            break
+            # once more a moment later: a process that forked as it was killed hands its child on as it exits
+            time.sleep(0.005)
+            if not any(_proc_stat(c) is not None and not _is_resource_tracker(c) for c in _children(me)) \
+                    and not any(not _is_resource_tracker(c) for c in descendants([me])):
+                break
+            continue
         stopped += stop_processes(left)
     return stopped
 

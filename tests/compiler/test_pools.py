@@ -415,3 +415,4 @@ def test_no_process_outlives_flyc_build(tmp_path, mode, code):
     assert kids, err
     assert "still running as the build ended" in err and "(sleep)" in err, err
     assert _alive(kids) == [] and _left_behind(marks) == []
+
