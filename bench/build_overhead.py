@@ -187,8 +187,11 @@ def _copies(name, *, specs, **kw):
 
 
 _spec.op = _copies
-_ops = Path(__file__).with_name("ops.py")
-exec(compile(_ops.read_text(), str(_ops), "exec"))
+try:
+    _ops = Path(__file__).with_name("ops.py")
+    exec(compile(_ops.read_text(), str(_ops), "exec"))
+finally:
+    _spec.op = _op  # the spec module as it was, for whatever imports it next in this process
 """
 
 

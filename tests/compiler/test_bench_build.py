@@ -25,6 +25,7 @@ def test_the_marginal_arms_spec_declares_every_example_kernel_copies_times(tmp_p
     want = {(o.name, f"{s.name}_{k}") for o in base.ops for s in o.specs for k in range(3)}
     got = {(o.name, s.name) for o in copies.ops for s in o.specs}
     assert got == want and len(B.plan(copies, targets)) == 3 * len(B.plan(base, targets))
+    assert B.read_declarations(str(bench.SPEC), targets).ops[0].specs == base.ops[0].specs  # no copies after it
     # each copy keeps its example's constraints and adds one of its own, so that no copy hides another
     for o in copies.ops:
         orig = {s.name: set(s.constraints) for s in next(b for b in base.ops if b.name == o.name).specs}
