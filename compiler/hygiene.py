@@ -51,6 +51,16 @@ _SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}  # for C libraries without the 
 _AT_FDCWD = -100
 
 
+def _prctl(option: int, arg: int) -> None:
+    """``prctl(option, arg)`` on Linux; nothing elsewhere, or where the C library has no prctl."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.prctl(option, arg, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
 # --- workers die with the build ----------------------------------------------------------------------------------
 
 def die_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
@@ -61,12 +71,7 @@ def die_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
     this process once it no longer equals ``parent_pid`` (the death signal is tied to the parent *thread*
     that started us, and is not inherited across platforms). If the parent is already gone, exits at once.
     """
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass  # the watchdog below still applies
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # where it cannot, the watchdog below still applies
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -99,12 +104,7 @@ def adopt_orphans() -> None:
     """Make this (worker) process the parent of every orphan among its descendants (``PR_SET_CHILD_SUBREAPER``,
     Linux >= 3.4): a process the spec file starts and detaches (``sleep 1 &`` in a shell that exits, a daemon's
     double fork) stays a descendant of the worker, where :func:`descendants` finds it, instead of passing to init."""
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass  # orphans pass to init, as without this
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # where it cannot, orphans pass to init, as without this
 
 
 def start_time(pid: int) -> Optional[int]:
@@ -182,26 +182,19 @@ def sweep_descendants(seconds: float = 2.0) -> list[str]:
     """At the end of the build process: stop every process still descending from it (it is a child subreaper,
     :func:`adopt_orphans`, so what a worker's exit handler started, what a dead worker left, what the planning import
     started and detached are all here) but multiprocessing's resource tracker, which leaves by itself once its pipe
-    closes. In rounds, for up to ``seconds``: a process may fork between a listing and its kill. Its own children
-    are killed by pid at once (a child's pid cannot pass to another process before this one reaps it), so a process
-    that keeps forking and leaving its child behind is caught; deeper ones by pid and start time. Returns each one
-    stopped."""
-    me, stopped = os.getpid(), []
+    closes. In rounds, for up to ``seconds``, until two a moment apart find nothing (a process that exits hands its
+    children on as it goes): its own children by pid at once (a child's pid cannot pass to another process before
+    this one reaps it), deeper ones by pid and start time. A process that forks and exits every few milliseconds
+    can still slip between rounds. Returns each one stopped."""
+    me, stopped, quiet = os.getpid(), [], 0
     end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for pid in _children(me):
-            if _proc_stat(pid) is None or _is_resource_tracker(pid):
-                continue  # a zombie (ours to reap, at exit), or the tracker
-            stopped += stop_processes({pid: start_time(pid) or 0})
-        left = {pid: t for pid, t in descendants([me]).items() if not _is_resource_tracker(pid)}
-        if not left:
-            # once more a moment later: a process that forked as it was killed hands its child on as it exits
+    while quiet < 2 and time.monotonic() < end:
+        found = stop_processes({pid: start_time(pid) or 0 for pid in _children(me) if not _is_resource_tracker(pid)})
+        found += stop_processes({pid: t for pid, t in descendants([me]).items() if not _is_resource_tracker(pid)})
+        stopped += found
+        quiet = 0 if found else quiet + 1
+        if not found:
             time.sleep(0.005)
-            if not any(_proc_stat(c) is not None and not _is_resource_tracker(c) for c in _children(me)) \
-                    and not any(not _is_resource_tracker(c) for c in descendants([me])):
-                break
-            continue
-        stopped += stop_processes(left)
     return stopped
 
 
