@@ -130,6 +130,33 @@ def is_pack(path: Path | str) -> bool:
     return p.is_file() and zipfile.is_zipfile(p)
 
 
+def signer(path: Path | str) -> str | None:
+    """The public key (64 hex digits) a pack's signature member names, NOT verified (:func:`open_pack` with that key
+    trusted verifies it); None for an unsigned pack. For tools that must tell an unsigned pack from one signed by
+    another key before they verify (``flyship check``).
+
+    Raises:
+        BundleError: not a readable zip archive, or a signature member that is not a signature record.
+    """
+    p = Path(path)
+    blob = _files.read_regular(p, _MAX_PACK, what="read pack signature", expected="a packed bundle file")
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as z:
+            names = z.namelist()
+            if len(names) < 2 or names[1] != _signing.SIG_NAME:
+                return None
+            _check_sizes(z, str(p))
+            raw = _read_member(z, _signing.SIG_NAME, str(p))
+    except (zipfile.BadZipFile, EOFError, ValueError) as e:
+        raise _not_a_zip(blob, str(p), str(e)) from None
+    sig = _files.parse_json(raw, what=f"read pack signature {p}: {_signing.SIG_NAME}", hint="the file is damaged")
+    key = sig.get("public_key") if isinstance(sig, dict) else None
+    if not isinstance(key, str) or not _SHA256.match(key):  # 64 lowercase hex digits, as a sha256
+        raise BundleError(f"read pack signature {p}: expected a public key of 64 hex digits in {_signing.SIG_NAME}, "
+                          f"got {str(key)[:80]!r}; the file is damaged or was altered")
+    return key
+
+
 def _read_index(z: zipfile.ZipFile, where: str, trusted: frozenset[str] | None = None) -> dict[str, str]:
     """The index's member table, after the signature over the index is checked when ``trusted`` keys require one."""
     names = z.namelist()

@@ -69,6 +69,8 @@ def report_error(e: FlyshipError, verbose: bool) -> None:
 @click.option("--offload-bundle", is_flag=True, help="Also write one clang offload bundle per specialization.")
 @click.option("--pack", "pack", is_flag=True,
               help="Also write the bundle as one file, OUT.flyship (flyship pack; flyship.load opens it).")
+@click.option("--sign", "sign_key", default=None, type=click.Path(dir_okay=False),
+              help="With --pack: sign the pack with this Ed25519 private key (from `flyship keygen`; docs/security.md).")
 @click.option("--code-object-version", type=click.Choice(["5", "6"]), default=None,
               help="AMDHSA code object version (default: what FlyDSL emitted; ROCm < 6.3 refuses 6).")
 @click.option("--no-cache", is_flag=True,
@@ -82,16 +84,21 @@ def report_error(e: FlyshipError, verbose: bool) -> None:
 @click.option("-v", "--verbose", is_flag=True,
               help="Print the traceback of an unexpected exception (a bug) with the error (also FLYSHIP_VERBOSE=1); "
                    "without it the traceback goes to a file the error names.")
-def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, pack, code_object_version, no_cache,
-         executor, keep_going, verbose) -> None:
+def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, pack, sign_key, code_object_version,
+         no_cache, executor, keep_going, verbose) -> None:
     """Compile the ops declared in SPEC into a verified bundle of code objects + manifest."""
+    if sign_key is not None and not pack:
+        raise click.UsageError("--sign KEY signs the pack: expected --pack with it, got --sign alone; add --pack")
+    if sign_key is not None and not os.path.isfile(sign_key):  # before a long build, not after it
+        raise click.BadParameter(f"expected the private key file `flyship keygen` wrote, found no file at {sign_key}",
+                                 param_hint="--sign")
     opts = BuildOptions(spec_path=spec, out_dir=out_dir, archs=tuple(archs), jobs=jobs, force=force, keep_ir=keep_ir,
                         llvm_bin=llvm_bin, offload_bundle=offload_bundle,
                         code_object_version=int(code_object_version) if code_object_version else None,
                         cache=not no_cache, executor=executor, keep_going=keep_going)
     try:
         rows = build(opts)
-        packed = _write_pack(out_dir) if pack else None
+        packed = _write_pack(out_dir, sign_key) if pack else None
     except PartialBuildError as e:  # the bundle of what built is written: show it, then every failure
         click.echo(format_table(e.rows))
         click.echo(f"\nwrote {out_dir} (partial)")
@@ -104,11 +111,12 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
     click.echo(f"\nwrote {out_dir}" + (f" and {packed}" if packed else ""))
 
 
-def _write_pack(out_dir: str) -> str:
-    """``--pack``: the bundle as one file beside it (imported here: most builds write no pack)."""
+def _write_pack(out_dir: str, sign_key: str | None = None) -> str:
+    """``--pack [--sign KEY]``: the bundle as one file beside it, signed with KEY when given (imported here: most
+    builds write no pack)."""
     from flyship.bundle import pack as _pack
 
-    return _pack.pack(out_dir, str(out_dir).rstrip("/") + ".flyship")
+    return _pack.pack(out_dir, str(out_dir).rstrip("/") + ".flyship", sign_key)
 
 
 def run() -> None:

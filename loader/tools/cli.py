@@ -6,6 +6,8 @@
     flyship hook install|status|remove   patch every process of this environment (docs/integrate.md)
     flyship bench FACTORY --patches FILE  baseline / patched / compiled / patched+compiled timings
     flyship pack BUNDLE -o F [--sign KEY]  write the bundle as one reproducible file that flyship.load(F) opens
+    flyship check FILE [--trusted-key PUB]  a pack's signature, hashes, rules, targets; exit 3/4/5 for unsigned /
+                               altered / signed by an untrusted key (CI: docs/shipping.md)
     flyship keygen KEY         an Ed25519 key pair (KEY, KEY.pub) for signed packs (docs/security.md)
     flyship inspect BUNDLE     per kernel: symbol, kernargs, registers, LDS, scratch, spills, occupancy [--json];
                                every code object checked, exit 1 when one is bad
@@ -248,6 +250,29 @@ def pack_cmd(bundle: Path, out: Path, sign: Path | None) -> None:
         raise click.ClickException(f"flyship pack -o {out}: expected a file it can write, got {type(e).__name__}: "
                                    f"{e.strerror or e}; pass -o a path in a writable folder") from None
     click.echo(f"packed {bundle} into {path} ({path.stat().st_size} bytes)")
+
+
+@main.command("check")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--trusted-key", "keys", multiple=True, metavar="PUB",
+              help="a trusted public key (a .pub file from `flyship keygen`, or 64 hex digits), repeatable; default "
+                   "FLYSHIP_TRUSTED_KEYS; with none, a signature is not required (a present one is still verified)")
+@click.option("--device", "devices", multiple=True, metavar="TARGET",
+              help="device target ID for the op table, repeatable (default: the bundle's targets)")
+def check_cmd(file: Path, keys: tuple[str, ...], devices: tuple[str, ...]) -> None:
+    """Check the packed bundle FILE before deploying it: signature, every member's sha256, manifest, code objects,
+    targets, and which ops launch kernels on which device. Exit codes: 0 sound, 1 invalid, 3 unsigned (while keys
+    are trusted), 4 damaged or altered, 5 signed by a key that is not trusted."""
+    from flyship.loader.tools import check as _check
+
+    try:
+        report = _check.check(file, list(keys) if keys else None, devices)
+    except _check.CheckFailed as e:
+        click.echo(f"Error: {e}", err=True)
+        raise SystemExit(e.exit_code) from None
+    except FlyshipError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(report.text())
 
 
 @main.command("keygen")

@@ -208,10 +208,14 @@ def install(patches: str | Path, folder: str | Path | None = None) -> Path:
     Raises:
         ConfigError: the patches file is invalid or its bundle has no manifest; the folder does not exist.
     """
+    from flyship.bundle import pack as _pack
+
     pf = read_patches(patches)
-    if not (pf.bundle / "manifest.json").is_file():
-        raise ConfigError(f"hook install: expected a bundle (a folder with manifest.json) at {pf.bundle}, named by "
-                          f"{pf.path}; build it with flyc-build or fix \"bundle\"")
+    if not (pf.bundle / "manifest.json").is_file() and not _pack.is_pack(pf.bundle):
+        raise ConfigError(f"hook install: expected a bundle (a folder with manifest.json, or a packed .flyship file) "
+                          f"at {pf.bundle}, named by {pf.path}; build it with flyc-build or fix \"bundle\"")
+    if _pack.is_pack(pf.bundle):  # every member and the signature policy checked now, not at every start-up
+        _pack.bundle_dir(pf.bundle)
     target = site_dir(folder)
     if not target.is_dir():
         raise ConfigError(f"hook install: expected a site-packages folder, got {target} (no such folder)")

@@ -131,13 +131,36 @@ def test_a_patch_the_hook_cannot_make_is_reported_and_the_import_still_works(env
     assert "flyship hook: not patched: dropin_model:add -> add" in r.stderr and "have no source" in r.stdout
 
 
+def test_the_hook_takes_the_packed_file_docs_shipping_ships_and_refuses_an_altered_one(env_python, tmp_path,
+                                                                                      tiny_bundle, monkeypatch):
+    from flyship.bundle import pack as _pack
+    from flyship.errors import BundleError
+
+    packed = _pack.pack(tiny_bundle, tmp_path / "tiny.flyship")
+    pf = tmp_path / "patches.json"
+    pf.write_text(json.dumps({"bundle": "tiny.flyship", "patches": [  # relative to the patches file, as a folder is
+        {"target": "dropin_model:add", "op": "add", "args": {"x": "a", "y": "b"}, "cpu_target": "gfx942"}]}))
+    r = run(env_python, "-m", "flyship.loader.tools.cli", "hook", "install", "--patches", str(pf))
+    assert r.returncode == 0, r.stderr
+    r = run(env_python, "-c", "import dropin_model; print(dropin_model.add.__flyship_patch__.op.qualname)",
+            env={"FLYSHIP_BUNDLE_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("add")
+    monkeypatch.setenv("FLYSHIP_BUNDLE_CACHE", str(tmp_path / "cache"))
+    blob = bytearray(packed.read_bytes())
+    blob[-200] ^= 1  # a byte of the last member (the zip directory is smaller than that)
+    packed.write_bytes(bytes(blob))
+    with pytest.raises(BundleError, match="tiny.flyship"):
+        hook.install(pf, tmp_path)
+
+
 def test_install_refuses_a_bad_patches_file_naming_the_problem(tmp_path, tiny_bundle):
     bad = tmp_path / "p.json"
     bad.write_text(json.dumps({"bundle": str(tiny_bundle), "patches": [{"target": "m.f", "op": "add"}]}))
     with pytest.raises(ConfigError, match=r"patches\[0\]: expected a target 'package.module:Class.method', got 'm.f'"):
         hook.install(bad, tmp_path)
     bad.write_text(json.dumps({"bundle": "nowhere", "patches": []}))
-    with pytest.raises(ConfigError, match=r"expected a bundle \(a folder with manifest.json\) at .*nowhere"):
+    with pytest.raises(ConfigError, match=r"expected a bundle \(a folder with manifest.json, or a packed .flyship file\) at .*nowhere"):
         hook.install(bad, tmp_path)
     bad.write_text(json.dumps({"bundle": str(tiny_bundle), "patches": [{"target": "m:f", "op": "add",
                                                                          "args": {"x": 3}}]}))
