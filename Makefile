@@ -27,7 +27,7 @@ PY312       ?= $(shell python3.12 -c 'import sys; print(sys.executable)' 2>/dev/
 FLYDSL_RELEASES ?= 0.1.5 0.2.4 0.3.4.1 0.4.2 0.5.0
 MATRIX      ?= $(foreach v,$(FLYDSL_RELEASES),$(PY311):$(v)) $(if $(PY312),$(foreach v,$(FLYDSL_RELEASES),$(PY312):$(v)))
 
-.PHONY: all setup apt venvs install demo test test-build test-workload test-hostile test-matrix bundles gpu-check clean
+.PHONY: all setup apt venvs install wheel demo test test-build test-workload test-hostile test-matrix bundles gpu-check clean
 
 all: demo
 
@@ -60,13 +60,20 @@ $(WORKLOAD_VENV)/.ok:
 venvs: $(FLYDSL_VENV)/.ok $(WORKLOAD_VENV)/.ok
 
 # flyship itself goes into both Pythons as an editable install of this checkout (setup.py maps the source
-# folders onto the one import name; pure Python, csrc/ found beside loader/).
+# folders onto the one import name; pure Python, csrc/ found beside loader/), the checkout root first on their
+# sys.path so that the clone folder never shadows it (scripts/dev_install.sh says why).
 install: apt venvs
-	rm -rf build *.egg-info  # setuptools would reuse a stale build/ folder
-	$(FLYDSL_PY) -m pip install -q --no-deps --no-build-isolation -e .
-	$(WORKLOAD_PY) -m pip install -q --no-deps --no-build-isolation -e .
+	sh scripts/dev_install.sh $(FLYDSL_PY)
+	sh scripts/dev_install.sh $(WORKLOAD_PY)
 
 setup: install
+
+# flyship is on no package index: a wheel of this checkout (pure Python, one for every machine), which
+# `pip install --find-links dist "flyship[compiler]"` / `... flyship` install by name (README, "Installing").
+wheel:
+	rm -rf build *.egg-info
+	$(PY) -m pip wheel -q --no-deps -w dist .
+	rm -rf build *.egg-info
 
 # The main job end to end: build the FlyDSL example bundle for gfx942 + gfx950 in the FlyDSL Python,
 # then load it in the workload Python (no flydsl there) and show the handoff.
@@ -103,7 +110,7 @@ gpu-check:
 	bash scripts/gpu_check.sh $(TRITON_BUNDLE)
 
 clean:
-	rm -rf build *.egg-info $(BUNDLE) $(TRITON_BUNDLE) .pytest_cache
+	rm -rf build dist *.egg-info $(BUNDLE) $(TRITON_BUNDLE) .pytest_cache
 
 distclean: clean
 	rm -rf $(FLYDSL_VENV) $(WORKLOAD_VENV) $(STAMP)

@@ -40,7 +40,7 @@ def _crypto() -> tuple[Any, Any]:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError as e:
         raise ConfigError(f"signed packs: expected the 'cryptography' package, got {e}; install it with "
-                          "`pip install flyship[sign]`") from None
+                          "`pip install cryptography` (flyship's `sign` extra)") from None
     return ed25519, serialization
 
 

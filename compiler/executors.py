@@ -61,7 +61,7 @@ def check_executor(spec: str) -> None:
             import ray  # noqa: F401
         except ImportError:
             raise CompileError("flyc-build --executor ray: the ray package is not installed in this Python; "
-                                "pip install 'flyship[ray]' (or ray) here and on the cluster") from None
+                                "pip install ray (flyship's ray extra) here and on the cluster") from None
 
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # What a clean copy of the checkout leaves out: at the root only (compiler/build/ is a source package, the root's
 # build/ is setuptools' scratch that it would reuse stale), and caches anywhere.
-_ROOT_ONLY = {".git", "build", "artifacts", ".dev", ".whl", ".matrix", ".pytest_cache", ".hypothesis"}
+_ROOT_ONLY = {".git", "build", "dist", "artifacts", ".dev", ".whl", ".matrix", ".pytest_cache", ".hypothesis"}
 _ANYWHERE = ("__pycache__", "*.egg-info", ".venv-*")
 
 
@@ -32,6 +32,18 @@ def copy_checkout(dest: Path) -> Path:
         return out | (set(names) & _ROOT_ONLY if Path(folder).resolve() == ROOT else set())
 
     shutil.copytree(ROOT, dest, symlinks=True, ignore=ignore)
+    return dest
+
+
+def site_view(site: Path | str, dest: Path, exclude: str) -> Path:
+    """A folder of links to every entry of ``site`` (a site-packages folder) whose name does not match the regex
+    ``exclude``: a venv layered over it (a path line in a .pth) sees those packages and not the excluded ones."""
+    import re
+
+    dest.mkdir(parents=True)
+    for entry in Path(site).iterdir():
+        if not re.match(exclude, entry.name, flags=re.I):
+            (dest / entry.name).symlink_to(entry)
     return dest
 
 

@@ -31,15 +31,13 @@ from flyship.bundle import signing as _signing
 from flyship.bundle import targets as _targets
 from flyship.errors import BundleError, FlyshipError
 
-EXIT_OK, EXIT_INVALID, EXIT_UNSIGNED, EXIT_TAMPERED, EXIT_UNTRUSTED = 0, 1, 3, 4, 5
+# A refusal is a BundleError whose kind names it (flyship/errors.py: words, not a class per failure); its exit code:
+EXIT_CODES = {"PackInvalid": 1, "PackUnsigned": 3, "PackAltered": 4, "PackUntrusted": 5}
 
 
-class CheckFailed(FlyshipError):
-    """A refused pack; ``exit_code`` says which kind of refusal (the module's table)."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+def exit_code(e: FlyshipError) -> int:
+    """The exit code of a refusal :func:`check` raised (1 for any other flyship error)."""
+    return EXIT_CODES.get(e.kind, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,14 +76,14 @@ def _verify_signature(path: Path, keys: frozenset[str] | None) -> tuple[str | No
     try:
         signer = _pack.signer(path)
     except BundleError as e:
-        raise CheckFailed(str(e), EXIT_TAMPERED) from None
+        raise BundleError(str(e), kind="PackAltered") from None
     if keys is not None and signer is None:
-        raise CheckFailed(f"flyship check {path}: expected a pack signed by a trusted key ({len(keys)} given), got an "
+        raise BundleError(f"flyship check {path}: expected a pack signed by a trusted key ({len(keys)} given), got an "
                           "unsigned pack; sign it: `flyc-build ... --pack --sign KEY` or `flyship pack BUNDLE -o F "
-                          "--sign KEY`", EXIT_UNSIGNED)
+                          "--sign KEY`", kind="PackUnsigned")
     if keys is not None and signer not in keys:
-        raise CheckFailed(f"flyship check {path}: expected a signature by a trusted key, got one by {signer}; sign "
-                          "with a trusted key, or trust this key's .pub if you trust its owner", EXIT_UNTRUSTED)
+        raise BundleError(f"flyship check {path}: expected a signature by a trusted key, got one by {signer}; sign "
+                          "with a trusted key, or trust this key's .pub if you trust its owner", kind="PackUntrusted")
     # Without trusted keys a signed pack is still checked against its own key: altered bytes are caught either way.
     return signer, keys if keys is not None else (frozenset({signer}) if signer else None)
 
@@ -100,12 +98,12 @@ def check(path: Path | str, trusted_keys: Iterable[str | os.PathLike] | None = N
         devices: device target IDs for the op table (default: the bundle's own targets).
 
     Raises:
-        CheckFailed: with the exit code of the kind of refusal.
+        BundleError: the refusal, its ``kind`` one of :data:`EXIT_CODES` (:func:`exit_code`).
     """
     p = Path(path)
     if p.is_dir() or not _pack.is_pack(p):
-        raise CheckFailed(f"flyship check: expected a packed bundle (a .flyship file), got {p} (not a zip archive); "
-                          "pack the bundle folder with `flyship pack BUNDLE -o FILE`", EXIT_INVALID)
+        raise BundleError(f"flyship check: expected a packed bundle (a .flyship file), got {p} (not a zip archive); "
+                          "pack the bundle folder with `flyship pack BUNDLE -o FILE`", kind="PackInvalid")
     for d in devices:
         _targets.parse_target(d)  # a misspelt target: a BundleError listing the accepted forms
     keys = _signing.policy(trusted_keys)
@@ -114,10 +112,10 @@ def check(path: Path | str, trusted_keys: Iterable[str | os.PathLike] | None = N
         try:
             root = _pack.open_pack(p, cache=cache, trusted_keys=sorted(verify_with) if verify_with else [])
         except BundleError as e:  # the signature does not verify, a member differs, the archive is damaged
-            raise CheckFailed(str(e), EXIT_TAMPERED) from None
+            raise BundleError(str(e), kind="PackAltered") from None
         try:
             manifest = _m.read(root)
             _rules.check_bundle(root, manifest)
         except FlyshipError as e:
-            raise CheckFailed(str(e), EXIT_INVALID) from None
+            raise BundleError(str(e), kind="PackInvalid") from None
     return CheckReport(p, signer, keys is not None, manifest, tuple(devices) or tuple(manifest.targets))

@@ -39,7 +39,7 @@ def ray_head():
     """A Ray head on 127.0.0.1 with 2 CPUs (two worker processes at a time); yields its address."""
     py = flydsl_python()
     if py is None or subprocess.run([py, "-c", "import ray"], capture_output=True).returncode != 0:
-        pytest.skip("needs ray in the FlyDSL build Python (pip install 'flyship[ray]'); it would prove that a Ray "
+        pytest.skip("needs ray in the FlyDSL build Python (pip install ray); it would prove that a Ray "
                     "cluster builds bundles byte-identical to a local build")
     port = _free_port()
     tmp = tempfile.mkdtemp(prefix="flyray-")  # short: Ray's socket paths live under it
