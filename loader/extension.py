@@ -286,7 +286,8 @@ def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
         The path of the built module.
 
     Raises:
-        ExtensionBuildError: the compiler or linker failed (its output is in the message).
+        ExtensionBuildError: no C++ compiler (one paragraph: what to install, or how to ship a prebuilt one), or the
+            compiler or linker failed (the telling line in the message, the full log in a file it names).
     """
     from filelock import FileLock, Timeout
 
@@ -315,6 +316,9 @@ def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
             _say(f"flyship: the cached C++ extension {cfg.library} fails verification ({bad}); building it again")
             cfg.library.unlink()
             prebuilt.record_path(cfg.library).unlink(missing_ok=True)
+        missing = _missing_compiler(cfg)
+        if missing is not None:  # before the "building" line and torch's own compiler checks, one paragraph
+            raise ExtensionBuildError(missing)
         _say(f"flyship: building the C++ extension ({cfg.flavor} flavor) in {cfg.directory} with "
              f"{os.environ.get('CXX', 'c++')}; this takes 15-35 s on an idle machine (longer on a busy one), once "
              "(`flyship prebuild` does it ahead of time)")
@@ -365,20 +369,57 @@ def _compile(cfg: BuildConfig, work: Path, verbose: bool | None) -> Path:
         )
     except subprocess.CalledProcessError as e:  # torch runs the compiler itself (its ABI check) before ninja
         out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else str(e.output or "")
-        raise ExtensionBuildError(
-            f"build flyship extension ({cfg.flavor}): the compiler {os.environ.get('CXX', 'c++')!r} failed "
-            f"(`{' '.join(map(str, e.cmd)) if isinstance(e.cmd, (list, tuple)) else e.cmd}` exited "
-            f"{e.returncode}; output: {out.strip()[-2000:] or 'none'}); set CXX to a working C++ compiler (c++, g++)"
-        ) from None
-    except (RuntimeError, OSError, ImportError) as e:
-        raise ExtensionBuildError(
-            f"build flyship extension ({cfg.flavor}) in {cfg.directory} failed: {e}; set FLYSHIP_VERBOSE=1 to see "
-            "the compiler commands"
-        ) from e
+        cmd = " ".join(map(str, e.cmd)) if isinstance(e.cmd, (list, tuple)) else str(e.cmd)
+        raise _build_failed(cfg, f"$ {cmd}\n(exit {e.returncode})\n{out}") from None
+    except (RuntimeError, OSError, ImportError) as e:  # ninja's failure: every compiler command and its output
+        raise _build_failed(cfg, str(e)) from e
     built = work / cfg.library.name
     if not built.is_file():
         raise ExtensionBuildError(f"build flyship extension: expected {built} after the build, found none")
     return built
+
+
+_PREBUILD_HINT = ("build it once where a compiler exists, with this same Python and torch (this image plus g++): "
+                  "`flyship prebuild -o DIR`, then ship DIR's flyship_*.so with its .so.json beside the bundle or in "
+                  "a folder named by FLYSHIP_EXTENSION_PATH (docs/shipping.md)")
+
+
+def _missing_compiler(cfg: BuildConfig) -> str | None:
+    """The error paragraph when the C++ compiler torch would run (``$CXX``, else ``c++``) is not there, else None."""
+    import shlex
+
+    cxx = os.environ.get("CXX") or "c++"
+    try:
+        program = shlex.split(cxx)[0]  # CXX may hold a launcher and flags ("ccache g++")
+    except (ValueError, IndexError):
+        program = cxx
+    if shutil.which(program):
+        return None
+    named = f"CXX={cxx!r}" if os.environ.get("CXX") else "'c++' (CXX is unset)"
+    return (f"build flyship extension ({cfg.flavor}): expected a C++ compiler to build {cfg.name}.so, got none: "
+            f"{named} is not an executable file or on PATH; and no prebuilt extension of that name was found "
+            f"(FLYSHIP_EXTENSION_PATH, beside the bundle, {installed_dir()}). Either {_PREBUILD_HINT}; or install a "
+            "C++ compiler here (apt-get install g++) or set CXX to one")
+
+
+def _build_failed(cfg: BuildConfig, log: str) -> LoadError:
+    """The error for a compiler or linker that ran and failed: one paragraph with the line that says why, the full
+    log in a file it names (not the dump of every command line: docs/shipping.md)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    telling = [line for line in lines if re.search(r"error|not found|fatal|undefined reference", line, re.I)
+               and not line.startswith(("FAILED:", "ninja: build stopped"))]
+    why = (telling or lines or ["no output"])[-1][:300]
+    cxx = os.environ.get("CXX") or "c++"
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"{cfg.name}.", suffix=".build.log", dir=cfg.directory.parent)
+        with os.fdopen(fd, "w") as f:
+            f.write(log)
+        where = f"the full log is {path}"
+    except OSError:  # no writable folder: the tail of the log instead
+        where = f"the log ends: {log[-1500:]}"
+    return ExtensionBuildError(f"build flyship extension ({cfg.flavor}): the compiler {cxx!r} failed: {why}; "
+                               f"{where}. Fix the compiler (CXX, FLYSHIP_VERBOSE=1 shows each command), or "
+                               f"{_PREBUILD_HINT}")
 
 
 def check_shared_libstdcxx(library: Path) -> None:

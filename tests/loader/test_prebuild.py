@@ -4,6 +4,7 @@ announces itself in one line, runs once under torchrun, and an interrupted one l
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -68,6 +69,49 @@ def test_a_prebuilt_extension_beside_the_bundle_loads_with_no_compiler_another_h
     assert r.stdout.split() == ["f32", "f32"]
     assert "building" not in r.stderr
     assert not (tmp_path / "other_home" / ".cache" / "torch_extensions").exists()
+
+
+NO_EXTENSION = """
+import sys, flyship
+from flyship.errors import FlyshipError
+try:
+    flyship.load(sys.argv[1])
+except FlyshipError as e:
+    print(e, file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+def test_no_prebuilt_extension_and_no_compiler_is_one_paragraph_naming_prebuild_and_the_extension_path(tmp_path,
+                                                                                                      tiny_bundle):
+    env = bare_env(tmp_path, FLYSHIP_EXTENSIONS_DIR=str(tmp_path / "ext"))  # nothing cached: a load must build
+    r = subprocess.run([PY, "-c", NO_EXTENSION, str(tiny_bundle)], cwd=tmp_path, capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 3, r.stderr
+    message = r.stderr.strip()
+    assert "\n" not in message and len(message) < 1200, message  # one paragraph, not the compiler command lines
+    assert f"CXX={str(tmp_path / 'no' / 'c++')!r} is not an executable file or on PATH" in message
+    assert "`flyship prebuild -o DIR`" in message and "FLYSHIP_EXTENSION_PATH" in message
+    assert "building" not in message
+
+
+def test_a_compiler_that_fails_gives_the_telling_line_and_the_full_log_in_a_file_it_names(tmp_path, tiny_bundle):
+    fake = tmp_path / "fake-g++"  # answers torch's version probe, then fails every compile with 40 lines of noise
+    fake.write_text('#!/bin/sh\ncase "$1" in -v|--version|-dumpversion) echo "g++ (GCC) 12.2.0"; exit 0;; esac\n'
+                    'i=0; while [ $i -lt 40 ]; do echo "noise line $i"; i=$((i+1)); done\n'
+                    'echo "plan.cpp:1:1: error: this compiler is broken on purpose" >&2; exit 1\n')
+    fake.chmod(0o755)
+    env = dict(bare_env(tmp_path, FLYSHIP_EXTENSIONS_DIR=str(tmp_path / "ext")), CXX=str(fake),
+               PATH=str(Path(sys.executable).parent))  # ninja, from this venv
+    r = subprocess.run([PY, "-c", NO_EXTENSION, str(tiny_bundle)], cwd=tmp_path, capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 3, r.stderr
+    message = r.stderr.strip().splitlines()[-1]
+    assert "error: this compiler is broken on purpose" in message and "noise line" not in message, message
+    assert len(message) < 1200 and "`flyship prebuild -o DIR`" in message
+    log = Path(re.search(r"the full log is (\S+\.build\.log)", message).group(1))
+    text = log.read_text()
+    assert "noise line 39" in text and "broken on purpose" in text
 
 
 def recipe_copies(stage: str) -> list[tuple[str, str]]:
