@@ -16,10 +16,11 @@ from flyship.compiler.pipeline import BuildOptions, PartialBuildError, Row, buil
 from flyship.errors import FlyshipError, bug_details
 
 
-def format_table(rows: list[Row]) -> str:
+def format_table(rows: list[Row], verbose: bool = False) -> str:
     """The summary table, one row per kernel launch: op, spec, arch, launch (``K/N``, only when some op launches
     several kernels per call), kernel symbol, VGPRs, SGPRs, LDS bytes, kernarg bytes, occupancy, compile seconds
-    (of the whole variant, on its first launch's row; ``-`` on the others) or ``cached``."""
+    (of the whole variant, on its first launch's row; ``-`` on the others) or ``cached``; then the notes
+    (:func:`format_notes`)."""
     multi = any(r.launches > 1 for r in rows)
     head = ("op", "spec", "arch", *(("launch",) if multi else ()), "kernel", "VGPRs", "SGPRs", "LDS bytes",
             "kernarg bytes", "occupancy", "compile s")
@@ -29,9 +30,30 @@ def format_table(rows: list[Row]) -> str:
     left = head.index("kernel") + 1  # text columns left-aligned, numbers right-aligned
     widths = [max(len(x) for x in col) for col in zip(head, *body)]
     line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
-    notes = [f"  {r.op} {r.spec} {r.target}: {r.note}" for r in rows if r.note]
+    notes = format_notes(rows, verbose)
     return "\n".join([line(head), line(tuple("-" * w for w in widths)), *(line(b) for b in body),
                       *(["", "notes:", *notes] if notes else [])])
+
+
+def format_notes(rows: list[Row], verbose: bool = False) -> list[str]:
+    """The variants' notes: each one with ``verbose``; else one line per kind of note (its words before the first
+    colon), naming the first three variants, so that one kind repeated for every generic variant (16-34 "differs
+    from Triton's JIT" in a build) does not bury a note that stands alone."""
+    noted = [r for r in rows if r.note]
+    if verbose:
+        return [f"  {r.op} {r.spec} {r.target}: {r.note}" for r in noted]
+    kinds: dict[str, list[Row]] = {}
+    for r in noted:
+        kinds.setdefault(r.note.split(":", 1)[0], []).append(r)
+    lines = []
+    for kind, rs in kinds.items():
+        if len(rs) == 1:
+            lines.append(f"  {rs[0].op} {rs[0].spec} {rs[0].target}: {rs[0].note}")
+            continue
+        named = ", ".join(f"{r.op} {r.spec} {r.target}" for r in rs[:3]) + (f" and {len(rs) - 3} more"
+                                                                             if len(rs) > 3 else "")
+        lines.append(f"  {kind}: {len(rs)} variants ({named}); flyc-build -v shows each")
+    return lines
 
 
 def report_error(e: FlyshipError, verbose: bool) -> None:
@@ -82,8 +104,9 @@ def report_error(e: FlyshipError, verbose: bool) -> None:
               help="When kernels fail, still write a bundle of those that built, recording the failures in its "
                    "manifest (the loader falls back for them); exits 1.")
 @click.option("-v", "--verbose", is_flag=True,
-              help="Print the traceback of an unexpected exception (a bug) with the error (also FLYSHIP_VERBOSE=1); "
-                   "without it the traceback goes to a file the error names.")
+              help="Print every variant's note (without it: one line per kind of note), and the traceback of an "
+                   "unexpected exception (a bug) with the error (also FLYSHIP_VERBOSE=1); without it the traceback "
+                   "goes to a file the error names.")
 def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, pack, sign_key, code_object_version,
          no_cache, executor, keep_going, verbose) -> None:
     """Compile the ops declared in SPEC into a verified bundle of code objects + manifest."""
@@ -100,14 +123,14 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
         rows = build(opts)
         packed = _write_pack(out_dir, sign_key) if pack else None
     except PartialBuildError as e:  # the bundle of what built is written: show it, then every failure
-        click.echo(format_table(e.rows))
+        click.echo(format_table(e.rows, verbose or _env.verbose()))
         click.echo(f"\nwrote {out_dir} (partial)")
         report_error(e, verbose or _env.verbose())
         sys.exit(1)
     except FlyshipError as e:  # every deliberate error carries its own wording; anything else is a bug
         report_error(e, verbose or _env.verbose())
         sys.exit(1)
-    click.echo(format_table(rows))
+    click.echo(format_table(rows, verbose or _env.verbose()))
     click.echo(f"\nwrote {out_dir}" + (f" and {packed}" if packed else ""))
 
 

@@ -144,6 +144,9 @@ void add_bundle_class(py::module_& m) {
            }),
            py::arg("plan"), py::arg("selector"), py::arg("fallback"))
       .def("register", [](Bundle& b) { register_kernels(b); })
+      // load(..., reload=True): the kernels registered above go (each torch::Library deregisters what it made), so
+      // the namespace's schemas can be defined again; calls already holding the core keep it alive.
+      .def("unregister", [](Bundle& b) { b.libraries.clear(); })
       .def_property(
           "fallback", [](const Bundle& b) { return b.core->fallback(); },
           [](Bundle& b, bool on) { b.core->set_fallback(on); })

@@ -12,8 +12,11 @@ Registration (per op, under the manifest's namespace or the one given to :func:`
 * each composite (schema 1.4): a CompositeImplicitAutograd kernel running the bundle's own function
   (:mod:`flyship.loader.composites`).
 
-The ops stay registered for the life of the process; loading the same bundle again returns the same
-:class:`Ops`.
+The ops stay registered for the life of the process; loading the same content again (the same manifest, from any
+path) returns the same :class:`Ops`. ``load(..., reload=True)`` replaces a namespace's ops (a rebuilt bundle in a
+notebook): torch.library cannot define a schema twice, so the earlier registrations are removed first, the C++
+kernels (:func:`_unregister`) and then the Python ``Library`` (its defs, fake, CPU, autograd and composite kernels;
+``Library._destroy`` also drops ``torch.ops``' cached packets).
 """
 
 from __future__ import annotations
@@ -125,7 +128,7 @@ def _register(manifest: _m.Manifest, namespace: str, core: Any, references: list
     return lib, cpu_kernels
 
 
-def _check_load_args(path: Any, references: Any, verify: Any, tuning: Any) -> None:
+def _check_load_args(path: Any, references: Any, verify: Any, tuning: Any, reload: Any = False) -> None:
     """The types of :func:`load`'s arguments that nothing later checks with a message of its own.
 
     Raises:
@@ -142,8 +145,9 @@ def _check_load_args(path: Any, references: Any, verify: Any, tuning: Any) -> No
     if references is not None and not isinstance(references, Mapping):
         raise ConfigError(f"flyship.load(references=): expected a mapping of op name -> PyTorch function, got "
                           f"{shown(references)}; pass references={{'add': my_add}}")
-    if not isinstance(verify, bool):
-        raise ConfigError(f"flyship.load(verify=): expected True or False, got {shown(verify)}")
+    for name, value in (("verify", verify), ("reload", reload)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"flyship.load({name}=): expected True or False, got {shown(value)}")
     if tuning is not None and not isinstance(tuning, (str, os.PathLike)):
         raise ConfigError(f"flyship.load(tuning=): expected the path of a tuning table (`flyship tune` writes one) "
                           f"as a str or pathlib.Path, got {shown(tuning)}; pass tuning='tuning.json'")
@@ -152,7 +156,7 @@ def _check_load_args(path: Any, references: Any, verify: Any, tuning: Any) -> No
 def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., Any]]] = None,
          fallback: Optional[bool] = None, verify: bool = False, namespace: Optional[str] = None,
          tuning: Optional[str | Path] = None, tuning_device: int = 0,
-         trusted_keys: Optional[Sequence[str | Path]] = None) -> Ops:
+         trusted_keys: Optional[Sequence[str | Path]] = None, reload: bool = False) -> Ops:
     """Load a bundle built by ``flyc-build`` and register its ops with torch.
 
     Args:
@@ -170,13 +174,17 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         tuning_device: the GPU whose target and CU count select the table's entries.
         trusted_keys: public keys (``.pub`` files from ``flyship keygen`` or hex); when given (default:
             ``FLYSHIP_TRUSTED_KEYS``), only a pack signed by one of them loads (docs/security.md).
+        reload: replace the ops already registered under this namespace by another bundle or other content (a
+            rebuilt bundle, in one process), with a warning: ``torch.ops.<ns>.*`` and later loads get the new ops;
+            an :class:`Ops` object from the earlier load keeps calling the earlier kernels, and a function compiled
+            earlier keeps its graph (``torch._dynamo.reset()`` before compiling again).
 
     Returns:
         The bundle's :class:`Ops`. Loading the same bundle again returns the same object.
 
     Raises:
         BundleError: the manifest or a code object is invalid, a packed file is damaged, or the namespace
-            is taken by another bundle.
+            is taken by other content (without ``reload=True``).
         ExtensionBuildError: the C++ extension could not be built.
         ConfigError: ``path``, ``references``, ``verify`` or ``tuning`` of the wrong type, ``fallback`` is not a
             bool, or ``tuning_device`` is not a GPU device.
@@ -186,7 +194,7 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         ops = flyship.load("artifacts/examples")
         y = ops.add(x, y)
     """
-    _check_load_args(path, references, verify, tuning)
+    _check_load_args(path, references, verify, tuning, reload)
     if fallback is not None:
         fallback = fallback_flag(fallback, "flyship.load(fallback=)")
     root = _pack.bundle_dir(path, trusted_keys)
@@ -205,21 +213,36 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
         digest = hashlib.sha256((digest + Path(tuning).read_text()).encode()).hexdigest()
     with _lock:
         existing = _loaded.get(ns)
-        if existing is not None:
-            if existing._digest != digest or existing.path.resolve() != root.resolve() or references:
-                raise BundleError(f"load bundle {root}: namespace {ns!r} is already registered by the bundle at "
-                                  f"{existing.path} in this process; torch ops cannot be replaced, so load this one "
-                                  "with load(..., namespace='<another name>')")
-            if fallback is not None:
+        if existing is not None and not reload and existing._digest == digest and not references:
+            if fallback is not None:  # the same content, from this path or another: the ops registered already
                 existing.fallback = fallback
             ops = existing
+        elif existing is not None and not reload:
+            raise BundleError(f"load bundle {root}: namespace {ns!r} is already registered in this process by the "
+                              f"bundle at {existing.path}, with other content; pass reload=True to replace its ops "
+                              "(a rebuilt bundle), or load this one with load(..., namespace='<another name>')")
         else:
+            if existing is not None:
+                _unregister(existing, root)
             ops = _load_new(path, root, plan, ns, references, fallback, table, tuning_device, digest)
             _loaded[ns] = ops
     if verify:
         report = ops.verify()
         report.raise_on_failure()
     return ops
+
+
+def _unregister(old: Ops, root: Path) -> None:
+    """Remove the registrations of ``old`` (``reload=True``): its C++ kernels, then its ``torch.library`` fragment,
+    whose destruction removes the schemas, so that the namespace can be defined again."""
+    import warnings
+
+    old._core.unregister()
+    old._library._destroy()
+    warnings.warn(f"flyship.load(reload=True): replaced the ops of namespace {old.namespace!r} (bundle {old.path} -> "
+                  f"{root}); the Ops object of the earlier load keeps its kernels, functions compiled before keep "
+                  "their graphs: use the returned ops, and torch._dynamo.reset() before compiling again",
+                  UserWarning, stacklevel=3)
 
 
 def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str,

@@ -348,7 +348,10 @@ class Ops:
         return sorted(set(super().__dir__()) | set(self._ops) | set(self.__dict__.get("_composites", {})))
 
     def __repr__(self) -> str:
-        return f"<flyship bundle {self.namespace} from {self.path}: {', '.join(self._ops)}>"
+        backwards = self.backwards
+        ops = [f"{n} (backward: {backwards[n]})" if n in backwards else n for n in self._ops]
+        composites = f"; composites: {', '.join(self.composites)}" if self.composites else ""
+        return f"<flyship bundle {self.namespace} from {self.path}: {', '.join(ops)}{composites}>"
 
     @property
     def manifest(self) -> _m.Manifest:
@@ -357,7 +360,21 @@ class Ops:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """The ops with kernels (``ops.<name>`` handles), in manifest order; composites: :attr:`composites`."""
         return tuple(self._ops)
+
+    @property
+    def composites(self) -> tuple[str, ...]:
+        """The composite ops (schema 1.4): torch code over this bundle's ops, ``ops.<name>`` is their torch.ops
+        packet."""
+        return tuple(self.__dict__.get("_composites", {}))
+
+    @property
+    def backwards(self) -> dict[str, str]:
+        """Each op or composite that has a derivative -> its backward op (an op or a composite of this bundle), so
+        ``loss.backward()`` through it runs that op."""
+        heads = [*self._plan.head.ops, *self._plan.head.composites]
+        return {h.name: h.backward.op for h in heads if getattr(h, "backward", None) is not None}
 
     @property
     def targets(self) -> tuple[str, ...]:

@@ -37,6 +37,8 @@ def describe(manifest: _m.Manifest) -> str:
              f"{manifest.build.flyship_version} under Python {manifest.build.python}; "
              f"frontends {', '.join(f'{k} {v}' for k, v in sorted(manifest.build.frontends.items()))})",
              f"targets: {', '.join(manifest.targets)}"]
+    backward_of = {h.backward.op: h.name for h in (*manifest.ops, *manifest.composites)
+                   if getattr(h, "backward", None) is not None}
     for op in manifest.ops:
         functional, out = schemas(op)
         lines.append("")
@@ -44,6 +46,7 @@ def describe(manifest: _m.Manifest) -> str:
         if out is not None:
             lines.append(f"{manifest.namespace}::{out}")
         lines.append(f"  {op.doc}  [{op.frontend}; reference: {op.reference or 'none'}]")
+        lines += _autograd_lines(op, backward_of)
         batched = [f"{a.name} (rank {a.rank})" for a in op.args if a.batch]
         if batched:
             back = [o.name for o in op.outputs if o.batch]
@@ -58,7 +61,27 @@ def describe(manifest: _m.Manifest) -> str:
             if implied:
                 lines.append(f"    layout (implied by the kernargs): {'; '.join(implied)}")
             lines.append(f"    targets: {targets}")
+    for c in manifest.composites:
+        from flyship.loader.composites import schema
+
+        lines += ["", f"{manifest.namespace}::{schema(c)}",
+                  f"  {c.doc}  [composite: {manifest.references}:{c.function}, torch code over this bundle's ops]"]
+        lines += _autograd_lines(c, backward_of)
     return "\n".join(lines)
+
+
+def _autograd_lines(head: object, backward_of: dict[str, str]) -> list[str]:
+    """``backward: <op> (grads x <- dx, ...)`` for an op or composite with a derivative, ``backward of: <op>`` for
+    the op that is one."""
+    out = []
+    b = getattr(head, "backward", None)
+    if b is not None:
+        grads = ", ".join(f"{x} <- {g}" for x, g in b.grads.items())
+        out.append(f"  backward: {b.op} (grads {grads})")
+    name = getattr(head, "name")
+    if name in backward_of:
+        out.append(f"  backward of: {backward_of[name]}")
+    return out
 
 
 @click.group()

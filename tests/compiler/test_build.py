@@ -58,6 +58,22 @@ def test_the_build_table_shows_the_occupancy_each_kernel_can_reach():
     assert "occupancy" in head and "4 waves/SIMD (VGPRs)" in row
 
 
+def test_the_notes_are_one_line_per_kind_with_every_note_under_verbose():
+    from flyship.compiler.pipeline import Row
+    from flyship.compiler.cli import format_table
+
+    jit = [Row("add", f"f32__g{k}", "sm_90a", 32, 16, 0, 24, 1.0, note=f"differs from Triton's JIT for the example "
+               f"call: x tt.divisibility=16 ({k})") for k in range(5)]
+    alone = Row("rms", "bf16", "gfx942", 32, 16, 0, 24, 1.0, note="spilled 8 VGPRs to scratch")
+    notes = format_table([*jit, alone]).split("notes:\n", 1)[1].splitlines()
+    assert notes == ["  differs from Triton's JIT for the example call: 5 variants (add f32__g0 sm_90a, add f32__g1 "
+                     "sm_90a, add f32__g2 sm_90a and 2 more); flyc-build -v shows each",
+                     "  rms bf16 gfx942: spilled 8 VGPRs to scratch"]
+    every = format_table([*jit, alone], verbose=True).split("notes:\n", 1)[1].splitlines()
+    assert len(every) == 6 and every[4] == "  add f32__g4 sm_90a: differs from Triton's JIT for the example call: " \
+                                           "x tt.divisibility=16 (4)"
+
+
 def test_every_code_object_was_proven_identical_to_flydsls_own(example_bundle):
     m = M.read(example_bundle)
     for op in m.ops:

@@ -224,6 +224,22 @@ def test_composites_are_ops_of_the_bundle_and_named_in_its_errors(ops):
         ops.no_such_op  # noqa: B018 - the message lists composites too
 
 
+def test_flyship_list_and_the_ops_object_show_the_composites_and_the_backward_pairs(ops, training_bundle):
+    from flyship.loader.tools.cli import describe
+
+    assert ops.composites == ("scale_bwd", "cross_entropy", "swiglu", "rope")
+    assert ops.backwards == {"swiglu_fwd": "swiglu_bwd", "rope_fwd": "rope_bwd", "ce_fwd": "ce_bwd",
+                             "scale": "scale_bwd"}  # scale's backward is a composite (a host step after a kernel)
+    assert "swiglu_fwd (backward: swiglu_bwd)" in repr(ops) and "composites: scale_bwd, cross_entropy" in repr(ops)
+    text = describe(_m.read(training_bundle))
+    assert "  backward: rope_bwd (grads q <- dq)" in text and "  backward of: rope_fwd" in text
+    assert f"{ops.namespace}::" not in text  # the manifest's namespace, not the one this test loaded under
+    m = _m.read(training_bundle)
+    composite = text.split(f"\n{m.namespace}::cross_entropy(", 1)[1]
+    assert "[composite: references.py:" in composite.splitlines()[1]
+    assert "  backward of: scale" in text.split(f"\n{m.namespace}::scale_bwd(", 1)[1]
+
+
 def _pointers(kernargs: bytes) -> set[int]:
     return {struct.unpack_from("<Q", kernargs, o)[0] for o in range(0, len(kernargs) - 7, 8)}
 

@@ -173,7 +173,7 @@ def test_references_for_unknown_ops_are_refused(tiny_bundle, ext):
 
 def test_a_second_bundle_cannot_take_a_loaded_namespace(tiny, bundle_copy):
     root = bundle_copy(lambda d: op_json(d, "add").update(doc="changed"))
-    with pytest.raises(BundleError, match="namespace 'flyship_tiny' is already registered by the bundle at"):
+    with pytest.raises(BundleError, match="namespace 'flyship_tiny' is already registered in this process by the bundle at"):
         flyship.load(root)
 
 
