@@ -324,9 +324,44 @@ def key_warnings(op: Any, grids: dict[str, Sequence[str]]) -> list[str]:
         for e in exprs:
             for d in _dims(e, op) - covered - pinned:
                 missing.setdefault(d, set()).add(s.name)
-    return [f"op {op.name}: key {list(space.key)} leaves out {d}, which the grid or guard of "
-            f"{len(ss)} specialization(s) depends on (e.g. {sorted(ss)[0]}); a tuning table would reuse one "
-            f"config across every value of {d}: add it to key=" for d, ss in sorted(missing.items())]
+    # One line per dimension: names the guards make equal (``w.shape[0] == x.shape[1]``) are one dimension.
+    same = _equal_dims(op)
+    groups: dict[str, tuple[set[str], set[str]]] = {}
+    for d, ss in missing.items():
+        names, specs = groups.setdefault(same(d), (set(), set()))
+        names.add(d)
+        specs |= ss
+    lines = []
+    for names, ss in sorted(groups.values(), key=lambda g: sorted(g[0])):
+        d, *aliases = sorted(names)
+        also = f" (= {', '.join(aliases)})" if aliases else ""
+        lines.append(f"op {op.name}: key {list(space.key)} leaves out {d}{also}, which the grid or guard of "
+                     f"{len(ss)} specialization(s) depends on (e.g. {sorted(ss)[0]}); a tuning table would reuse one "
+                     f"config across every value of {d}: add it to key=")
+    return lines
+
+
+def _equal_dims(op: Any) -> Any:
+    """A function naming each dimension's class: dimensions the specs' guards make equal (``a == b``, each side one
+    dimension) share one."""
+    parent: dict[str, str] = {}
+
+    def find(d: str) -> str:
+        while parent.get(d, d) != d:
+            d = parent[d]
+        return d
+
+    for s in op.specs:
+        for c in s.constraints:
+            cmp = _comparison(c)
+            if cmp is None or cmp[0] != "eq":
+                continue
+            lhs, rhs = _dims(cmp[1], op), _dims(cmp[2], op)
+            if len(lhs) == 1 and len(rhs) == 1:
+                a, b = find(next(iter(lhs))), find(next(iter(rhs)))
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    return find
 
 
 # --------------------------------------------------------------------------------------------------
