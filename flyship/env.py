@@ -75,7 +75,7 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("FLYSHIP_BUNDLE_CACHE", "folder", "`$XDG_CACHE_HOME/flyship/bundles`, else `~/.cache/flyship/bundles`",
            "where packs opened by `flyship.load(FILE)` are extracted, under `<sha256 of the file>`."),
     Switch("FLYSHIP_PLAN_CACHE", "folder", "`$XDG_CACHE_HOME/flyship/plans`, else `~/.cache/flyship/plans`",
-           "where `flyship.load` keeps each bundle's checked, lowered plan (docs/loader.md, \"The plan cache\"); an "
+           "where `flyship.load` keeps each bundle's checked, lowered plan (docs/loader-internals.md, \"The plan cache\"); an "
            "off word (`0`, `false`, `no`, `off`) reads, checks and lowers the manifest at every load instead."),
     Switch("FLYSHIP_TRUSTED_KEYS", "keys", "unset",
            "`:`-separated public keys (`.pub` files from `flyship keygen`, or 64 hex digits); when set, "

@@ -7,7 +7,7 @@
     torch.ops.<namespace>.softmax(x)            # the same op, traceable by torch.compile
     ops.softmax.stats()                         # launches per specialization, fallbacks per reason
 
-Never imports flydsl or triton. ``docs/loader.md`` describes the design. The C++ extension is
+Never imports flydsl or triton. ``docs/loader.md`` (user guide) and ``docs/loader-internals.md`` describe the design. The C++ extension is
 ``flyship.loader.extension`` (``extension.extension()`` builds or finds it).
 """
 

@@ -320,7 +320,7 @@ def build(cfg: BuildConfig, verbose: bool | None = None) -> Path:
         if missing is not None:  # before the "building" line and torch's own compiler checks, one paragraph
             raise ExtensionBuildError(missing)
         _say(f"flyship: building the C++ extension ({cfg.flavor} flavor) in {cfg.directory} with "
-             f"{os.environ.get('CXX', 'c++')}; this takes 15-35 s on an idle machine (longer on a busy one), once "
+             f"{os.environ.get('CXX', 'c++')}; this takes ~25-35 s on 16 idle cores, 1-3 minutes on 2 busy ones, once "
              "(`flyship prebuild` does it ahead of time)")
         cfg.directory.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".build-", dir=cfg.directory))

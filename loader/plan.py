@@ -7,7 +7,7 @@ by the manifest's names ("tensor", "pointer", "i32", "cdiv"); the core maps each
 parse, so the codes exist only in C++ (``csrc/plan.h``, ``csrc/expr.h``; exported as ``PLAN_TABLES``). The plan
 travels as plain dicts and lists, each built by the plan contract (:mod:`flyship.bundle.plan_contract`, from which
 ``csrc/plan_fields.h`` is generated: :func:`lower_by_contract`); its shape is versioned by ``PLAN_VERSION``
-(``kPlanVersion`` in C++) and documented in ``docs/loader.md``.
+(``kPlanVersion`` in C++) and documented in ``docs/loader-internals.md``.
 """
 
 from __future__ import annotations
