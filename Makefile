@@ -70,6 +70,7 @@ setup: install
 
 # flyship is on no package index: a wheel of this checkout (pure Python, one for every machine), which
 # `pip install --find-links dist "flyship[compiler]"` / `... flyship` install by name (README, "Installing").
+# PY needs pip (Debian: python3-pip), or use a venv's: make wheel PY=.venv-workload/bin/python.
 wheel:
 	rm -rf build *.egg-info
 	$(PY) -m pip wheel -q --no-deps -w dist .
