@@ -139,20 +139,18 @@ def test_triton_compiles_something():
 """
 
 
-@pytest.mark.parametrize("mark, fails", [("", True), ("pytestmark = pytest.mark.compile", False)])
-def test_an_unmarked_triton_only_test_is_caught_and_a_compile_marked_one_passes(tmp_path, mark, fails):
+def test_an_unmarked_triton_only_test_is_caught_and_a_compile_marked_one_passes(tmp_path):
     tree = tmp_path / "tree"
     (tree / "tests" / "compiler").mkdir(parents=True)
     (tree / "tests" / "matrix").mkdir()  # every tier's path exists (the matrix tier's holds nothing here)
-    (tree / "tests" / "compiler" / "test_planted.py").write_text(textwrap.dedent(PLANTED.format(mark=mark)))
+    for name, mark in (("unmarked", ""), ("marked", "pytestmark = pytest.mark.compile")):
+        (tree / "tests" / "compiler" / f"test_{name}.py").write_text(textwrap.dedent(PLANTED.format(mark=mark)))
     tiers = makefile_tiers((ROOT / "Makefile").read_text())
     found = problems(tiers, run_tiers(tiers, tree, tmp_path))
-    if not fails:
-        assert found == []
-        return
     text = "\n".join(found)
-    assert "tests/compiler/test_planted.py::test_triton_compiles_something (markers none) is selected by no tier" in text
-    assert "expected exactly one tier marker" in text
+    assert "tests/compiler/test_unmarked.py::test_triton_compiles_something (markers none) is selected by no tier" in text
+    assert "tests/compiler/test_unmarked.py::test_triton_compiles_something: expected exactly one tier marker" in text
+    assert len(found) == 2 and "test_marked.py" not in text, found  # the compile-marked copy runs in the compile tier
 
 
 def test_a_file_skipped_at_collection_in_every_tier_is_caught():
