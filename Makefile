@@ -88,24 +88,30 @@ bundles: install
 	$(FLYDSL_VENV)/bin/flyc-build examples/triton/ops.py -o $(TRITON_BUNDLE) --arch sm_90 --arch gfx942 -j $(JOBS) --force
 	$(FLYDSL_VENV)/bin/flyc-build examples/triton/training.py -o artifacts/training --arch sm_90 -j $(JOBS) --force
 
-# Tests are tiered: `compile` (FlyDSL + LLVM; runs in the build Python), `cpu`/`hip` (workload Python),
-# `gpu` (skipped here with the reason). The workload tier builds the bundles it needs through flyc-build.
+# Tests are tiered: `compile` (FlyDSL + Triton + LLVM; runs in the build Python), `cpu`/`hip`/`hipnv` (workload
+# Python), `gpu` (skipped here with the reason), `matrix` (make test-matrix). The workload tier builds the bundles it
+# needs through flyc-build. These three expressions and the recipes that run them are the one statement of the tiers:
+# tests/test_tiers.py reads them here and fails when a test is selected by no tier in a Python that can import it.
+TIER_COMPILE  := compile
+TIER_WORKLOAD := not compile and not matrix
+TIER_MATRIX   := matrix
+
 test: install
-	$(FLYDSL_PY) -m pytest -m compile tests
-	$(WORKLOAD_PY) -m pytest -m "not compile and not matrix" tests
+	$(FLYDSL_PY) -m pytest -m "$(TIER_COMPILE)" tests
+	$(WORKLOAD_PY) -m pytest -m "$(TIER_WORKLOAD)" tests
 
 # The hostile suite alone (part of `make test`'s workload tier): the readers' explicit hostile inputs and the
 # reader fuzz (FLYSHIP_FUZZ_CASES per reader, default 10000), every case in a child process under a memory and
 # a time limit; prints the tallies.
 test-hostile: install
-	$(WORKLOAD_PY) -m pytest -m "not compile and not matrix" tests/hostile
+	$(WORKLOAD_PY) -m pytest -m "$(TIER_WORKLOAD)" tests/hostile
 
 # The version matrix: each cell builds examples/flydsl_portable for gfx942 + gfx950 in its own venv; the
 # workload Python loads every bundle (oldest and newest side by side) and checks the kernarg packing; and a
 # fresh venv made as the README says (pip install ".[compiler]" next to FlyDSL 0.1.5) keeps its FlyDSL.
 test-matrix: install
 	FLYSHIP_MATRIX="$(strip $(MATRIX))" FLYSHIP_MATRIX_DIR=$(MATRIX_DIR) FLYSHIP_MATRIX_TORCH_PY311=$(TORCH_PIN) \
-	    $(WORKLOAD_PY) -m pytest -m matrix tests/matrix
+	    $(WORKLOAD_PY) -m pytest -m "$(TIER_MATRIX)" tests/matrix
 
 gpu-check:
 	bash scripts/gpu_check.sh $(TRITON_BUNDLE)

@@ -12,7 +12,7 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
-VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "flyship" / "__init__.py").read_text()).group(1)
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "flyship" / "version.py").read_text()).group(1)
 
 # Each source folder and every subpackage in it (found, so a new subpackage cannot be left out).
 PACKAGE_DIR = {"flyship": "flyship", "flyship.csrc": "csrc"}

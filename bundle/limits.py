@@ -81,6 +81,8 @@ MAX_PROGRAM_WORDS = 256
 """Words (opcodes and operands) of one compiled expression program."""
 MAX_PROGRAM_DEPTH = 32
 """Evaluation stack entries one expression program may need."""
+MAX_DEVICES = 64
+"""GPU indices 0..63: the C++ core keeps per-device state in arrays of this size; the loader refuses a larger index."""
 
 # The plan contract: what Python (flyship/loader/plan.py) lowers and the C++ core parses (csrc/plan.cpp).
 PLAN_VERSION = 10
@@ -101,6 +103,7 @@ CXX_CONSTANTS = (
     ("kMaxRank", "MAX_RANK"),
     ("kMaxProgramWords", "MAX_PROGRAM_WORDS"),
     ("kMaxProgramDepth", "MAX_PROGRAM_DEPTH"),
+    ("kMaxDevices", "MAX_DEVICES"),
     ("kOnPurpose", "VARIANT_ON_PURPOSE"),
 )
 HEADER = "limits.h"
@@ -116,6 +119,9 @@ def cxx_header() -> str:
              "#pragma once", "", "#include <cstdint>", "", "namespace flyship {", ""]
     for cxx, name in CXX_CONSTANTS:
         lines.append(f"constexpr int64_t {cxx} = {int(table[name])};  // {name}")
-    lines += ["", "}  // namespace flyship", ""]
+    lines += ["", "}  // namespace flyship", "",
+              "// Every constant above, for code that lists them all (the extension's LIMITS): X(name) each.",
+              "#define FLYSHIP_SHARED_LIMITS(X) \\", *(f"  X({cxx}) \\" for cxx, _ in CXX_CONSTANTS[:-1]),
+              f"  X({CXX_CONSTANTS[-1][0]})", ""]
     return "\n".join(lines)
 

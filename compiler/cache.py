@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from filelock import FileLock
 
-from flyship import __version__
+from flyship.version import __version__
 from flyship.bundle import files as _files
 from flyship.bundle import trust as _trust
 from flyship.bundle.files import atomic_write

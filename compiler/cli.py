@@ -174,9 +174,14 @@ def run() -> None:
 def _stop_leftovers() -> None:
     """No process outlives flyc-build (one left would also hold its output open: ``flyc-build ... | tee`` waits)."""
     stopped = _hygiene.sweep_descendants()
-    if stopped:
-        print(f"flyc-build: stopped {len(stopped)} process(es) still running as the build ended (started by the spec "
-              f"file, the DSL or a tool, and left running): {', '.join(stopped)}", file=sys.stderr, flush=True)
+    others = [str(s) for s in stopped if not s.tool]
+    tools = [str(s) for s in stopped if s.tool]
+    if others:
+        print(f"flyc-build: stopped {len(others)} process(es) still running as the build ended (started by the spec "
+              f"file or the DSL, and left running): {', '.join(others)}", file=sys.stderr, flush=True)
+    if tools:
+        print(f"flyc-build: stopped {len(tools)} of flyship's own tool process(es) still running as the build ended: "
+              f"{', '.join(tools)}", file=sys.stderr, flush=True)
 
 
 def _workers_skip_main() -> None:

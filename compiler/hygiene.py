@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import ctypes.util
 import errno
 import fcntl
@@ -40,7 +41,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterator, NoReturn, Optional
+from typing import Iterator, Mapping, NoReturn, Optional
 
 from flyship.errors import CompileError
 
@@ -140,9 +141,47 @@ def descendants(pids: list[int]) -> dict[int, int]:
     return {pid: start for pid, start in seen.items() if _proc_stat(pid) is not None}
 
 
-def stop_processes(found: dict[int, int]) -> list[str]:
+# flyship's own tool processes (llvm-mc, ld.lld, clang-offload-bundler, the toolchain's probes) are started with this
+# variable in their environment (:func:`tool_env`), so a process a sweep finds is told apart by how it was started,
+# never by its name: a spec file's processes inherit the worker's environment, which does not hold it.
+TOOL_MARK = "FLYSHIP_TOOL_PROCESS"
+_MAX_ENVIRON_BYTES = 1 << 20
+
+
+def tool_env(environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """The environment to start one of flyship's own tools with: ``environ`` (default: this process's) and
+    :data:`TOOL_MARK`."""
+    out = dict(os.environ if environ is None else environ)
+    out[TOOL_MARK] = "1"
+    return out
+
+
+def is_tool_process(pid: int) -> bool:
+    """Whether ``pid`` was started by flyship as one of its tools (:func:`tool_env`; a process a tool starts inherits
+    it). Read from ``/proc/<pid>/environ`` (the environment it was started with), bounded; False where unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read(_MAX_ENVIRON_BYTES)
+    except OSError:
+        return False
+    return f"{TOOL_MARK}=1".encode() in data.split(b"\0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stopped:
+    """A process :func:`stop_processes` stopped: its pid, its name, and whether it was one of flyship's own tools."""
+
+    pid: int
+    name: str
+    tool: bool
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} ({self.name})"
+
+
+def stop_processes(found: dict[int, int]) -> list[Stopped]:
     """SIGKILL each process of ``found`` (pid -> start time, from :func:`descendants`) that still runs with that start
-    time; returns each one stopped as ``pid N (name)``."""
+    time; returns each one stopped (``str()``: ``pid N (name)``), saying which were flyship's own tools."""
     stopped = []
     for pid, start in found.items():
         st = _proc_stat(pid)
@@ -152,11 +191,12 @@ def stop_processes(found: dict[int, int]) -> list[str]:
             name = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             name = "?"
+        tool = is_tool_process(pid)  # read before the kill: /proc forgets it
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             continue
-        stopped.append(f"pid {pid} ({name})")
+        stopped.append(Stopped(pid, name, tool))
     return stopped
 
 
@@ -178,7 +218,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def sweep_descendants(seconds: float = 2.0) -> list[str]:
+def sweep_descendants(seconds: float = 2.0) -> list[Stopped]:
     """At the end of the build process: stop every process still descending from it (it is a child subreaper,
     :func:`adopt_orphans`, so what a worker's exit handler started, what a dead worker left, what the planning import
     started and detached are all here) but multiprocessing's resource tracker, which leaves by itself once its pipe

@@ -126,9 +126,20 @@ def close(executor: cf.ProcessPoolExecutor, who: str, say: Callable[[str], None]
         say(f"flyc-build: the {who} process {', '.join(str(p.pid) for p in stuck)} had not ended {grace:g} "
             "s after its last kernel (something the spec file started kept it: an exit handler that waits, a child "
             "process it joins); stopped it")
-    if stopped:
-        say(f"flyc-build: stopped {len(stopped)} process(es) that the spec file started in a {who} and left running "
-            f"after it ended: {', '.join(stopped)}; a spec file should not leave processes behind")
+    say_stopped(stopped, who, say)
+
+
+def say_stopped(stopped: list[_hygiene.Stopped], who: str, say: Callable[[str], None]) -> None:
+    """Name the processes stopped after a worker ended: the spec file's apart from flyship's own tools (told apart by
+    how they were started, :func:`flyship.compiler.hygiene.tool_env`), which are never the spec file's doing."""
+    spec = [str(s) for s in stopped if not s.tool]
+    tools = [str(s) for s in stopped if s.tool]
+    if spec:
+        say(f"flyc-build: stopped {len(spec)} process(es) that the spec file started in a {who} and left running "
+            f"after it ended: {', '.join(spec)}; a spec file should not leave processes behind")
+    if tools:
+        say(f"flyc-build: stopped {len(tools)} of flyship's own tool process(es) (the assembler, linker or bundler it "
+            f"runs) still running as the {who} ended: {', '.join(tools)}")
 
 
 def start(cfg: WorkerConfig, tracing: int, pipelined: bool, warm: int = 0) -> Pool:

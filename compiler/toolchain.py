@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from flyship import env
+from flyship.compiler import hygiene as _hygiene
 from flyship.errors import CompileError
 
 REQUIRED_TOOLS = ("llvm-mc", "ld.lld")
@@ -174,7 +175,8 @@ def tool_versions(argvs: Sequence[Sequence[str]]) -> list[str]:
 
 def _run_version(argv: Sequence[str]) -> str:
     try:
-        r = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60, check=False)
+        r = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60, check=False,
+                           env=_hygiene.tool_env())
     except OSError as e:
         raise ToolchainError(f"run {' '.join(argv)} --version: expected a runnable tool, got {e}") from None
     out = r.stdout + r.stderr
@@ -333,7 +335,7 @@ def run_tool(tool: Tool, args: Sequence[str], *, operation: str, environ: Mappin
     cmd = [*tool.argv, *args]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
-                           env=None if environ is None else dict(environ))
+                           env=_hygiene.tool_env(environ))
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolchainError(f"{operation}: expected {tool.name} {tool.describe()} to run, got {e}") from None
     if r.returncode != 0:
@@ -387,7 +389,8 @@ def check_targets(toolchain: Toolchain, archs: Sequence[str]) -> None:
             cmd = [*toolchain.assembler.argv,
                    *assembler_args(toolchain, PROBE_TRIPLE, target, src, Path(tmp) / "probe.o")]
             try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False,
+                                   env=_hygiene.tool_env())
             except (OSError, subprocess.TimeoutExpired) as e:
                 raise ToolchainError(f"check target {target}: expected {toolchain.assembler.describe()} to run, "
                                      f"got {e}") from None

@@ -8,8 +8,7 @@
 namespace flyship {
 
 DeviceState& BundleCore::device(int index) {
-  FLYSHIP_CHECK(index >= 0 && index < kMaxDevices, "flyship: device index ", index, " out of range (0..",
-              kMaxDevices - 1, ")");
+  check_device_index(index);
   DeviceState* ds = devices_[index].load(std::memory_order_acquire);
   if (ds != nullptr) return *ds;
   driver::DeviceInfo info;

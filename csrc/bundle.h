@@ -42,7 +42,7 @@ class BundleCore {
                 kPlanVersion, "; the loader and its compiled extension are out of step, rebuild it (flyship prebuild)");
     ns_ = need<std::string>(plan, "namespace", "bundle");
     fallback_.store(fallback);
-    for (size_t d = 0; d < kMaxDevices; ++d) devices_[d].store(nullptr);
+    for (int64_t d = 0; d < kMaxDevices; ++d) devices_[d].store(nullptr);
     auto ops = need<py::list>(plan, "ops", "bundle");
     auto refs = need<py::list>(plan, "references", "bundle");
     FLYSHIP_CHECK(refs.size() == ops.size(), "flyship plan: one reference entry per op expected");

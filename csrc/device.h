@@ -8,10 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "driver.h"
 #include "limits.h"
 
 namespace flyship {
+
+// A device index the core keeps state for: 0..kMaxDevices - 1 (limits.h, from bundle/limits.py MAX_DEVICES; the
+// loader's flyship.loader.selection.device_index refuses the same in Python).
+inline void check_device_index(int64_t index) {
+  FLYSHIP_CHECK_VALUE(index >= 0 && index < kMaxDevices, "flyship: device index ", index, " out of range (0..",
+                      kMaxDevices - 1, ")");
+}
 
 // kOnPurpose (limits.h, from bundle/limits.py VARIANT_ON_PURPOSE): a selection's variant index for a specialization
 // that runs the op's reference on purpose (a tuned bucket the original wins): when its guard holds, the call runs the

@@ -14,11 +14,11 @@
 #include <utility>
 
 #include "driver.h"
+#include "limits.h"  // kMaxDevices (bundle/limits.py MAX_DEVICES)
 
 namespace flyship::driver {
 namespace {
 
-constexpr int kMaxDevices = 64;
 
 Status status(CUresult e, const char* call) {
   if (e == CUDA_SUCCESS) return {};

@@ -128,8 +128,9 @@ void Launcher::enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKer
   std::vector<uint8_t> heap_buf;
   uint8_t* buf = inline_buf;
   if (static_cast<size_t>(v.kernarg_size) > kInlineKernargBytes) {
-    heap_buf.resize(static_cast<size_t>(v.kernarg_size) + 64);
-    buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(heap_buf.data()) + 63) & ~uintptr_t(63));
+    constexpr uintptr_t kAlign = static_cast<uintptr_t>(kKernargBufferAlignment);  // a power of two (limits.py)
+    heap_buf.resize(static_cast<size_t>(v.kernarg_size) + kAlign);
+    buf = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(heap_buf.data()) + kAlign - 1) & ~(kAlign - 1));
   }
   c10::SmallVector<at::Tensor, 2> scratch;
   packer_.pack_kernargs(v, c, ls.programs, buf, &scratch);

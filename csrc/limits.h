@@ -17,6 +17,22 @@ constexpr int64_t kMaxBlock = 1024;  // MAX_BLOCK
 constexpr int64_t kMaxRank = 16;  // MAX_RANK
 constexpr int64_t kMaxProgramWords = 256;  // MAX_PROGRAM_WORDS
 constexpr int64_t kMaxProgramDepth = 32;  // MAX_PROGRAM_DEPTH
+constexpr int64_t kMaxDevices = 64;  // MAX_DEVICES
 constexpr int64_t kOnPurpose = -2;  // VARIANT_ON_PURPOSE
 
 }  // namespace flyship
+
+// Every constant above, for code that lists them all (the extension's LIMITS): X(name) each.
+#define FLYSHIP_SHARED_LIMITS(X) \
+  X(kPlanVersion) \
+  X(kMaxSlots) \
+  X(kMaxLaunches) \
+  X(kMaxWorkspaces) \
+  X(kMaxKernargBytes) \
+  X(kKernargBufferAlignment) \
+  X(kMaxBlock) \
+  X(kMaxRank) \
+  X(kMaxProgramWords) \
+  X(kMaxProgramDepth) \
+  X(kMaxDevices) \
+  X(kOnPurpose)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "check.h"
+#include "device.h"
 #include "driver.h"
 #include "expr.h"
 #include "limits.h"
@@ -28,6 +29,7 @@ void add_driver_functions(py::module_& m) {
   m.def(
       "device_info",
       [](int device) {
+        check_device_index(device);
         driver::DeviceInfo info;
         driver::Status s;
         {
@@ -80,18 +82,8 @@ void add_plan_tables(py::module_& m) {
   {
     // The shared limits as this extension was compiled with them (limits.h, generated from bundle/limits.py).
     py::dict limits;
-#define FLYSHIP_LIMIT(name) limits[#name] = name
-    FLYSHIP_LIMIT(kPlanVersion);
-    FLYSHIP_LIMIT(kMaxSlots);
-    FLYSHIP_LIMIT(kMaxLaunches);
-    FLYSHIP_LIMIT(kMaxWorkspaces);
-    FLYSHIP_LIMIT(kMaxKernargBytes);
-    FLYSHIP_LIMIT(kKernargBufferAlignment);
-    FLYSHIP_LIMIT(kMaxBlock);
-    FLYSHIP_LIMIT(kMaxRank);
-    FLYSHIP_LIMIT(kMaxProgramWords);
-    FLYSHIP_LIMIT(kMaxProgramDepth);
-    FLYSHIP_LIMIT(kOnPurpose);
+#define FLYSHIP_LIMIT(name) limits[#name] = name;
+    FLYSHIP_SHARED_LIMITS(FLYSHIP_LIMIT)
 #undef FLYSHIP_LIMIT
     m.attr("LIMITS") = limits;
   }

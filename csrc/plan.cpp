@@ -121,7 +121,7 @@ void parse_workspaces(const py::dict& d, const VariantScope& scope, bool followi
                       VariantPlan* v) {
   auto list = need<py::list>(d, "workspaces", vw);
   if (following) {
-    FLYSHIP_CHECK(list.empty(), "flyship plan: ", vw, ": a following launch declares workspaces of its own");
+    FLYSHIP_PLAN_CHECK(list.empty(), vw, "a following launch declares workspaces of its own");
     return;
   }
   for (auto wh : list) {
@@ -132,32 +132,31 @@ void parse_workspaces(const py::dict& d, const VariantScope& scope, bool followi
     for (auto p : need<py::list>(w, "shape", vw)) ws.shape.push_back(parse_program(p, scope.input_shapes, vw));
     v->workspaces.push_back(std::move(ws));
   }
-  FLYSHIP_CHECK(v->workspaces.size() <= static_cast<size_t>(kMaxWorkspaces), "flyship plan: ", vw, ": more than ",
-                kMaxWorkspaces, " workspaces");
+  FLYSHIP_PLAN_CHECK(v->workspaces.size() <= static_cast<size_t>(kMaxWorkspaces), vw, "expected at most ",
+                     kMaxWorkspaces, " workspaces, got ", v->workspaces.size());
 }
 
 // Kernarg size and alignment, programs, grid, block and dynamic LDS.
 void parse_launch(const py::dict& d, const VariantScope& scope, const std::string& vw, VariantPlan* v) {
-  FLYSHIP_CHECK(v->kernarg_size >= 0 && v->kernarg_size <= kMaxKernargBytes, "flyship plan: ", vw, ": kernarg size ",
-                v->kernarg_size);
-  FLYSHIP_CHECK(v->kernarg_align > 0 && v->kernarg_align <= kKernargBufferAlignment &&
-                    (v->kernarg_align & (v->kernarg_align - 1)) == 0,
-                "flyship plan: ", vw, ": kernarg alignment ", v->kernarg_align,
-                " is not a power of two up to 64 (the loader aligns its buffer to 64 bytes)");
+  FLYSHIP_PLAN_CHECK(v->kernarg_size >= 0 && v->kernarg_size <= kMaxKernargBytes, vw, "kernarg size ",
+                     v->kernarg_size);
+  FLYSHIP_PLAN_CHECK(v->kernarg_align > 0 && v->kernarg_align <= kKernargBufferAlignment &&
+                         (v->kernarg_align & (v->kernarg_align - 1)) == 0, vw, "kernarg alignment ", v->kernarg_align,
+                     " is not a power of two up to ", kKernargBufferAlignment, " (the loader aligns its buffer to ",
+                     kKernargBufferAlignment, " bytes)");
   for (auto p : need<py::list>(d, "programs", vw)) v->programs.push_back(parse_program(p, scope.shapes, vw));
   const int n_programs = static_cast<int>(v->programs.size());
   auto grid = need<std::vector<int>>(d, "grid", vw);
   auto block = need<std::vector<int64_t>>(d, "block", vw);
-  FLYSHIP_CHECK(grid.size() == 3 && block.size() == 3, "flyship plan: ", vw, ": grid and block need 3 entries");
+  FLYSHIP_PLAN_CHECK(grid.size() == 3 && block.size() == 3, vw, "grid and block need 3 entries");
   for (int i = 0; i < 3; ++i) {
-    FLYSHIP_CHECK(grid[i] >= 0 && grid[i] < n_programs, "flyship plan: ", vw, ": grid program index out of range");
-    FLYSHIP_CHECK(block[i] >= 1 && block[i] <= kMaxBlock, "flyship plan: ", vw, ": block size ", block[i],
-                  " out of range");
+    FLYSHIP_PLAN_CHECK(grid[i] >= 0 && grid[i] < n_programs, vw, "grid program index out of range");
+    FLYSHIP_PLAN_CHECK(block[i] >= 1 && block[i] <= kMaxBlock, vw, "block size ", block[i],
+                       " out of range");
     v->grid[i] = grid[i];
     v->block[i] = static_cast<uint32_t>(block[i]);
   }
-  FLYSHIP_CHECK(v->dynamic_lds >= 0 && v->dynamic_lds < n_programs, "flyship plan: ", vw,
-                ": dynamic_lds program out of range");
+  FLYSHIP_PLAN_CHECK(v->dynamic_lds >= 0 && v->dynamic_lds < n_programs, vw, "dynamic_lds program out of range");
 }
 
 // One kernarg field, checked against the variant's buffer, the op's slots and the variant's workspaces.
@@ -169,35 +168,33 @@ Field parse_field(const py::handle& fh, const VariantScope& scope, const Variant
   read_fields(f, fw, &x);
   const int64_t constant = need<int64_t>(f, "constant", fw);
   std::memcpy(x.constant.data(), &constant, 8);  // little-endian bytes, as Python packed them
-  FLYSHIP_CHECK(x.offset >= 0 && x.offset <= v.kernarg_size - kTypeSize[x.type], "flyship plan: ", fw,
-                ": lies outside the kernarg buffer of ", v.kernarg_size, " bytes");
+  FLYSHIP_PLAN_CHECK(x.offset >= 0 && x.offset <= v.kernarg_size - kTypeSize[x.type], fw,
+                     "lies outside the kernarg buffer of ", v.kernarg_size, " bytes");
   const bool needs_slot = x.kind == kPointer || x.kind == kShape || x.kind == kStride || x.kind == kScalar;
   if (needs_slot) {
-    FLYSHIP_CHECK(x.slot >= 0 && x.slot < static_cast<int>(scope.slots.size()), "flyship plan: ", fw,
-                  ": slot out of range");
+    FLYSHIP_PLAN_CHECK(x.slot >= 0 && x.slot < static_cast<int>(scope.slots.size()), fw, "slot out of range");
     const Slot& s = scope.slots[x.slot];
-    FLYSHIP_CHECK((x.kind == kScalar) == (s.kind != kTensor), "flyship plan: ", fw, ": slot kind does not fit");
+    FLYSHIP_PLAN_CHECK((x.kind == kScalar) == (s.kind != kTensor), fw, "slot kind does not fit");
     if (x.kind == kShape || x.kind == kStride) {
-      FLYSHIP_CHECK(x.dim >= 0 && x.dim < s.rank, "flyship plan: ", fw, ": dim out of range");
+      FLYSHIP_PLAN_CHECK(x.dim >= 0 && x.dim < s.rank, fw, "dim out of range");
     }
     if (x.kind == kScalar && s.kind == kFloat) {
-      FLYSHIP_CHECK(x.type >= kF64, "flyship plan: ", fw, ": a float scalar needs a float type");
+      FLYSHIP_PLAN_CHECK(x.type >= kF64, fw, "a float scalar needs a float type");
     }
   }
   if (x.kind == kWorkspace) {
-    FLYSHIP_CHECK(x.slot >= 0 && x.slot < n_workspaces, "flyship plan: ", fw, ": workspace index ", x.slot,
-                  " out of range for ", n_workspaces, " workspaces");
+    FLYSHIP_PLAN_CHECK(x.slot >= 0 && x.slot < n_workspaces, fw, "workspace index ", x.slot,
+                       " out of range for ", n_workspaces, " workspaces");
   }
   if (x.kind == kPointer || x.kind == kNull || x.kind == kScratch || x.kind == kWorkspace) {
-    FLYSHIP_CHECK(kTypeSize[x.type] == 8 && x.type <= kU64, "flyship plan: ", fw, ": a pointer needs an 8-byte type");
+    FLYSHIP_PLAN_CHECK(kTypeSize[x.type] == 8 && x.type <= kU64, fw, "a pointer needs an 8-byte type");
   }
   if (x.kind == kExpr) {
-    FLYSHIP_CHECK(x.program >= 0 && x.program < static_cast<int>(v.programs.size()), "flyship plan: ", fw,
-                  ": program out of range");
+    FLYSHIP_PLAN_CHECK(x.program >= 0 && x.program < static_cast<int>(v.programs.size()), fw, "program out of range");
   }
   if (x.kind == kScratch) {
-    FLYSHIP_CHECK(x.bytes_per_program >= 0 && x.align > 0 && (x.align & (x.align - 1)) == 0, "flyship plan: ", fw,
-                  ": scratch needs bytes_per_program >= 0 and a power-of-two alignment");
+    FLYSHIP_PLAN_CHECK(x.bytes_per_program >= 0 && x.align > 0 && (x.align & (x.align - 1)) == 0, fw,
+                       "scratch needs bytes_per_program >= 0 and a power-of-two alignment");
   }
   return x;
 }
@@ -216,14 +213,14 @@ VariantPlan parse_variant(const py::dict& d, const VariantScope& scope, const st
   parse_launch(d, scope, vw, &v);
   for (auto fh : need<py::list>(d, "fields", vw)) v.fields.push_back(parse_field(fh, scope, v, n_workspaces, vw));
   auto then = need<py::list>(d, "then", vw);
-  FLYSHIP_CHECK(!following || then.empty(), "flyship plan: ", vw, ": a following launch has launches of its own");
-  FLYSHIP_CHECK(then.size() < static_cast<size_t>(kMaxLaunches), "flyship plan: ", vw, ": more than ", kMaxLaunches,
-                " launches");
+  FLYSHIP_PLAN_CHECK(!following || then.empty(), vw, "a following launch has launches of its own");
+  FLYSHIP_PLAN_CHECK(then.size() < static_cast<size_t>(kMaxLaunches), vw, "expected at most ", kMaxLaunches,
+                     " launches, got ", then.size() + 1);
   for (size_t k = 0; k < then.size(); ++k) {
     v.then.push_back(parse_variant(as_dict(then[k], "then", vw), scope, vw + " launch " + std::to_string(k + 2),
                                    n_workspaces));
-    FLYSHIP_CHECK(v.then.back().target == v.target, "flyship plan: ", vw, ": launch ", k + 2, " is built for ",
-                  v.then.back().target, ", expected its variant's target");
+    FLYSHIP_PLAN_CHECK(v.then.back().target == v.target, vw, "launch ", k + 2, " is built for ",
+                       v.then.back().target, ", expected its variant's target");
   }
   return v;
 }
@@ -237,7 +234,8 @@ void parse_slots(const py::dict& d, const std::string& where, OpPlan* op) {
                        "' is mutable but not a tensor");
     op->has_mutable |= slot.is_mutable;
     FLYSHIP_PLAN_CHECK(slot.rank >= 0 && slot.rank <= kMaxRank && (slot.kind == kTensor || slot.rank == 0), where,
-                       "argument '", slot.name, "' has rank ", slot.rank);
+                       "argument '", slot.name, "': expected a rank in 0..", kMaxRank, " (0 for a scalar), got ",
+                       slot.rank);
     FLYSHIP_PLAN_CHECK(!slot.batch || (slot.kind == kTensor && slot.rank >= 1), where, "argument '", slot.name,
                        "' is batched but is not a tensor of rank >= 1");
     op->slots.push_back(std::move(slot));
@@ -283,7 +281,7 @@ OpPlan parse_op(const py::dict& d) {
   for (int i = 0; i < op.n_inputs; ++i) has_tensor_input |= op.slots[i].kind == kTensor;
   FLYSHIP_CHECK(has_tensor_input, "flyship: op ", op.name, " takes no tensor; the loader needs one to know the device");
   parse_outputs(d, where, &op);
-  FLYSHIP_CHECK(op.n_inputs + op.outputs.size() == op.slots.size(), "flyship plan: ", where, ": slot count mismatch");
+  FLYSHIP_PLAN_CHECK(op.n_inputs + op.outputs.size() == op.slots.size(), where, "slot count mismatch");
   for (size_t k = op.n_inputs; k < op.slots.size(); ++k) {
     FLYSHIP_PLAN_CHECK(!op.slots[k].is_mutable, where, "output '", op.slots[k].name, "' is marked mutable");
   }
@@ -317,7 +315,7 @@ std::vector<SpecPlan> parse_specs(const py::list& specs_list, const OpPlan& op, 
     for (auto p : need<py::list>(s, "alignment", sw)) {
       auto pr = p.cast<py::sequence>();
       spec.alignment.emplace_back(pr[0].cast<int>(), pr[1].cast<int64_t>());
-      FLYSHIP_CHECK(spec.alignment.back().second > 0, "flyship plan: ", sw, ": alignment must be positive");
+      FLYSHIP_PLAN_CHECK(spec.alignment.back().second > 0, sw, "alignment must be positive");
     }
     for (auto p : need<py::list>(s, "constraints", sw)) spec.constraints.push_back(parse_program(p, shapes, sw));
     for (auto p : need<py::list>(s, "out_constraints", sw)) {
@@ -327,14 +325,15 @@ std::vector<SpecPlan> parse_specs(const py::list& specs_list, const OpPlan& op, 
       spec.variants.push_back(parse_variant(as_dict(vh, "variants", sw), scope, sw));
     }
     for (const auto& pr : spec.dtypes) {
-      FLYSHIP_CHECK(pr.first >= 0 && pr.first < op.n_inputs && op.slots[pr.first].kind == kTensor, "flyship plan: ", sw,
-                  ": dtype guard names no input tensor");
+      FLYSHIP_PLAN_CHECK(pr.first >= 0 && pr.first < op.n_inputs && op.slots[pr.first].kind == kTensor, sw,
+                         "dtype guard names no input tensor");
     }
     for (const auto& pr : spec.alignment) {
       // An alignment guard on an output does not force early allocation: a fresh output comes from
       // torch's allocator, aligned to at least 64 bytes (CPU) or 512 (CUDA/HIP caching allocator).
-      FLYSHIP_CHECK(pr.first >= 0 && pr.first < static_cast<int>(op.slots.size()) && op.slots[pr.first].kind == kTensor,
-                  "flyship plan: ", sw, ": alignment guard names no tensor");
+      FLYSHIP_PLAN_CHECK(pr.first >= 0 && pr.first < static_cast<int>(op.slots.size()) &&
+                             op.slots[pr.first].kind == kTensor,
+                         sw, "alignment guard names no tensor");
     }
     for (const auto& c : spec.constraints) {
       for (size_t i = 0; i < c.code.size();) {

@@ -27,7 +27,6 @@ namespace flyship {
 
 namespace py = pybind11;
 
-constexpr int kMaxDevices = 64;
 // Kernarg buffers up to this size live on the stack; bigger ones on the heap.
 constexpr size_t kInlineKernargBytes = 1024;
 
@@ -169,14 +168,14 @@ template <class E> struct PlanType<std::vector<E>> {
 // h as T (the plan's value at `key`), or a plan error naming the key, the type expected and the type found.
 template <class T>
 T plan_value(const py::handle& h, const char* key, const std::string& where) {
-  FLYSHIP_CHECK(detail::PlanType<T>::is(h.ptr()), "flyship plan: ", where, ": key '", key, "': expected ",
-                detail::PlanType<T>::name, ", got ", Py_TYPE(h.ptr())->tp_name,
-                "; the loader and the extension disagree, rebuild the extension (flyship prebuild)");
+  FLYSHIP_PLAN_CHECK(detail::PlanType<T>::is(h.ptr()), where, "key '", key, "': expected ",
+                     detail::PlanType<T>::name, ", got ", Py_TYPE(h.ptr())->tp_name,
+                     "; the loader and the extension disagree, rebuild the extension (flyship prebuild)");
   try {
     return h.cast<T>();
   } catch (const py::cast_error&) {
-    FLYSHIP_CHECK(false, "flyship plan: ", where, ": key '", key, "': ", py::str(h).cast<std::string>(),
-                  " is out of range for ", detail::PlanType<T>::name);
+    FLYSHIP_PLAN_CHECK(false, where, "key '", key, "': ", py::str(h).cast<std::string>(),
+                       " is out of range for ", detail::PlanType<T>::name);
   }
   return T();
 }
@@ -184,8 +183,8 @@ T plan_value(const py::handle& h, const char* key, const std::string& where) {
 // d[key] as T, or a plan error naming `where` and the key (missing, or of another type).
 template <class T>
 T need(const py::dict& d, const char* key, const std::string& where) {
-  FLYSHIP_CHECK(d.contains(key), "flyship plan: ", where, " lacks key '", key,
-              "'; the loader and the extension disagree, rebuild the extension (flyship prebuild)");
+  FLYSHIP_PLAN_CHECK(d.contains(key), where, "lacks key '", key,
+                     "'; the loader and the extension disagree, rebuild the extension (flyship prebuild)");
   return plan_value<T>(d[key], key, where);
 }
 

@@ -10,7 +10,7 @@ The compile side is the ``flyc-build`` command (``flyship.compiler``), run under
 has FlyDSL.
 """
 
-__version__ = "0.1.0"
+from flyship.version import __version__
 
 
 def _source_tree_root(package_dir: str) -> str | None:

@@ -52,10 +52,10 @@ def _internal_dirs() -> tuple[str, ...]:
     """Folders whose frames a warning skips: flyship's packages (the mapped folders) and torch's."""
     import torch
 
-    import flyship
-    from flyship import bundle, loader
+    from flyship import bundle
 
-    return tuple(str(Path(m.__file__).parent) + "/" for m in (flyship, bundle, loader, torch))
+    # flyship's own folders: this package's (loader/), env.py's (flyship/), the bundle's; then torch's
+    return tuple(str(Path(f).parent) + "/" for f in (__file__, env.__file__, bundle.__file__, torch.__file__))
 
 
 def warn_fallback(message: str) -> None:

@@ -286,9 +286,9 @@ def code_fingerprint() -> str:
 
 def cache_key(manifest_sha256: str) -> str:
     """The cache key of a manifest: its sha256, flyship's version, the plan and cache formats, the code."""
-    import flyship
+    from flyship import version
 
-    text = (f"manifest {manifest_sha256}\nflyship {flyship.__version__}\nplan {_plan.PLAN_VERSION}\n"
+    text = (f"manifest {manifest_sha256}\nflyship {version.__version__}\nplan {_plan.PLAN_VERSION}\n"
             f"cache {CACHE_FORMAT}\ncode {code_fingerprint()}\n")
     return hashlib.sha256(text.encode()).hexdigest()
 

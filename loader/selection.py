@@ -128,12 +128,20 @@ def fallback_flag(value: Any, where: str) -> bool:
     return value
 
 
+def _in_range(index: int, where: str, usage: str) -> int:
+    """``index`` when the C++ core keeps state for it (``bundle/limits.py`` MAX_DEVICES, ``csrc/limits.h``)."""
+    if not 0 <= index < _limits.MAX_DEVICES:
+        raise ConfigError(f"{where}: expected a GPU index in 0..{_limits.MAX_DEVICES - 1}, got {index}; {usage}")
+    return index
+
+
 def device_index(device: Any, where: str) -> int:
     """The GPU index ``device`` names, read as ``torch.device`` reads it: an int, a string (``"cuda:1"``) or a
     ``torch.device``; one without an index (``"cuda"``) is torch's current device.
 
     Raises:
-        ConfigError: another type (a float, a bool), a string torch does not read, or a device that is not a GPU.
+        ConfigError: another type (a float, a bool), a string torch does not read, a device that is not a GPU, or
+            an index outside 0..MAX_DEVICES - 1 (bundle/limits.py).
     """
     import torch
 
@@ -141,9 +149,7 @@ def device_index(device: Any, where: str) -> int:
     if isinstance(device, bool) or not isinstance(device, (int, str, torch.device)):
         raise ConfigError(f"{where}: expected a GPU device, got {device!r} ({type(device).__name__}); {usage}")
     if isinstance(device, int):
-        if device < 0:
-            raise ConfigError(f"{where}: expected a GPU index of 0 or more, got {device}; {usage}")
-        return device
+        return _in_range(device, where, usage)
     try:
         d = torch.device(device)
     except (RuntimeError, ValueError, TypeError) as e:
@@ -152,7 +158,7 @@ def device_index(device: Any, where: str) -> int:
     if d.type not in ("cuda", "hip"):  # a ROCm build of torch calls its GPUs "cuda" too
         raise ConfigError(f"{where}: expected a GPU device, got {device!r} (a {d.type} device); {usage}")
     if d.index is not None:
-        return d.index
+        return _in_range(d.index, where, usage)
     try:
         return torch.cuda.current_device()
     except (RuntimeError, AssertionError) as e:  # a CPU-only torch asserts

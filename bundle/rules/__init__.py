@@ -84,16 +84,18 @@ from flyship.bundle.rules.ops import check_args, check_batch, check_op, check_op
 from flyship.bundle.rules.resources import check_metadata, check_resources, check_scratch, lds_limit
 from flyship.bundle.rules.toplevel import check_failures, check_manifest, check_must_understand
 from flyship.bundle.rules.values import check_block, check_scalar_value
-from flyship.bundle.rules.variants import check_variant, check_workspaces
+from flyship.bundle.rules.variants import (check_launch_count, check_variant, check_workspace_dtype,
+                                           check_workspaces)
 
 __all__ = [
     "RESERVED_NAMESPACES", "TORCH_OPS_ATTRIBUTES", "check_alias_letters", "check_args", "check_backward",
     "check_batch", "check_block", "check_bundle", "check_bundle_files", "check_code_object", "check_composites",
     "check_consumed", "check_effects",
-    "check_expression", "check_failures", "check_fields", "check_layout", "check_manifest", "check_metadata",
+    "check_expression", "check_failures", "check_fields", "check_launch_count", "check_layout", "check_manifest",
+    "check_metadata",
     "check_must_understand", "check_mutable_arg", "check_name", "check_names", "check_namespace",
     "check_no_backward_when_mutable", "check_op", "check_op_head", "check_out_names", "check_relative_path",
     "check_resources", "check_scalar_value", "check_scratch", "check_specialization", "check_variant",
-    "check_variant_file", "check_workspaces", "contained_path", "iter_variants", "lds_limit", "read_bundle_file",
+    "check_variant_file", "check_workspace_dtype", "check_workspaces", "contained_path", "iter_variants", "lds_limit", "read_bundle_file",
     "read_facts", "references_source",
 ]

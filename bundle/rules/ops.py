@@ -12,7 +12,7 @@ from flyship.bundle.rules.expressions import check_expression
 from flyship.bundle.rules.inplace import check_alias_letters, check_effects, check_mutable_arg
 from flyship.bundle.rules.names import check_name, check_names, check_out_names
 from flyship.bundle.rules.values import check_scalar_value
-from flyship.bundle.rules.variants import check_variant, check_workspaces
+from flyship.bundle.rules.variants import check_launch_count, check_variant, check_workspaces
 
 
 def check_batch(args: tuple[_m.Arg, ...] | list[_m.Arg], outputs: tuple[_m.Output, ...] | list[_m.Output],
@@ -158,7 +158,7 @@ def check_call_variant(v: _m.Variant, sl: dict[str, _expr.Slot], inputs: dict[st
     check_workspaces(v.workspaces, sl, inputs, vw)
     names = tuple(w.name for w in v.workspaces)
     check_variant(v, sl, vw, names)
-    _count(v.launches, L.MAX_LAUNCHES, "launches", f"{vw}.then")
+    check_launch_count(v.launches, f"{vw}.then")
     for k, t in enumerate(v.then):
         tw = f"{vw}.then[{k}]"
         if t.target != v.target:

@@ -18,6 +18,17 @@ from flyship.bundle.rules.resources import check_metadata, check_resources
 from flyship.bundle.rules.values import check_block
 
 
+def check_workspace_dtype(dtype: object, where: str) -> None:
+    """A workspace's element type is one of the manifest's dtype names (the spec API asks this too)."""
+    if dtype not in _m.DTYPES:
+        raise _fail(where, f"expected a dtype name ({', '.join(_m.DTYPES)}), got {dtype!r}")
+
+
+def check_launch_count(launches: tuple | list, where: str) -> None:
+    """At most ``MAX_LAUNCHES`` kernel launches in one call (the C++ core refuses more: csrc/plan.cpp)."""
+    _count(launches, L.MAX_LAUNCHES, "launches", where)
+
+
 def check_workspaces(workspaces: tuple[_m.Workspace, ...], slots: dict[str, _expr.Slot],
                      inputs: dict[str, _expr.Slot], where: str) -> None:
     """A variant's workspaces: identifiers unique among themselves and the op's arguments and outputs, a known
@@ -33,8 +44,7 @@ def check_workspaces(workspaces: tuple[_m.Workspace, ...], slots: dict[str, _exp
         if w.name in slots or w.name in seen or w.name == "device":
             raise _fail(f"{ww}.name", f"workspace name {w.name!r} repeats an argument, output or workspace name")
         seen.add(w.name)
-        if w.dtype not in _m.DTYPES:
-            raise _fail(f"{ww}.dtype", f"expected a dtype name ({', '.join(_m.DTYPES)}), got {w.dtype!r}")
+        check_workspace_dtype(w.dtype, f"{ww}.dtype")
         if len(w.shape) > L.MAX_RANK:
             raise _fail(f"{ww}.shape", f"expected a rank up to {L.MAX_RANK}, got {len(w.shape)}")
         for j, e in enumerate(w.shape):

@@ -15,15 +15,17 @@ import contextlib
 import dataclasses
 import importlib.metadata
 from pathlib import Path
-from typing import Any, Callable, ClassVar, ContextManager, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, ContextManager, Optional, Sequence
 
 from flyship.bundle import targets as _targets
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.errors import BundleError
 from flyship.bundle.manifest import KernargLayout, KernelMetadata, Launch, Proof, Workspace
 from flyship.compiler.configs import Autotuned, Config
-from flyship.compiler.spec import OpDecl, Spec
 from flyship.errors import CompileError
+
+if TYPE_CHECKING:  # the spec API imports the frontends (their registry); the frontends use its types in annotations
+    from flyship.compiler.spec import OpDecl, Spec
 
 # NVIDIA: 32-bit registers available to one block (CUDA C++ Programming Guide, "Technical Specifications
 # per Compute Capability": 64 K registers per block for every sm_50 .. sm_120).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import TYPE_CHECKING
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import targets as _targets
@@ -18,7 +19,10 @@ from flyship.bundle.rules import check_layout
 from flyship.compiler.frontends import writes as _writes
 from flyship.compiler.frontends.base import (NV_REGISTERS_PER_BLOCK, BuildContext, CompiledVariant, Frontend,
                                              FrontendError, KernelBuild, ResourceError, example_device)
-from flyship.compiler.spec import OpDecl, Scalar, Spec, Tensor
+from flyship.compiler.spec.params import Scalar, Tensor
+
+if TYPE_CHECKING:  # annotations only: the spec package imports the frontends (see base.py)
+    from flyship.compiler.spec import OpDecl, Spec
 
 
 def compile_variant(fe: Frontend, op: OpDecl, spec: Spec, target: str, ctx: BuildContext) -> CompiledVariant:

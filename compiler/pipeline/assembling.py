@@ -9,7 +9,7 @@ import platform
 from pathlib import Path
 from typing import Any, Optional
 
-from flyship import __version__
+from flyship.version import __version__
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as M
 from flyship.bundle import occupancy as _occupancy

@@ -31,12 +31,12 @@ from flyship.bundle import expr as _expr
 from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
 from flyship.bundle.model import Backward
+from flyship.compiler.spec.builders import builder_entry
 from flyship.compiler.spec.checks import validate
 from flyship.compiler.spec.composite import composite_entry
 from flyship.compiler.spec.opdecl import OpDecl
 from flyship.compiler.spec.params import (
     Constexpr,
-    builder_entry,
     Entry,
     Launch,
     Output,

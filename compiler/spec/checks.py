@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from flyship.bundle import expr as _expr
-from flyship.bundle import limits as _limits
 from flyship.bundle import model as _m
 from flyship.bundle import rules as _rules
 from flyship.bundle.errors import BundleError
@@ -28,9 +27,6 @@ def validate(d: OpDecl) -> None:
     """
     w = f"op {d.name}"
     _by_rule_book(lambda: _rules.check_name(d.name, w))
-    names = [a.name for a in d.args]
-    if len(set(names)) != len(names):
-        raise SpecError(f"{w}: parameter names repeat: {names}")
     tensors = {a.name for a in d.args if isinstance(a, Tensor)}
     for a in d.args:
         if isinstance(a, Tensor) and not isinstance(a.mutable, bool):
@@ -205,8 +201,7 @@ def _validate_workspaces(d: OpDecl, w: str) -> None:
               for i, a in enumerate(d.inputs)}
     consts = {a.name: _expr.Slot(len(inputs) + i, "int") for i, a in enumerate(d.args) if isinstance(a, Constexpr)}
     for ws in d.workspaces:
-        if ws.dtype not in DTYPES:
-            raise SpecError(f"{w}: workspace {ws.name}: dtype {ws.dtype!r}; expected one of {', '.join(DTYPES)}")
+        _by_rule_book(lambda: _rules.check_workspace_dtype(ws.dtype, f"{w}: workspace {ws.name}: dtype"))
         if isinstance(ws.shape, str) or not ws.shape:
             raise SpecError(f"{w}: workspace {ws.name}: shape must be a tuple of expressions, got {ws.shape!r}")
         for e in ws.shape:
@@ -228,8 +223,7 @@ def _validate_launches(d: OpDecl, w: str, fe: Any) -> None:
                         "launches its kernels itself: name it as kernel=")
     if d.grid:
         raise SpecError(f"{w}: with kernel=[Launch(...)], each Launch declares its grid; remove the op's grid=")
-    if len(d.launches) > _limits.MAX_LAUNCHES:
-        raise SpecError(f"{w}: {len(d.launches)} launches; at most {_limits.MAX_LAUNCHES}")
+    _by_rule_book(lambda: _rules.check_launch_count(d.launches, f"{w}: kernel=[Launch(...), ...]"))
     declared = {a.name for a in d.args}
     used: set[str] = set()
     for k, launch in enumerate(d.launches):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle import manifest as M
-from flyship.compiler import hygiene
+from flyship.compiler import hygiene, pools, toolchain
 from flyship.errors import CompileError
 
 from ..conftest import ROOT, flydsl_python, run_build
@@ -270,3 +270,51 @@ def test_a_worker_whose_parent_is_killed_dies_with_it(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+# ---- flyship's own tool processes are told apart from the spec file's by how they were started (issue 31) --------
+
+@pytest.mark.cpu
+def test_the_sweep_tells_flyships_own_tools_from_the_spec_files_processes_by_how_they_were_started():
+    """Three ``sleep`` processes of one name: one started as flyship starts its tools, one as a spec file would, and
+    one that a tool (a shell started as flyship starts its tools) starts in turn."""
+    tool = subprocess.Popen(["sleep", "60"], env=hygiene.tool_env())
+    spec = subprocess.Popen(["sleep", "60"])
+    shell = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], env=hygiene.tool_env())
+    try:
+        deadline = time.monotonic() + 10
+        while not (grandchild := hygiene.descendants([shell.pid])) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        found = {p.pid: hygiene.start_time(p.pid) for p in (tool, spec)}
+        stopped = {s.pid: s for s in hygiene.stop_processes({**found, **grandchild})}
+        assert stopped[tool.pid].name == stopped[spec.pid].name == "sleep"  # one name: the mark tells them apart
+        assert stopped[tool.pid].tool and not stopped[spec.pid].tool
+        assert grandchild and all(stopped[pid].tool for pid in grandchild)  # what a tool starts is the tool's
+        assert str(stopped[spec.pid]) == f"pid {spec.pid} (sleep)"
+    finally:
+        for p in (tool, spec, shell):
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.cpu
+def test_a_workers_leftovers_are_named_as_the_spec_files_or_as_flyships_own_tools():
+    said: list[str] = []
+    stopped = [hygiene.Stopped(11, "ld.lld", True), hygiene.Stopped(12, "llvm-mc", True),
+               hygiene.Stopped(13, "sleep", False)]
+    pools.say_stopped(stopped, "gfx942 worker", said.append)
+    assert said == [
+        "flyc-build: stopped 1 process(es) that the spec file started in a gfx942 worker and left running after it "
+        "ended: pid 13 (sleep); a spec file should not leave processes behind",
+        "flyc-build: stopped 2 of flyship's own tool process(es) (the assembler, linker or bundler it runs) still "
+        "running as the gfx942 worker ended: pid 11 (ld.lld), pid 12 (llvm-mc)"]
+    said.clear()
+    pools.say_stopped(stopped[:2], "gfx942 worker", said.append)
+    assert len(said) == 1 and "spec file" not in said[0]
+
+
+@pytest.mark.cpu
+def test_flyships_tool_runner_starts_its_tools_marked():
+    tool = toolchain.Tool("sh", ("sh", "-c", f'printf "%s" "${hygiene.TOOL_MARK}"', "sh"), "0")
+    assert toolchain.run_tool(tool, [], operation="print the mark").stdout == "1"
+    assert os.environ.get(hygiene.TOOL_MARK) is None  # only the tool's environment holds it

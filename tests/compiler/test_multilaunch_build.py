@@ -120,10 +120,13 @@ def test_a_well_formed_two_launch_declaration_is_accepted():
      "names ['row_stride'], which the op's args do not declare"),
     (dict(args=[*ARGS, Value("spare", "x.shape[0]")]), "['spare'] are passed to no Launch"),
     (dict(args=[Workspace("partial", shape=("x.shape[0]",), dtype="float128") if a.name == "partial" else a
-                for a in ARGS]), "workspace partial: dtype 'float128'"),
+                for a in ARGS]), "workspace partial: dtype: expected a dtype name (float64, float32"),
     (dict(args=[Workspace("partial", shape=("z.shape[0]",)) if a.name == "partial" else a for a in ARGS]),
      "workspace partial: shape 'z.shape[0]'"),
     (dict(grid=("x.shape[0]",)), "each Launch declares its grid; remove the op's grid="),
+    # judged by the rule book (one judge per rule, issue 31): the spec API asks it, with its words
+    (dict(kernel=launches() * 9), "op two: kernel=[Launch(...), ...]: expected at most 16 launches, got 18"),
+    (dict(args=[*ARGS, Tensor("x", rank=1)]), "argument names repeat: ['x', 'x', "),
     (dict(args=[Workspace("partial", shape=("0",)) if a.name == "partial" else a for a in ARGS]),
      "workspace partial: expected at least one element at the example, got shape [0] from ('0',); the loader "
      "cannot launch with an empty workspace (every call would fall back): for a dummy buffer declare shape=(\"1\",)"),

@@ -38,12 +38,14 @@ module {
 """
 
 
+@pytest.mark.cpu
 def test_the_llvm_reader_names_the_parameters_a_kernel_never_uses():
     assert writes.llvm_unread_params(LLVM, "k") == {2}
     with pytest.raises(ValueError, match="no function @other"):
         writes.llvm_unread_params(LLVM, "other")
 
 
+@pytest.mark.cpu
 def test_the_ttir_reader_names_the_parameters_a_kernel_never_uses():
     assert writes.ttir_unread_params(TTIR) == {1, 2}
 

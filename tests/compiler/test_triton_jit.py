@@ -11,6 +11,8 @@ import io
 
 import pytest
 
+# The compile tier: its Python (the FlyDSL venv) has Triton; the workload venv has none.
+pytestmark = pytest.mark.compile
 pytest.importorskip("triton")
 
 from elftools.elf.elffile import ELFFile  # noqa: E402

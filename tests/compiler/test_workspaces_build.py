@@ -7,6 +7,8 @@ import dataclasses
 
 import pytest
 
+# The compile tier: its Python (the FlyDSL venv) has Triton; the workload venv has none.
+pytestmark = pytest.mark.compile
 pytest.importorskip("triton")
 
 from flyship.bundle import manifest as M  # noqa: E402

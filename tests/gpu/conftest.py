@@ -152,3 +152,49 @@ def fallback_off(ops: Any) -> Iterator[None]:
         yield
     finally:
         ops.fallback = was
+
+
+def kernel_streams(run: Any, trace: Path) -> list[tuple[str, int]]:
+    """(name, stream) of every GPU kernel that ``run()`` launched, in start order, as the profiler saw them execute:
+    CUPTI's stream id of each kernel (torch.profiler's trace, ``args.stream``). A fact about where each kernel ran,
+    not a guess from timing."""
+    import json
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(str(trace))
+    events = json.loads(trace.read_text()).get("traceEvents", [])
+    kernels = sorted((e for e in events if str(e.get("cat", "")).lower() == "kernel"), key=lambda e: e.get("ts", 0))
+    if not kernels:
+        pytest.fail("the profiler recorded no GPU kernel (CUPTI unavailable?): cannot tell which stream ran the op")
+    return [(e["name"], int(e["args"]["stream"])) for e in kernels]
+
+
+def assert_on_the_current_stream(call: Any, trace_dir: Path) -> None:
+    """``call()`` launches every kernel on the current stream, not the default one: run on the default stream, its
+    kernels' stream is the default's; run under a side stream (after a probe kernel there, ``torch.cuda._sleep``), every
+    kernel, the probe's included, runs on one stream that is not the default's. Decided by the profiler's stream ids,
+    so no timing is involved."""
+    import torch
+
+    on_default = kernel_streams(call, trace_dir / "default.json")
+    default_ids = {s for _, s in on_default}
+    assert len(default_ids) == 1, f"run on the default stream, the kernels ran on several streams: {on_default}"
+    side = torch.cuda.Stream()
+
+    def on_side() -> None:
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(1000)  # the probe: a kernel known to run on `side`
+            call()
+
+    launched = kernel_streams(on_side, trace_dir / "side.json")
+    probe = [s for name, s in launched if "spin_kernel" in name]
+    assert len(probe) == 1, f"expected the probe kernel once, got {launched}"
+    assert {s for _, s in launched} == set(probe), f"kernels that left the current stream: {launched}"
+    assert probe[0] not in default_ids, f"the side stream is the default stream's ({default_ids}): {launched}"
+    assert len(launched) >= 1 + len(on_default), f"the op launched fewer kernels on the side stream: {launched}"

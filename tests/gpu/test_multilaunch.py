@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 import torch
 
-from .conftest import counting, example_bundle
+from .conftest import assert_on_the_current_stream, counting, example_bundle
 
 pytestmark = pytest.mark.gpu
 
-SLEEP_CYCLES = 1_000_000_000  # about half a second of GPU clock
 SHAPES = [(1, 1), (37, 1000), (64, 4096), (3, 70000), (300, 33), (2, 8)]
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
@@ -78,19 +77,21 @@ def test_a_strided_input_uses_its_row_stride(ml):
     assert c.launched == 1 and not c.fallbacks
 
 
-def test_both_launches_run_on_the_current_stream_not_the_default_one(ml):
+def test_both_launches_run_on_the_current_stream_not_the_default_one(ml, tmp_path):
+    # Which stream ran each kernel is read from the profiler's stream ids, not inferred from how long a sleep lasts
+    # (a sleep long enough on one card was too short on the next: issue 31).
     x = torch.randn(2048, 4096, device="cuda")
     want = sums(x).cpu()
-    torch.cuda.synchronize()
+    outs: list[torch.Tensor] = []
+
+    def call() -> None:
+        outs[:] = [ml.rowsum_split(x), ml.rowsum_atomic(x)]
+
+    assert_on_the_current_stream(call, tmp_path)
     side = torch.cuda.Stream()
-    torch.cuda._sleep(SLEEP_CYCLES)  # keep the default stream busy
     with torch.cuda.stream(side):
-        y = ml.rowsum_split(x)
-        z = ml.rowsum_atomic(x)
-        got_y, got_z = y.to("cpu"), z.to("cpu")  # ordered after both phases on the side stream
-    busy = not torch.cuda.default_stream().query()
-    torch.cuda.synchronize()
-    assert busy, "the default stream finished before the side stream's work: the sleep was too short to tell"
+        call()
+        got_y, got_z = (o.to("cpu") for o in outs)  # ordered after both phases on the side stream
     torch.testing.assert_close(got_y, want, atol=5e-3, rtol=1e-4)
     torch.testing.assert_close(got_z, want, atol=5e-3, rtol=1e-4)
 

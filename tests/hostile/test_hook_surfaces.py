@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.cpu
 ROOT = Path(__file__).resolve().parents[2]  # this checkout: the subprocesses import its code
 TIMEOUT_S = 300  # generous: the machine runs several suites at once; a hang is still caught
 MEMORY_LIMIT = 6 << 30  # address space: torch maps ~2-3 GB of it

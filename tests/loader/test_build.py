@@ -47,7 +47,6 @@ def fresh_import(cfg: extension.BuildConfig, then: str) -> subprocess.CompletedP
 
 
 @pytest.mark.hip
-@pytest.mark.cpu
 @needs_hip
 def test_hip_flavor_compiles_against_the_installed_hip_and_opens_its_runtime_on_first_use(tmp_path, monkeypatch):
     monkeypatch.setenv("FLYSHIP_EXTENSIONS_DIR", str(tmp_path))
@@ -71,7 +70,6 @@ def test_hip_flavor_compiles_against_the_installed_hip_and_opens_its_runtime_on_
 
 
 @pytest.mark.hip
-@pytest.mark.cpu
 @needs_hip
 def test_a_missing_hip_runtime_is_reported_at_first_use_naming_the_library_and_what_to_install(tmp_path,
                                                                                                  monkeypatch):
@@ -194,6 +192,7 @@ def test_an_extension_with_its_own_static_libstdcxx_is_refused(tmp_path):
         extension.check_shared_libstdcxx(static)
 
 
+@pytest.mark.cpu
 def test_a_load_that_finds_its_extension_cached_imports_no_build_tooling(ext, tiny_bundle):
     # Choosing the flavor and finding the cached library needs neither torch.utils.cpp_extension nor setuptools
     # (~150 ms of a first load): they are imported only to build.

@@ -93,7 +93,7 @@ def test_preload_takes_a_device_as_torch_device_reads_it(recorded_tiny):
     (3.5, r"expected a GPU device, got 3.5 \(float\)"),
     (True, r"expected a GPU device, got True \(bool\)"),
     (None, r"expected a GPU device, got None \(NoneType\)"),
-    (-1, r"expected a GPU index of 0 or more, got -1"),
+    (-1, r"expected a GPU index in 0..63, got -1"),
     ("cpu", r"expected a GPU device, got 'cpu' \(a cpu device\)"),
     ("gpu zero", r"expected a GPU device, got 'gpu zero', which torch.device refuses"),
 ])

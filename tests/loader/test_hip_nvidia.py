@@ -23,7 +23,7 @@ import pytest
 from flyship.errors import ConfigError
 from flyship.loader import extension, toolkits
 
-pytestmark = [pytest.mark.cpu, pytest.mark.hipnv]
+pytestmark = pytest.mark.hipnv
 
 ROOT = Path(__file__).resolve().parents[2]
 HIPNV = ROOT / "tests" / "gpu" / "hip_nvidia"

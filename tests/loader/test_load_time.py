@@ -209,7 +209,7 @@ def test_the_plan_cache_key_changes_with_the_manifest_flyships_version_and_its_c
     key = plancache.cache_key("a" * 64)
     assert plancache.cache_key("a" * 64) == key != plancache.cache_key("b" * 64)
     with monkeypatch.context() as m:
-        m.setattr(flyship, "__version__", "999.0")
+        m.setattr(flyship.version, "__version__", "999.0")
         assert plancache.cache_key("a" * 64) != key
     with monkeypatch.context() as m:
         m.setattr(plancache, "code_fingerprint", lambda: "0" * 64)  # a changed rule book, reader or lowering

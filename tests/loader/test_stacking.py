@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
+pytestmark = pytest.mark.cpu
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,6 +14,7 @@ import struct
 
 import pytest
 
+pytestmark = pytest.mark.cpu
 torch = pytest.importorskip("torch")
 
 from flyship.loader.tools import verify as V  # noqa: E402

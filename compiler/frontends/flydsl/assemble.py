@@ -40,6 +40,7 @@ from pathlib import Path
 from flyship.bundle.codeobject import CodeObjectFile
 from flyship.bundle.errors import CodeObjectError
 
+from flyship.compiler import hygiene as _hygiene
 from flyship.compiler.toolchain import Toolchain, ToolchainError, assembler_args, run_tool
 
 SUPPORTED_CODE_OBJECT_VERSIONS = (5, 6)
@@ -333,9 +334,9 @@ class Assembler:
         self._argv = (mc, lld)
         try:
             self._lld = subprocess.Popen(lld, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)
+                                         stderr=subprocess.PIPE, text=True, env=_hygiene.tool_env())
             self._mc = subprocess.Popen(mc, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)
+                                        text=True, env=_hygiene.tool_env())
         except OSError:
             self._end()  # assemble() runs them the usual way and reports the error
         return self
