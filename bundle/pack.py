@@ -352,10 +352,14 @@ def _matches(folder: Path, listed: dict[str, str]) -> bool:
     return True
 
 
-def bundle_dir(path: str | Path, trusted_keys: Iterable[str | os.PathLike] | None = None) -> Path:
+def bundle_dir(path: str | Path, trusted_keys: Iterable[str | os.PathLike] | None = None, *,
+               folder_ok: bool = False) -> Path:
     """The bundle directory ``path`` names: the directory itself, the one holding a ``manifest.json`` given
     by its file name, or a packed bundle's private cache folder (:func:`flyship.bundle.pack.open_pack`, every
     member's sha256 checked); absolute, so a later chdir cannot make the same bundle look like another.
+
+    ``folder_ok``: a folder is accepted under a signature policy (``flyship pack`` reads a folder to write it, it
+    loads nothing; a pack it reads is still checked against the policy).
 
     Raises:
         BundleError: the path is another file, a device, a symlink loop, or does not exist; says what it found
@@ -367,7 +371,7 @@ def bundle_dir(path: str | Path, trusted_keys: Iterable[str | os.PathLike] | Non
         p = Path(os.path.abspath(path))
     if p.is_file() and p.name != _m.MANIFEST_NAME:  # any other file is meant as a pack; open_pack says what is
         return open_pack(p, trusted_keys=trusted_keys)  # wrong with one that is not
-    if _signing.policy(trusted_keys) is not None:  # a folder carries no signature
+    if not folder_ok and _signing.policy(trusted_keys) is not None:  # a folder carries no signature
         raise BundleError(f"load bundle {p}: expected a pack signed by a trusted key (trusted_keys / "
                           "FLYSHIP_TRUSTED_KEYS are set), got a bundle folder, which carries no signature; load the "
                           "signed .flyship file")

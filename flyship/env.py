@@ -80,7 +80,7 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("FLYSHIP_TRUSTED_KEYS", "keys", "unset",
            "`:`-separated public keys (`.pub` files from `flyship keygen`, or 64 hex digits); when set, "
            "`flyship.load` accepts only packs signed by one of them (docs/security.md); `load(..., trusted_keys=)` "
-           "overrides it."),
+           "may narrow it, never widen it; blanks or separators only (`:`, ` `) are an error, not \"no policy\"."),
 )
 _BY_NAME = {s.name: s for s in SWITCHES}
 
@@ -211,5 +211,16 @@ def extension_path() -> list[str]:
     return [str(_folder("FLYSHIP_EXTENSION_PATH", d)) for d in _get("FLYSHIP_EXTENSION_PATH").split(os.pathsep) if d]
 
 
-def trusted_keys() -> list[str]:
-    return [k for k in _get("FLYSHIP_TRUSTED_KEYS").split(os.pathsep) if k]
+def trusted_keys() -> list[str] | None:
+    """``FLYSHIP_TRUSTED_KEYS`` as its entries, or None when it is unset or empty. Set to blanks or separators
+    only (``" "``, ``":"``) it is an error, never "no policy": a switch that was meant to require signatures must
+    not fail open."""
+    raw = os.environ.get("FLYSHIP_TRUSTED_KEYS", "")
+    if not raw:
+        return None
+    keys = [k.strip() for k in raw.split(os.pathsep)]
+    if not any(keys) or not all(keys):
+        raise ConfigError(f"FLYSHIP_TRUSTED_KEYS: expected `{os.pathsep}`-separated public keys (.pub files or 64 "
+                          f"hex digits), got {raw[:80]!r}, which has an empty entry; name the keys, or unset it to "
+                          "require no signature")
+    return keys

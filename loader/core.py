@@ -169,7 +169,8 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             call; entries for other devices are ignored with a warning.
         tuning_device: the GPU whose target and CU count select the table's entries.
         trusted_keys: public keys (``.pub`` files from ``flyship keygen`` or hex); when given (default:
-            ``FLYSHIP_TRUSTED_KEYS``), only a pack signed by one of them loads (docs/security.md).
+            ``FLYSHIP_TRUSTED_KEYS``), only a pack signed by one of them loads (docs/security.md). It fails closed:
+            an empty list is a ConfigError, and with ``FLYSHIP_TRUSTED_KEYS`` set it may only narrow that set.
 
     Returns:
         The bundle's :class:`Ops`. Loading the same bundle again returns the same object.

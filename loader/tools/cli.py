@@ -241,7 +241,7 @@ def pack_cmd(bundle: Path, out: Path, sign: Path | None) -> None:
     """Write BUNDLE (a folder, its manifest.json or a packed file) as one reproducible file (manifest, references,
     code objects; sha256 of each), signed with --sign KEY when given (docs/security.md)."""
     try:
-        path = _pack.pack(_pack.bundle_dir(bundle, trusted_keys=()), out, sign)
+        path = _pack.pack(_pack.bundle_dir(bundle, folder_ok=True), out, sign)
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:  # the output: a missing folder, no permission, a full disk
