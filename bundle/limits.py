@@ -71,6 +71,10 @@ MAX_SCRATCH_BYTES_PER_PROGRAM = 1 << 30
 """``bytes_per_program`` of a scratch field."""
 MAX_RESOURCE = 1 << 32
 """Any resource count in kernel metadata (LDS, scratch, registers, kernarg segment)."""
+MAX_TUNE_DIM = (1 << 31) - 1
+"""A dimension in ``flyship tune --shapes`` (each from 1)."""
+MAX_TUNE_CALL_BYTES = 16 << 30
+"""The inputs of one call ``flyship tune`` makes, estimated from the shapes file before anything is allocated."""
 
 # Shared with the C++ core (csrc/limits.h is generated from this table: ``python scripts/limits_header.py --write``).
 MAX_SLOTS = 64

@@ -230,8 +230,9 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     device, the lowered plan handed to the C++ core, and the ops registered with torch."""
     refs = _references.resolve(root, plan.head, references)
     ext = _extension.extension(near=_beside(path))
+    tuning_status = None
     if table is not None:
-        plan = _tuned_plan(plan, table, tuning_device, ext)
+        plan, tuning_status = _tuned_plan(plan, table, tuning_device, ext)
     code_objects = _CodeObjects(root, plan)
     heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))
              for k, op in enumerate(plan.head.ops)]
@@ -244,15 +245,18 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
                                      full_op=plan.op)
     ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
     ops._composites = _register_composites(library, ns, root, plan.head)
+    ops.tuning = tuning_status
     warn_not_built(plan.head, root)
     if env.verbose():
         print(f"flyship: loaded {ops!r} ({ext.flavor()} flavor, {ext.runtime_version()})")
     return ops
 
 
-def _tuned_plan(plan: _plancache.BundlePlan, table: Any, tuning_device: Any, ext: Any) -> _plancache.BundlePlan:
-    """The plan with the tuning table's winners for the GPU ``tuning_device``. On a machine with no GPU (calls run
-    the references, which no table tunes) the table is set aside with a warning, so one load line serves both."""
+def _tuned_plan(plan: _plancache.BundlePlan, table: Any, tuning_device: Any,
+                ext: Any) -> tuple[_plancache.BundlePlan, str]:
+    """The plan with the tuning table's winners for the GPU ``tuning_device``, and what became of the table in
+    words (:attr:`Ops.tuning`). On a machine with no GPU (calls run the references, which no table tunes) the
+    table is set aside with a warning and ``Ops.tuning`` says so, so one load line serves both."""
     import torch
 
     gpu = device_index(tuning_device, "flyship.load(tuning_device=)")
@@ -262,11 +266,17 @@ def _tuned_plan(plan: _plancache.BundlePlan, table: Any, tuning_device: Any, ext
         if ext.flavor() != "record" and not torch.cuda.is_available():
             import warnings
 
-            warnings.warn(f"flyship.load(tuning=): no GPU here, so the tuning table is not used (its winners are "
-                          f"chosen per device target; calls here run the op's reference)", UserWarning, stacklevel=3)
-            return plan
+            why = ("not used: no GPU here (its winners are chosen per device target; calls here run the op's "
+                   "reference)")
+            warnings.warn(f"flyship.load(tuning=): the tuning table is {why}", UserWarning, stacklevel=3)
+            return plan, why
         raise ConfigError(f"flyship.load(tuning=): expected to read the target of GPU {gpu} to pick the table's "
                           f"winners, but the runtime failed: {e}; pass tuning_device= a GPU this process sees") from None
     from flyship.loader import tuned as _tuned  # only with a tuning table
 
-    return _plancache.BundlePlan.of(_tuned.apply(plan.manifest, table, target, _tuned.device_cus(gpu)))
+    cus = _tuned.device_cus(gpu)
+    from flyship.bundle import tuning as _tt
+
+    mine = len(_tt.entries_for(table, target, cus, lambda _msg: None))
+    status = f"applied: {mine} of {len(table.entries)} entries for {target}" + (f" ({cus} CUs)" if cus else "")
+    return _plancache.BundlePlan.of(_tuned.apply(plan.manifest, table, target, cus)), status
