@@ -19,6 +19,7 @@ The ops stay registered for the life of the process; loading the same bundle aga
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -202,8 +203,9 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
     if tuning is not None:
         from flyship.bundle import tuning as _tt
 
-        table = _tt.read(tuning)
-        digest = hashlib.sha256((digest + Path(tuning).read_text()).encode()).hexdigest()
+        table = _tt.read(tuning)  # read once, bounded; the digest is of what was read, not of a second read
+        text = json.dumps(_tt.to_json_obj(table), sort_keys=True)
+        digest = hashlib.sha256((digest + text).encode()).hexdigest()
     with _lock:
         existing = _loaded.get(ns)
         if existing is not None:
