@@ -17,7 +17,7 @@ from flyship.compiler import signals as _signals
 from flyship.errors import FlyshipError, bug_details
 
 if TYPE_CHECKING:
-    from flyship.compiler.build import Row
+    from flyship.compiler.pipeline import Row
 
 
 def format_table(rows: list[Row]) -> str:
@@ -91,7 +91,7 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
     """Compile the ops declared in SPEC into a verified bundle of code objects + manifest."""
     # Imported here, after run() has installed the signal handlers: the build's modules take ~0.6 s to import, a
     # window in which SIGTERM would otherwise end the process by the default action.
-    from flyship.compiler.build import BuildOptions, PartialBuildError, build
+    from flyship.compiler.pipeline import BuildOptions, PartialBuildError, build
 
     opts = BuildOptions(spec_path=spec, out_dir=out_dir, archs=tuple(archs), jobs=jobs, force=force, keep_ir=keep_ir,
                         llvm_bin=llvm_bin, offload_bundle=offload_bundle,
