@@ -85,6 +85,10 @@ MAX_PROGRAM_WORDS = 256
 """Words (opcodes and operands) of one compiled expression program."""
 MAX_PROGRAM_DEPTH = 32
 """Evaluation stack entries one expression program may need."""
+MAX_EXPR_NESTING = 64
+"""Nesting of an expression's syntax tree (``-(-(...))``, ``((...))``, a chain of operators): found by a loop before
+any recursive step, so ``'-' * 998 + '1'`` is a flyship error, never Python's RecursionError. Python only: the C++
+core never parses text, it runs postfix programs with an explicit stack of at most ``MAX_PROGRAM_DEPTH`` entries."""
 
 # The plan contract: what Python (flyship/loader/plan.py) lowers and the C++ core parses (csrc/plan.cpp).
 PLAN_VERSION = 10
