@@ -137,34 +137,34 @@ def open_checked(library: Path, name: str, group_ok: bool = False) -> tuple[int 
     except (OSError, ValueError) as e:  # BundleError is a ValueError; ELOOP: the library is a link
         return None, str(e) if not isinstance(e, OSError) else f"cannot open it ({e.strerror or e})"
     try:
-        st = os.fstat(fd)
-        writable = stat.S_IWOTH if group_ok else stat.S_IWGRP | stat.S_IWOTH
-        if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.getuid(), 0) or st.st_mode & writable:
-            raise _Refused("it is not a regular file of yours or root's, writable only by its owner")
-        if st.st_size > _MAX_LIBRARY:
-            raise _Refused(f"it has {st.st_size} bytes, over the limit of {_MAX_LIBRARY}")
-        data = files.read_fd(fd, _MAX_LIBRARY, st.st_size)
-        if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
-            raise _Refused(f"its record is not a {RECORD_FORMAT} record")
-        if rec.get("name") != name:
-            raise _Refused(f"its record names {rec.get('name')!r}, expected {name!r} (built for another torch or "
-                           "Python)")
-        got = trust.sha256(data)
-        if rec.get("sha256") != got:
-            raise _Refused(f"its sha256 {got} differs from the recorded {rec.get('sha256')!r}")
-        bad = elf_reason(data)
-        if bad is not None:
-            raise _Refused(bad)
-        return fd, None
-    except (_Refused, OSError) as e:
+        why = _check_open(fd, rec, name, group_ok)
+    except OSError as e:
+        why = f"cannot read it ({e.strerror or e})"
+    if why is not None:
         os.close(fd)
-        return None, str(e)
+        return None, why
+    return fd, None
+
+
+def _check_open(fd: int, rec: object, name: str, group_ok: bool) -> str | None:
+    """Why the library open at ``fd`` (with its parsed record ``rec``) must not be imported, or None."""
+    st = os.fstat(fd)
+    writable = stat.S_IWOTH if group_ok else stat.S_IWGRP | stat.S_IWOTH
+    if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.getuid(), 0) or st.st_mode & writable:
+        return "it is not a regular file of yours or root's, writable only by its owner"
+    if st.st_size > _MAX_LIBRARY:
+        return f"it has {st.st_size} bytes, over the limit of {_MAX_LIBRARY}"
+    data = files.read_fd(fd, _MAX_LIBRARY, st.st_size)
+    if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
+        return f"its record is not a {RECORD_FORMAT} record"
+    if rec.get("name") != name:
+        return f"its record names {rec.get('name')!r}, expected {name!r} (built for another torch or Python)"
+    got = trust.sha256(data)
+    if rec.get("sha256") != got:
+        return f"its sha256 {got} differs from the recorded {rec.get('sha256')!r}"
+    return elf_reason(data)
 
 
 def refusal_of_path(library: Path, group_ok: bool = False) -> str | None:
     """Why the path to ``library`` is not trusted (:func:`flyship.bundle.trust.path_reason`), or None."""
     return trust.path_reason(library, group_ok=group_ok)
-
-
-class _Refused(Exception):
-    """A reason to refuse a library, raised inside :func:`open_checked` (never outside)."""
