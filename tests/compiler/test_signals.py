@@ -75,7 +75,8 @@ def test_sigterm_at_any_point_of_a_flydsl_build_exits_143_with_nothing_left(tmp_
     if rc == 0:  # the build ended first (a fast machine): then the bundle is whole
         assert (tmp_path / "out" / "manifest.json").is_file()
     else:
-        assert rc == 143, f"SIGTERM at {point} s: exit {rc} (a crash is negative: -11 SIGSEGV, -6 SIGABRT)\n{err[-2000:]}"
+        assert rc == 143, (f"SIGTERM at {point} s: exit {rc} (a crash is negative: -11 SIGSEGV, -6 SIGABRT)\n"
+                           f"{err[-2000:]}")
         assert not (tmp_path / "out").exists()
     assert "Traceback" not in err and "Fatal Python error" not in err, err[-2000:]
     assert _group_gone(proc.pid), "a process of the build outlived it"
