@@ -71,6 +71,10 @@ MAX_SCRATCH_BYTES_PER_PROGRAM = 1 << 30
 """``bytes_per_program`` of a scratch field."""
 MAX_RESOURCE = 1 << 32
 """Any resource count in kernel metadata (LDS, scratch, registers, kernarg segment)."""
+MAX_TUNE_DIM = (1 << 31) - 1
+"""A dimension in ``flyship tune --shapes`` (each from 1)."""
+MAX_TUNE_CALL_BYTES = 16 << 30
+"""The inputs of one call ``flyship tune`` makes, estimated from the shapes file before anything is allocated."""
 
 # Shared with the C++ core (csrc/limits.h is generated from this table: ``python scripts/limits_header.py --write``).
 MAX_SLOTS = 64
@@ -83,6 +87,10 @@ MAX_PROGRAM_DEPTH = 32
 """Evaluation stack entries one expression program may need."""
 MAX_DEVICES = 64
 """GPU indices 0..63: the C++ core keeps per-device state in arrays of this size; the loader refuses a larger index."""
+MAX_EXPR_NESTING = 64
+"""Nesting of an expression's syntax tree (``-(-(...))``, ``((...))``, a chain of operators): found by a loop before
+any recursive step, so ``'-' * 998 + '1'`` is a flyship error, never Python's RecursionError. Python only: the C++
+core never parses text, it runs postfix programs with an explicit stack of at most ``MAX_PROGRAM_DEPTH`` entries."""
 
 # The plan contract: what Python (flyship/loader/plan.py) lowers and the C++ core parses (csrc/plan.cpp).
 PLAN_VERSION = 10

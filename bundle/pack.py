@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import tempfile
 import zipfile
 import zlib
@@ -51,9 +52,20 @@ _MAX_INDEX = 1 << 24  # the index and the signature: a line per member
 _MAX_MEMBERS = 100_000
 _MAX_PACK = _MAX_MEMBER + 4 * _MAX_INDEX  # the members, the index and signature, the zip headers and directory
 _REDO = "rebuild or re-copy it with `flyc-build ... --pack` or `flyship pack BUNDLE -o FILE`"
-# What reading a damaged member can raise: a bad header or CRC (BadZipFile), data cut short (EOFError), a
-# compressed member from another writer (zlib.error, NotImplementedError for a method zipfile lacks).
-_DAMAGE = (zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError)
+# What zipfile can raise on a damaged archive, opening it or reading a member: a bad header or CRC (BadZipFile),
+# data cut short (EOFError), a compressed member from another writer (zlib.error), a method or "version needed"
+# it lacks (NotImplementedError), an encrypted member (RuntimeError), offsets past the end (ValueError: negative
+# seek), a name flagged UTF-8 that is not (UnicodeDecodeError, a ValueError), a field out of struct's range
+# (struct.error), a seek past what the OS allows (OSError, OverflowError). Every one is damage, never a bug.
+_DAMAGE = (zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError, RuntimeError, ValueError, struct.error,
+           OSError, OverflowError, IndexError, KeyError)
+# General-purpose flag bits a pack may carry (APPNOTE 4.4.4): bit 3 (sizes in a data descriptor, which some
+# copying tools add) and bit 11 (names in UTF-8). Every other bit (encryption, strong encryption, a masked
+# header, patch data, compression options) means a writer other than `flyship pack` and is refused up front.
+_FLAGS_OK = 0x0008 | 0x0800
+# "Version needed to extract" (APPNOTE 4.4.3) values zipfile itself writes for a stored member: 1.0, 2.0, and 4.5
+# when a member needs zip64; anything else is another writer's feature (or damage).
+_VERSIONS_OK = frozenset({10, 20, 45})
 
 
 def members(root: Path, manifest: _m.Manifest) -> list[str]:
@@ -212,6 +224,11 @@ def _check_sizes(z: zipfile.ZipFile, where: str) -> None:
                           "refusing to extract it")
     total = 0
     for zi in infos:
+        if zi.flag_bits & ~_FLAGS_OK or zi.extract_version not in _VERSIONS_OK:
+            raise BundleError(f"open packed bundle {where}: expected plain zip members (flag bits within "
+                              f"0x{_FLAGS_OK:04x}, version needed 1.0, 2.0 or 4.5), got {zi.filename[:80]!r} with "
+                              f"flags 0x{zi.flag_bits:04x} and version needed {zi.extract_version / 10:.1f} "
+                              f"(encrypted, or written by another tool); refusing to extract it, {_REDO}")
         if zi.compress_type != zipfile.ZIP_STORED or zi.compress_size != zi.file_size:
             raise BundleError(f"open packed bundle {where}: expected every member stored (uncompressed), got "
                               f"{zi.filename!r} compressed ({zi.compress_size} bytes for {zi.file_size}); refusing to "
@@ -239,9 +256,12 @@ def _not_a_zip(blob: bytes, where: str, why: str) -> BundleError:
     """The error for a file that zipfile cannot open as an archive, saying which kind of damage it looks like."""
     if not blob:
         what = "an empty file (0 bytes): the copy or the write never finished"
-    elif blob.startswith(_ZIP_LOCAL_HEADER):
+    elif blob.startswith(_ZIP_LOCAL_HEADER) and why.startswith("BadZipFile"):
         what = (f"a zip archive without its directory ({len(blob)} bytes; {why}): the file is truncated or "
                 "damaged")
+    elif blob.startswith(_ZIP_LOCAL_HEADER):
+        what = (f"a zip archive whose directory cannot be read ({len(blob)} bytes; {why}): the file is damaged or "
+                "was written by another tool")
     else:
         what = f"a file that is not a zip archive ({len(blob)} bytes, starting {blob[:8]!r})"
     return BundleError(f"load bundle {where}: expected a bundle directory (holding {_m.MANIFEST_NAME}), its "
@@ -276,8 +296,8 @@ def open_pack(path: Path | str, cache: Path | str | None = None,
     trusted = _signing.policy(trusted_keys)
     try:
         z = zipfile.ZipFile(io.BytesIO(blob))
-    except (zipfile.BadZipFile, EOFError, ValueError) as e:  # ValueError: a damaged directory's offsets
-        raise _not_a_zip(blob, where, str(e)) from None
+    except _DAMAGE as e:  # the directory cannot be read: damage of any kind (see _DAMAGE)
+        raise _not_a_zip(blob, where, f"{type(e).__name__}: {e}") from None
     with z:
         listed = _read_index(z, where, trusted)
         root = Path(cache) if cache is not None else cache_root()
@@ -359,10 +379,14 @@ def _matches(folder: Path, listed: dict[str, str]) -> bool:
     return True
 
 
-def bundle_dir(path: str | Path, trusted_keys: Iterable[str | os.PathLike] | None = None) -> Path:
+def bundle_dir(path: str | Path, trusted_keys: Iterable[str | os.PathLike] | None = None, *,
+               folder_ok: bool = False) -> Path:
     """The bundle directory ``path`` names: the directory itself, the one holding a ``manifest.json`` given
     by its file name, or a packed bundle's private cache folder (:func:`flyship.bundle.pack.open_pack`, every
     member's sha256 checked); absolute, so a later chdir cannot make the same bundle look like another.
+
+    ``folder_ok``: a folder is accepted under a signature policy (``flyship pack`` reads a folder to write it, it
+    loads nothing; a pack it reads is still checked against the policy).
 
     Raises:
         BundleError: the path is another file, a device, a symlink loop, or does not exist; says what it found
@@ -374,7 +398,7 @@ def bundle_dir(path: str | Path, trusted_keys: Iterable[str | os.PathLike] | Non
         p = Path(os.path.abspath(path))
     if p.is_file() and p.name != _m.MANIFEST_NAME:  # any other file is meant as a pack; open_pack says what is
         return open_pack(p, trusted_keys=trusted_keys)  # wrong with one that is not
-    if _signing.policy(trusted_keys) is not None:  # a folder carries no signature
+    if not folder_ok and _signing.policy(trusted_keys) is not None:  # a folder carries no signature
         raise BundleError(f"load bundle {p}: expected a pack signed by a trusted key (trusted_keys / "
                           "FLYSHIP_TRUSTED_KEYS are set), got a bundle folder, which carries no signature; load the "
                           "signed .flyship file")

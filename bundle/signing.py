@@ -24,6 +24,7 @@ from typing import Any, Iterable
 
 from flyship.bundle import files as _files
 from flyship.bundle import limits as _limits
+from flyship.bundle import trust as _trust
 from flyship.bundle.errors import BundleError
 from flyship.errors import ConfigError
 
@@ -94,8 +95,17 @@ def read_public_key(spec: str | os.PathLike) -> str:
     text = str(spec).strip()
     if _HEX_KEY.match(text.lower()):
         return text.lower()
-    raw = _files.read_regular(spec, _MAX_KEY_FILE, what="trusted key", error=ConfigError,
-                              hint="pass 64 hex digits or the .pub file `flyship keygen` wrote")
+    if not text:
+        raise ConfigError("trusted key: expected a .pub file or 64 hex digits, got an empty string; name the key")
+    # The trust anchor is read like every trusted file (bundle/trust.py): a regular file, not a link, owned by the
+    # user or root and writable by no one else, in a folder with the same properties; once, through one descriptor.
+    try:
+        raw = _trust.read_trusted(Path(text).expanduser(), _MAX_KEY_FILE, what="trusted key")
+    except (OSError, ValueError) as e:
+        got = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise ConfigError(f"trusted key {spec}: expected a .pub file `flyship keygen` wrote (yours or root's, "
+                          f"writable only by its owner) or 64 hex digits, got {got}; copy the key into a folder only "
+                          "you can write (chmod 644 the file, 755 or 700 the folder)") from None
     line = raw.decode("ascii", errors="replace").strip()
     kind, _, hexkey = line.partition(" ")
     if kind != "ed25519" or not _HEX_KEY.match(hexkey.strip()):
@@ -104,14 +114,35 @@ def read_public_key(spec: str | os.PathLike) -> str:
 
 
 def policy(trusted_keys: Iterable[str | os.PathLike] | None) -> frozenset[str] | None:
-    """The keys a pack must be signed by: ``trusted_keys`` when given, else ``FLYSHIP_TRUSTED_KEYS``; None when
-    neither names any (no signature required)."""
+    """The keys a pack must be signed by; None when neither ``trusted_keys`` nor ``FLYSHIP_TRUSTED_KEYS`` is given
+    (no signature required).
+
+    It fails closed: an empty ``trusted_keys`` (``[]``, an exhausted generator) is an error, never "no policy", and
+    an argument cannot weaken the environment's policy: with ``FLYSHIP_TRUSTED_KEYS`` set, ``trusted_keys`` may
+    only narrow it (each of its keys must be one the environment trusts).
+
+    Raises:
+        ConfigError: an empty list, a key the environment does not trust, an unreadable or untrusted key file.
+    """
     from flyship import env
 
-    specs = list(trusted_keys) if trusted_keys is not None else env.trusted_keys()
-    if not specs:
-        return None
-    return frozenset(read_public_key(s) for s in specs)
+    from_env = env.trusted_keys()
+    env_keys = frozenset(read_public_key(s) for s in from_env) if from_env is not None else None
+    if trusted_keys is None:
+        return env_keys
+    if isinstance(trusted_keys, (str, os.PathLike)):
+        trusted_keys = [trusted_keys]  # one key given bare, not its characters
+    keys = frozenset(read_public_key(s) for s in trusted_keys)
+    if not keys:
+        raise ConfigError("trusted_keys: expected at least one public key (.pub file or 64 hex digits), got an empty "
+                          "list; pass the keys, or trusted_keys=None for the environment's policy "
+                          "(FLYSHIP_TRUSTED_KEYS)")
+    if env_keys is not None and not keys <= env_keys:
+        extra = ", ".join(sorted(k[:16] + "..." for k in keys - env_keys))
+        raise ConfigError(f"trusted_keys: expected keys among FLYSHIP_TRUSTED_KEYS (an argument may narrow the "
+                          f"environment's policy, never widen it), got also {extra}; add them to "
+                          "FLYSHIP_TRUSTED_KEYS, or leave trusted_keys out")
+    return keys
 
 
 def verify(index: bytes, sig_member: bytes | None, trusted: frozenset[str], where: str) -> str:

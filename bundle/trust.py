@@ -79,3 +79,51 @@ def read_trusted(path: Path, limit: int, *, what: str, group_ok: bool = False) -
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def path_reason(path: Path, *, group_ok: bool = False, _hops: int = 0) -> str | None:
+    """Why some component of ``path`` (every folder from ``/`` down, and every symbolic link on the way, followed)
+    could let another user swap what the path names, or None when none could; as ssh's StrictModes does for keys.
+
+    Each folder and each link must be owned by the user or root; a folder writable by group or others (group: only
+    without ``group_ok``) is accepted only when it is sticky (``/tmp``) and its next component is the user's or
+    root's (others may add entries there, never rename or remove ours). The last component itself is not judged
+    here (:func:`untrusted_reason` and the descriptor's ``fstat`` do that).
+    """
+    if _hops > 40:
+        return "it passes through more than 40 symbolic links"
+    parts = Path(os.path.abspath(path)).parts
+    writable = stat.S_IWOTH if group_ok else _WRITABLE_BY_OTHERS
+    current = Path(parts[0])
+    for i, part in enumerate(parts[1:], start=1):
+        try:
+            st_dir = os.lstat(current)
+        except OSError as e:
+            return f"cannot stat {current} ({e.strerror or e})"
+        if st_dir.st_uid not in _owners():
+            return f"the folder {current} on its path is owned by uid {st_dir.st_uid}, not by you or root"
+        nxt = current / part
+        if st_dir.st_mode & writable:
+            try:
+                child_uid = os.lstat(nxt).st_uid
+            except OSError as e:
+                return f"cannot stat {nxt} ({e.strerror or e})"
+            last = i == len(parts) - 1  # the file itself: its owner is :func:`untrusted_reason`'s to judge
+            if not (st_dir.st_mode & stat.S_ISVTX) or (child_uid not in _owners() and not last):
+                return (f"the folder {current} on its path is writable by group or others (mode "
+                        f"{stat.S_IMODE(st_dir.st_mode):o}), so another user could replace {part}")
+        try:
+            st = os.lstat(nxt)
+        except OSError as e:
+            return f"cannot stat {nxt} ({e.strerror or e})"
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in _owners():
+                return f"the link {nxt} on its path is owned by uid {st.st_uid}, not by you or root"
+            try:
+                target = os.readlink(nxt)
+            except OSError as e:
+                return f"cannot read the link {nxt} ({e.strerror or e})"
+            rest = Path(*parts[i + 1:]) if i + 1 < len(parts) else Path()
+            return path_reason(Path(os.path.join(current, target)) / rest, group_ok=group_ok, _hops=_hops + 1)
+        current = nxt
+    return None

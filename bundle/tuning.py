@@ -21,6 +21,7 @@ to it go to ``a``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -78,6 +79,7 @@ class Table:
     version: str = VERSION
 
 
+@functools.lru_cache(maxsize=256)
 def _processor(target: str) -> str:
     """The processor a target ID names (``gfx942`` for ``gfx942:sramecc+:xnack-``, ``sm_90`` for ``sm_90a``), read
     by the one target parser (:func:`flyship.bundle.targets.parse_target`)."""
@@ -149,7 +151,8 @@ def _read_entry(e: Any, keys: dict[str, tuple[str, ...]], w: str, lenient: bool,
     _need(type(op) is str and op in keys, f"{w}.op", f"an op named in keys ({', '.join(sorted(keys)[:20])})", op)
     target = e.get("target")
     try:
-        _targets.parse_target(target)
+        # (cached: a table repeats a few targets over thousands of entries; a non-string goes to the parser's refusal)
+        _processor(target) if type(target) is str else _targets.parse_target(target)
     except BundleError as err:
         raise BundleError(f"tuning table {w}.target: {err}; fix the file (docs/tuning.md)") from None
     cus = e.get("cus")
@@ -274,15 +277,24 @@ def dispatch_plan(key: tuple[str, ...], entries: list[Entry]) -> list[tuple[str,
         if dim == len(key):
             out.append((group[0].spec, cons))
             return
-        values = sorted({e.key[dim] for e in group})
+        by: dict[int, list[Entry]] = {}  # one pass: each entry is looked at once per dimension (linear, not
+        for e in group:  # one scan of the group per value, which made 20,000 entries take seconds)
+            by.setdefault(e.key[dim], []).append(e)
+        values = sorted(by)
         bounds = _boundaries(values)
-        for i, v in enumerate(values):
+        last = dim == len(key) - 1
+        i = 0
+        while i < len(values):
+            j = i  # on the last dimension, neighbouring buckets with one winner are one interval (one guard)
+            while last and j + 1 < len(values) and by[values[j + 1]][0].spec == by[values[i]][0].spec:
+                j += 1
             c = list(cons)
             if i > 0:
                 c.append(f"({key[dim]}) > {bounds[i - 1]}")
-            if i < len(bounds):
-                c.append(f"({key[dim]}) <= {bounds[i]}")
-            walk(dim + 1, [e for e in group if e.key[dim] == v], tuple(c))
+            if j < len(bounds):
+                c.append(f"({key[dim]}) <= {bounds[j]}")
+            walk(dim + 1, by[values[i]], tuple(c))
+            i = j + 1
 
     if entries:
         walk(0, entries, ())

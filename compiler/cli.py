@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import sys
 import tempfile
+from typing import TYPE_CHECKING
+from pathlib import Path
 
 import click
 
 from flyship import env as _env
 from flyship.compiler import hygiene as _hygiene
-from flyship.compiler.pipeline import BuildOptions, PartialBuildError, Row, build
+from flyship.compiler import signals as _signals
 from flyship.errors import FlyshipError, bug_details
+
+if TYPE_CHECKING:
+    from flyship.compiler.pipeline import Row
 
 
 def format_table(rows: list[Row], verbose: bool = False) -> str:
@@ -115,11 +119,16 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
     if sign_key is not None and not os.path.isfile(sign_key):  # before a long build, not after it
         raise click.BadParameter(f"expected the private key file `flyship keygen` wrote, found no file at {sign_key}",
                                  param_hint="--sign")
+    # Imported here, after run() has installed the signal handlers: the build's modules take ~0.6 s to import, a
+    # window in which SIGTERM would otherwise end the process by the default action.
+    from flyship.compiler.pipeline import BuildOptions, PartialBuildError, build
+
     opts = BuildOptions(spec_path=spec, out_dir=out_dir, archs=tuple(archs), jobs=jobs, force=force, keep_ir=keep_ir,
                         llvm_bin=llvm_bin, offload_bundle=offload_bundle,
                         code_object_version=int(code_object_version) if code_object_version else None,
                         cache=not no_cache, executor=executor, keep_going=keep_going)
     try:
+        _hygiene.sweep_leftovers(Path(out_dir).resolve())  # what killed builds left, before anything else
         rows = build(opts)
         packed = _write_pack(out_dir, sign_key) if pack else None
     except PartialBuildError as e:  # the bundle of what built is written: show it, then every failure
@@ -148,20 +157,26 @@ def run() -> None:
     The build process has imported torch and the DSL to plan; interpreter teardown of those took 0.5-0.7 s of
     every build's wall time on the 2-core machine, after the bundle was written (docs/perf.md, "Build wall time").
     Every exit handler still runs first (multiprocessing's, the DSLs', the user's), and the exit code is main's."""
-    # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the pools are stopped, the scratch folder removed.
-    signal.signal(signal.SIGTERM, _terminated)
+    # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the pools are stopped, the scratch folder removed;
+    # neither lands inside a DSL's native import; a second one exits at once (compiler/signals.py).
+    _signals.install()
     _workers_skip_main()
     _hygiene.adopt_orphans()  # what the spec file starts and detaches, here or in a worker, stays ours to stop
+    code: object = 1
     try:
-        main()  # click's standalone mode ends in SystemExit, with the command's code
-        code: object = 0
-    except SystemExit as e:
-        code = e.code
+        try:
+            main()  # click's standalone mode ends in SystemExit, with the command's code
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        except KeyboardInterrupt:  # one that click's own handling did not catch (raised outside the command)
+            print("\nflyc-build: interrupted", file=sys.stderr)
+        _signals.finishing()  # (a signal may land at this call's entry: the handler below catches it)
+    except KeyboardInterrupt:  # a signal between the command's end and the line above
+        _signals.finishing()
     if isinstance(code, str):  # as the interpreter does with SystemExit("message")
         print(code, file=sys.stderr)
-    status = 0 if code is None else code if isinstance(code, int) else 1
-    if _TERMINATED:
-        status = 128 + _TERMINATED[0]
+    status = _signals.exit_status(0 if code is None else code if isinstance(code, int) else 1)
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
     if run_exit_handlers is None:  # another Python than CPython: the ordinary exit
         _stop_leftovers()
@@ -194,16 +209,6 @@ def _workers_skip_main() -> None:
     if main is not None:
         main.__spec__ = None  # no init_main_from_name
         main.__dict__.pop("__file__", None)  # no init_main_from_path
-
-
-_TERMINATED: list[int] = []  # the signal that ended the build, when one did
-
-
-def _terminated(signum: int, frame: object) -> None:
-    """SIGTERM: unwind as Ctrl-C does (every layer already handles KeyboardInterrupt: the pools are stopped, the
-    scratch folder removed); :func:`run` then exits with the shell's code for the signal."""
-    _TERMINATED.append(signum)
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

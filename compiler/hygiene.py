@@ -21,6 +21,8 @@ Guarantees (docs/compile-stage.md, "What a build leaves behind"):
   build restores the old bundle if a crash fell in that window.
 * Concurrent builds into one path: the first holds a file lock next to the output; the others fail at
   once, saying so. The lock file is removed when the build ends (:func:`output_lock` says why that is safe).
+* What a killed build leaves (its scratch folder, its staging siblings, a ``--force``'s included, its lock file) the
+  next build removes first, whatever its output, once the owner is gone (:func:`sweep_leftovers`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping, NoReturn, Optional
 
+from flyship.compiler import signals as _signals
 from flyship.errors import CompileError
 
 SCRATCH_PREFIX = "flyc-build-"
@@ -284,6 +287,57 @@ def clean_stale(folder: Path, prefix: str) -> list[Path]:
     return removed
 
 
+_STAGING = re.compile(r"^\..+\." + re.escape(SCRATCH_PREFIX) + r"(\d+)-")  # .<bundle>.flyc-build-<pid>-XXXX
+_LOCK = re.compile(r"^\..+\.flyc-build\.lock$")  # .<bundle>.flyc-build.lock
+
+
+def sweep_leftovers(out_dir: Path) -> list[Path]:
+    """At the start of a build, before anything else: remove what killed builds left, whatever output they wrote
+    and whether or not this build compiles anything (a build the cache answers never makes a scratch folder): the
+    scratch folders ``<tmp>/flyc-build-<pid>-*`` and the staging siblings ``.<bundle>.flyc-build-<pid>-*`` (a killed
+    ``--force`` included) beside ``out_dir`` whose owner process is gone, and the lock files
+    ``.<bundle>.flyc-build.lock`` there that no process holds (taken, checked and unlinked while held, the protocol
+    :func:`output_lock` keeps, so a build that is opening one meanwhile locks the path's new file).
+
+    Returns:
+        The paths removed.
+    """
+    removed = clean_stale(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
+    parent = out_dir.parent
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        m = _STAGING.match(p.name)
+        if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))) and p.is_dir() \
+                and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+        elif _LOCK.match(p.name) and _unlink_unheld_lock(p):
+            removed.append(p)
+    return removed
+
+
+def _unlink_unheld_lock(path: Path) -> bool:
+    """Unlink the lock file ``path`` when no process holds it (a killed build's): taken without waiting, checked to
+    be the file the path names, unlinked while held."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
+            os.unlink(path)
+            return True
+        return False
+    except OSError:  # held by a running build (BlockingIOError), or gone meanwhile
+        return False
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def scratch_dir() -> Iterator[Path]:
     """A private scratch folder ``<tmp>/flyc-build-<pid>-XXXX``, removed on exit; first removes the scratch
@@ -294,7 +348,10 @@ def scratch_dir() -> Iterator[Path]:
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        # Whole, even when SIGTERM or Ctrl-C arrives meanwhile (it is handled right after): a removal cut short
+        # leaves a half-removed folder (1 of 50 SIGTERMs at random points of a build did, issue 32).
+        with _signals.deferred():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def staging_prefix(out_dir: Path) -> str:
@@ -371,7 +428,8 @@ def replace_dir(new: Path, out_dir: Path, exchange: bool = True) -> str:
         new.rename(out_dir)
         return "rename"
     if exchange and _renameat2_exchange(new, out_dir):
-        shutil.rmtree(new, ignore_errors=True)  # ``new`` now names the old bundle
+        with _signals.deferred():  # whole, or the old bundle stays as a staging sibling until the next build
+            shutil.rmtree(new, ignore_errors=True)  # ``new`` now names the old bundle
         return "exchange"
     old = out_dir.with_name(f"{old_prefix(out_dir)}{os.getpid()}")
     out_dir.rename(old)

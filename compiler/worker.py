@@ -193,6 +193,9 @@ def init_worker(cfg: WorkerConfig, trace_slots: object = None) -> None:
     # Ctrl-C reaches the whole process group: the build process decides (it stops the pools), so a worker neither
     # dies mid-import with a traceback of its own nor leaves its task half done on its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A process starts with its parent thread's signal mask: one spawned while the build deferred signals
+    # (compiler/signals.py) must still take SIGTERM.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     atexit.register(_exit_now)
     setup = WorkerSetup(target=cfg.target, scratch_root=Path(cfg.scratch_root),
                         rocm_root=Path(cfg.rocm_root) if cfg.rocm_root else None)

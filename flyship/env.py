@@ -17,6 +17,7 @@ Kinds (a switch set to an empty or all-blank value counts as unset, i.e. takes i
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from flyship.bundle.frozen import frozen
@@ -80,7 +81,7 @@ SWITCHES: tuple[Switch, ...] = (
     Switch("FLYSHIP_TRUSTED_KEYS", "keys", "unset",
            "`:`-separated public keys (`.pub` files from `flyship keygen`, or 64 hex digits); when set, "
            "`flyship.load` accepts only packs signed by one of them (docs/security.md); `load(..., trusted_keys=)` "
-           "overrides it."),
+           "may narrow it, never widen it; blanks or separators only (`:`, ` `) are an error, not \"no policy\"."),
 )
 _BY_NAME = {s.name: s for s in SWITCHES}
 
@@ -108,6 +109,9 @@ def _bool(name: str, default: bool) -> bool:
                       f"({'on' if default else 'off'})")
 
 
+_PSEUDO_FS = ("/proc", "/sys")  # the kernel's own files: no folder flyship writes or reads belongs there
+
+
 def _folder(name: str, value: str) -> Path:
     if "\0" in value:
         raise ConfigError(f"{name}: expected a folder path, found a NUL byte in {value!r}; set a plain absolute path")
@@ -115,9 +119,24 @@ def _folder(name: str, value: str) -> Path:
     if not p.is_absolute():
         raise ConfigError(f"{name}: expected an absolute folder path (or ~/...), found {value!r}; set an absolute "
                           f"path, or unset {name} for the default")
-    if p.exists() and not p.is_dir():
+    # Look once, with every OS error a ConfigError naming the switch: a symlink loop (ELOOP), an over-long path
+    # (ENAMETOOLONG), a component that is a file (ENOTDIR), a folder we may not search (EACCES).
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        st = None  # created when first used
+    except OSError as e:
+        raise ConfigError(f"{name}: expected a folder path flyship can use, got {value[:200]!r}: "
+                          f"{e.strerror or e}; point {name} at a folder of yours (it is created if missing), or "
+                          "unset it") from None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{name}: expected a folder, found {value!r}, which exists and is not a folder; point "
                           f"{name} at a folder (it is created if missing), or unset it")
+    real = os.path.realpath(p)
+    if any(real == d or real.startswith(d + "/") for d in _PSEUDO_FS):
+        raise ConfigError(f"{name}: expected a folder on a real file system, got {value!r} (under "
+                          f"{real.split('/')[1] and '/' + real.split('/')[1]}, the kernel's own files); point {name} "
+                          "at a folder of yours, or unset it")
     return p
 
 
@@ -211,5 +230,16 @@ def extension_path() -> list[str]:
     return [str(_folder("FLYSHIP_EXTENSION_PATH", d)) for d in _get("FLYSHIP_EXTENSION_PATH").split(os.pathsep) if d]
 
 
-def trusted_keys() -> list[str]:
-    return [k for k in _get("FLYSHIP_TRUSTED_KEYS").split(os.pathsep) if k]
+def trusted_keys() -> list[str] | None:
+    """``FLYSHIP_TRUSTED_KEYS`` as its entries, or None when it is unset or empty. Set to blanks or separators
+    only (``" "``, ``":"``) it is an error, never "no policy": a switch that was meant to require signatures must
+    not fail open."""
+    raw = os.environ.get("FLYSHIP_TRUSTED_KEYS", "")
+    if not raw:
+        return None
+    keys = [k.strip() for k in raw.split(os.pathsep)]
+    if not any(keys) or not all(keys):
+        raise ConfigError(f"FLYSHIP_TRUSTED_KEYS: expected `{os.pathsep}`-separated public keys (.pub files or 64 "
+                          f"hex digits), got {raw[:80]!r}, which has an empty entry; name the keys, or unset it to "
+                          "require no signature")
+    return keys

@@ -22,6 +22,7 @@ kernels (:func:`_unregister`) and then the Python ``Library`` (its defs, fake, C
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -173,7 +174,8 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
             call; entries for other devices are ignored with a warning.
         tuning_device: the GPU whose target and CU count select the table's entries.
         trusted_keys: public keys (``.pub`` files from ``flyship keygen`` or hex); when given (default:
-            ``FLYSHIP_TRUSTED_KEYS``), only a pack signed by one of them loads (docs/security.md).
+            ``FLYSHIP_TRUSTED_KEYS``), only a pack signed by one of them loads (docs/security.md). It fails closed:
+            an empty list is a ConfigError, and with ``FLYSHIP_TRUSTED_KEYS`` set it may only narrow that set.
         reload: replace the ops already registered under this namespace by another bundle or other content (a
             rebuilt bundle, in one process), with a warning: ``torch.ops.<ns>.*`` and later loads get the new ops;
             an :class:`Ops` object from the earlier load keeps calling the earlier kernels, and a function compiled
@@ -209,8 +211,9 @@ def load(path: str | Path, *, references: Optional[Mapping[str, Callable[..., An
     if tuning is not None:
         from flyship.bundle import tuning as _tt
 
-        table = _tt.read(tuning)
-        digest = hashlib.sha256((digest + Path(tuning).read_text()).encode()).hexdigest()
+        table = _tt.read(tuning)  # read once, bounded; the digest is of what was read, not of a second read
+        text = json.dumps(_tt.to_json_obj(table), sort_keys=True)
+        digest = hashlib.sha256((digest + text).encode()).hexdigest()
     with _lock:
         existing = _loaded.get(ns)
         if existing is not None and not reload and existing._digest == digest and not references:
@@ -252,8 +255,9 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     device, the lowered plan handed to the C++ core, and the ops registered with torch."""
     refs = _references.resolve(root, plan.head, references)
     ext = _extension.extension(near=_beside(path))
+    tuning_status = None
     if table is not None:
-        plan = _tuned_plan(plan, table, tuning_device, ext)
+        plan, tuning_status = _tuned_plan(plan, table, tuning_device, ext)
     code_objects = _CodeObjects(root, plan)
     heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))
              for k, op in enumerate(plan.head.ops)]
@@ -266,15 +270,18 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
                                      full_op=plan.op)
     ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
     ops._composites = _register_composites(library, ns, root, plan.head)
+    ops.tuning = tuning_status
     warn_not_built(plan.head, root)
     if env.verbose():
         print(f"flyship: loaded {ops!r} ({ext.flavor()} flavor, {ext.runtime_version()})")
     return ops
 
 
-def _tuned_plan(plan: _plancache.BundlePlan, table: Any, tuning_device: Any, ext: Any) -> _plancache.BundlePlan:
-    """The plan with the tuning table's winners for the GPU ``tuning_device``. On a machine with no GPU (calls run
-    the references, which no table tunes) the table is set aside with a warning, so one load line serves both."""
+def _tuned_plan(plan: _plancache.BundlePlan, table: Any, tuning_device: Any,
+                ext: Any) -> tuple[_plancache.BundlePlan, str]:
+    """The plan with the tuning table's winners for the GPU ``tuning_device``, and what became of the table in
+    words (:attr:`Ops.tuning`). On a machine with no GPU (calls run the references, which no table tunes) the
+    table is set aside with a warning and ``Ops.tuning`` says so, so one load line serves both."""
     import torch
 
     gpu = device_index(tuning_device, "flyship.load(tuning_device=)")
@@ -284,11 +291,17 @@ def _tuned_plan(plan: _plancache.BundlePlan, table: Any, tuning_device: Any, ext
         if ext.flavor() != "record" and not torch.cuda.is_available():
             import warnings
 
-            warnings.warn(f"flyship.load(tuning=): no GPU here, so the tuning table is not used (its winners are "
-                          f"chosen per device target; calls here run the op's reference)", UserWarning, stacklevel=3)
-            return plan
+            why = ("not used: no GPU here (its winners are chosen per device target; calls here run the op's "
+                   "reference)")
+            warnings.warn(f"flyship.load(tuning=): the tuning table is {why}", UserWarning, stacklevel=3)
+            return plan, why
         raise ConfigError(f"flyship.load(tuning=): expected to read the target of GPU {gpu} to pick the table's "
                           f"winners, but the runtime failed: {e}; pass tuning_device= a GPU this process sees") from None
     from flyship.loader import tuned as _tuned  # only with a tuning table
 
-    return _plancache.BundlePlan.of(_tuned.apply(plan.manifest, table, target, _tuned.device_cus(gpu)))
+    cus = _tuned.device_cus(gpu)
+    from flyship.bundle import tuning as _tt
+
+    mine = len(_tt.entries_for(table, target, cus, lambda _msg: None))
+    status = f"applied: {mine} of {len(table.entries)} entries for {target}" + (f" ({cus} CUs)" if cus else "")
+    return _plancache.BundlePlan.of(_tuned.apply(plan.manifest, table, target, cus)), status

@@ -18,6 +18,7 @@ toolkits a build compiles against are found by :mod:`flyship.loader.toolkits`.
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import os
 import re
@@ -198,18 +199,48 @@ def compile_sources(cfg: BuildConfig, directory: Path) -> list[str]:
     return [*units.write_units(core, groups, directory), *(s for s in cfg.sources if s not in core)]
 
 
-def _import(name: str, library: Path) -> ModuleType:
-    """Import the extension module ``name`` from the file ``library`` (any folder; the module's init
-    function is named after ``name``, so a prebuilt copy keeps its file name)."""
-    spec = importlib.util.spec_from_file_location(name, library)
+_held_descriptors: list[int] = []  # the libraries imported through /proc/self/fd (see _import)
+
+
+def _import(name: str, library: Path, group_ok: bool = False) -> ModuleType:
+    """Import the extension module ``name`` from the file ``library`` (any folder; the module's init function is
+    named after ``name``, so a prebuilt copy keeps its file name): exactly the bytes that were checked.
+
+    The library is opened once and checked through that descriptor (:func:`flyship.loader.prebuilt.open_checked`:
+    trusted path, owner and mode, record, sha256, a whole ELF shared library), then imported through the same
+    descriptor (``/proc/self/fd/N``): a path swapped between the check and the import (a link flipped to a planted
+    library) cannot change what is loaded. Where there is no ``/proc/self/fd`` the path is imported after the check.
+
+    Raises:
+        ExtensionBuildError: the library is refused (the reason), or its import fails (another torch or system).
+    """
+    from flyship.loader import prebuilt
+
+    fd, why = prebuilt.open_checked(library, name, group_ok=group_ok)
+    if fd is None:
+        raise ExtensionBuildError(f"import flyship extension {library}: refused: {why}; delete it and run `flyship "
+                                  "prebuild` again (or unset FLYSHIP_EXTENSION_PATH)")
+    if not os.path.isdir("/proc/self/fd"):
+        os.close(fd)
+        through = str(library)
+    else:
+        # The descriptor stays open for the life of the process: the dynamic loader knows a loaded library by the
+        # name it was opened by, so a later library opened through the same (reused) descriptor number would be
+        # taken for this one. One descriptor per extension imported (one or two per process).
+        _held_descriptors.append(fd)
+        through = f"/proc/self/fd/{fd}"
+    # The loader named: the descriptor's path has no .so suffix to choose one by.
+    spec = importlib.util.spec_from_file_location(name, through,
+                                                  loader=importlib.machinery.ExtensionFileLoader(name, through))
     if spec is None or spec.loader is None:
         raise ExtensionBuildError(f"import flyship extension: cannot import {library}")
-    module = importlib.util.module_from_spec(spec)
-    try:
+    try:  # (an extension module is dlopened and initialized by module_from_spec, not by exec_module)
+        module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except ImportError as e:
-        raise ExtensionBuildError(f"import flyship extension {library}: {e}; delete it and run `flyship prebuild` "
-                                  "again (it was built for another torch or system)") from e
+        raise ExtensionBuildError(f"import flyship extension {library}: {e}; delete it and run `flyship "
+                                  "prebuild` again (it was built for another torch, flavor or system)") from e
+    module.__file__ = str(library)
     return module
 
 
@@ -489,8 +520,8 @@ def extension(flavor: str | None = None, near: Path | None = None) -> ModuleType
             name = extension_name(flavor)
             prebuilt = find_prebuilt(name, near) or _cached(name)
             if prebuilt is not None:
-                _loaded[flavor] = _import(name, prebuilt)
+                _loaded[flavor] = _import(name, prebuilt, group_ok=prebuilt.parent.parent == extensions_root())
             else:
                 cfg = config(flavor)
-                _loaded[flavor] = _import(cfg.name, build(cfg))
+                _loaded[flavor] = _import(cfg.name, build(cfg), group_ok=True)
         return _loaded[flavor]

@@ -279,7 +279,11 @@ class Ops:
         namespace: the torch namespace (``torch.ops.<namespace>``).
         flavor: the driver shim of the extension (``"hip"`` or ``"cuda"``; ``"hip-nvidia"`` in the test-only run
             of the HIP shim on an NVIDIA GPU).
+        tuning: what became of ``load(tuning=)``'s table, in words (``"applied: 3 of 4 entries for gfx942"``, or
+            ``"not used: no GPU here ..."``); None when no table was given.
     """
+
+    tuning: Optional[str] = None
 
     def __init__(self, path: Path, plan: _plancache.BundlePlan, namespace: str, core: Any, library: Any, ext: Any,
                  references: list[Optional[Callable[..., Any]]], digest: str, cpu: list[_cpu.CpuKernel],

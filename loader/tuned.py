@@ -8,6 +8,7 @@ import warnings
 from typing import Callable, Optional
 
 from flyship.bundle import expr as _expr
+from flyship.bundle import limits as _limits
 from flyship.bundle import manifest as _m
 from flyship.bundle import tuning as _tt
 from flyship.bundle.errors import BundleError
@@ -63,7 +64,14 @@ def apply(manifest: _m.Manifest, table: _tt.Table, target: str, cus: Optional[in
             continue
         specs = {s.name: s for s in op.specializations}
         tuned = []
-        for i, (winner, cons) in enumerate(_tt.dispatch_plan(op.tuning_key, mine)):
+        plan = _tt.dispatch_plan(op.tuning_key, mine)
+        room = _limits.MAX_SPECIALIZATIONS - len(op.specializations)
+        if len(plan) > room:  # each bucket is a guard the core checks in order: refused before any is made
+            raise BundleError(f"tuning table: op {op.name}: expected at most {room} key buckets for {target} (the "
+                              f"limit of {_limits.MAX_SPECIALIZATIONS} specializations an op may have, less its "
+                              f"{len(op.specializations)}), got {len(plan)} from {len(mine)} entries whose winners "
+                              "alternate; tune fewer shapes, or keep the entries where the winner changes")
+        for i, (winner, cons) in enumerate(plan):
             if winner == _tt.ORIGINAL:
                 base = op.specializations[0]
                 tuned.append(_m.Specialization(f"{winner}{_tt.TUNED_SUFFIX}{i}", _m.Guard({}, cons), base.example, ()))

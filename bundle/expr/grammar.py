@@ -55,6 +55,9 @@ def parse(text: str) -> ast.expr:
         tree = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:  # ValueError: a NUL, a lone surrogate
         raise _fail(text, f"not valid syntax ({getattr(e, 'msg', type(e).__name__)})") from None
+    nesting = _nesting(tree)  # before anything here recurses over the tree
+    if nesting > _limits.MAX_EXPR_NESTING:
+        raise _fail(text, f"nests {nesting} levels deep, expected at most {_limits.MAX_EXPR_NESTING}; simplify it")
     _check(tree, text)
     words, depth = _program_size(tree)
     if words > MAX_PROGRAM_WORDS or depth > MAX_PROGRAM_DEPTH:
@@ -62,6 +65,18 @@ def parse(text: str) -> ast.expr:
                           f"{MAX_PROGRAM_WORDS} words and {MAX_PROGRAM_DEPTH} entries (the C++ core's limits); "
                           "simplify it")
     return tree
+
+
+def _nesting(tree: ast.AST) -> int:
+    """The depth of ``tree`` (a leaf is 1), by a loop with an explicit stack: never Python's recursion, whatever the
+    text (``'-' * 998 + '1'`` nests 999 levels and fits the length limit)."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, d = todo.pop()
+        deepest = max(deepest, d)
+        todo.extend((child, d + 1) for child in ast.iter_child_nodes(node)
+                    if not isinstance(child, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)))
+    return deepest
 
 
 def _program_size(n: ast.expr) -> tuple[int, int]:

@@ -15,6 +15,7 @@ from flyship.bundle import manifest as M
 from flyship.bundle import rules as _rules
 from flyship.compiler import cache as _cache
 from flyship.compiler import hygiene as _hygiene
+from flyship.compiler import signals as _signals
 from flyship.compiler import toolchain as _tc
 from flyship.compiler.pipeline.assembling import assemble_manifest, frontend_versions, offload_bundles
 from flyship.compiler.pipeline.options import BuildOptions, Row
@@ -49,7 +50,8 @@ def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, 
         check_replaceable(out_dir)
         _hygiene.replace_dir(tmp, out_dir)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with _signals.deferred():  # whole, even when a second signal arrives (compiler/signals.py)
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

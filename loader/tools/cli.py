@@ -12,6 +12,7 @@
     flyship inspect BUNDLE     per kernel: symbol, kernargs, registers, LDS, scratch, spills, occupancy [--json];
                                every code object checked, exit 1 when one is bad
     flyship tune BUNDLE --shapes FILE      race each tuned op's configs on this GPU, write a tuning table
+                                           (--dry-run: check bundle, shapes and table, no GPU)
 
 Each command parses its options and calls one plain function; errors print one clear line and exit 1
 (2 for a usage error, as click does).
@@ -266,7 +267,7 @@ def pack_cmd(bundle: Path, out: Path, sign: Path | None) -> None:
     """Write BUNDLE (a folder, its manifest.json or a packed file) as one reproducible file (manifest, references,
     code objects; sha256 of each), signed with --sign KEY when given (docs/security.md)."""
     try:
-        path = _pack.pack(_pack.bundle_dir(bundle, trusted_keys=()), out, sign)
+        path = _pack.pack(_pack.bundle_dir(bundle, folder_ok=True), out, sign)
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None
     except OSError as e:  # the output: a missing folder, no permission, a full disk
@@ -321,13 +322,21 @@ def keygen_cmd(key: Path) -> None:
 @click.option("--repeats", default=20, show_default=True, help="timed calls per candidate (the median is kept)")
 @click.option("--no-merge", is_flag=True, help="replace an existing table instead of merging into it")
 @click.option("--no-original", is_flag=True, help="race only the bundle's configs, not the op's reference")
+@click.option("--dry-run", is_flag=True, help="check the bundle, the shapes file and an existing table, print the "
+              "plan; no GPU, no extension build")
 def tune_cmd(bundle: Path, shapes: Path, out: Path | None, device: int, warmup: int, repeats: int,
-             no_merge: bool, no_original: bool) -> None:
+             no_merge: bool, no_original: bool, dry_run: bool) -> None:
     """Race every candidate config of BUNDLE's tuned ops for each call in --shapes on a GPU (needs torch and
     a GPU; no DSL, no compiler) and write the winners as a tuning table for flyship.load(..., tuning=)."""
     from flyship.loader.tools.tune import tune
 
     try:
+        if dry_run:
+            from flyship.loader.tools.tune_shapes import dry_run as _dry_run
+
+            table = out if out else Path(bundle) / "tuning.json"
+            click.echo("\n".join(_dry_run(bundle, shapes, None if no_merge else table)))
+            return
         path = tune(bundle, shapes, out, device=device, warmup=warmup, repeats=repeats, merge=not no_merge,
                     original=not no_original)
     except FlyshipError as e:

@@ -126,11 +126,19 @@ def _resolve(target: str) -> tuple[Any, str, Any]:
         owner: Any = importlib.import_module(module_name)
     except ImportError as e:
         raise PatchError(f"patch {target!r}: cannot import {module_name!r}: {e}") from e
+    except Exception as e:  # the module's own code failed at import: its error, named, with its traceback chained
+        raise PatchError(f"patch {target!r}: expected {module_name!r} to import, got {type(e).__name__} raised by "
+                         f"its code: {str(e)[:200]}; fix the module (import it alone to see the traceback) or patch "
+                         "another target") from e
     parts = qual.split(".")
     for part in parts[:-1]:
-        if not hasattr(owner, part):
-            raise PatchError(f"patch {target!r}: {owner!r} has no attribute {part!r}")
-        owner = getattr(owner, part)
+        try:
+            owner = getattr(owner, part)
+        except AttributeError:
+            raise PatchError(f"patch {target!r}: {owner!r} has no attribute {part!r}") from None
+        except Exception as e:  # a property or module __getattr__ that raises
+            raise PatchError(f"patch {target!r}: reading {part!r} of {owner!r} raised {type(e).__name__}: "
+                             f"{str(e)[:200]}; patch another target") from e
     name = parts[-1]
     raw = _MISSING
     for klass in (owner.__mro__ if isinstance(owner, type) else ()):

@@ -23,44 +23,26 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from flyship.bundle import expr as _expr
-from flyship.bundle import files as _files
-from flyship.bundle import limits as _limits
 from flyship.bundle import manifest as _m
 from flyship.bundle import tuning as _tt
 from flyship.errors import ConfigError
 from flyship.loader import core as _core
+from flyship.loader.tools.tune_shapes import check_file, read_shapes  # noqa: F401  (read_shapes re-exported)
 from flyship.loader.tuned import apply, device_cus  # noqa: F401  (the load-time step, re-exported)
 
 
-def read_shapes(path: Path | str) -> dict[str, list[dict[str, Any]]]:
-    """A shapes file: ``{"<op>": [{"<tensor>": [dims], "<scalar>": value, ...}, ...]}``, one call per item
-    (every input tensor's shape; scalars optional). Optional ``"dtypes": {"<tensor>": "float16"}`` per item.
-
-    Raises:
-        ConfigError: not JSON or not of that shape.
-    """
-    data = _files.read_json(path, _limits.MAX_TUNING_BYTES, what="flyship tune --shapes", error=ConfigError)
-    if not isinstance(data, dict) or not all(isinstance(v, list) and all(isinstance(c, dict) for c in v)
-                                             for v in data.values()):
-        raise ConfigError(f"flyship tune --shapes {path}: expected {{op: [{{tensor: [dims], ...}}, ...]}}, got "
-                          f"{type(data).__name__}")
-    return data
-
-
-def _inputs(op: _m.Op, call: dict[str, Any], device: Any, where: str) -> list[Any]:
+def _inputs(op: _m.Op, call: dict[str, Any], device: Any) -> list[Any]:
+    """The tensors and scalars of one call checked by :func:`flyship.loader.tools.tune_shapes.check_calls` (shapes,
+    dtypes from its fixed list and the memory bound already checked: nothing here trusts the file)."""
     import torch
 
-    dtypes = call.get("dtypes", {})
-    base = op.specializations[0].guard.dtypes
     out = []
     for a in op.args:
         if a.kind == "tensor":
-            if a.name not in call:
-                raise ConfigError(f"{where}: expected a shape for tensor {a.name!r}, got keys {sorted(call)}")
-            dt = getattr(torch, dtypes.get(a.name) or base.get(a.name) or "float32")
-            shape = tuple(int(d) for d in call[a.name])
+            dt = getattr(torch, call["dtypes"][a.name])
+            shape = call[a.name]
             t = torch.randn(shape, device=device).to(dt) if dt.is_floating_point else \
-                torch.randint(-8, 8, shape, device=device).to(dt)
+                torch.randint(0 if dt == torch.bool else -8, 2 if dt == torch.bool else 8, shape, device=device).to(dt)
             out.append(t)
         else:
             v = call.get(a.name, a.default)
@@ -116,6 +98,7 @@ def race(ops: Any, shapes: dict[str, list[dict[str, Any]]], *, device: int = 0, 
     """
     import torch
 
+    checked = check_file(ops.manifest, shapes, "(shapes)")  # every value, before the GPU is looked at
     target = ops.device_target(device)
     if tensor_device is None and not torch.cuda.is_available():
         raise ConfigError(f"flyship tune: expected a GPU torch can put the race's tensors on, found none (torch "
@@ -125,18 +108,13 @@ def race(ops: Any, shapes: dict[str, list[dict[str, Any]]], *, device: int = 0, 
     dev = tensor_device if tensor_device is not None else torch.device("cuda", device)
     timer = timer or (lambda fn: time_call(fn, warmup=warmup, repeats=repeats))
     keys, entries = {}, {}
-    for name, calls in shapes.items():
-        if name not in ops:
-            raise ConfigError(f"flyship tune: op {name!r} is not in the bundle ({', '.join(ops.names)})")
+    for name, calls in checked.items():
         h = ops[name]
         op = h.manifest
-        if not op.tuning_key:
-            raise ConfigError(f"flyship tune: op {name} has no tuning key; declare it with configs= and key= "
-                              "(docs/tuning.md)")
         keys[name] = op.tuning_key
         for ci, call in enumerate(calls):
             where = f"flyship tune: op {name} call {ci}"
-            inputs = _inputs(op, call, dev, where)
+            inputs = _inputs(op, call, dev)
             kv = key_values(op, inputs)
             if (name, kv) in entries:
                 continue
@@ -187,8 +165,12 @@ def tune(bundle: Path | str, shapes: Path | str, out: Optional[Path | str] = Non
     Returns:
         The table's path.
     """
+    shape_calls = read_shapes(shapes)  # read and checked before the bundle loads or a GPU is looked at
+    from flyship.bundle import manifest as _manifest
+    from flyship.bundle import pack as _pack
+
+    check_file(_manifest.read(_pack.bundle_dir(bundle)), shape_calls, shapes)
     ops = _core.load(bundle)
-    shape_calls = read_shapes(shapes)
     table = race(ops, shape_calls, device=device, warmup=warmup, repeats=repeats,
                  originals=None if original else {name: None for name in shape_calls})
     path = Path(out) if out else Path(bundle) / "tuning.json"

@@ -2,7 +2,8 @@
 
     python -m tests.hostile.fuzz_child READER SEED START COUNT MEMORY_MB CASE_SECONDS
 
-READER is ``manifest``, ``tuning``, ``patches`` or ``pack``. Cases START .. START+COUNT-1 of the stream that
+READER is ``manifest``, ``tuning``, ``patches``, ``pack`` or ``zip`` (the pack reader under zip-level damage,
+tests/hostile/zipmutate.py). Cases START .. START+COUNT-1 of the stream that
 SEED gives (case i always uses ``random.Random(f"{SEED}:{READER}:{i}")``, so a batch can restart after any case).
 Each case is read through the reader's public entry and classified; one line per case goes to stdout, flushed
 before the next case starts, so the parent knows which case a crash or a hang happened in:
@@ -239,7 +240,39 @@ def pack_reader(tmp: Path) -> tuple[Any, Callable[[bytes], Any], Callable[[bytes
     return index, read, check
 
 
-READERS = {"tuning": tuning_reader, "patches": patches_reader, "manifest": manifest_reader, "pack": pack_reader}
+def zip_reader(tmp: Path) -> tuple[Any, Callable[[bytes], Any], Callable[[bytes, Any], None]]:
+    """The pack reader under zip-level damage (tests/hostile/zipmutate.py): the base is a whole pack's bytes."""
+    from flyship.bundle import pack as P
+
+    blob = P.pack_bytes(TINY)
+    keep = ("manifest.json", "references.py", "add.f32.gfx942.hsaco")
+    with zipfile.ZipFile(io.BytesIO(blob)) as z:
+        members = {n: z.read(n) for n in keep}
+        index = json.loads(z.read(P.INDEX_NAME))
+    index["members"] = {n: index["members"][n] for n in keep}
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as z:
+        z.writestr(P._info(P.INDEX_NAME), json.dumps(index, sort_keys=True))
+        for n in keep:
+            z.writestr(P._info(n), members[n])
+    cache, path = tmp / "cache", tmp / "t.flyship"
+
+    def read(raw: bytes) -> Any:
+        path.write_bytes(raw)
+        return P.open_pack(path, cache=cache, trusted_keys=None)
+
+    def check(raw: bytes, folder: Any) -> None:
+        try:
+            got = {p.name: p.read_bytes() for p in Path(folder).iterdir() if p.name != P.INDEX_NAME}
+            need(got == members, "extracted files")
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    return buf.getvalue(), read, check
+
+
+READERS = {"tuning": tuning_reader, "patches": patches_reader, "manifest": manifest_reader, "pack": pack_reader,
+           "zip": zip_reader}
 
 
 def run_case(read: Callable, check: Callable, kind: str, raw: bytes, base_value: Any) -> tuple[str, str]:
@@ -271,7 +304,7 @@ def main(argv: list[str]) -> int:
         float(argv[5])
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     sys.path.insert(0, str(ROOT))
-    from tests.hostile import mutate
+    from tests.hostile import mutate, zipmutate
 
     def alarm(*_: Any) -> None:
         raise Hang()
@@ -282,14 +315,14 @@ def main(argv: list[str]) -> int:
     shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
     with tempfile.TemporaryDirectory(prefix="flyship-fuzz-", dir=shm) as tmp:
         base, read, check = READERS[reader](Path(tmp))
-        base_raw = json.dumps(base).encode()
+        base_raw = base if isinstance(base, bytes) else json.dumps(base).encode()
         base_value = read(base_raw)
         check(base_raw, base_value)  # the base itself must read right, or the fuzz proves nothing
         if isinstance(base_value, Path):
             base_value = None
         for i in range(start, start + count):
             rng = random.Random(f"{seed}:{reader}:{i}")
-            kind, raw = mutate.case(base, base_raw, rng)
+            kind, raw = zipmutate.case(base, rng) if reader == "zip" else mutate.case(base, base_raw, rng)
             signal.setitimer(signal.ITIMER_REAL, case_s)
             try:
                 outcome, detail = run_case(read, check, kind, raw, base_value)

@@ -119,8 +119,11 @@ def test_the_plan_tables_are_the_bundles_own(record_ext):
 
 
 def test_expressions_beyond_the_limits_are_refused_where_they_are_compiled():
+    wide = "n"
+    for _ in range(7):  # a balanced sum of 128 leaves: 383 words, nested 8 levels (a flat chain nests past the limit)
+        wide = f"({wide} + {wide})"
     with pytest.raises(ExprError, match="at most 256 words"):
-        expr.parse(" + ".join(["x.numel"] * 100))
+        expr.parse(wide)
     deep = "1"
     for _ in range(40):
         deep = f"(1 + {deep})"  # each level keeps one more value on the stack

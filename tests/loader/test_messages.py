@@ -200,3 +200,15 @@ def test_dispatch_with_a_bad_target_is_a_config_error_saying_what_to_pass(fresh_
 def test_the_readme_quickstart_says_triton_args_follow_the_kernel_parameters_in_order():
     readme = (ROOT / "README.md").read_text()
     assert "for a `@triton.jit` kernel, the same names, in the same order as its" in readme
+
+
+def test_the_readme_and_loader_md_say_verify_covers_example_shapes_and_layouts_only():
+    """Issue 32 item 7: a kernel wrong only from row 256 passes verify; the docs must not let a reader think more."""
+    readme = (ROOT / "README.md").read_text()
+    loader_md = (ROOT / "docs" / "loader.md").read_text()
+    assert "**What `verify` covers today**" in readme and "It does not sweep shapes" in readme
+    assert "### What verify covers" in loader_md and "It does **not** sweep shapes or values" in loader_md
+    from flyship.loader.tools import verify
+
+    # the module says the same: inputs come from each specialization's example
+    assert "Inputs come from each specialization's ``example``" in verify.__doc__

@@ -51,6 +51,7 @@ def test_each_key_value_runs_the_winner_of_its_nearest_bucket(bundle_copy, recor
     table = _table(tmp_path, [tt.Entry("add", "gfx942", None, (1024,), "f32__small", {"f32__small": 1.0}),
                               tt.Entry("add", "gfx942", None, (65536,), "f32__large", {"f32__large": 2.0})])
     ops = recorded(bundle_copy(_tuned_add), target=GFX942, tuning=table)
+    assert ops.tuning == f"applied: 2 of 2 entries for {GFX942}"
     # The boundary between 1024 and 65536 on a log2 scale is isqrt(1024 * 65536) = 8192.
     assert _ran(ops, 1024) == "f32__small__t0"
     assert _ran(ops, 8192) == "f32__small__t0"
@@ -234,8 +235,9 @@ def test_a_tuning_table_on_a_machine_with_no_gpu_is_set_aside_with_a_warning_and
     if ext.flavor() == "record":
         pytest.skip("the recording driver has a device; this proves the hip/cuda flavor's load with no GPU")
     table = _table(tmp_path, [tt.Entry("add", "gfx942", None, (1024,), "f32__large")])
-    with pytest.warns(UserWarning, match="no GPU here, so the tuning table is not used"):
+    with pytest.warns(UserWarning, match="the tuning table is not used: no GPU here"):
         ops = flyship.load(bundle_copy(_tuned_add), namespace=f"flyship_t{uuid.uuid4().hex[:8]}", tuning=table)
+    assert ops.tuning.startswith("not used: no GPU here")  # said on the object too, not only in a warning
     x = torch.randn(1024)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the fallback warning: CPU calls run the reference
