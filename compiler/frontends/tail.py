@@ -57,6 +57,8 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
     first = _finish_one(fe, op, spec, build, where, workspaces)
     then = tuple(_finish_one(fe, op, spec, b, f"{where} launch {k + 2}", workspaces)
                  for k, b in enumerate(build.then))
+    check_unread([(build, first, where), *((b, v, f"{where} launch {k + 2}")
+                                           for k, (b, v) in enumerate(zip(build.then, then)))])
     # A variant built as Triton's JIT would for the example call takes an int equal to 1 as a constant and may fold
     # away the branch that writes an output; the generic variant beside it is the one that shows what the kernel
     # can write, so only variants that pin no int by its value are judged for unwritten outputs.
@@ -114,8 +116,6 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         raise FrontendError(str(e)) from None
     if build.written is not None:
         check_writes(op, build.written, meta, layout, where)
-    if build.unread and (why := _writes.unread_stride(build.unread, meta, layout)):
-        raise FrontendError(f"{where}: {why}")
     constraints = (*build.constraints, *op.constraints(spec))
     grid, shapes, scalars = example_grid(op, spec, build.launch.grid, constraints, where,
                                          target=build.target)
@@ -133,6 +133,36 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         code_object_version=co_version, metadata=meta, kernargs=layout, launch=build.launch, proof=build.proof,
         toolchain=build.toolchain, example_grid=build.example_grid, constraints=build.constraints,
         alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa)
+
+
+def check_unread(launches: list[tuple[KernelBuild, CompiledVariant, str]]) -> None:
+    """Refuse a declared stride no launch of the call reads (:func:`flyship.compiler.frontends.writes.unread_stride`),
+    judged per op: a launch that never reads a stride it is passed is excused when another launch of the call
+    reads that stride of the same tensor (a kernel launched twice with a constexpr that skips the tensor in one
+    launch), or when it never reads that tensor's pointer either. Before round 4 each launch was judged alone.
+
+    Raises:
+        FrontendError: naming the launch, the parameter, the stride and the two fixes.
+    """
+    read: set[tuple[str, int]] = set()
+    for build, v, _where in launches:
+        unread = build.unread or frozenset()
+        explicit = [a for a in v.metadata.args if not a.hidden]
+        at = {(a.offset, a.size): i for i, a in enumerate(explicit)}
+        for f in v.kernargs.fields:
+            if f.kind == "stride" and at.get((f.offset, f.size)) not in unread | {None}:
+                read.add((f.arg, f.dim))
+    for build, v, where in launches:
+        if not build.unread:
+            continue
+        explicit = [a for a in v.metadata.args if not a.hidden]
+        at = {(a.offset, a.size): i for i, a in enumerate(explicit)}
+        untouched = {f.arg for f in v.kernargs.fields if f.kind == "pointer" and at.get((f.offset, f.size)) in build.unread}
+        excused = frozenset(at[(f.offset, f.size)] for f in v.kernargs.fields
+                            if f.kind == "stride" and (f.offset, f.size) in at
+                            and ((f.arg, f.dim) in read or f.arg in untouched))
+        if why := _writes.unread_stride(build.unread - excused, v.metadata, v.kernargs):
+            raise FrontendError(f"{where}: {why}")
 
 
 def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layout: KernargLayout,
