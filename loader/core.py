@@ -18,6 +18,7 @@ The ops stay registered for the life of the process; loading the same bundle aga
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import threading
 from pathlib import Path
@@ -43,6 +44,10 @@ from flyship.loader.selection import device_index, fallback_flag, make_selector,
 
 _lock = threading.Lock()
 _loaded: dict[str, Ops] = {}
+
+# The driver a load in this context binds its ops to (None: the process's GPU flavor). Set only by
+# flyship.loader.record.dry_run, around its own load, so no environment switch is changed for other threads.
+DRIVER: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("flyship_load_driver", default=None)
 
 
 def _internal_dirs() -> tuple[str, ...]:
@@ -228,7 +233,7 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     """A bundle not loaded in this process yet: its references, the extension, the tuning table's winners for the
     device, the lowered plan handed to the C++ core, and the ops registered with torch."""
     refs = _references.resolve(root, plan.head, references)
-    ext = _extension.extension(near=_beside(path))
+    ext = _extension.extension(DRIVER.get(), near=_beside(path))
     if table is not None:
         plan = _tuned_plan(plan, table, tuning_device, ext)
     code_objects = _CodeObjects(root, plan)
