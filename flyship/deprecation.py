@@ -20,10 +20,6 @@ import warnings
 from flyship.errors import ConfigError, FlyshipError, SpecError
 
 
-class FlyshipDeprecationWarning(FutureWarning):
-    """A form flyship still accepts and will refuse (a FutureWarning: Python shows it to end users by default)."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Change:
     """One announced change.
@@ -84,4 +80,5 @@ def met(key: str, stacklevel: int = 3) -> None:
     if version_tuple(flyship.__version__) >= version_tuple(c.refused_in):
         error: type[FlyshipError] = SpecError if c.surface == "spec" else ConfigError
         raise error(message(c, refused=True))
-    warnings.warn(message(c, refused=False), FlyshipDeprecationWarning, stacklevel=stacklevel)
+    # FutureWarning, not DeprecationWarning: Python shows it by default, to the users who wrote the old form
+    warnings.warn(message(c, refused=False), FutureWarning, stacklevel=stacklevel)

@@ -21,7 +21,7 @@ def test_the_round_1_extension_module_warns_with_its_migration_and_forwards_to_t
     from flyship.loader import extension
 
     build = importlib.import_module("flyship.loader.build")
-    with pytest.warns(deprecation.FlyshipDeprecationWarning,
+    with pytest.warns(FutureWarning,
                       match=r"import flyship.loader.build .*deprecated since flyship 0.2.0, refused from 0.3.0; use "
                             r"flyship.dry_run\(bundle, target=...\)"):
         got = build.extension_name
