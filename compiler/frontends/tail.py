@@ -179,17 +179,26 @@ def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layo
     explicit = [a for a in meta.args if not a.hidden]
     by_offset = {f.offset: f for f in layout.fields if f.kind == "pointer"}
     read_only = {a.name for a in op.args if isinstance(a, Tensor) and not a.mutable}
+    bad: dict[str, str] = {}  # every undeclared tensor at once: each fix would otherwise cost a rebuild
     for i in sorted(written):
         if i >= len(explicit) or explicit[i].offset not in by_offset:
             continue  # a by-value parameter (a layout struct, a size) or one no tensor is bound to
         f = by_offset[explicit[i].offset]
-        if f.arg in read_only:
-            name = f.kernel_arg or explicit[i].name or f"#{i}"
-            raise FrontendError(
-                f"{where}: the kernel stores through parameter {i} ({name}, offset {f.offset}), bound to input "
-                f"tensor {f.arg!r}, which the spec declares neither an Output nor mutable; declare "
-                f"Tensor({f.arg!r}, ..., mutable=True) if the kernel writes it in place (the schema then says "
-                f"Tensor(a!) {f.arg} and torch.compile sees the write), or make the kernel not write it")
+        if f.arg in read_only and f.arg not in bad:
+            bad[f.arg] = f"parameter {i} ({f.kernel_arg or explicit[i].name or f'#{i}'}, offset {f.offset})"
+    if len(bad) == 1:
+        (arg, param), = bad.items()
+        raise FrontendError(
+            f"{where}: the kernel stores through {param}, bound to input tensor {arg!r}, which the spec declares "
+            f"neither an Output nor mutable; declare Tensor({arg!r}, ..., mutable=True) if the kernel writes it in "
+            f"place (the schema then says Tensor(a!) {arg} and torch.compile sees the write), or make the kernel "
+            "not write it")
+    if bad:
+        raise FrontendError(
+            f"{where}: the kernel stores through {len(bad)} input tensors the spec declares neither an Output nor "
+            f"mutable: {'; '.join(f'{arg!r} ({param})' for arg, param in bad.items())}; declare each "
+            f"{', '.join(f'Tensor({arg!r}, ..., mutable=True)' for arg in bad)} if the kernel writes it in place "
+            "(the schema then says Tensor(a!) and torch.compile sees the write), or make the kernel not write it")
 
 
 def _bound_params(params: frozenset[int], meta: KernelMetadata, layout: KernargLayout) -> dict[str, tuple[int, str]]:

@@ -1,0 +1,56 @@
+"""Spec refusals that lead to the fix (issue 34, item 2), on real Triton builds for sm_90 (a few seconds each)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ..conftest import run_build
+
+pytestmark = pytest.mark.compile
+
+KERNELS = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def two_writes(x, w, out, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    v = tl.load(x + i, mask=m) + tl.load(w + i, mask=m)
+    tl.store(out + i, v, mask=m)
+    tl.store(x + i, v, mask=m)   # writes input x in place
+    tl.store(w + i, v, mask=m)   # and input w
+'''
+
+
+def _spec(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "kern.py").write_text(KERNELS)
+    spec = tmp_path / "spec.py"
+    spec.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from flyship.compiler.spec import Constexpr, Output, Spec, Tensor, Value, namespace, op
+        from kern import two_writes
+        namespace("t")
+    """) + textwrap.dedent(body))
+    return spec
+
+
+def test_the_write_check_names_every_undeclared_tensor_a_kernel_writes_in_one_build(tmp_path):
+    spec = _spec(tmp_path, """
+        op("two", kernel=two_writes, grid=("cdiv(x.shape[0], BLOCK)",),
+           args=[Tensor("x", rank=1), Tensor("w", rank=1), Output("out", like="x"), Value("n", "x.shape[0]"),
+                 Constexpr("BLOCK")],
+           specs=[Spec("f32", dtypes={"x": "float32", "w": "float32"}, shapes={"x": (100,), "w": (100,)},
+                       constexprs={"BLOCK": 128}, constraints=("w.shape[0] == x.shape[0]",),
+                       options={"specialize": "declared"})])
+    """)
+    r = run_build(spec, tmp_path / "o", ["sm_90"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ("the kernel stores through 2 input tensors the spec declares neither an Output nor mutable: 'x' "
+            "(parameter 0 (x, offset 0)); 'w' (parameter 1 (w, offset 8))") in r.stderr, r.stderr
+    assert "Tensor('x', ..., mutable=True), Tensor('w', ..., mutable=True)" in r.stderr
