@@ -54,3 +54,22 @@ def test_the_write_check_names_every_undeclared_tensor_a_kernel_writes_in_one_bu
     assert ("the kernel stores through 2 input tensors the spec declares neither an Output nor mutable: 'x' "
             "(parameter 0 (x, offset 0)); 'w' (parameter 1 (w, offset 8))") in r.stderr, r.stderr
     assert "Tensor('x', ..., mutable=True), Tensor('w', ..., mutable=True)" in r.stderr
+
+
+def test_an_output_like_an_input_with_its_own_dtype_is_built_with_that_dtype(tmp_path):
+    spec = _spec(tmp_path, """
+        op("two", kernel=two_writes, grid=("cdiv(x.shape[0], BLOCK)",),
+           args=[Tensor("x", rank=1, mutable=True), Tensor("w", rank=1, mutable=True),
+                 Output("out", like="x", dtype="float16"), Value("n", "x.shape[0]"), Constexpr("BLOCK")],
+           specs=[Spec("f32", dtypes={"x": "float32", "w": "float32"}, shapes={"x": (100,), "w": (100,)},
+                       constexprs={"BLOCK": 128}, constraints=("w.shape[0] == x.shape[0]",),
+                       options={"specialize": "declared"})])
+    """)
+    r = run_build(spec, tmp_path / "o", ["sm_90"], check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    from flyship.bundle import manifest as M
+
+    o = M.read(tmp_path / "o").op("two")
+    assert (o.outputs[0].shape, o.outputs[0].dtype) == (("x.shape[0]",), "float16")  # rounds 1-3: "x" (float32)
+    (v,) = o.specializations[0].variants
+    assert v.launches[0].code_object.symbol == "two_writes"
