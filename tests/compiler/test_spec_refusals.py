@@ -73,3 +73,26 @@ def test_an_output_like_an_input_with_its_own_dtype_is_built_with_that_dtype(tmp
     assert (o.outputs[0].shape, o.outputs[0].dtype) == (("x.shape[0]",), "float16")  # rounds 1-3: "x" (float32)
     (v,) = o.specializations[0].variants
     assert v.launches[0].code_object.symbol == "two_writes"
+
+
+def test_a_spec_file_whose_ops_are_all_gated_on_gfx950_builds_them_and_names_the_target_without_ops(tmp_path):
+    gated = """
+        import os
+        if os.environ.get("FLYDSL_GPU_ARCH") == "gfx950":  # the planning import for each AMD processor sets it
+            op("two", kernel=two_writes, grid=("cdiv(x.shape[0], BLOCK)",),
+               args=[Tensor("x", rank=1, mutable=True), Tensor("w", rank=1, mutable=True), Output("out", like="x"),
+                     Value("n", "x.shape[0]"), Constexpr("BLOCK")],
+               specs=[Spec("f32", dtypes={"x": "float32", "w": "float32"}, shapes={"x": (100,), "w": (100,)},
+                           constexprs={"BLOCK": 128}, constraints=("w.shape[0] == x.shape[0]",),
+                           options={"specialize": "declared"})])
+    """
+    spec = _spec(tmp_path, gated)
+    r = run_build(spec, tmp_path / "o", ["gfx942", "gfx950"], check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "declares no ops for gfx942 (its import there called no op()); building the ops declared for gfx950" \
+        in r.stderr, r.stderr
+    from flyship.bundle import manifest as M
+
+    assert [v.target for s in M.read(tmp_path / "o").op("two").specializations for v in s.variants] == ["gfx950"]
+    alone = run_build(spec, tmp_path / "o2", ["gfx942"], check=False)  # no target has an op: refused, named
+    assert alone.returncode == 1 and "declares no ops for any target (gfx942)" in alone.stderr, alone.stderr
