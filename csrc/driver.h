@@ -1,7 +1,7 @@
 // The driver shim: the few GPU runtime calls the loader makes, one implementation per vendor.
 //
 // driver_hip.cpp (HIP module API, libamdhip64), driver_cuda.cpp (CUDA driver API, libcuda) or
-// driver_record.cpp (no runtime; records launches for tests) is compiled into the extension, chosen when it is built (flyship/loader/build.py). This header and
+// driver_record.cpp (no runtime; records launches for tests) is compiled into the extension, chosen when it is built (flyship/loader/extension.py). This header and
 // those files do not include torch: the core (csrc/*.cpp) turns a failed Status into a TORCH_CHECK
 // error with the op, kernel, target and device around the runtime's own words.
 #pragma once
