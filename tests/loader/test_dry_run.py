@@ -56,3 +56,36 @@ def test_dry_run_refuses_a_bad_target_or_device_size_and_a_namespace_loaded_for_
         pytest.skip("this process's GPU flavor is the recording driver (FLYSHIP_FLAVOR=record)")
     with pytest.raises(ConfigError, match="namespace 'flyship_dry_taken' is already loaded in this process on the"):
         flyship.dry_run(tiny_bundle, namespace="flyship_dry_taken")
+
+
+def _rename_output(data: dict) -> None:
+    """The tiny bundle's add with its one output named as a Triton tutorial's kernel names it (output_ptr)."""
+    op = next(o for o in data["ops"] if o["name"] == "add")
+    op["outputs"][0]["name"] = "output_ptr"
+    for s in op["specializations"]:
+        align = s["guard"]["alignment"]
+        if "out" in align:
+            align["output_ptr"] = align.pop("out")
+        assert not any("out" in c for c in s["guard"]["constraints"])
+        for v in s["variants"]:
+            for f in v["kernargs"]["fields"]:
+                if f["arg"] == "out":
+                    f["arg"] = "output_ptr"
+
+
+def test_out_of_an_op_whose_one_output_is_not_named_out_takes_the_fast_entry(bundle_copy, record_ext):
+    # torch's out schema calls a lone output `out` (add.out(Tensor x, Tensor y, *, Tensor(a!) out)); the fast entry
+    # knew the output by its own name only, so every .out(..., out=t) of such an op went through torch's __call__.
+    run = flyship.dry_run(bundle_copy(_rename_output))
+    assert run.ops.add.manifest.outputs[0].name == "output_ptr"
+    x, y, o = torch.randn(1025), torch.randn(1025), torch.empty(1025)
+    packet = getattr(torch.ops, run.ops.namespace).add
+    run.launches()
+    for call, obj in ((lambda: packet.out(x, y, out=o), packet.out), (lambda: run.ops.add.out(x, y, out=o), run.ops.add.out)):
+        before = record_ext.fast_call_counts(obj)["fast"]
+        call()
+        assert record_ext.fast_call_counts(obj)["fast"] == before + 1, obj
+        (launch,) = run.launches()
+        assert struct.unpack_from("<Q", launch.kernargs, 16) == (o.data_ptr(),)  # written into o
+    assert run.ops.add.out(x, y, out=(o,)) is not None  # the handle's tuple form still works
+    assert len(run.launches()) == 1
