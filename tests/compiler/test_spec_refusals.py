@@ -96,3 +96,24 @@ def test_a_spec_file_whose_ops_are_all_gated_on_gfx950_builds_them_and_names_the
     assert [v.target for s in M.read(tmp_path / "o").op("two").specializations for v in s.variants] == ["gfx950"]
     alone = run_build(spec, tmp_path / "o2", ["gfx942"], check=False)  # no target has an op: refused, named
     assert alone.returncode == 1 and "declares no ops for any target (gfx942)" in alone.stderr, alone.stderr
+
+
+def test_an_output_declared_as_an_input_tensor_is_blamed_not_the_references_argument_count(tmp_path):
+    # Round 3 said "reference two() failed on the example inputs: TypeError: two() takes 2 positional arguments but
+    # 3 were given" and pointed at the traceback of an unexpected exception.
+    (tmp_path / "refs.py").write_text("import torch\n\n\ndef two(x, w):\n    return x + w\n")
+    spec = _spec(tmp_path, """
+        from flyship.compiler.spec import references
+        references("refs.py")
+        op("two", kernel=two_writes, grid=("cdiv(x.shape[0], BLOCK)",), reference="two",
+           args=[Tensor("x", rank=1, mutable=True), Tensor("w", rank=1, mutable=True), Tensor("out", rank=1),
+                 Value("n", "x.shape[0]"), Constexpr("BLOCK")],
+           specs=[Spec("f32", dtypes={"x": "float32", "w": "float32", "out": "float32"},
+                       shapes={"x": (100,), "w": (100,), "out": (100,)}, constexprs={"BLOCK": 128})])
+    """)
+    r = run_build(spec, tmp_path / "o", ["sm_90"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ("expected reference two(x, w) to take the op's 3 inputs (x, w, out), got a function of 2 positional "
+            "parameter(s); out is declared as input Tensor(...), which the reference does not take: if the kernel "
+            "writes it, declare Output('out', ...)") in r.stderr, r.stderr
+    assert "unexpected exception" not in r.stderr
