@@ -200,8 +200,13 @@ def check_reachable(op_name: str, specs: list[M.Specialization]) -> None:
             if (g0.dtypes == g1.dtypes and set(g0.constraints) <= set(g1.constraints)
                     and all(a <= g1.alignment.get(k, 1) for k, a in g0.alignment.items())
                     and {v.target for v in later.variants} <= {v.target for v in earlier.variants}):
+                jit = any(s.name == later.name + "__generic" for s in specs)  # Triton's default JIT variant
                 raise CompileError(
                     f"op {op_name}: expected every specialization to be reachable, got {later.name!r} behind "
                     f"{earlier.name!r}, which accepts every call {later.name!r} accepts (same dtypes, constraints "
                     f"{list(g0.constraints)} all among {later.name!r}'s) and is tried first; list {later.name!r} "
-                    f"before {earlier.name!r} or give {earlier.name!r} a constraint that excludes its calls")
+                    f"before {earlier.name!r} or give {earlier.name!r} a constraint that excludes its calls"
+                    + (f"; {later.name!r} is the JIT-like variant flyship builds by default for a Triton spec without "
+                       f"options['specialize'] (since round 2, beside {later.name + '__generic'!r}): set "
+                       f"options={{'specialize': 'declared'}} on spec {later.name!r} to build only what it declares"
+                       if jit else ""))

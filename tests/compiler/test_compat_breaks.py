@@ -155,3 +155,22 @@ def test_a_plain_spec_that_a_hand_hinted_one_does_not_cover_keeps_its_jit_varian
                                        constraints=("x.shape[0] <= 64",)), _spec("f32")])
     assert [s.name for s in decl.specs] == ["f32_a16", "f32", "f32__generic"]
     assert not _frontend("triton").build_note(decl, decl.specs[1], "sm_90").count("built as declared only")
+
+
+def test_an_unreachable_default_jit_variant_the_expansion_missed_is_named_as_such_with_the_switch():
+    # A case _duplicated_by leaves to the build's check (say, per_target forms): its refusal names the default.
+    from types import SimpleNamespace
+
+    from flyship.compiler.pipeline.checking import check_reachable
+    from flyship.errors import CompileError
+
+    def spec(name, alignment):
+        return SimpleNamespace(name=name, guard=SimpleNamespace(dtypes={"x": "float32"}, constraints=(),
+                                                                alignment=alignment),
+                               variants=(SimpleNamespace(target="sm_90"),))
+
+    specs = [spec("f32_a16", {"x": 16}), spec("f32", {"x": 16}), spec("f32__generic", {})]
+    with pytest.raises(CompileError, match=r"'f32' is the JIT-like variant flyship builds by default for a Triton "
+                                           r"spec without options\['specialize'\] \(since round 2, beside "
+                                           r"'f32__generic'\): set options=\{'specialize': 'declared'\} on spec 'f32'"):
+        check_reachable("mul", specs)
