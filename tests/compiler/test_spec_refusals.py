@@ -117,3 +117,26 @@ def test_an_output_declared_as_an_input_tensor_is_blamed_not_the_references_argu
             "parameter(s); out is declared as input Tensor(...), which the reference does not take: if the kernel "
             "writes it, declare Output('out', ...)") in r.stderr, r.stderr
     assert "unexpected exception" not in r.stderr
+
+
+def test_specializations_that_compile_to_the_same_bytes_share_one_file_and_the_build_says_so(tmp_path):
+    spec = _spec(tmp_path, """
+        ARGS = [Tensor("x", rank=1, mutable=True), Tensor("w", rank=1, mutable=True), Output("out", like="x"),
+                Value("n", "x.shape[0]"), Constexpr("BLOCK")]
+        common = dict(dtypes={"x": "float32", "w": "float32"}, shapes={"x": (100,), "w": (100,)},
+                      constexprs={"BLOCK": 128})
+        op("two", kernel=two_writes, grid=("cdiv(x.shape[0], BLOCK)",), args=ARGS,
+           specs=[Spec("short", constraints=("w.shape[0] == x.shape[0]", "x.shape[0] <= 4096"),
+                       options={"specialize": "declared", "num_stages": 2}, **common),
+                  Spec("any", constraints=("w.shape[0] == x.shape[0]",),
+                       options={"specialize": "declared", "num_stages": 3}, **common)])
+    """)
+    r = run_build(spec, tmp_path / "o", ["sm_90"], check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    from flyship.bundle import manifest as M
+
+    files = [v.code_object.file for s in M.read(tmp_path / "o").op("two").specializations for v in s.variants]
+    assert len(files) == 2 and len(set(files)) == 1, files  # one file on disk for both
+    assert len(list((tmp_path / "o").glob("two.*.cubin"))) == 1
+    assert (f"op two: specializations short, any compiled to byte-identical code objects, kept once as {files[0]}"
+            in r.stderr), r.stderr
