@@ -77,3 +77,4 @@ def test_an_abort_inside_flydsls_binary_step_shows_the_llvm_error_although_that_
     assert "killed by SIGABRT" in failure and "it printed:" in failure, failure
     assert "LLVM ERROR: Do not know how to expand this operator's operand!" in failure, failure
     assert not list(tmp_path.glob("**/*.stderr.step"))
+

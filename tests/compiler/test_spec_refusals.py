@@ -1,4 +1,5 @@
-"""Spec refusals that lead to the fix (issue 34, item 2), on real Triton builds for sm_90 (a few seconds each)."""
+"""Spec refusals that lead to the fix (issue 34, item 2), on real builds: Triton for sm_90 or gfx950 (a few seconds
+each), one FlyDSL entry for gfx942."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import run_build
+from ..conftest import ROOT, run_build
 
 pytestmark = pytest.mark.compile
 
@@ -140,3 +141,36 @@ def test_specializations_that_compile_to_the_same_bytes_share_one_file_and_the_b
     assert len(list((tmp_path / "o").glob("two.*.cubin"))) == 1
     assert (f"op two: specializations short, any compiled to byte-identical code objects, kept once as {files[0]}"
             in r.stderr), r.stderr
+
+
+def test_equal_ints_an_entry_passes_through_are_bound_to_the_argument_each_is_not_refused_as_ambiguous(tmp_path):
+    # Q's and O's row strides are equal at the example; the entry passes each to its own launcher call. They were
+    # refused ("the value 512, which is more than one of the op's scalar arguments ... give the example scalars
+    # distinct values", impossible when the example's layout makes them equal); each is now bound by identity.
+    spec = tmp_path / "spec.py"
+    spec.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "examples" / "flydsl")!r})
+        import flydsl.expr as fx
+        from flyship.compiler.spec import Constexpr, Output, Spec, Tensor, Value, entry, namespace, op
+        from rows import add_one_rows
+
+        def rows_twice(x, out, m, k, N=512, stream=None):
+            add_one_rows(x, out, m, N, fx.Stream(stream))
+            add_one_rows(x, out, k, N, fx.Stream(stream))
+
+        namespace("t")
+        op("rows_twice", kernel=entry(rows_twice),
+           args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "x.shape[0]"), Value("k", "x.stride[0]"),
+                 Constexpr("N")],
+           specs=[Spec("n512", dtypes={{"x": "float32"}}, shapes={{"x": (512, 512)}}, constexprs={{"N": 512}},
+                       constraints=("x.shape[1] == N", "x.stride[0] == N", "x.stride[1] == 1",
+                                    "x.shape[0] <= 65536"))])
+    """))
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    from flyship.bundle import manifest as M
+
+    (v,) = M.read(tmp_path / "o").op("rows_twice").specializations[0].variants
+    ints = [[f.expr for f in t.kernargs.fields if f.kind == "expr"] for t in (v, *v.then)]
+    assert ints == [["x.shape[0]"], ["x.stride[0]"]], ints  # launch 1 gets m, launch 2 gets k

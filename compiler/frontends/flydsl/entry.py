@@ -149,6 +149,10 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
             hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
                    and v == value]
             hit += [a for a, v in constants if type(value) in (int, float) and type(v) is type(value) and v == value]
+            if len(hit) > 1:  # equal example values (Q's and O's strides): the one passed through, by identity,
+                # else the one named as the launcher's parameter; never a guess by value
+                hit = ([a for a, v in zip(declared, pos) if v is value and a in hit]
+                       or [a for a in hit if a.name == name] or hit)
             if len(hit) != 1:
                 shape = _shape_hint(op, pos, name, value) if not hit else ""
                 constant = (f"; {'else ' if shape else ''}a constant the entry passes itself (a fixed size, pinned "
@@ -157,10 +161,15 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                             f"; a float constant the entry passes itself is declared Value({name!r}, {str(value)!r}, "
                             "type='f32') in args=" if type(value) is float and not hit else "")
                 constant = shape + constant
+                several = (f" ({', '.join(a.name for a in hit)}, equal at the example); flyship binds a scalar "
+                           "the entry passes through unchanged by identity (ints above 256), else by the launcher's "
+                           f"parameter name: name a declared argument {name!r}, or give the example scalars "
+                           "distinct values" if hit else
+                           "; flyship binds scalars the entry passes through (give the example scalars distinct "
+                           "values)")
                 raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} the "
                                     f"value {value!r}, which is {'none' if not hit else 'more than one'} of the op's "
-                                    "scalar arguments; flyship binds scalars the entry passes through (give the "
-                                    f"example scalars distinct values){constant}")
+                                    f"scalar arguments{several}{constant}")
         else:
             raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
                                 f"{type(value).__module__}.{type(value).__qualname__}, expected a torch tensor (or "
