@@ -43,8 +43,9 @@ class Change:
 
 CHANGES: dict[str, Change] = {c.key: c for c in (
     Change("loader.build", "import flyship.loader.build (the C++ extension's module in round 1, renamed "
-           "flyship.loader.extension)", "0.2.0", "0.3.0", "use flyship.dry_run(bundle, target=...) for the recording driver, or flyship.loader.extension "
-           "for the extension itself (internal: it may move again)", "loader"),
+           "flyship.loader.extension)", "0.2.0", "0.3.0",
+           "use flyship.dry_run(bundle, target=...) for the recording driver, or flyship.loader.extension for the "
+           "extension itself (internal: it may move again)", "loader"),
 )}
 
 

@@ -157,7 +157,8 @@ def check_unread(launches: list[tuple[KernelBuild, CompiledVariant, str]]) -> No
             continue
         explicit = [a for a in v.metadata.args if not a.hidden]
         at = {(a.offset, a.size): i for i, a in enumerate(explicit)}
-        untouched = {f.arg for f in v.kernargs.fields if f.kind == "pointer" and at.get((f.offset, f.size)) in build.unread}
+        untouched = {f.arg for f in v.kernargs.fields
+                     if f.kind == "pointer" and at.get((f.offset, f.size)) in build.unread}
         excused = frozenset(at[(f.offset, f.size)] for f in v.kernargs.fields
                             if f.kind == "stride" and (f.offset, f.size) in at
                             and ((f.arg, f.dim) in read or f.arg in untouched))

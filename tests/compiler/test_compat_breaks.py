@@ -144,7 +144,8 @@ def test_a_plain_spec_whose_jit_variant_duplicates_a_hand_hinted_one_is_built_as
                                                                            ("f32", "declared")]
     note = _frontend("triton").build_note(decl, decl.specs[1], "sm_90")
     assert ("built as declared only: the JIT-like variant flyship builds by default for a spec without "
-            "options['specialize'] (since round 2) would take only calls 'f32_a16', listed first, already takes") in note
+            "options['specialize'] (since round 2) would take only calls 'f32_a16', listed first, already "
+            "takes") in note
     assert "set options={'specialize': 'declared'} on 'f32'" in note
     assert "built as declared only" not in _frontend("triton").build_note(decl, decl.specs[0], "sm_90")
 

@@ -81,7 +81,8 @@ def test_out_of_an_op_whose_one_output_is_not_named_out_takes_the_fast_entry(bun
     x, y, o = torch.randn(1025), torch.randn(1025), torch.empty(1025)
     packet = getattr(torch.ops, run.ops.namespace).add
     run.launches()
-    for call, obj in ((lambda: packet.out(x, y, out=o), packet.out), (lambda: run.ops.add.out(x, y, out=o), run.ops.add.out)):
+    for call, obj in ((lambda: packet.out(x, y, out=o), packet.out),
+                      (lambda: run.ops.add.out(x, y, out=o), run.ops.add.out)):
         before = record_ext.fast_call_counts(obj)["fast"]
         call()
         assert record_ext.fast_call_counts(obj)["fast"] == before + 1, obj
