@@ -175,3 +175,21 @@ def test_an_unreachable_default_jit_variant_the_expansion_missed_is_named_as_suc
                                            r"spec without options\['specialize'\] \(since round 2, beside "
                                            r"'f32__generic'\): set options=\{'specialize': 'declared'\} on spec 'f32'"):
         check_reachable("mul", specs)
+
+
+def test_a_launch_may_pass_a_none_constexpr_to_a_runtime_pointer_parameter(tmp_path):
+    # Issue 34 item 2: "a multi-launch op cannot pass a constexpr such as None to a runtime parameter" (an optional
+    # bias pointer): launch 2 never reads w, so it gets None, compiled in, as a single-launch op's kernel would.
+    _kernel(tmp_path)
+    spec = tmp_path / "spec.py"
+    spec.write_text(textwrap.dedent(SPEC.format(folder=str(tmp_path), second_w_stride="w_stride"))
+                    .replace('["x", "w", "out", "x_stride", \'w_stride\', "n", "INC", "BLOCK"]',
+                             '["x", "NONE", "out", "x_stride", \'w_stride\', "n", "INC", "BLOCK"]')
+                    .replace('Constexpr("ZERO"), ', 'Constexpr("ZERO"), Constexpr("NONE"), ')
+                    .replace('"ZERO": 0, ', '"ZERO": 0, "NONE": None, '))
+    assert '"NONE", "out"' in spec.read_text()
+    r = run_build(spec, tmp_path / "o", ["sm_90"], check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (v,) = M.read(tmp_path / "o").op("mul_inc").specializations[0].variants
+    assert "w" in {f.arg for f in v.launches[0].kernargs.fields} and "w" not in {
+        f.arg for f in v.launches[1].kernargs.fields if f.kind == "pointer"}
