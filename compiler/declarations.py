@@ -22,7 +22,7 @@ from flyship.bundle import targets as _targets
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import spec as _spec
 from flyship.compiler.spec import OpDecl, Spec, SpecFile
-from flyship.errors import CompileError
+from flyship.errors import CompileError, SpecError
 
 # The OpDecl fields that make an op's schema and launch: one value on every target.
 _OP_FIELDS = ("args", "reference", "grid", "frontend", "backward", "key")
@@ -64,7 +64,12 @@ def import_per_target(spec_path: str, targets: list[_targets.TargetID],
             for name in _frontends.names():
                 _frontends.get(name).prepare_planning(key or None)
             before = set(sys.modules)
-            imports.append(TargetImport(key, group, load(spec_path)))
+            try:
+                imports.append(TargetImport(key, group, load(spec_path)))
+            except SpecError as e:  # this target's import declares no op (all gated on another arch)
+                if e.kind != _spec.NO_OPS:
+                    raise
+                imports.append(TargetImport(key, group, SpecFile(path=spec_path)))
             if len(imports) < len(groups):
                 for name in [m for m in set(sys.modules) - before if _users_module(sys.modules.get(m))]:
                     del sys.modules[name]
@@ -179,8 +184,29 @@ def _names(imp: TargetImport) -> str:
 
 def load_for_targets(spec_path: str, targets: list[_targets.TargetID],
                      load: Callable[[str], SpecFile]) -> tuple[list[TargetImport], SpecFile]:
-    """The per-target imports and their merge (:func:`import_per_target`, :func:`merge`)."""
+    """The per-target imports and their merge (:func:`import_per_target`, :func:`merge`). Targets whose import
+    declares no op (a spec file whose ops are all gated on gfx950, built with ``--arch gfx942 --arch gfx950``)
+    build nothing, said on stderr; the others build.
+
+    Raises:
+        SpecError: no target's import declares an op (naming the targets).
+    """
     imports = import_per_target(spec_path, targets, load)
+    empty = [imp for imp in imports if not imp.spec_file.ops]
+    if len(empty) == len(imports):
+        raise SpecError(f"spec file {spec_path}: declares no ops for any target "
+                        f"({', '.join(t.text for imp in imports for t in imp.targets)}); call op(...) (an op gated on "
+                        "the target, e.g. on FLYDSL_GPU_ARCH, is declared only where its condition holds)",
+                        kind=_spec.NO_OPS)
+    if empty:
+        built = ", ".join(t.text for imp in imports if imp.spec_file.ops for t in imp.targets)
+        full = next(imp.spec_file for imp in imports if imp.spec_file.ops)
+        imports = [imp if imp.spec_file.ops else dataclasses.replace(imp, spec_file=SpecFile(
+            path=full.path, namespace=full.namespace, references=full.references, composites=full.composites))
+            for imp in imports]
+        print(f"flyc-build: spec file {spec_path} declares no ops for "
+              f"{', '.join(t.text for imp in empty for t in imp.targets)} (its import there called no op()); "
+              f"building the ops declared for {built}", file=sys.stderr)
     return imports, merge(imports)
 
 

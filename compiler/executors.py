@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator, Optional
 from flyship.bundle import targets as _targets
 from flyship.compiler import cache as _cache
 from flyship.compiler import frontends as _frontends
+from flyship.compiler import hygiene
 from flyship.compiler import toolchain as _tc
 from flyship.compiler import pools as _pools
 from flyship.compiler.worker import TaskResult, WorkerConfig, init_worker, run_task, warm_up
@@ -227,6 +228,7 @@ def _init_alone(cfg: WorkerConfig, err_path: str) -> None:
     fd = os.open(err_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 2)
     os.close(fd)
+    hygiene.set_stderr_file(err_path)  # a step that moves fd 2 writes beside it (hygiene.step_stderr_file)
     init_worker(cfg)
 
 
@@ -247,7 +249,11 @@ def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
                 importing = False
                 return pool.submit(run_task, o, s).result()
             except cf.process.BrokenProcessPool:
-                tail, err_path = _tail(err_path), _unlinked(err_path)
+                # What the process printed, then what a step that had moved fd 2 printed before it died (FlyDSL's
+                # binary step: LLVM's "LLVM ERROR: ..." before an abort).
+                step = err_path + hygiene.STEP_SUFFIX
+                tail = "\n".join(t for t in (_tail(err_path), _tail(step)) if t)[-_STDERR_TAIL:]
+                err_path = _unlinked(err_path) or _unlinked(step)
                 said = (f"; it printed:\n{tail}" if tail else "; it printed nothing on stderr")
                 what = ("importing the spec file, before any kernel (the spec file or a module it imports ended "
                         "the process" if importing else
@@ -265,6 +271,7 @@ def _run_alone(o: str, s: str, cfg: WorkerConfig, ctx) -> TaskResult:
             if tail:
                 print(tail, file=sys.stderr)
             _unlinked(err_path)
+            _unlinked(err_path + hygiene.STEP_SUFFIX)
 
 
 def _exit_status(process: Any) -> str:

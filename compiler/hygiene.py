@@ -509,3 +509,25 @@ def end_process(status: int) -> NoReturn:
         except Exception:  # noqa: BLE001 - a closed pipe: nothing more can be said on it
             pass
     os._exit(status)
+
+
+# -- a lone worker's stderr, through steps that move file descriptor 2 ---------------------------------------------
+#
+# A lone worker writes fd 2 to a file the build reads when it dies (executors._run_alone). A step that moves fd 2
+# elsewhere for a while (FlyDSL's binary step, whose ISA the frontend reads from stderr: flydsl/capture.py) writes
+# into a named file beside it instead of an anonymous one, so a native abort inside that step (LLVM's fatal errors
+# print ``LLVM ERROR: ...`` and abort) leaves its words where the build looks.
+
+_STDERR_FILE: list[str] = []  # the lone worker's stderr file, once set (a list: no global statement)
+
+STEP_SUFFIX = ".step"
+
+
+def set_stderr_file(path: str) -> None:
+    """Record the file this (lone worker) process's fd 2 writes to."""
+    _STDERR_FILE[:] = [path]
+
+
+def step_stderr_file() -> str | None:
+    """Where a step that moves fd 2 should write, so a crash inside it is read (None: no lone worker's file)."""
+    return _STDERR_FILE[0] + STEP_SUFFIX if _STDERR_FILE else None

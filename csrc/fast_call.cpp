@@ -280,8 +280,15 @@ bool fast_place(const FastOp& f, PyObject* key, PyObject* value, PyObject** slot
     slot[s] = value;
     return true;
   }
+  if (!PyUnicode_Check(key) || PyUnicode_CompareWithASCIIString(key, "out") != 0) return false;
+  // one output named otherwise: `out=t` is that output (a tuple goes on to the handle's out=(t,) below)
+  if (f.out_alias >= 0 && !PyTuple_CheckExact(value) && !PyList_CheckExact(value)) {
+    if (slot[f.out_alias] != nullptr) return false;
+    slot[f.out_alias] = value;
+    return true;
+  }
   // handle .out only: out=(a, b, ...) is every output in order
-  if (!f.out_tuple || !PyUnicode_Check(key) || PyUnicode_CompareWithASCIIString(key, "out") != 0) return false;
+  if (!f.out_tuple) return false;
   if (!PyTuple_CheckExact(value) && !PyList_CheckExact(value)) return false;
   const int n_in = f.op->plan().n_inputs;
   if (PySequence_Fast_GET_SIZE(value) != n - n_in) return false;
@@ -349,6 +356,7 @@ void add_fast_call(py::module_& m) {
           named_out |= static_cast<int>(k) >= p.n_inputs && p.slots[k].name == "out";
         }
         f->out_tuple = is_out && !named_out && !torch_surface;
+        if (is_out && !named_out && p.outputs.size() == 1) f->out_alias = p.n_inputs;
         auto* o = reinterpret_cast<FastCallObject*>(handle.ptr());
         delete o->fast;
         o->fast = f.release();

@@ -29,6 +29,9 @@ struct FastOp {
   std::vector<pybind11::object> defaults;  // per input slot: the scalar default, or None (required)
   std::vector<pybind11::object> names;  // slot names, inputs then outputs (interned)
   bool out_tuple = false;  // handle .out: `out=(a, b)` names the outputs in order (no output is called "out")
+  // .out of an op with one output named otherwise (a Triton kernel's `output_ptr`, `c_ptr`, `Y`): its slot, which
+  // `out=` fills (torch's out schema always calls a lone output `out`: loader/opschema.py out_names); else -1.
+  int out_alias = -1;
   uint64_t taken = 0, handed = 0;  // calls the fast path ran / handed on (under the GIL; for tests)
 
   int slots() const;  // the call's argument slots: inputs, plus outputs for .out

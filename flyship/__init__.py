@@ -51,6 +51,8 @@ _LAZY = {
     "patch": "flyship.loader.tools.patch", "Patch": "flyship.loader.tools.patch", "PatchError": "flyship.loader.tools.patch",
     "Const": "flyship.loader.tools.patch", "Prepared": "flyship.loader.tools.patch",
     "routing_report": "flyship.loader.tools.report", "bench": "flyship.loader.tools.bench",
+    # the recording driver's public face: a bundle's real call path on a CPU-only machine (docs/loader.md)
+    "dry_run": "flyship.loader.record", "DryRun": "flyship.loader.record", "RecordedLaunch": "flyship.loader.record",
 }
 
 

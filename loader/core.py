@@ -21,6 +21,7 @@ kernels (:func:`_unregister`) and then the Python ``Library`` (its defs, fake, C
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import threading
@@ -47,6 +48,10 @@ from flyship.loader.selection import device_index, fallback_flag, make_selector,
 
 _lock = threading.Lock()
 _loaded: dict[str, Ops] = {}
+
+# The driver a load in this context binds its ops to (None: the process's GPU flavor). Set only by
+# flyship.loader.record.dry_run, around its own load, so no environment switch is changed for other threads.
+DRIVER: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("flyship_load_driver", default=None)
 
 
 def _internal_dirs() -> tuple[str, ...]:
@@ -254,7 +259,7 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     """A bundle not loaded in this process yet: its references, the extension, the tuning table's winners for the
     device, the lowered plan handed to the C++ core, and the ops registered with torch."""
     refs = _references.resolve(root, plan.head, references)
-    ext = _extension.extension(near=_beside(path))
+    ext = _extension.extension(DRIVER.get(), near=_beside(path))
     tuning_status = None
     if table is not None:
         plan, tuning_status = _tuned_plan(plan, table, tuning_device, ext)

@@ -61,6 +61,8 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
     first = _finish_one(fe, op, spec, build, where, workspaces)
     then = tuple(_finish_one(fe, op, spec, b, f"{where} launch {k + 2}", workspaces)
                  for k, b in enumerate(build.then))
+    check_unread([(build, first, where), *((b, v, f"{where} launch {k + 2}")
+                                           for k, (b, v) in enumerate(zip(build.then, then)))])
     # A variant built as Triton's JIT would for the example call takes an int equal to 1 as a constant and may fold
     # away the branch that writes an output; the generic variant beside it is the one that shows what the kernel
     # can write, so only variants that pin no int by its value are judged for unwritten outputs.
@@ -118,8 +120,6 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         raise FrontendError(str(e)) from None
     if build.written is not None:
         check_writes(op, build.written, meta, layout, where)
-    if build.unread and (why := _writes.unread_stride(build.unread, meta, layout)):
-        raise FrontendError(f"{where}: {why}")
     constraints = (*build.constraints, *op.constraints(spec))
     grid, shapes, scalars = example_grid(op, spec, build.launch.grid, constraints, where,
                                          target=build.target)
@@ -139,6 +139,37 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa)
 
 
+def check_unread(launches: list[tuple[KernelBuild, CompiledVariant, str]]) -> None:
+    """Refuse a declared stride no launch of the call reads (:func:`flyship.compiler.frontends.writes.unread_stride`),
+    judged per op: a launch that never reads a stride it is passed is excused when another launch of the call
+    reads that stride of the same tensor (a kernel launched twice with a constexpr that skips the tensor in one
+    launch), or when it never reads that tensor's pointer either. Before round 4 each launch was judged alone.
+
+    Raises:
+        FrontendError: naming the launch, the parameter, the stride and the two fixes.
+    """
+    read: set[tuple[str, int]] = set()
+    for build, v, _where in launches:
+        unread = build.unread or frozenset()
+        explicit = [a for a in v.metadata.args if not a.hidden]
+        at = {(a.offset, a.size): i for i, a in enumerate(explicit)}
+        for f in v.kernargs.fields:
+            if f.kind == "stride" and at.get((f.offset, f.size)) not in unread | {None}:
+                read.add((f.arg, f.dim))
+    for build, v, where in launches:
+        if not build.unread:
+            continue
+        explicit = [a for a in v.metadata.args if not a.hidden]
+        at = {(a.offset, a.size): i for i, a in enumerate(explicit)}
+        untouched = {f.arg for f in v.kernargs.fields
+                     if f.kind == "pointer" and at.get((f.offset, f.size)) in build.unread}
+        excused = frozenset(at[(f.offset, f.size)] for f in v.kernargs.fields
+                            if f.kind == "stride" and (f.offset, f.size) in at
+                            and ((f.arg, f.dim) in read or f.arg in untouched))
+        if why := _writes.unread_stride(build.unread - excused, v.metadata, v.kernargs):
+            raise FrontendError(f"{where}: {why}")
+
+
 def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layout: KernargLayout,
                  where: str) -> None:
     """Refuse a kernel that stores through a tensor the spec declared neither an ``Output`` nor ``mutable``.
@@ -153,17 +184,26 @@ def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layo
     explicit = [a for a in meta.args if not a.hidden]
     by_offset = {f.offset: f for f in layout.fields if f.kind == "pointer"}
     read_only = {a.name for a in op.args if isinstance(a, Tensor) and not a.mutable}
+    bad: dict[str, str] = {}  # every undeclared tensor at once: each fix would otherwise cost a rebuild
     for i in sorted(written):
         if i >= len(explicit) or explicit[i].offset not in by_offset:
             continue  # a by-value parameter (a layout struct, a size) or one no tensor is bound to
         f = by_offset[explicit[i].offset]
-        if f.arg in read_only:
-            name = f.kernel_arg or explicit[i].name or f"#{i}"
-            raise FrontendError(
-                f"{where}: the kernel stores through parameter {i} ({name}, offset {f.offset}), bound to input "
-                f"tensor {f.arg!r}, which the spec declares neither an Output nor mutable; declare "
-                f"Tensor({f.arg!r}, ..., mutable=True) if the kernel writes it in place (the schema then says "
-                f"Tensor(a!) {f.arg} and torch.compile sees the write), or make the kernel not write it")
+        if f.arg in read_only and f.arg not in bad:
+            bad[f.arg] = f"parameter {i} ({f.kernel_arg or explicit[i].name or f'#{i}'}, offset {f.offset})"
+    if len(bad) == 1:
+        (arg, param), = bad.items()
+        raise FrontendError(
+            f"{where}: the kernel stores through {param}, bound to input tensor {arg!r}, which the spec declares "
+            f"neither an Output nor mutable; declare Tensor({arg!r}, ..., mutable=True) if the kernel writes it in "
+            f"place (the schema then says Tensor(a!) {arg} and torch.compile sees the write), or make the kernel "
+            "not write it")
+    if bad:
+        raise FrontendError(
+            f"{where}: the kernel stores through {len(bad)} input tensors the spec declares neither an Output nor "
+            f"mutable: {'; '.join(f'{arg!r} ({param})' for arg, param in bad.items())}; declare each "
+            f"{', '.join(f'Tensor({arg!r}, ..., mutable=True)' for arg in bad)} if the kernel writes it in place "
+            "(the schema then says Tensor(a!) and torch.compile sees the write), or make the kernel not write it")
 
 
 def _bound_params(params: frozenset[int], meta: KernelMetadata, layout: KernargLayout) -> dict[str, tuple[int, str]]:

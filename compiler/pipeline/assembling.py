@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import platform
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -108,6 +109,23 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
                 tuning_key=op.key), files
 
 
+def _note_shared_files(op: M.Op) -> None:
+    """Say (on stderr) which specializations of ``op`` compiled to byte-identical code objects, kept as one file:
+    their declarations differ only where the code does not (a ``waves_per_eu`` the compiler could not honour, a
+    guard constraint), so they could be one specialization."""
+    users: dict[str, list[str]] = {}
+    for s in op.specializations:
+        for v in s.variants:
+            for t in (v, *v.then):
+                users.setdefault(t.code_object.file, []).append(s.name)
+    for f, names in users.items():
+        names = list(dict.fromkeys(names))
+        if len(names) > 1:
+            print(f"flyc-build: note: op {op.name}: specializations {', '.join(names)} compiled to byte-identical "
+                  f"code objects, kept once as {f} (what tells them apart, e.g. a waves_per_eu or another option, "
+                  "changes nothing in the code: one specialization would do)", file=sys.stderr)
+
+
 def _group_names(spec: str, groups: list[list[str]]) -> list[str]:
     """Manifest names of a spec's guard groups (each a list of target IDs): the spec's own name for one group,
     else ``<spec>__<processor>`` (``fp8__gfx942``), numbered when two groups share a processor."""
@@ -131,6 +149,9 @@ def _variant_entry(op_name: str, spec_name: str, v: Any, files: dict[str, bytes]
         same = next((s for s, e in zip(steps, launches) if e.code_object == t.code_object), None)
         if same is not None:
             fname = same.code_object.file
+        else:  # the same bytes as another specialization's (configs whose options change nothing): one file
+            fname = next((f for f, data in files.items() if data == t.code_object and f.endswith(f".{t.format}")),
+                         fname)
         files[fname] = t.code_object
         if t.isa is not None:
             files[f"{stem}.s"] = t.isa.encode()
@@ -155,6 +176,7 @@ def assemble_manifest(sf: SpecFile, results: dict, tools: dict[str, str], fronte
         entry, f = _op_entry(op, {}, results)
         ops.append(entry)
         files.update(f)
+        _note_shared_files(entry)
     refs = None
     if sf.references:
         rp = (Path(sf.path).parent / sf.references).resolve()

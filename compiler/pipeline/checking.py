@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,37 @@ def _example_tensor(torch: Any, shape: tuple[int, ...], dtype: str, random: bool
     return torch.rand(shape, generator=gen).to(dt) + 0.5
 
 
+def _check_reference_arity(op: Any, fn: Any, where: str) -> None:
+    """Refuse a reference that cannot take the op's inputs, naming the inputs it does not take: the usual cause
+    is an output declared as an input ``Tensor`` (forgotten ``Output``), which the reference rightly does not take.
+
+    Raises:
+        CompileError: the reference's parameters against the op's inputs, and what to declare.
+    """
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin or C function: the call below says what it says
+    names = [a.name for a in op.inputs]
+    try:
+        sig.bind(*names)
+        return
+    except TypeError:
+        pass
+    params = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    extra = [n for n in names if n not in params]
+    tensors = [n for n in extra if isinstance(next(a for a in op.inputs if a.name == n), Tensor)]
+    hint = (f"; {', '.join(tensors)} {'is' if len(tensors) == 1 else 'are'} declared as input Tensor(...), which the "
+            f"reference does not take: if the kernel writes {'it' if len(tensors) == 1 else 'them'}, declare "
+            f"{', '.join(f'Output({n!r}, ...)' for n in tensors)} (the loader allocates it and the reference returns "
+            f"it) or Tensor(..., mutable=True) (written in place); else make {op.reference}() take "
+            f"{'it' if len(tensors) == 1 else 'them'}" if tensors else
+            f"; make {op.reference}() take the op's inputs in this order")
+    raise CompileError(f"{where}: expected reference {op.reference}({', '.join(params)}) to take the op's "
+                       f"{len(names)} inputs ({', '.join(names)}), got a function of {len(params)} positional "
+                       f"parameter(s){hint}")
+
+
 def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
     """Call each op's reference on each specialization's example (zero-filled CPU tensors) and compare what it
     returns with the op's ``Output`` rules: a shape or dtype rule that disagrees with the reference would
@@ -100,6 +132,7 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
             before = {a.name: t.clone() for a, t in zip(op.inputs, args) if a.name in written}
             where = f"op {op.name} spec {s.name}"
             what = "random values" if written else "zeros"
+            _check_reference_arity(op, fn, where)
             try:
                 with torch.no_grad():
                     got = fn(*args)
@@ -167,8 +200,13 @@ def check_reachable(op_name: str, specs: list[M.Specialization]) -> None:
             if (g0.dtypes == g1.dtypes and set(g0.constraints) <= set(g1.constraints)
                     and all(a <= g1.alignment.get(k, 1) for k, a in g0.alignment.items())
                     and {v.target for v in later.variants} <= {v.target for v in earlier.variants}):
+                jit = any(s.name == later.name + "__generic" for s in specs)  # Triton's default JIT variant
                 raise CompileError(
                     f"op {op_name}: expected every specialization to be reachable, got {later.name!r} behind "
                     f"{earlier.name!r}, which accepts every call {later.name!r} accepts (same dtypes, constraints "
                     f"{list(g0.constraints)} all among {later.name!r}'s) and is tried first; list {later.name!r} "
-                    f"before {earlier.name!r} or give {earlier.name!r} a constraint that excludes its calls")
+                    f"before {earlier.name!r} or give {earlier.name!r} a constraint that excludes its calls"
+                    + (f"; {later.name!r} is the JIT-like variant flyship builds by default for a Triton spec without "
+                       f"options['specialize'] (since round 2, beside {later.name + '__generic'!r}): set "
+                       f"options={{'specialize': 'declared'}} on spec {later.name!r} to build only what it declares"
+                       if jit else ""))

@@ -272,5 +272,10 @@ def run_spec_file(path: str, run: Callable[[], None]) -> SpecFile:
     if not sf.namespace:
         raise SpecError(f"spec file {path}: call namespace('<name>') to name the torch op namespace")
     if not sf.ops:
-        raise SpecError(f"spec file {path}: declares no ops; call op(...)")
+        raise SpecError(f"spec file {path}: declares no ops; call op(...)", kind=NO_OPS)
     return sf
+
+
+# SpecError.kind of a spec file that declares no op (flyship.compiler.declarations builds the other targets when
+# only some targets' imports declare none).
+NO_OPS = "NoOpsDeclared"

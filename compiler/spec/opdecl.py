@@ -103,10 +103,12 @@ class OpDecl:
         return bool(o.like) and self.tensor(o.like).batch
 
     def output_dtype(self, o: Output) -> str:
-        if o.like:
-            return o.like
+        # An explicit dtype wins over like= (Output("y", like="x", dtype="float32"): x's shape, float32); before
+        # round 4 like= silently took x's dtype too.
         if o.dtype:
             return o.dtype
+        if o.like:
+            return o.like
         return next(a.name for a in self.args if isinstance(a, Tensor))
 
     def output_dtype_for(self, o: Output, spec: Spec) -> str:

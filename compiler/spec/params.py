@@ -51,7 +51,9 @@ class Output:
         name: output name.
         like: allocate with the shape and dtype of this input tensor.
         shape: one expression per dimension (``("a.shape[0]", "b.shape[1]")``), instead of ``like``.
-        dtype: an input tensor's name or a torch dtype name (with ``shape``; default: the first input's).
+        dtype: an input tensor's name or a torch dtype name (default: ``like``'s dtype, else the first input's);
+            with ``like`` it sets the dtype while ``like`` gives the shape (``Output("y", like="x",
+            dtype="float32")``).
         batch: return the output with the batched inputs' leading dims back (``(B*S, N)`` -> ``(B, S, N)``); its
             first dimension must be a batched input's first. Default: batched when ``like`` names a batched input.
         zero: the kernel accumulates into it (atomic adds from several programs): the loader allocates it filled

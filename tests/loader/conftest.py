@@ -84,10 +84,7 @@ def recorded(record_ext: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[..., 
     import flyship
 
     def make(bundle: Path, target: str = "gfx942:sramecc+:xnack-", **kwargs: Any) -> Any:
-        record_ext.set_recorded_device(0, target)
-        with monkeypatch.context() as m:
-            m.setenv("FLYSHIP_FLAVOR", "record")
-            ops = flyship.load(bundle, namespace=f"flyship_r{uuid.uuid4().hex[:10]}", **kwargs)
+        ops = flyship.dry_run(bundle, target=target, **kwargs).ops  # the public API (loader/record.py)
         assert ops.flavor == "record"
         record_ext.recorded_launches(clear=True)
         return ops

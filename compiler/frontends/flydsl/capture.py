@@ -161,10 +161,17 @@ def _observe_binaries(module_op: Any, capture: Compile) -> None:
 
 @contextlib.contextmanager
 def _stderr_to_file() -> Iterator[Callable[[], str]]:
-    """Send file descriptor 2 to a temporary file while the block runs; yields a reader of what was written."""
+    """Send file descriptor 2 to a temporary file while the block runs; yields a reader of what was written.
+
+    In a lone worker (a task rerun alone after a crash) the file is the named one the build reads when the worker
+    dies (:func:`flyship.compiler.hygiene.step_stderr_file`): a native abort inside the block (``LLVM ERROR: ...``
+    then abort, no Python unwinding) would otherwise take its words with the anonymous file."""
+    from flyship.compiler import hygiene
+
     sys.stderr.flush()
     saved = os.dup(2)
-    tmp = tempfile.TemporaryFile(mode="w+b")
+    named = hygiene.step_stderr_file()
+    tmp = open(named, "w+b") if named else tempfile.TemporaryFile(mode="w+b")
     os.dup2(tmp.fileno(), 2)
     try:
         yield lambda: (tmp.seek(0), tmp.read())[1].decode("utf-8", "replace")
@@ -172,6 +179,9 @@ def _stderr_to_file() -> Iterator[Callable[[], str]]:
         os.dup2(saved, 2)
         os.close(saved)
         tmp.close()
+        if named:
+            with contextlib.suppress(OSError):
+                os.unlink(named)
 
 
 def split_isa(text: str) -> tuple[list[str], str]:

@@ -146,21 +146,7 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                                     "launcher sees it (a flat 1-D Tensor with rules on its numel, or the dtype the "
                                     "launcher reads) so the entry passes it unchanged")
         elif isinstance(value, (bool, int, float)):
-            hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
-                   and v == value]
-            hit += [a for a, v in constants if type(value) in (int, float) and type(v) is type(value) and v == value]
-            if len(hit) != 1:
-                shape = _shape_hint(op, pos, name, value) if not hit else ""
-                constant = (f"; {'else ' if shape else ''}a constant the entry passes itself (a fixed size, pinned "
-                            f"by a constraint if it equals an input's) is declared Value({name!r}, {str(value)!r}) "
-                            "in args=" if type(value) is int and not hit else
-                            f"; a float constant the entry passes itself is declared Value({name!r}, {str(value)!r}, "
-                            "type='f32') in args=" if type(value) is float and not hit else "")
-                constant = shape + constant
-                raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} the "
-                                    f"value {value!r}, which is {'none' if not hit else 'more than one'} of the op's "
-                                    "scalar arguments; flyship binds scalars the entry passes through (give the "
-                                    f"example scalars distinct values){constant}")
+            hit = [_bind_scalar(op, declared, pos, constants, name, value, where)]
         else:
             raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
                                 f"{type(value).__module__}.{type(value).__qualname__}, expected a torch tensor (or "
@@ -170,6 +156,39 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
         mapped.append(hit[0])
     consts = tuple(a for a in op.args if not isinstance(a, (Tensor, Output, Scalar, Value, Workspace)))
     return op.call_view(tuple(mapped) + consts)
+
+
+def _bind_scalar(op: OpDecl, declared: list, pos: list, constants: list, name: str, value: Any, where: str) -> Any:
+    """The declared Scalar or Value an entry's scalar argument ``value`` (for launcher parameter ``name``) is.
+
+    Raises:
+        FrontendError: it is none of them, or more than one that neither identity nor the name tells apart.
+    """
+    hit = [a for a, v in zip(declared, pos) if isinstance(a, (Scalar, Value)) and type(v) is type(value)
+           and v == value]
+    hit += [a for a, v in constants if type(value) in (int, float) and type(v) is type(value) and v == value]
+    if len(hit) > 1:  # equal example values (Q's and O's strides): the one passed through, by identity,
+        # else the one named as the launcher's parameter; never a guess by value
+        hit = ([a for a, v in zip(declared, pos) if v is value and a in hit]
+               or [a for a in hit if a.name == name] or hit)
+    if len(hit) != 1:
+        shape = _shape_hint(op, pos, name, value) if not hit else ""
+        constant = (f"; {'else ' if shape else ''}a constant the entry passes itself (a fixed size, pinned "
+                    f"by a constraint if it equals an input's) is declared Value({name!r}, {str(value)!r}) "
+                    "in args=" if type(value) is int and not hit else
+                    f"; a float constant the entry passes itself is declared Value({name!r}, {str(value)!r}, "
+                    "type='f32') in args=" if type(value) is float and not hit else "")
+        constant = shape + constant
+        several = (f" ({', '.join(a.name for a in hit)}, equal at the example); flyship binds a scalar "
+                   "the entry passes through unchanged by identity (ints above 256), else by the launcher's "
+                   f"parameter name: name a declared argument {name!r}, or give the example scalars "
+                   "distinct values" if hit else
+                   "; flyship binds scalars the entry passes through (give the example scalars distinct "
+                   "values)")
+        raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} the "
+                            f"value {value!r}, which is {'none' if not hit else 'more than one'} of the op's "
+                            f"scalar arguments{several}{constant}")
+    return hit[0]
 
 
 def _wrapped_tensor(value: Any) -> Any:

@@ -61,7 +61,9 @@ def _call_args(op: OpDecl, spec: Spec, target: str | None = None) -> tuple[list[
             named[a.name] = {"float": float, "int": int, "bool": bool}[a.type](scalars[a.name])
     kw = dict(spec.constexprs)
     if is_entry:
-        return list(named.values()), kw
+        # Each int its own object (CPython shares only -5..256), so an int the entry passes through unchanged is
+        # bound to the declared argument it is, by identity, even when two are equal (Q's and O's row strides).
+        return [int(str(v)) if type(v) is int else v for v in named.values()], kw
     kw.update(_stream_placeholders(op.kernel))
     if not _takes_keywords(op.kernel, named):
         return list(named.values()), kw

@@ -43,7 +43,7 @@ from flyship.compiler.frontends.tail import example_grid
 from flyship.compiler.frontends.triton.compiling import (_cubin_target, kernarg_layout, ptxas_version, read_metadata,
                                                          run_triton, version, written_params)
 from flyship.compiler.frontends.triton import jitspec as _jitspec
-from flyship.compiler.frontends.triton.planning import _where, plan
+from flyship.compiler.frontends.triton.planning import _where, check_params, plan
 from flyship.compiler.spec import OpDecl, Spec
 from flyship.errors import SpecError
 
@@ -112,6 +112,14 @@ class TritonFrontend(Frontend):
     def expand_specs(self, op: OpDecl) -> tuple[Spec, ...]:
         return _jitspec.expand_specs(op, op.kernel)
 
+    def check_declaration(self, op: OpDecl) -> None:
+        # Each kernel's parameters against its declaration, before any worker compiles (a Launch's mismatch
+        # used to surface per task, after the whole build had compiled).
+        views = [(op.launch_view(launch), op, launch.kernel) for launch in op.launches] or [(op, None, op.kernel)]
+        for k, (view, scope, kernel) in enumerate(views, 1):
+            where = f"op {op.name}" + (f" launch {k}" if scope is not None else "")
+            check_params(view, _jitspec.jit_function(kernel, where), scope, where)
+
     def build_note(self, op: OpDecl, spec: Spec, target: str) -> str:
         views = [(op.launch_view(launch), op) for launch in op.launches] or [(op, None)]
         notes = []
@@ -119,7 +127,11 @@ class TritonFrontend(Frontend):
             diff = plan(view, spec, target, scope).jit_difference
             if diff:
                 notes.append(f"launch {k}: {diff}" if len(views) > 1 else diff)
-        return f"differs from Triton's JIT for the example call: {'; '.join(notes)}" if notes else ""
+        note = f"differs from Triton's JIT for the example call: {'; '.join(notes)}" if notes else ""
+        dup = _jitspec.jit_duplicate(op, spec)
+        if dup:
+            note = "; ".join(n for n in (note, dup) if n)
+        return note
 
     def prepare_worker(self, setup: WorkerSetup) -> None:
         os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-cache-", dir=setup.scratch_root))

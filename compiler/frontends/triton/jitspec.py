@@ -151,8 +151,11 @@ def difference(built: dict[str, str], jit: dict[str, str]) -> str:
 def expand_specs(op: OpDecl, kernel_fn: Any) -> tuple[Spec, ...]:
     """The specializations a Triton op builds: each spec that sets no ``options["specialize"]`` as the JIT's
     variant for aligned inputs (its own name) followed by the generic one (``<name>__generic``), unless the JIT
-    would specialize nothing beyond what the spec declares (then the spec alone). An op with a config space keeps
-    its specs as declared (its tuning table names them)."""
+    would specialize nothing beyond what the spec declares (then the spec alone), or unless an earlier spec of the op
+    already takes every call the JIT's variant would (a hand-hinted ``Spec("bf16_a16", options={"divisible_by_16":
+    [...]})`` listed first): that variant could never run, so the spec is built as declared only, as before the JIT
+    default (round 2), and :func:`jit_duplicate` says so in flyc-build's notes. An op with a config space keeps its
+    specs as declared (its tuning table names them)."""
     if op.tuning is not None:
         return op.specs
     out: list[Spec] = []
@@ -160,7 +163,7 @@ def expand_specs(op: OpDecl, kernel_fn: Any) -> tuple[Spec, ...]:
         if "specialize" in s.options:
             out.append(s)
             continue
-        if not _jit_adds(op, s, kernel_fn):
+        if not _jit_adds(op, s, kernel_fn) or _duplicated_by(op, s, kernel_fn, out):
             out.append(dataclasses.replace(s, options={**s.options, "specialize": "declared"}))
             continue
         out.append(dataclasses.replace(s, options={**s.options, "specialize": "jit"}))
@@ -184,3 +187,72 @@ def _jit_adds(op: OpDecl, s: Spec, kernel_fn: Any) -> bool:
             if set(jit.items()) - set(declared_hints(view, div).items()):
                 return True
     return False
+
+
+def _views(op: OpDecl, kernel_fn: Any) -> list[tuple[OpDecl, Optional[OpDecl], Any]]:
+    return [(op.launch_view(launch), op, launch.kernel) for launch in op.launches] or [(op, None, kernel_fn)]
+
+
+def _guard_hints(op: OpDecl, s: Spec, kernel_fn: Any, jit: bool) -> Optional[list[set[tuple[str, str]]]]:
+    """Per launch, the hints the guard of ``s`` is built from (declared, plus the JIT's when ``jit``); None when
+    they cannot be told without a target (a Value over ``device.cu_count``)."""
+    div = s.options.get("divisible_by_16", [])
+    div = [div] if isinstance(div, str) else list(div)
+    out = []
+    for view, scope, kernel in _views(op, kernel_fn):
+        hints = set(declared_hints(view, div).items())
+        if jit:
+            try:
+                hints |= set(jit_hints(view, s, None, jit_function(kernel, f"op {op.name} spec {s.name}"), scope,
+                                       f"op {op.name} spec {s.name}").items())
+            except FrontendError:
+                return None
+        out.append(hints)
+    return out
+
+
+def _duplicated_by(op: OpDecl, s: Spec, kernel_fn: Any, earlier: list[Spec]) -> Optional[Spec]:
+    """The earlier spec that takes every call the JIT's variant of ``s`` would take (tried first, so that variant
+    could never run), or None. The test mirrors the build's reachability check on what is known before compiling:
+    the same dtypes, layouts, targets and device size, the earlier spec's constraints among ``s``'s, and its
+    specialization hints (each a guard fact: alignment 16, ``% 16 == 0``, ``== 1``) among those of the JIT's
+    variant, with each hinted int computed by the same expression in both. Specs with ``per_target`` are left to
+    the build's check."""
+    if s.per_target:
+        return None
+    mine = _guard_hints(op, s, kernel_fn, jit=True)
+    if mine is None:
+        return None
+    ints = {a.name: a.expr for a in op.args if isinstance(a, Value)}
+    for t in earlier:
+        if (t.per_target or t.dtypes != s.dtypes or t.strides != s.strides or t.cu_count != s.cu_count
+                or not set(t.constraints) <= set(s.constraints)
+                or (t.targets and not (s.targets and set(s.targets) <= set(t.targets)))):
+            continue
+        theirs = _guard_hints(op, t, kernel_fn, jit=t.options.get("specialize") == "jit")
+        if theirs is None or not all(h <= m for h, m in zip(theirs, mine)):
+            continue
+        cx = [{k: v for k, v in x.constexprs.items() if isinstance(v, int) and not isinstance(v, bool)} for x in (t, s)]
+        named = {k for h in theirs for k, _ in h if k in ints}
+        if all(_expr.substitute(ints[k], cx[0]) == _expr.substitute(ints[k], cx[1]) for k in named):
+            return t
+    return None
+
+
+def jit_duplicate(op: OpDecl, spec: Spec) -> str:
+    """flyc-build's note for a spec that :func:`expand_specs` built as declared only because its JIT variant would
+    duplicate an earlier spec (empty for any other spec)."""
+    if (op.tuning is not None or spec.options.get("specialize") != "declared" or spec.name.endswith(GENERIC_SUFFIX)
+            or any(s.name == spec.name + GENERIC_SUFFIX for s in op.specs)):
+        return ""
+    plain = dataclasses.replace(spec, options={k: v for k, v in spec.options.items() if k != "specialize"})
+    earlier = list(op.specs[:[s.name for s in op.specs].index(spec.name)]) if spec in op.specs else []
+    if not _jit_adds(op, plain, op.kernel):
+        return ""
+    t = _duplicated_by(op, plain, op.kernel, earlier)
+    if t is None:
+        return ""
+    return (f"built as declared only: the JIT-like variant flyship builds by default for a spec without "
+            f"options['specialize'] (since round 2) would take only calls {t.name!r}, listed first, already takes, "
+            f"so it could never run; set options={{'specialize': 'declared'}} on {spec.name!r} to say so, or list "
+            f"{spec.name!r} before {t.name!r} to build its JIT variant")

@@ -213,7 +213,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
     where = _where(op, spec, target)
     tid = _targets.parse_target(target)
     fn = jit_function(op.kernel, where)
-    _check_params(op, fn, scope, where)
+    check_params(op, fn, scope, where)
     options, divisible, mode = resolve_options(spec, tid, where)
     _check_block(options["num_warps"], tid, where)
     slots = (scope or op).expression_slots()
@@ -261,9 +261,16 @@ def _check_block(num_warps: int, tid: _targets.TargetID, where: str) -> None:
                             f"{limits['max_workgroup_size'] // limits['wavefront_size']}")
 
 
-def _check_params(op: OpDecl, fn: Any, scope: Optional[OpDecl], where: str) -> None:
+def check_params(op: OpDecl, fn: Any, scope: Optional[OpDecl], where: str) -> None:
     """An op's args are the kernel's parameters, same names, same order. A ``Launch`` binds by position (the same
-    kernel may be launched twice on other buffers): same count, and constexprs where the kernel has them."""
+    kernel may be launched twice on other buffers): same count, and a ``tl.constexpr`` parameter takes a
+    ``Constexpr``. A ``Constexpr`` given to a runtime parameter is compiled in as a constant, for a ``Launch`` as
+    for a single-launch op (Triton's ``ASTSource`` takes a runtime parameter as a constant the same way; before
+    round 4 a ``Launch`` refused it, after compiling: CHANGELOG.md, "spec API").
+
+    Raises:
+        FrontendError: parameters that do not match, or a runtime declaration for a ``tl.constexpr`` parameter.
+    """
     names = [a.name for a in op.args]
     if scope is None:
         if list(fn.arg_names) != names:
@@ -275,12 +282,11 @@ def _check_params(op: OpDecl, fn: Any, scope: Optional[OpDecl], where: str) -> N
                             f"takes {len(fn.arg_names)} {list(fn.arg_names)}: pass one declaration per parameter, "
                             "in the kernel's order")
     for a, kp in zip(op.args, fn.params):
-        if isinstance(a, Constexpr) != bool(kp.is_constexpr):
-            raise FrontendError(f"{where}: the Launch passes {'constexpr' if isinstance(a, Constexpr) else 'runtime'}"
-                                f" {a.name!r} to the kernel's parameter {kp.name!r}, which is "
-                                f"{'a tl.constexpr' if kp.is_constexpr else 'a runtime parameter'}; expected a "
-                                f"{'Constexpr' if kp.is_constexpr else 'tensor, output, scalar, Value or workspace'}"
-                                " there")
+        if kp.is_constexpr and not isinstance(a, Constexpr):
+            raise FrontendError(f"{where}: the Launch passes runtime {a.name!r} to the kernel's parameter "
+                                f"{kp.name!r}, which is a tl.constexpr; expected a Constexpr there (declare "
+                                f"Constexpr({kp.name!r}) in the op's args and give its value in each Spec's "
+                                "constexprs)")
 
 
 def _kernel_constexprs(op: OpDecl, spec: Spec, scope: Optional[OpDecl], where: str) -> dict[str, Any]:
