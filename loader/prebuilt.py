@@ -72,6 +72,11 @@ def refusal(library: Path, name: str, group_ok: bool = False) -> str | None:
         data = trust.read_trusted(library, _MAX_LIBRARY, what="prebuilt extension", group_ok=group_ok)
     except (OSError, ValueError) as e:  # BundleError is a ValueError
         return str(e)
+    return _record_reason(rec, name, data)
+
+
+def _record_reason(rec: object, name: str, data: bytes) -> str | None:
+    """Why the library's bytes ``data`` do not match its parsed record ``rec`` (module ``name``), or None."""
     if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
         return f"its record is not a {RECORD_FORMAT} record"
     if rec.get("name") != name:
@@ -155,14 +160,7 @@ def _check_open(fd: int, rec: object, name: str, group_ok: bool) -> str | None:
     if st.st_size > _MAX_LIBRARY:
         return f"it has {st.st_size} bytes, over the limit of {_MAX_LIBRARY}"
     data = files.read_fd(fd, _MAX_LIBRARY, st.st_size)
-    if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
-        return f"its record is not a {RECORD_FORMAT} record"
-    if rec.get("name") != name:
-        return f"its record names {rec.get('name')!r}, expected {name!r} (built for another torch or Python)"
-    got = trust.sha256(data)
-    if rec.get("sha256") != got:
-        return f"its sha256 {got} differs from the recorded {rec.get('sha256')!r}"
-    return elf_reason(data)
+    return _record_reason(rec, name, data) or elf_reason(data)
 
 
 def refusal_of_path(library: Path, group_ok: bool = False) -> str | None:
