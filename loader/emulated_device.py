@@ -39,6 +39,7 @@ class LaunchStats:
     instructions: int
     waves: int
     seconds: float
+    lds_conflicts: tuple[int, ...] = ()  # LDS byte addresses two waves touched with no barrier between (a race)
 
 
 class _State(threading.local):
@@ -102,11 +103,10 @@ def launch(*, image: bytes, symbol: str, grid: Sequence[int], block: Sequence[in
         memory.add(address, nbytes, writable=writable, name=name)
     order = _state.schedule
     result = emulate.run(image, symbol, grid=tuple(grid), block=tuple(block), dynamic_lds=int(dynamic_lds),
-                         kernargs=bytes(kernargs), memory=memory, schedule=order)
+                         kernargs=bytes(kernargs), memory=memory, schedule=order, target=target)
     if _state.log is not None:
         _state.log.append(LaunchStats(symbol, target, order, tuple(grid), tuple(block),  # type: ignore[arg-type]
-                                      int(getattr(result, "instructions", 0)), int(getattr(result, "waves", 0)),
-                                      float(getattr(result, "seconds", 0.0))))
+                                      result.instructions, result.waves, result.seconds, tuple(result.lds_conflicts)))
 
 
 def install(ext: Any) -> None:
