@@ -32,7 +32,8 @@ driver::Region extent(const at::Tensor& t, bool writable, const std::string& nam
 }
 
 // What a launch on host tensors may touch: each tensor, workspace and scratch buffer its kernargs point at (a host
-// driver's emulator refuses any access outside them). Outputs, mutable inputs, workspaces and scratch are writable.
+// driver's emulator refuses any access outside them), named by argument (a tensor) or kernarg field. Outputs, mutable
+// inputs, workspaces and scratch are writable.
 driver::Regions host_regions(const OpPlan& p, const VariantPlan& v, const Call& c,
                              const c10::SmallVector<at::Tensor, 2>& scratch) {
   driver::Regions out;
@@ -40,7 +41,7 @@ driver::Regions host_regions(const OpPlan& p, const VariantPlan& v, const Call& 
   for (const Field& f : v.fields) {
     if (f.kind == kPointer) {
       const bool writable = f.slot >= static_cast<int>(p.n_inputs) || p.slots[f.slot].is_mutable;
-      out.push_back(extent(*c.t[f.slot], writable, f.label));
+      out.push_back(extent(*c.t[f.slot], writable, p.slots[f.slot].name));
     } else if (f.kind == kWorkspace) {
       out.push_back(extent(c.workspaces[f.slot], true, f.label));
     } else if (f.kind == kScratch && n_scratch < scratch.size()) {

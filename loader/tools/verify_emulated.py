@@ -37,6 +37,8 @@ TARGETS = ("gfx942", "gfx950")
 SCHEDULES = ("forward", "reverse")
 RED_ZONE = 256  # bytes of guard zone before and after every tensor (a multiple of 64: the tensor stays aligned)
 RED_BYTE = 0x5A
+PAD_BYTE = 0x7B  # every byte an input's strides skip (padding): finite in every float dtype (1.3e36 as f32, 61280 as
+# f16), so a kernel that reads padding computes wrong numbers rather than the outputs' NaN sentinel
 DEFAULT_BUDGET_S = 120.0  # emulated seconds per specialization and target before the rest is skipped for time
 _EQUAL_DIMS = re.compile(r"^(\w+)\.shape\[(\d+)\] == (\w+)\.shape\[(\d+)\]$")
 
@@ -108,8 +110,9 @@ class Arena:
         self._buffers: list[tuple[Any, int, str]] = []
 
     def place(self, shape: Sequence[int], strides: Sequence[int], dtype: Any, name: str, fill: Any = None) -> Any:
-        """A tensor of ``shape``, ``strides`` and ``dtype`` between guard zones; the bytes its strides skip (padding)
-        and, without ``fill``, its elements too hold the dtype's sentinel (NaN, or bytes 0xA5); ``fill`` is copied in."""
+        """A tensor of ``shape``, ``strides`` and ``dtype`` between guard zones. Without ``fill`` (an output) its
+        bytes hold the dtype's sentinel (NaN, or bytes 0xA5: an element left so was never written); with it (an
+        input) ``fill`` is copied in and the bytes its strides skip hold :data:`PAD_BYTE`."""
         import torch
 
         item = torch.empty((), dtype=dtype).element_size()
@@ -118,9 +121,10 @@ class Arena:
             numel *= int(s)
         span = 0 if numel == 0 else (sum((int(n) - 1) * int(st) for n, st in zip(shape, strides)) + 1) * item
         buf = torch.full((span + 2 * RED_ZONE,), RED_BYTE, dtype=torch.uint8)
-        inner = buf[RED_ZONE:RED_ZONE + span].view(dtype)
-        if dtype != torch.bool and span:
-            inner.fill_(_verify._sentinel(dtype))
+        if fill is not None:
+            buf[RED_ZONE:RED_ZONE + span] = PAD_BYTE
+        elif dtype != torch.bool and span:
+            buf[RED_ZONE:RED_ZONE + span].view(dtype).fill_(_verify._sentinel(dtype))
         t = torch.as_strided(buf.view(dtype), tuple(shape), tuple(strides), RED_ZONE // item)
         if fill is not None:
             t.copy_(fill)
@@ -260,8 +264,11 @@ def _run_once(handle: Any, spec: _m.Specialization, inputs: list[Any], want: tup
 
 def _launch_words(e: BaseException) -> str:
     """The emulator's refusal out of an op error (the core puts op, kernel, target, grid and block around it)."""
-    text = " ".join(str(e).split())
-    return text[:600]
+    text = str(e)
+    cut = text.find("\nAt:\n")  # pybind11 appends the Python frames of the emulator's exception
+    if cut >= 0:
+        text = text[:cut] + text[text.find("\n [", cut):] if "\n [" in text[cut:] else text[:cut]
+    return " ".join(text.split())[:800]
 
 
 def run_case(handle: Any, spec: _m.Specialization, reference: Any, inputs: list[Any], fresh: bool = False

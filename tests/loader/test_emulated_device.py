@@ -79,6 +79,7 @@ def test_launch_hands_the_call_to_the_emulator(example_bundle: Path, emulate_ext
     for t in (x, y, out):  # the kernarg pointers are the CPU tensors' own
         assert t.data_ptr().to_bytes(8, "little") in kernargs
     regions = {r[0]: r for r in call["regions"]}
+    assert {r[3] for r in call["regions"]} == {"x", "y", "out"}
     assert regions[x.data_ptr()][1:3] == (x.numel() * 4, False)
     # y's extent: 299 rows of 80 plus 64, not its 300x80 storage
     assert regions[y.data_ptr()][1:3] == ((299 * 80 + 64) * 4, False)
