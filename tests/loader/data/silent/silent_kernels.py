@@ -5,6 +5,7 @@
 * ``wrap_rows``: reads row ``r % 256`` and writes row ``r``: right for the first 256 rows only;
 * ``capped_rows``: launches at most 256 rows' workgroups: rows past 256 are never written;
 * ``shared_stride``: ``out = x + y`` viewing y with x's layout (one stride for both): right while both share strides.
+* ``plus_one``: right everywhere (the control).
 """
 
 import flydsl.compiler as flyc
@@ -115,3 +116,11 @@ def capped_rows(x: fx.Tensor, out: fx.Tensor, stream: fx.Stream = fx.Stream(None
 def shared_stride(x: fx.Tensor, y: fx.Tensor, out: fx.Tensor, stream: fx.Stream = fx.Stream(None)):
     M, N = x.shape.unpack()
     add_kernel(x, y, out).launch(grid=(M * ((N + TILE_N - 1) // TILE_N), 1, 1), block=(TILE_N, 1, 1), stream=stream)
+
+
+@flyc.jit
+def plus_one(x: fx.Tensor, out: fx.Tensor, stream: fx.Stream = fx.Stream(None)):
+    """The right one: a workgroup per row tile of every row."""
+    M, N = x.shape.unpack()
+    plus_one_kernel(x, out).launch(grid=(M * ((N + TILE_N - 1) // TILE_N), 1, 1), block=(TILE_N, 1, 1),
+                                   stream=stream)
