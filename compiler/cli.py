@@ -140,11 +140,13 @@ def _verify_emulated(out_dir: str, archs: tuple[str, ...], budget: float) -> Non
     if r.returncode == 0:
         return
     words = (r.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("Error: ")
+    if words.startswith("verify --emulate: expected") and ", got " in words:  # its own words, without repeating ours
+        words = words.split(", got ", 1)[1]
     refused = str(out_dir).rstrip("/") + ".refused"
     shutil.rmtree(refused, ignore_errors=True)
     os.replace(out_dir, refused)
     raise CompileError(f"flyc-build --verify: expected every AMD specialization to match its reference on the emulated "
-                     f"device, got: {words}; the bundle was moved to {refused} (not shipped); fix the kernel or its "
+                     f"device, got {words}; the bundle was moved to {refused} (not shipped); fix the kernel or its "
                      f"spec, or run `flyship verify --emulate {refused}` to see every case", kind="VerifyError")
 
 
