@@ -1,4 +1,4 @@
-"""The manifest's data model: frozen dataclasses, the schema version and the closed vocabularies.
+"""The manifest's data model: frozen dataclasses and the closed vocabularies (the schema version: :mod:`.versions`).
 
 The data only: :mod:`flyship.bundle.manifest_json` reads and writes it as JSON, :mod:`flyship.bundle.rules`
 judges it and :mod:`flyship.bundle.manifest` is the one entry that reads a manifest file (JSON, then every rule).
@@ -13,19 +13,10 @@ from typing import Optional
 from flyship.bundle import expr as _expr
 from flyship.bundle.errors import BundleError
 from flyship.bundle.frozen import frozen
+# The schema version and the must-understand keys, re-exported: readers and writers ask them as model.X.
+from flyship.bundle.versions import (MUST_UNDERSTAND, NEWEST_MINOR, SCHEMA_MAJOR, SCHEMA_MINOR,  # noqa: F401
+                                     SCHEMA_VERSION, must_understand, version_for)
 
-SCHEMA_MAJOR, SCHEMA_MINOR = 1, 4
-SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
-# Keys a reader must understand, with the first major version whose readers do (docs/bundle-format.md,
-# "Must-understand keys"): later launches of a call, workspaces and inputs written in place came with 2.x, outputs
-# allocated zero-filled with 3.x, backward ops that overwrite saved tensors and composite ops with 4.x. A bundle is
-# written with the lowest major that covers every such key it uses, so a loader that would ignore one refuses the
-# bundle's major with its version message instead of running it wrongly. Every other bundle is written as 1.4.
-MUST_UNDERSTAND = {"then": 2, "workspaces": 2, "mutable": 2, "zero": 3, "consumes": 4, "composites": 4,
-                   "device_workspaces": 4}
-# major -> the newest minor this flyship knows; a newer minor of a known major is read leniently (unknown keys
-# ignored), an unknown major is refused.
-NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 2, 3: 1, 4: 0}
 FORMAT_NAME = "flyship-bundle"
 MANIFEST_NAME = "manifest.json"
 
@@ -549,41 +540,6 @@ def composite_head(c: Composite) -> Op:
     return Op(name=c.name, frontend="composite", doc=c.doc, args=c.args,
               outputs=tuple(Output(name=r, shape=(), dtype="float32") for r in c.returns), reference=None,
               specializations=())
-
-
-def must_understand(m: "Manifest") -> tuple[str, ...]:
-    """What ``m`` uses that a 1.x loader would ignore but must not: ``then`` (it would run only a call's first
-    launch), ``workspaces``, ``mutable`` (it would register an in-place op as a functional one), ``zero`` (it
-    would hand an accumulating kernel uninitialised outputs), ``consumes`` (a backward op that overwrites a saved
-    tensor: an older rule book refuses the pair with a misleading message), ``composites`` (the ops the bundle
-    promises would be missing), ``device_workspaces`` (a workspace sized by ``device.cu_count``: an older rule
-    book refuses it as a shape that must not read the device, which blames the bundle instead of the loader)."""
-    found = []
-    variants = [v for op in m.ops for s in op.specializations for v in s.variants]
-    if any(v.then for v in variants):
-        found.append("then")
-    if any(v.workspaces for v in variants):
-        found.append("workspaces")
-    if any(_expr.names_device(e) for v in variants for w in v.workspaces for e in w.shape):
-        found.append("device_workspaces")
-    if any(a.mutable for op in m.ops for a in op.args):
-        found.append("mutable")
-    if any(o.zero for op in m.ops for o in op.outputs):
-        found.append("zero")
-    names = {op.name for op in m.ops}
-    if any(op.backward.consumed(m.op(op.backward.op)) for op in m.ops
-           if op.backward is not None and op.backward.op in names):
-        found.append("consumes")
-    if m.composites:
-        found.append("composites")
-    return tuple(found)
-
-
-def version_for(m: "Manifest") -> str:
-    """The schema version a writer gives ``m``: the newest minor of the lowest major whose readers understand every
-    must-understand key ``m`` uses (:data:`MUST_UNDERSTAND`), 1.x for a bundle that uses none."""
-    major = max((MUST_UNDERSTAND[k] for k in must_understand(m)), default=SCHEMA_MAJOR)
-    return f"{major}.{NEWEST_MINOR[major]}"
 
 
 def slots(op: Op) -> dict[str, _expr.Slot]:

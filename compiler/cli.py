@@ -12,7 +12,7 @@ import click
 
 from flyship import env as _env
 from flyship.compiler import hygiene as _hygiene
-from flyship.compiler.build import BuildOptions, PartialBuildError, Row, build
+from flyship.compiler.pipeline import BuildOptions, PartialBuildError, Row, build
 from flyship.errors import FlyshipError, bug_details
 
 

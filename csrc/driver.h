@@ -2,7 +2,8 @@
 //
 // driver_hip.cpp (HIP module API, libamdhip64), driver_cuda.cpp (CUDA driver API, libcuda) or
 // driver_record.cpp (no runtime; records launches for tests) or driver_emulate.cpp (no runtime; each launch runs on
-// flyship's CDNA emulator, flyship.loader.emulate) is compiled into the extension, chosen when it is built (flyship/loader/build.py). This header and
+// flyship's CDNA emulator, flyship.loader.emulate) is compiled into the extension, chosen when it is built
+// (flyship/loader/extension.py). This header and
 // those files do not include torch: the core (csrc/*.cpp) turns a failed Status into a TORCH_CHECK
 // error with the op, kernel, target and device around the runtime's own words.
 #pragma once

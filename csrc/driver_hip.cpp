@@ -6,7 +6,7 @@
 // explicit argument from buf + .offset into the kernarg segment and fills the hidden arguments
 // itself; newer runtimes read the size, so it is passed exactly, as a size_t.
 // The AMD platform unless one is chosen: __HIP_PLATFORM_NVIDIA__ is set only by the test-only hip-nvidia
-// flavor (flyship/loader/build.py, tests/gpu/hip_nvidia), which runs this file's code on an NVIDIA GPU.
+// flavor (flyship/loader/extension.py, tests/gpu/hip_nvidia), which runs this file's code on an NVIDIA GPU.
 //
 // The runtime is not linked: it is opened on first use (hip_runtime(): dlopen, then dlsym of each function below),
 // so importing the extension costs no 14 MB runtime where no op reaches a GPU (loader/hip_library.py says why and

@@ -11,7 +11,8 @@ The build is cached under ``$FLYSHIP_EXTENSIONS_DIR`` (else ``$TORCH_EXTENSIONS_
 ``~/.cache/torch_extensions``) in ``flyship/<name>``; ``<name>`` carries the flavor, the Python ABI,
 the torch version and a hash of the sources, compiler, flags and paths, so a change of any of them
 builds afresh. A cached build is imported directly, without ninja or a compiler (``flyship prebuild`` fills
-the cache at image-build time). A file lock makes N processes starting together build once.
+the cache at image-build time). A file lock makes N processes starting together build once. The HIP and CUDA
+toolkits a build compiles against are found by :mod:`flyship.loader.toolkits`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from types import ModuleType
 from flyship import env
 from flyship.bundle.frozen import frozen
 from flyship.errors import ConfigError, LoadError
+from flyship.loader import toolkits
 
 CSRC = Path(__file__).parent.parent / "csrc"
 # Flavors never chosen by default: hip-nvidia (test-only: the HIP shim on HIP's NVIDIA platform, see
@@ -78,153 +80,6 @@ class BuildConfig:
         return self.directory / f"{self.name}.so"  # the name torch.utils.cpp_extension gives it
 
 
-def _torch():
-    import torch
-
-    return torch
-
-
-def torch_lib_dir() -> Path:
-    return Path(_torch().__file__).parent / "lib"
-
-
-def hip_roots() -> list[Path]:
-    """Candidate HIP install roots, in search order: ``$FLYSHIP_HIP_PATH``, ``$ROCM_PATH``, torch's
-    ``ROCM_HOME``, ``/opt/rocm``, then ``/usr`` (Debian's libamdhip64-dev)."""
-    roots: list[str] = [env.hip_path(), os.environ.get("ROCM_PATH", "")]
-    # What torch.utils.cpp_extension's ROCM_HOME would find (ROCM_HOME, the hipcc on PATH), read here without
-    # importing it: that import pulls in setuptools (~150 ms), and a load that finds its extension compiles nothing.
-    roots.append(os.environ.get("ROCM_HOME", ""))
-    hipcc = shutil.which("hipcc")
-    if hipcc:
-        roots.append(str(Path(os.path.realpath(hipcc)).parent.parent))
-    roots += ["/opt/rocm", "/usr"]
-    out: list[Path] = []
-    for r in roots:
-        if r and Path(r) not in out:
-            out.append(Path(r))
-    return out
-
-
-def find_hip_headers() -> Path | None:
-    """The first root's ``include`` directory that holds ``hip/hip_runtime_api.h``, or None."""
-    for root in hip_roots():
-        inc = root / "include"
-        if (inc / "hip" / "hip_runtime_api.h").is_file():
-            return inc
-    return None
-
-
-def _multiarch() -> str:
-    """The Debian multiarch folder name (``x86_64-linux-gnu``); sysconfig is imported here, by a build only (a load
-    that finds its extension imports nothing it does not use)."""
-    import sysconfig
-
-    return sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu"
-
-
-def _lib_dirs(root: Path) -> list[Path]:
-    multiarch = _multiarch()
-    return [root / "lib", root / "lib64", root / "lib" / multiarch]
-
-
-def find_hip_library() -> tuple[Path, list[str]]:
-    """The libamdhip64 whose folder becomes the extension's rpath and whose names its HIP shim opens on first use
-    (:func:`flyship.loader.hip_library.find`), and the places searched.
-
-    torch's own copy comes first: ROCm torch wheels carry a libamdhip64 in ``torch/lib`` and a second
-    HIP runtime in one process is a bug (two device-memory views). Then the HIP roots' lib folders.
-
-    Raises:
-        ExtensionBuildError: none found; lists every path tried.
-    """
-    from flyship.loader import hip_library
-
-    return hip_library.find([torch_lib_dir()] + [d for r in hip_roots() for d in _lib_dirs(r)])
-
-
-def cuda_include_candidates() -> list[Path]:
-    """Folders that may hold ``cuda.h``: torch's CUDA include paths (CUDA_HOME), pip's nvidia packages,
-    Triton's copy."""
-    out: list[Path] = []
-    try:
-        from torch.utils import cpp_extension
-
-        out += [Path(p) for p in cpp_extension.include_paths(device_type="cuda")]
-        if cpp_extension.CUDA_HOME:
-            out.append(Path(cpp_extension.CUDA_HOME) / "include")
-    except Exception:  # noqa: BLE001 - no CUDA toolkit: keep looking
-        pass
-    if os.environ.get("CUDA_HOME"):
-        out.append(Path(os.environ["CUDA_HOME"]) / "include")
-    for site in {Path(p) for p in sys.path if p.endswith("site-packages")}:
-        out += sorted(site.glob("nvidia/*/include"))
-        out.append(site / "triton" / "backends" / "nvidia" / "include")
-    out.append(Path("/usr/local/cuda/include"))
-    return out
-
-
-def find_cuda_header() -> tuple[Path | None, list[str]]:
-    tried = []
-    for d in cuda_include_candidates():
-        tried.append(str(d))
-        if (d / "cuda.h").is_file():
-            return d, tried
-    return None, tried
-
-
-def find_cuda_library() -> Path:
-    """libcuda to link against: the toolkit's stub first (its soname is libcuda.so.1, so the process
-    loads the driver's real library at run time), then the driver's own.
-
-    Raises:
-        ExtensionBuildError: none found; lists every path tried.
-    """
-    homes = [os.environ.get("CUDA_HOME", "")]
-    try:
-        from torch.utils import cpp_extension
-
-        homes.append(cpp_extension.CUDA_HOME or "")
-    except Exception:  # noqa: BLE001
-        pass
-    homes.append("/usr/local/cuda")
-    dirs = [Path(h) / sub for h in homes if h for sub in ("lib64/stubs", "targets/x86_64-linux/lib/stubs", "lib/stubs")]
-    multiarch = _multiarch()
-    dirs += [Path("/usr/lib") / multiarch, Path("/usr/lib64"), Path("/usr/lib"), Path("/usr/local/nvidia/lib64")]
-    tried = []
-    for name in ("libcuda.so", "libcuda.so.1"):
-        for d in dirs:
-            tried.append(str(d / name))
-            if (d / name).exists():
-                return d / name
-    raise ExtensionBuildError(
-        "build flyship extension (cuda): expected libcuda.so, found none; tried " + ", ".join(tried)
-        + "; install the CUDA toolkit (its lib64/stubs) or the NVIDIA driver, or set CUDA_HOME"
-    )
-
-
-def hip_nvidia_config() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """Include dirs, flags and link flags of the TEST-ONLY hip-nvidia flavor: driver_hip.cpp compiled with
-    ``__HIP_PLATFORM_NVIDIA__`` against the test's HIP-to-CUDA-driver header (``FLYSHIP_HIP_NVIDIA_INCLUDE``,
-    e.g. ``tests/gpu/hip_nvidia/include``) and the CUDA headers, linked to libcuda (found as for cuda).
-
-    Raises:
-        ExtensionBuildError: the test header folder is unset or lacks ``hip/hip_runtime_api.h``; no cuda.h or
-            libcuda.
-    """
-    inc = env.hip_nvidia_include()
-    if not inc or not (Path(inc) / "hip" / "hip_runtime_api.h").is_file():
-        raise ExtensionBuildError(
-            f"build flyship extension (hip-nvidia, test-only): expected FLYSHIP_HIP_NVIDIA_INCLUDE to name a folder "
-            f"with hip/hip_runtime_api.h, got {inc or 'nothing'!r}; set it to tests/gpu/hip_nvidia/include")
-    cuda_inc, tried = find_cuda_header()
-    if cuda_inc is None:
-        raise ExtensionBuildError("build flyship extension (hip-nvidia): expected cuda.h, found none; tried "
-                                  + ", ".join(tried) + "; install the CUDA toolkit headers or set CUDA_HOME")
-    lib = find_cuda_library()
-    return (str(Path(inc).resolve()), str(cuda_inc)), ("-D__HIP_PLATFORM_NVIDIA__=1",), (str(lib),)
-
-
 def choose_flavor() -> str:
     """The driver shim to build: ``FLYSHIP_FLAVOR``, else from the torch build (see module docstring).
 
@@ -234,14 +89,14 @@ def choose_flavor() -> str:
     forced = env.flavor()
     if forced:
         return forced
-    torch = _torch()
+    torch = toolkits.import_torch()
     if torch.version.hip:
         return "hip"
     if torch.version.cuda:
         return "cuda"
-    if find_hip_headers() is not None:
+    if toolkits.find_hip_headers() is not None:
         return "hip"
-    tried = ", ".join(str(r / "include" / "hip" / "hip_runtime_api.h") for r in hip_roots())
+    tried = ", ".join(str(r / "include" / "hip" / "hip_runtime_api.h") for r in toolkits.hip_roots())
     raise ExtensionBuildError(
         "build flyship extension: expected a ROCm or CUDA build of torch, or HIP headers, got a CPU-only torch "
         f"{torch.__version__} and no HIP headers (tried {tried}); install a GPU build of torch, or set "
@@ -274,7 +129,7 @@ def extension_name(flavor: str, sources: tuple[str, ...] | None = None, cflags: 
         sources = tuple(str(CSRC / s) for s in (*CORE_SOURCES, SHIM_SOURCES[flavor]))
     if cflags is None:
         cflags = tuple(_cflags(flavor))
-    torch = _torch()
+    torch = toolkits.import_torch()
     h = hashlib.sha256()
     for f in sorted({*sources, *(str(CSRC / x) for x in HEADERS)}):
         h.update(Path(f).name.encode() + b"\0" + Path(f).read_bytes() + b"\0")
@@ -307,28 +162,28 @@ def config(flavor: str | None = None) -> BuildConfig:
     cflags = _cflags(flavor)
     name = extension_name(flavor, sources, tuple(cflags))  # what the binary is made of, never where a toolkit is
     if flavor == "hip":
-        inc = find_hip_headers()
+        inc = toolkits.find_hip_headers()
         if inc is None:
-            tried = ", ".join(str(r / "include") for r in hip_roots())
+            tried = ", ".join(str(r / "include") for r in toolkits.hip_roots())
             raise ExtensionBuildError(f"build flyship extension (hip): expected hip/hip_runtime_api.h, found none in "
                                       f"{tried}; install ROCm or set FLYSHIP_HIP_PATH to its root")
         from flyship.loader import hip_library
 
-        lib, _ = find_hip_library()
+        lib, _ = toolkits.find_hip_library()
         include_dirs = (str(inc),)
         # Not linked: the shim opens it on first use by these names, from the rpath first (loader/hip_library.py).
         cflags.append(hip_library.cflag(hip_library.names(lib)))
         ldflags = ("-ldl", f"-Wl,-rpath,{lib.parent}")
     elif flavor == "hip-nvidia":
-        include_dirs, _, ldflags = hip_nvidia_config()  # its platform flag is in _cflags
+        include_dirs, _, ldflags = toolkits.hip_nvidia_config()  # its platform flag is in _cflags
     elif flavor in HOST_FLAVORS:  # no GPU SDK: the recording and emulating drivers call no runtime
         include_dirs, ldflags = (), ()
     else:
-        inc, tried = find_cuda_header()
+        inc, tried = toolkits.find_cuda_header()
         if inc is None:
             raise ExtensionBuildError("build flyship extension (cuda): expected cuda.h, found none; tried "
                                       + ", ".join(tried) + "; install the CUDA toolkit headers or set CUDA_HOME")
-        lib = find_cuda_library()
+        lib = toolkits.find_cuda_library()
         include_dirs = (str(inc),)
         ldflags = (str(lib),)
     root = extensions_root()

@@ -16,8 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# What a clean copy of the checkout leaves out: at the root only (compiler/build/ is a source package, the root's
-# build/ is setuptools' scratch that it would reuse stale), and caches anywhere.
+# What a clean copy of the checkout leaves out: at the root only (the root's build/ is setuptools' scratch that it
+# would reuse stale; no source folder is named build/), and caches anywhere.
 _ROOT_ONLY = {".git", "build", "artifacts", ".dev", ".whl", ".matrix", ".pytest_cache", ".hypothesis"}
 _ANYWHERE = ("__pycache__", "*.egg-info", ".venv-*")
 

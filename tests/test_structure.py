@@ -1,6 +1,6 @@
-"""Hubs stay cut by job: no product Python file over 600 lines and no function over 80, in Python or in csrc/ C++
-(issue 21). A file or a
-function past these is a sign that two jobs share a home: split it by job rather than raising the numbers."""
+"""Hubs stay cut by job: no product file (Python, or csrc/ C++) over 560 lines and no function over 80, in Python
+or in csrc/ C++ (issues 21, 31). A file or a function past these is a sign that two jobs share a home: split it
+by job rather than raising the numbers."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.cpu
 FOLDERS = ("flyship", "bundle", "compiler", "loader")
-MAX_FILE_LINES = 600
+MAX_FILE_LINES = 560
 MAX_FUNCTION_LINES = 80
 
 
@@ -21,8 +21,9 @@ def sources() -> list[Path]:
     return sorted(p for folder in FOLDERS for p in (ROOT / folder).rglob("*.py"))
 
 
-def test_no_product_file_is_over_600_lines():
-    long = {str(p.relative_to(ROOT)): n for p in sources() if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES}
+def test_no_product_file_is_over_560_lines():
+    files = [*sources(), *sorted((ROOT / "csrc").glob("*.cpp")), *sorted((ROOT / "csrc").glob("*.h"))]
+    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES}
     assert not long, f"files over {MAX_FILE_LINES} lines (split by job): {long}"
 
 

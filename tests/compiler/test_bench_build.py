@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flyship.compiler import build as B
+from flyship.compiler import pipeline as B
 
 pytestmark = pytest.mark.compile
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flyship.compiler import build as B
+from flyship.compiler import pipeline as B
 from flyship.compiler import frontends
 from flyship.errors import CompileError
 

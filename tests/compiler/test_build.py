@@ -50,7 +50,7 @@ def test_the_example_softmax_declares_its_backward_op(example_bundle):
 
 
 def test_the_build_table_shows_the_occupancy_each_kernel_can_reach():
-    from flyship.compiler.build import Row
+    from flyship.compiler.pipeline import Row
     from flyship.compiler.cli import format_table
 
     table = format_table([Row("gemm", "bf16", "gfx942", 127, 50, 16384, 64, 3.2, occupancy="4 waves/SIMD (VGPRs)")])
@@ -360,13 +360,13 @@ def test_the_bundle_folder_is_readable_by_other_users(tmp_path):
 def test_constant_guard_constraints_are_decided_at_build_true_ones_dropped_false_ones_refused():
     """A constant Value feeding launcher arithmetic gave guards like '1024 <= 2147483647': constant constraints
     read nothing of the call, so the build decides them."""
-    from flyship.compiler import build
+    from flyship.compiler import pipeline
 
-    kept = build.guard_constraints("op o spec s on gfx942",
+    kept = pipeline.guard_constraints("op o spec s on gfx942",
                                    ("1024 <= 2147483647", "0 <= 2147483647", "x.shape[0] <= 8", "2 > 1"))
     assert kept == ("x.shape[0] <= 8",)
     with pytest.raises(CompileError) as e:
-        build.guard_constraints("op o spec s on gfx942", ("x.shape[0] <= 8", "4096 <= 1024"))
+        pipeline.guard_constraints("op o spec s on gfx942", ("x.shape[0] <= 8", "4096 <= 1024"))
     assert str(e.value).startswith("op o spec s on gfx942: expected every guard constraint to hold for some call, "
                                    "got '4096 <= 1024', which reads nothing of the call and is false")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from flyship.compiler import cache as C
+from flyship.compiler.kernel_sources import kernel_sources
 from flyship.compiler.spec import Constexpr, OpDecl, Output, Spec, Tensor
 
 pytestmark = pytest.mark.cpu
@@ -40,7 +41,7 @@ def user_pkg(tmp_path, monkeypatch):
 
 def test_the_kernel_sources_are_its_module_and_the_user_modules_it_imports(user_pkg):
     kmod = importlib.import_module("kmod")
-    src = C.kernel_sources(kmod.kernel)
+    src = kernel_sources(kmod.kernel)
     assert src["function"] == f"{(user_pkg / 'kmod.py').resolve()}:kernel"
     assert set(src["files"]) == {str((user_pkg / "kmod.py").resolve()), str((user_pkg / "khelp.py").resolve())}
     # installed packages (pytest here) and the standard library are keyed by version, not by file
@@ -57,14 +58,14 @@ def test_a_wrapper_is_seen_through_to_its_function_and_closure_values_count(user
         def __init__(self, fn):
             self.fn = fn
 
-    a, b = C.kernel_sources(Jit(make(64))), C.kernel_sources(Jit(make(128)))
+    a, b = kernel_sources(Jit(make(64))), kernel_sources(Jit(make(128)))
     assert a["function"].endswith("make.<locals>.kernel")
     assert a["closure"] == [["block", 64]] and b["closure"] == [["block", 128]]
 
 
 def test_every_input_of_a_compile_changes_the_key_and_nothing_else_does(user_pkg):
     kmod = importlib.import_module("kmod")
-    src = C.kernel_sources(kmod.kernel)
+    src = kernel_sources(kmod.kernel)
     op, spec = _op(kmod.kernel)
     base = C.task_key(op, spec, "gfx942", CONTEXT, src)
     assert C.task_key(op, spec, "gfx942", CONTEXT, src) == base  # deterministic
@@ -78,7 +79,7 @@ def test_every_input_of_a_compile_changes_the_key_and_nothing_else_does(user_pkg
         "env": C.task_key(op, spec, "gfx942", {**CONTEXT, "environment": {"TRITON_F": "1"}}, src),
     }
     (user_pkg / "khelp.py").write_text("SCALE = 3\n")
-    changed["imported module"] = C.task_key(op, spec, "gfx942", CONTEXT, C.kernel_sources(kmod.kernel))
+    changed["imported module"] = C.task_key(op, spec, "gfx942", CONTEXT, kernel_sources(kmod.kernel))
     assert base not in changed.values() and len(set(changed.values())) == len(changed)
     # the op's documentation and the spec's name in another op do not change the code
     assert C.task_key(dataclasses.replace(op, doc="other words"), spec, "gfx942", CONTEXT, src) == base
@@ -92,10 +93,10 @@ def test_a_kernel_from_an_installed_package_is_keyed_by_that_packages_files(tmp_
     monkeypatch.syspath_prepend(str(tmp_path / "site-packages"))
     try:
         ops = importlib.import_module("kernlib.ops")
-        before = C.kernel_sources(ops.kernel)
+        before = kernel_sources(ops.kernel)
         assert set(before["files"]) == {str((site / "ops.py").resolve())}
         (site / "ops.py").write_text("def kernel(x):\n    return x + 1\n")  # an upgrade of the library
-        assert C.kernel_sources(ops.kernel)["files"] != before["files"]
+        assert kernel_sources(ops.kernel)["files"] != before["files"]
     finally:
         for m in ("kernlib", "kernlib.ops"):
             sys.modules.pop(m, None)

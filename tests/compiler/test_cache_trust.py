@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle import manifest as M
-from flyship.compiler import build as _build
+from flyship.compiler import pipeline as _build
 from flyship.compiler import cache as _cache
 from flyship.errors import CompileError
 

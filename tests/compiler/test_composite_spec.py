@@ -47,7 +47,7 @@ def test_a_composite_function_taking_other_arguments_than_declared_is_refused_fr
 def test_a_composite_naming_a_missing_function_is_refused_in_the_composites_own_words(tmp_path):
     from types import SimpleNamespace
 
-    from flyship.compiler.build.checking import check_references_module, needed_references
+    from flyship.compiler.pipeline.checking import check_references_module, needed_references
     from flyship.errors import CompileError
 
     refs = tmp_path / "refs.py"

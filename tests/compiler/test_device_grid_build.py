@@ -55,7 +55,7 @@ def test_a_baked_in_cu_count_becomes_a_guard_and_the_examples_device(tmp_path):
 
 def test_a_spec_limited_to_gfx950_builds_only_there_and_says_so_when_gfx950_is_not_asked_for():
     from flyship.bundle.targets import parse_target
-    from flyship.compiler.build import plan
+    from flyship.compiler.pipeline import plan
 
     sf = load_spec_file(str(SPEC_FILE))
     op = sf.ops[0]

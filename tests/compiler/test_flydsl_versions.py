@@ -71,7 +71,7 @@ def test_the_compile_environment_unsets_compile_only_for_releases_that_compile_w
 
 
 def test_flyc_build_refuses_an_unsupported_flydsl_before_importing_it(monkeypatch, tmp_path):
-    from flyship.compiler.build import BuildOptions, build
+    from flyship.compiler.pipeline import BuildOptions, build
     from flyship.errors import FlyshipError
 
     monkeypatch.setattr(V, "installed_version_without_import", lambda: "0.1.4")

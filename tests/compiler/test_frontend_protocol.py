@@ -13,7 +13,7 @@ import pytest
 
 from flyship.bundle import manifest as M
 from flyship.bundle import targets as _targets
-from flyship.compiler import build as B
+from flyship.compiler import pipeline as B
 from flyship.compiler import cache as C
 from flyship.compiler import executors, frontends, pools, spec, tuning
 from flyship.compiler.worker import SPEC_IMPORT, load_spec_file

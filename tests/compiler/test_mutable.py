@@ -158,42 +158,42 @@ CLEAR_COUNTS = """
 def test_a_reference_that_zeroes_a_mutable_integer_tensor_passes_the_written_in_place_check(tmp_path, dtype):
     """Integer example tensors used to be all zeros, so a reference that zeroes a mutable int tensor left it
     "unchanged" and the build refused it; the written one now starts from seeded non-zero values."""
-    from flyship.compiler import build
+    from flyship.compiler import pipeline
 
     (tmp_path / "refs.py").write_text("def clear_counts(x, counts):\n    counts.zero_()\n    return x.clone()\n"
                                       "def keep_counts(x, counts):\n    return x.clone()\n")
     (tmp_path / "spec.py").write_text(textwrap.dedent(CLEAR_COUNTS).replace("DTYPE", dtype))
-    sf = build.load_spec_file(str(tmp_path / "spec.py"))
-    build.check_reference_outputs(sf, tmp_path / "refs.py")  # no CompileError: the zeroing shows
+    sf = pipeline.load_spec_file(str(tmp_path / "spec.py"))
+    pipeline.check_reference_outputs(sf, tmp_path / "refs.py")  # no CompileError: the zeroing shows
     # A reference that does not write it is still caught, with integers as with floats.
     (tmp_path / "spec.py").write_text(textwrap.dedent(CLEAR_COUNTS).replace("DTYPE", dtype)
                                       .replace('reference="clear_counts"', 'reference="keep_counts"'))
     with pytest.raises(CompileError, match="expected reference keep_counts\\(\\) to write counts in place"):
-        build.check_reference_outputs(build.load_spec_file(str(tmp_path / "spec.py")), tmp_path / "refs.py")
+        pipeline.check_reference_outputs(pipeline.load_spec_file(str(tmp_path / "spec.py")), tmp_path / "refs.py")
 
 
 def test_non_written_integer_examples_stay_zero_so_they_index_safely():
     import torch
 
-    from flyship.compiler import build
+    from flyship.compiler import pipeline
 
-    idx = build._example_tensor(torch, (16,), "int64", random=True)
+    idx = pipeline._example_tensor(torch, (16,), "int64", random=True)
     assert not idx.any()
-    w = build._example_tensor(torch, (1000,), "int32", random=True, written=True)
+    w = pipeline._example_tensor(torch, (1000,), "int32", random=True, written=True)
     assert int(w.min()) >= 2 and int(w.max()) < 100
-    assert torch.equal(w, build._example_tensor(torch, (1000,), "int32", random=True, written=True))  # seeded
+    assert torch.equal(w, pipeline._example_tensor(torch, (1000,), "int32", random=True, written=True))  # seeded
 
 
 def test_a_reference_returning_none_for_an_op_with_outputs_says_none_and_gives_no_in_place_hint(tmp_path):
     """An op with a mutable input and a declared output whose reference returns None: the message says "got
     None" and asks for the outputs; the in-place hint (meant for ops without outputs) is left out."""
-    from flyship.compiler import build
+    from flyship.compiler import pipeline
 
     (tmp_path / "refs.py").write_text("def none_back(x, counts):\n    counts.zero_()\n")
     (tmp_path / "spec.py").write_text(textwrap.dedent(CLEAR_COUNTS).replace("DTYPE", "int32")
                                       .replace('reference="clear_counts"', 'reference="none_back"'))
     with pytest.raises(CompileError) as e:
-        build.check_reference_outputs(build.load_spec_file(str(tmp_path / "spec.py")), tmp_path / "refs.py")
+        pipeline.check_reference_outputs(pipeline.load_spec_file(str(tmp_path / "spec.py")), tmp_path / "refs.py")
     msg = str(e.value)
     assert "expected reference none_back() to return 1 tensor(s) (out), got None; return out from none_back()" in msg
     assert "in place" not in msg

@@ -125,7 +125,7 @@ def test_without_keep_going_every_failure_is_listed_and_nothing_is_written(tmp_p
 
 def test_a_per_target_entry_for_an_arch_not_requested_is_named_not_dropped_silently():
     from flyship.bundle.targets import parse_target
-    from flyship.compiler.build import plan
+    from flyship.compiler.pipeline import plan
     from flyship.compiler.worker import load_spec_file
 
     notes: list[str] = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle import manifest as M
-from flyship.compiler import build as B
+from flyship.compiler import pipeline as B
 from flyship.compiler import executors, frontends, pools
 from flyship.errors import CompileError
 

@@ -119,7 +119,7 @@ def test_a_local_build_never_imports_ray(tmp_path):
     py = flydsl_python()
     if py is None:
         pytest.skip("needs the FlyDSL build Python; it would prove local builds need no Ray")
-    code = ("import sys; from flyship.compiler.build import BuildOptions, build; "
+    code = ("import sys; from flyship.compiler.pipeline import BuildOptions, build; "
             f"build(BuildOptions(spec_path={str(spec)!r}, out_dir={str(tmp_path / 'out')!r}, archs=('gfx942',), "
             "cache=False), progress=lambda s: None); assert 'ray' not in sys.modules, 'ray was imported'")
     r = subprocess.run([py, "-c", code], capture_output=True, text=True, timeout=600)

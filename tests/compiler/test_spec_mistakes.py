@@ -306,7 +306,7 @@ def test_a_spec_file_stopped_by_a_base_exception_at_import_is_one_line_naming_th
 
 
 def test_a_refused_declaration_is_reported_once_for_all_targets_with_fix_the_spec():
-    from flyship.compiler.build import failure_report
+    from flyship.compiler.pipeline import failure_report
     from flyship.compiler.worker import TaskResult
 
     msg = "FrontendError: op r spec s on {t}: entry 'f' passes launcher parameter 'm' the value 64, ..."

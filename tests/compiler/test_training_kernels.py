@@ -28,7 +28,7 @@ def test_a_backward_mistake_is_refused_while_reading_the_declarations_before_any
     # the build of every kernel first.
     import shutil
 
-    from flyship.compiler.build import planning
+    from flyship.compiler.pipeline import planning
     from flyship.errors import CompileError
 
     src = ROOT / "examples" / "triton"

@@ -12,10 +12,10 @@ import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
-from flyship.loader import extension
+from flyship.loader import extension, toolkits
 
 ROOT = Path(__file__).resolve().parents[2]
-HIP_HEADERS = extension.find_hip_headers()
+HIP_HEADERS = toolkits.find_hip_headers()
 needs_hip = pytest.mark.skipif(
     HIP_HEADERS is None,
     reason="no HIP headers (hip/hip_runtime_api.h); install libamdhip64-dev to build the HIP flavor")
@@ -56,7 +56,7 @@ def test_hip_flavor_compiles_against_the_installed_hip_and_opens_its_runtime_on_
     assert cfg.flavor == "hip" and cfg.directory.parent == tmp_path / "flyship"
     lib = extension.build(cfg, verbose=False)
     tags = dynamic_tags(lib)
-    hip = extension.find_hip_library()[0]
+    hip = toolkits.find_hip_library()[0]
     assert not any(n.startswith("libamdhip64") for n in tags["needed"]), tags  # not linked: opened on first use
     assert str(hip.parent) in ":".join(tags.get("runpath", [])), tags  # where the link would have found it
     # Importing it maps no HIP runtime; the first runtime call opens it (RTLD_NOLOAD first, then the rpath).
@@ -100,7 +100,7 @@ def test_a_missing_hip_runtime_is_reported_at_first_use_naming_the_library_and_w
 def test_the_hip_library_names_are_its_soname_then_its_file_name_and_travel_as_one_flag(tmp_path):
     from flyship.loader import hip_library
 
-    found = extension.find_hip_library()[0] if HIP_HEADERS is not None else None
+    found = toolkits.find_hip_library()[0] if HIP_HEADERS is not None else None
     if found is not None and hip_library.soname(found):
         assert hip_library.names(found)[0] == hip_library.soname(found)
     not_elf = tmp_path / "libamdhip64.so.6"
@@ -128,7 +128,7 @@ def test_cpu_only_torch_without_hip_headers_is_refused_listing_the_paths_tried(m
     if torch.version.hip or torch.version.cuda:
         pytest.skip("this torch is a GPU build; the CPU-only rule does not apply")
     monkeypatch.delenv("FLYSHIP_FLAVOR", raising=False)
-    monkeypatch.setattr(extension, "hip_roots", lambda: [tmp_path / "rocm"])
+    monkeypatch.setattr(toolkits, "hip_roots", lambda: [tmp_path / "rocm"])
     with pytest.raises(extension.ExtensionBuildError, match="CPU-only torch") as e:
         extension.choose_flavor()
     assert str(tmp_path / "rocm" / "include" / "hip" / "hip_runtime_api.h") in str(e.value)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from flyship.errors import ConfigError
-from flyship.loader import extension
+from flyship.loader import extension, toolkits
 
 pytestmark = [pytest.mark.cpu, pytest.mark.hipnv]
 
@@ -33,7 +33,7 @@ def cuda_include() -> Path | None:
     """``FLYSHIP_TEST_CUDA_INCLUDE``, else where the cuda flavor would look (CUDA_HOME, /usr/local/cuda, pip)."""
     if os.environ.get("FLYSHIP_TEST_CUDA_INCLUDE"):
         return Path(os.environ["FLYSHIP_TEST_CUDA_INCLUDE"])
-    return extension.find_cuda_header()[0]
+    return toolkits.find_cuda_header()[0]
 
 
 CUDA_INCLUDE = cuda_include()
@@ -179,8 +179,8 @@ def test_the_hip_nvidia_build_compiles_the_hip_shim_for_the_nvidia_platform(monk
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hip-nvidia")
     monkeypatch.setenv("FLYSHIP_HIP_NVIDIA_INCLUDE", str(HIPNV / "include"))
     monkeypatch.setenv("FLYSHIP_EXTENSIONS_DIR", str(tmp_path))
-    monkeypatch.setattr(extension, "find_cuda_header", lambda: (CUDA_INCLUDE, [str(CUDA_INCLUDE)]))
-    monkeypatch.setattr(extension, "find_cuda_library", lambda: tmp_path / "libcuda.so")  # linking happens on the GPU
+    monkeypatch.setattr(toolkits, "find_cuda_header", lambda: (CUDA_INCLUDE, [str(CUDA_INCLUDE)]))
+    monkeypatch.setattr(toolkits, "find_cuda_library", lambda: tmp_path / "libcuda.so")  # linking happens on the GPU
     cfg = extension.config()
     assert cfg.flavor == "hip-nvidia" and cfg.name.startswith("flyship_hip_nvidia_")
     assert [Path(s).name for s in cfg.sources] == [*extension.CORE_SOURCES, "driver_hip.cpp"]
@@ -195,10 +195,10 @@ def test_the_hip_nvidia_build_compiles_the_hip_shim_for_the_nvidia_platform(monk
 E2E = """
 import json, sys
 from pathlib import Path
-from flyship.loader import extension
+from flyship.loader import toolkits
 inc, stub, tiny = sys.argv[1:4]
-extension.find_cuda_header = lambda: (Path(inc), [inc])
-extension.find_cuda_library = lambda: Path(stub)
+toolkits.find_cuda_header = lambda: (Path(inc), [inc])
+toolkits.find_cuda_library = lambda: Path(stub)
 import flyship
 ops = flyship.load(tiny)
 out = {"flavor": ops.flavor, "ext_flavor": ops._ext.flavor(), "version": ops._ext.runtime_version(),

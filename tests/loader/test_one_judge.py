@@ -77,14 +77,14 @@ def test_a_broken_rule_is_refused_by_the_rule_book_in_the_reader_and_at_load_wit
 
 
 def test_flyc_builds_write_check_refuses_a_broken_rule_with_the_words_load_uses(tmp_path):
-    from flyship.compiler import build
+    from flyship.compiler import pipeline
 
     good = M.read(TINY)
     op = good.op("add")
     broken = dataclasses.replace(good, ops=(dataclasses.replace(op, frontend="my-dsl"), *good.ops[1:]))
     files = {p.name: p.read_bytes() for p in TINY.iterdir() if p.name != M.MANIFEST_NAME}
     with pytest.raises(BundleError, match=BROKEN["a frontend that is not a name"][1]) as written:
-        build.write_bundle(broken, files, tmp_path / "out", force=False)
+        pipeline.write_bundle(broken, files, tmp_path / "out", force=False)
     assert not (tmp_path / "out").exists()
     with pytest.raises(BundleError) as judged:
         rules.check_manifest(broken)

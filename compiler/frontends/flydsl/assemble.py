@@ -57,7 +57,7 @@ _META_TARGET_RE = re.compile(r"^([ \t]*amdhsa\.target:[ \t]+)(['\"]?)([^'\"\s]+)
 ASSEMBLE = "AssembleError"  # the ISA could not be assembled or linked, or the code object is unusable
 # The ISA is right but this toolchain cannot reproduce FlyDSL's code object from it (a known LLVM limit for the
 # target); no change to the kernel or the spec helps: the build's next step is chosen by this word
-# (compiler/build/running.py), and docs/spec-api.md names it.
+# (compiler/pipeline/running.py), and docs/spec-api.md names it.
 TOOLCHAIN_LIMIT = "ToolchainLimitError"
 
 

@@ -15,7 +15,8 @@ function with FlyDSL's own MLIR Python bindings and turns it into:
   at its integer width, a runtime scalar, or an integer expression;
 * constraints implied by the tensor layouts: static shape / stride entries.
 
-Only ``flyship.compiler.frontends.flydsl.frontend`` calls this; it imports ``flydsl`` lazily.
+The printed types (memref layouts, packed structs) are read by :mod:`.host_types`, the SSA values by
+:mod:`.host_values`. Only ``flyship.compiler.frontends.flydsl.frontend`` calls this; it imports ``flydsl`` lazily.
 """
 
 from __future__ import annotations
@@ -26,46 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from flyship.bundle import expr as _expr
-from flyship.bundle.manifest import FIELD_TYPES
 from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 from flyship.compiler.frontends.base import FrontendError
-
-_MEMREF_RE = re.compile(r"^!fly\.memref<([^,]+),\s*([a-z_]+),\s*(.*)>$")
-_INT_W = {"i8": 1, "i16": 2, "i32": 4, "i64": 8}
-_SCALAR_FIELD = {"f32": "f32", "f64": "f64", "f16": "f16", "bf16": "bf16", "i32": "i32", "i64": "i64", "i1": "i8",
-                 "i8": "i8", "i16": "i16"}
-
-
-@dataclasses.dataclass(frozen=True)
-class LayoutEntry:
-    """One shape or stride entry of a tensor layout: static value or dynamic with an integer width."""
-
-    static: int | None
-    width: str  # "i32" / "i64" for dynamic entries
-
-
-@dataclasses.dataclass(frozen=True)
-class TensorLayout:
-    dtype: str
-    shape: tuple[LayoutEntry, ...]
-    stride: tuple[LayoutEntry, ...]
-
-    @property
-    def dynamic(self) -> bool:
-        return any(e.static is None for e in (*self.shape, *self.stride))
-
-
-@dataclasses.dataclass(frozen=True)
-class FieldPlan:
-    """A kernarg value: offset relative to its kernel argument, and what goes there."""
-
-    rel_offset: int
-    kind: str  # pointer / shape / stride / scalar / expr
-    type: str
-    arg: str | None = None
-    dim: int | None = None
-    expr: str | None = None
-    value: float | None = None  # a float Value's constant (kind "constant")
+from flyship.compiler.frontends.flydsl.host_types import FieldPlan, TensorLayout, parse_layout
+from flyship.compiler.frontends.flydsl.host_values import HostValues
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,72 +46,6 @@ class HostAnalysis:
     kernel_arg_sizes: tuple[int, ...]
     constraints: tuple[str, ...]
     tensor_abi: dict[str, str] = dataclasses.field(default_factory=dict)  # tensor -> "static" / "dynamic"
-
-
-def parse_layout(type_text: str) -> TensorLayout:
-    """Parse ``!fly.memref<f32, global, (?,?):(?{i64},1)>``.
-
-    Raises:
-        FrontendError: nested (hierarchical) layouts, which flyship does not bind yet.
-    """
-    m = _MEMREF_RE.match(type_text.strip())
-    if not m:
-        raise FrontendError(f"FlyDSL IR: expected a !fly.memref tensor type, got {type_text!r}")
-    dtype, _space, layout = m.groups()
-    if layout.count(":") != 1:
-        raise FrontendError(f"FlyDSL IR: cannot read the layout of {type_text!r}")
-    shape, stride = (p.strip() for p in layout.split(":"))
-    # A rank-1 layout prints without parentheses (``?:1``); rank >= 2 as ``(?,?):(?{i64},1)``.
-    shape = shape[1:-1] if shape.startswith("(") and shape.endswith(")") else shape
-    stride = stride[1:-1] if stride.startswith("(") and stride.endswith(")") else stride
-    if "(" in shape or "(" in stride:
-        raise FrontendError(f"FlyDSL IR: hierarchical layout {type_text!r} is not supported; pass flat tensors")
-
-    def entries(text: str) -> tuple[LayoutEntry, ...]:
-        out = []
-        for tok in filter(None, (t.strip() for t in text.split(","))):
-            if tok.startswith("?"):
-                w = re.search(r"\{(i\d+)\}", tok)
-                out.append(LayoutEntry(None, w.group(1) if w else "i32"))
-            else:
-                out.append(LayoutEntry(int(tok), "i32"))
-        return tuple(out)
-
-    return TensorLayout(dtype, entries(shape), entries(stride))
-
-
-def _struct_members(type_text: str) -> list[Any]:
-    """Parse ``!llvm.struct<packed (struct<packed (i32, i32)>, struct<packed (i64)>)>`` into nested lists."""
-    s = type_text.strip()
-    s = s[len("!llvm."):] if s.startswith("!llvm.") else s
-    pos = 0
-
-    def parse() -> Any:
-        nonlocal pos
-        if s.startswith("struct<", pos):
-            pos += len("struct<")
-            if s.startswith("packed ", pos):
-                pos += len("packed ")
-            elif not s.startswith("(", pos):
-                raise FrontendError(f"FlyDSL IR: unexpected struct syntax in {type_text!r}")
-            assert s[pos] == "("
-            pos += 1
-            items = []
-            while s[pos] != ")":
-                items.append(parse())
-                while s[pos] in ", ":
-                    pos += 1
-            pos += 1  # ')'
-            assert s[pos] == ">"
-            pos += 1
-            return items
-        m = re.compile(r"[a-z0-9]+").match(s, pos)
-        if not m:
-            raise FrontendError(f"FlyDSL IR: cannot read struct member at {s[pos:pos + 20]!r} in {type_text!r}")
-        pos = m.end()
-        return m.group(0)
-
-    return parse()
 
 
 def _host_func(module: Any, launcher_name: str | None) -> Any:
@@ -341,7 +240,7 @@ def _layout_constraints(layouts: dict[str, TensorLayout], op: OpDecl) -> list[st
 
 
 def _launch(ir: Any, launch: Any, op: OpDecl, spec: Spec, binding: dict, layouts: dict, shapes: dict, strides: dict,
-            where: str, device: dict[str, int] | None = None) -> tuple[HostAnalysis, "_Evaluator"]:
+            where: str, device: dict[str, int] | None = None) -> tuple[HostAnalysis, HostValues]:
     """One ``gpu.launch_func`` of the host function: its kernel, grid, block, LDS and kernel arguments."""
     seg = list(ir.DenseI32ArrayAttr(launch.attributes["operandSegmentSizes"]))
     operands = list(launch.operands)
@@ -360,7 +259,7 @@ def _launch(ir: Any, launch: Any, op: OpDecl, spec: Spec, binding: dict, layouts
     kernel_name = str(launch.attributes["kernel"]).split("::")[-1].lstrip("@")
 
     scalars = {**op.example_scalars(spec), **op.example_values(spec, device)}
-    ev = _Evaluator(binding, layouts, shapes, scalars, where, ir)
+    ev = HostValues(binding, layouts, shapes, scalars, where, ir)
     ev.strides = strides
     ev.values = {a.name: a.expr for a in op.args if isinstance(a, Value)}
     ev.float_values = {a.name: a.float_literal() for a in op.args
@@ -404,196 +303,3 @@ def check_pointee(ptr_type: str, p: Tensor | Output, op: OpDecl, spec: Spec, whe
     if m is None or m.group(2) != "global" or (want is not None and m.group(1) != want):
         raise FrontendError(f"{where}: parameter {p.name} is an fx.Pointer of type {ptr_type}; expected a global "
                             f"pointer to {want or dtype} (the tensor's dtype {dtype}, or Tensor/Output(pointee=...))")
-
-
-class _Evaluator:
-    """Turns SSA values of the host function into expressions (and example values)."""
-
-    _BIN = {"arith.addi": ("+", lambda a, b: a + b), "arith.subi": ("-", lambda a, b: a - b),
-            "arith.muli": ("*", lambda a, b: a * b)}
-
-    def __init__(self, binding, layouts, shapes, scalars, where, ir):
-        self.binding, self.layouts, self.shapes, self.scalars, self.where, self.ir = (
-            binding, layouts, shapes, scalars, where, ir)
-        self.width_constraints: list[str] = []
-        self.float_values: dict[str, float] = {}
-
-    # -- helpers -----------------------------------------------------------------------------
-    def _block_arg(self, v) -> tuple[str, str] | None:
-        # FlyDSL registers value casters (e.g. f32 values come back as its ArithValue), so test the owner.
-        if isinstance(v.owner, self.ir.Block):
-            return self.binding.get(self.ir.BlockArgument(v).arg_number)
-        return None
-
-    def _layout_entry(self, tensor: str, pos: list[int]) -> tuple[str, int, str]:
-        """(``shape``/``stride``, dim, width) of struct position ``pos`` in ``tensor``'s layout struct."""
-        lay = self.layouts[tensor]
-        groups = []
-        if any(e.static is None for e in lay.shape):
-            groups.append(("shape", lay.shape))
-        if any(e.static is None for e in lay.stride):
-            groups.append(("stride", lay.stride))
-        if len(pos) != 2 or pos[0] >= len(groups):
-            raise FrontendError(f"{self.where}: unexpected layout struct position {pos} for {tensor}")
-        what, entries = groups[pos[0]]
-        dyn = [d for d, e in enumerate(entries) if e.static is None]
-        d = dyn[pos[1]]
-        return what, d, entries[d].width
-
-    def _owner(self, v):
-        if isinstance(v.owner, self.ir.Block):
-            return None
-        return v.owner
-
-    # -- expressions ---------------------------------------------------------------------------
-    def expr(self, v) -> str:
-        return _expr.canonical(self._expr(v))
-
-    def _expr(self, v) -> str:
-        b = self._block_arg(v)
-        if b is not None:
-            name, comp = b
-            if comp == "scalar":
-                return name
-            if comp == "value":
-                return f"({self.values[name]})"
-            raise FrontendError(f"{self.where}: a {comp} argument of {name} is used as an integer in the grid")
-        o = self._owner(v)
-        if o is None:
-            raise FrontendError(f"{self.where}: grid uses an unbound block argument")
-        n = o.name
-        if n == "arith.constant":
-            return str(self.ir.IntegerAttr(o.attributes["value"]).value)
-        if n in ("arith.index_cast", "arith.extsi", "arith.extui", "arith.trunci", "arith.index_castui"):
-            return self._expr(o.operands[0])
-        if n == "llvm.extractvalue":
-            src = self._block_arg(o.operands[0])
-            if src is None or src[1] != "layout":
-                raise FrontendError(f"{self.where}: extractvalue from something other than a tensor layout struct")
-            what, d, _w = self._layout_entry(src[0], list(self.ir.DenseI64ArrayAttr(o.attributes["position"])))
-            return f"{src[0]}.{what}[{d}]"
-        a = lambda k: self._expr(o.operands[k])  # noqa: E731
-        if n in self._BIN:
-            e = f"({a(0)} {self._BIN[n][0]} {a(1)})"
-            self._note_width(o, e)
-            return e
-        if n == "arith.floordivsi":
-            return f"({a(0)} // {a(1)})"
-        if n in ("arith.divsi", "arith.remsi"):
-            # Truncating division: equal to the expressions' floor only for a non-negative dividend, so write it
-            # exactly (``(n - 1) // 8`` at n = 0 is 0 truncated, -1 floored): bundle.expr.trunc_div.
-            q, guard = _expr.trunc_div(a(0), a(1))
-            self._note_guard(guard)
-            return f"({q})" if n == "arith.divsi" else f"({a(0)} - ({a(1)}) * ({q}))"
-        if n in ("arith.divui", "arith.remui", "arith.ceildivui"):
-            # Unsigned: a negative dividend reads as a huge number the expressions cannot follow; guard it out.
-            if not _expr.nonnegative(a(0)):
-                self._note_guard((_expr.canonical(f"{a(0)} >= 0"),))
-            self._note_guard(_expr.trunc_div(a(0), a(1))[1])
-            return {"arith.divui": f"({a(0)} // {a(1)})", "arith.remui": f"({a(0)} % {a(1)})",
-                    "arith.ceildivui": f"cdiv({a(0)}, {a(1)})"}[n]
-        if n == "arith.ceildivsi":
-            return f"cdiv({a(0)}, {a(1)})"
-        if n in ("arith.minsi", "arith.minui"):
-            return f"min({a(0)}, {a(1)})"
-        if n in ("arith.maxsi", "arith.maxui"):
-            return f"max({a(0)}, {a(1)})"
-        raise FrontendError(f"{self.where}: host launcher computes a launch value with {n}, which flyship cannot "
-                            "express; keep grid arithmetic to + - * // % min max over tensor sizes")
-
-    def _note_guard(self, constraints: tuple[str, ...]) -> None:
-        """Add guard constraints a launch value's arithmetic needs (kept with the width constraints)."""
-        for c in constraints:
-            if c not in self.width_constraints:
-                self.width_constraints.append(c)
-
-    def _note_width(self, o, e: str) -> None:
-        """A sum or product the launcher computes in a fixed-width integer wraps past its maximum; the guard
-        keeps the inputs where it does not (FlyDSL computes ``(M + 7) // 8`` in i32: it wraps within a few
-        hundred of 2**31)."""
-        t = str(o.results[0].type)
-        bits = {"i32": 32, "i64": 64, "i16": 16}.get(t)
-        if bits is not None:
-            c = _expr.canonical(f"{e} <= {2 ** (bits - 1) - 1}")
-            if c not in self.width_constraints:
-                self.width_constraints.append(c)
-
-    def value(self, v) -> int:
-        """Interpret the ops at the example shapes (independent of :meth:`expr`)."""
-        b = self._block_arg(v)
-        if b is not None:
-            return int(self.scalars[b[0]])
-        o = self._owner(v)
-        n = o.name
-        if n == "arith.constant":
-            return int(self.ir.IntegerAttr(o.attributes["value"]).value)
-        if n in ("arith.index_cast", "arith.extsi", "arith.extui", "arith.trunci", "arith.index_castui"):
-            return self.value(o.operands[0])
-        if n == "llvm.extractvalue":
-            src = self._block_arg(o.operands[0])
-            what, d, _w = self._layout_entry(src[0], list(self.ir.DenseI64ArrayAttr(o.attributes["position"])))
-            if what == "shape":
-                return int(self.shapes[src[0]][d])
-            return int(self.strides[src[0]][d])
-        x, y = self.value(o.operands[0]), self.value(o.operands[1])
-        if n in self._BIN:
-            return self._BIN[n][1](x, y)
-        if n == "arith.floordivsi":
-            return x // y
-        if n in ("arith.divsi", "arith.divui"):
-            return abs(x) // abs(y) * (1 if (x >= 0) == (y > 0) else -1)  # toward zero, exact for big ints
-        if n in ("arith.ceildivsi", "arith.ceildivui"):
-            return -(-x // y)
-        if n in ("arith.remsi", "arith.remui"):
-            return x - y * (abs(x) // abs(y) * (1 if (x >= 0) == (y > 0) else -1))
-        if n in ("arith.minsi", "arith.minui"):
-            return min(x, y)
-        if n in ("arith.maxsi", "arith.maxui"):
-            return max(x, y)
-        raise FrontendError(f"{self.where}: cannot interpret {n}")
-
-    # -- kernel arguments -----------------------------------------------------------------------
-    def kernel_arg(self, v) -> tuple[list[FieldPlan], int]:
-        """Fields of one kernel operand and its size in bytes."""
-        b = self._block_arg(v)
-        t = str(v.type)
-        if b is not None:
-            name, comp = b
-            if comp == "pointer":
-                return [FieldPlan(0, "pointer", "ptr", arg=name)], 8
-            if comp == "value":
-                const = self.float_values.get(name)
-                if const is not None and t == "f32":  # Value("eps", "1e-6", type="f32"): an f32 constant
-                    return [FieldPlan(0, "constant", "f32", value=const)], 4
-                if t not in _INT_W:
-                    raise FrontendError(f"{self.where}: Value {name} lowered to {t}; a Value is an integer parameter")
-                e = _expr.canonical(self.values[name])
-                bits = 8 * _INT_W[t]
-                c = _expr.canonical(f"{e} <= {2 ** (bits - 1) - 1}")  # packed at that width: it must fit
-                if c not in self.width_constraints:
-                    self.width_constraints.append(c)
-                return [FieldPlan(0, "expr", t, expr=e)], _INT_W[t]
-            if comp == "layout":
-                members = _struct_members(t)
-                fields, off = [], 0
-                for gi, group in enumerate(members):
-                    for ei, width in enumerate(group):
-                        if width not in _INT_W:
-                            raise FrontendError(f"{self.where}: layout struct member {width} of {name} is not an "
-                                                "integer")
-                        what, d, _ = self._layout_entry(name, [gi, ei])
-                        fields.append(FieldPlan(off, what, width, arg=name, dim=d))
-                        off += _INT_W[width]
-                return fields, off
-            if t not in _SCALAR_FIELD:
-                raise FrontendError(f"{self.where}: scalar {name} lowered to {t}, which flyship cannot pack")
-            ft = _SCALAR_FIELD[t]
-            return [FieldPlan(0, "scalar", ft, arg=name)], FIELD_TYPES[ft]
-        o = self._owner(v)  # fx.Int64(fx.ptrtoint(p)), upstream's MXFP4 GEMM: the kernel gets p's data pointer
-        src = self._block_arg(o.operands[0]) if o is not None and o.name == "llvm.ptrtoint" and t == "i64" else None
-        if src is not None and src[1] == "pointer":
-            return [FieldPlan(0, "pointer", "ptr", arg=src[0])], 8
-        if t in _INT_W:
-            return [FieldPlan(0, "expr", t, expr=self.expr(v))], _INT_W[t]
-        raise FrontendError(f"{self.where}: kernel argument of type {t} is computed in the launcher; flyship binds "
-                            "only launcher arguments and integer arithmetic on tensor sizes")

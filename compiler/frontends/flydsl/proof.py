@@ -50,7 +50,7 @@ _FEATURE_SETTINGS = {0: "unsupported", 1: "any", 2: "off", 3: "on"}
 
 # The kind of the CodeObjectError saying our code object differs from the frontend's own (the message names the
 # section or field, both sizes and the first differing offset): a failure reason reads "ProofError: ...", and the
-# build's next step for it is chosen by that word (compiler/build/running.py).
+# build's next step for it is chosen by that word (compiler/pipeline/running.py).
 PROOF = "ProofError"
 
 

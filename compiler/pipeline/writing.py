@@ -16,9 +16,9 @@ from flyship.bundle import rules as _rules
 from flyship.compiler import cache as _cache
 from flyship.compiler import hygiene as _hygiene
 from flyship.compiler import toolchain as _tc
-from flyship.compiler.build.assembling import assemble_manifest, frontend_versions, offload_bundles
-from flyship.compiler.build.options import BuildOptions, Row
-from flyship.compiler.build.planning import check_replaceable
+from flyship.compiler.pipeline.assembling import assemble_manifest, frontend_versions, offload_bundles
+from flyship.compiler.pipeline.options import BuildOptions, Row
+from flyship.compiler.pipeline.planning import check_replaceable
 from flyship.compiler.spec import SpecFile
 from flyship.errors import CompileError
 

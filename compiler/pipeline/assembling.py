@@ -16,9 +16,9 @@ from flyship.bundle import occupancy as _occupancy
 from flyship.bundle import rules as _rules
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import offload as _off
-from flyship.compiler.build.checking import (check_reachable, check_references_module, guard_constraints,
-                                              needed_references)
-from flyship.compiler.build.options import Row
+from flyship.compiler.pipeline.checking import (check_reachable, check_references_module, guard_constraints,
+                                                 needed_references)
+from flyship.compiler.pipeline.options import Row
 from flyship.compiler.spec import OpDecl, Scalar, SpecFile, Tensor
 from flyship.errors import CompileError
 

@@ -8,8 +8,9 @@ from typing import Callable, Optional
 
 from flyship.bundle import manifest as M
 from flyship.compiler import cache as _cache
+from flyship.compiler import kernel_sources as _kernel_sources
 from flyship.compiler import tuning as _tuning
-from flyship.compiler.build.options import BuildOptions, PartialBuildError, Row
+from flyship.compiler.pipeline.options import BuildOptions, PartialBuildError, Row
 from flyship.compiler.frontends import CompiledVariant
 from flyship.compiler.spec import SpecFile
 from flyship.compiler.worker import TaskResult
@@ -43,7 +44,7 @@ def task_keys(sf: SpecFile, tasks: list[tuple[str, str, str]], tools: dict[str, 
     """Each task's cache key (see :mod:`flyship.compiler.cache` for what goes into it)."""
     context = _cache.build_context(tools, opts.code_object_version, opts.keep_ir)
     ops = {o.name: o for o in sf.ops}
-    sources = {name: _cache.kernel_sources(o.kernel) for name, o in ops.items()}
+    sources = {name: _kernel_sources.kernel_sources(o.kernel) for name, o in ops.items()}
     keys = {}
     for o, s, t in tasks:
         spec = next(x for x in ops[o].specs if x.name == s).for_target(t)

@@ -19,8 +19,8 @@ from flyship.compiler import spec as _spec_mod
 from flyship.compiler import executors as _executors
 from flyship.compiler import tuning as _tuning
 from flyship.compiler import toolchain as _tc
-from flyship.compiler.build.checking import check_reference_outputs, check_references_module, needed_references
-from flyship.compiler.build.options import BuildOptions
+from flyship.compiler.pipeline.checking import check_reference_outputs, check_references_module, needed_references
+from flyship.compiler.pipeline.options import BuildOptions
 from flyship.compiler.spec import SpecFile
 from flyship.compiler.spec.checks import manifest_head
 from flyship.compiler.spec.composite import check_composite_functions

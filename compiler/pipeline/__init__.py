@@ -23,15 +23,15 @@ from typing import Callable
 from flyship.compiler import cache as _cache
 from flyship.compiler import executors as _executors
 from flyship.compiler import hygiene as _hygiene
-from flyship.compiler.build.assembling import assemble_manifest, frontend_versions, offload_bundles, summary_rows
-from flyship.compiler.build.checking import (check_reachable, check_reference_outputs, check_references_module,
-                                             guard_constraints, _example_tensor)
-from flyship.compiler.build.options import BuildOptions, PartialBuildError, Row
-from flyship.compiler.build.planning import (check_archs, check_offload_targets, check_output, check_request,
-                                             early_tools, find_tools, plan, plan_tasks, read_declarations)
-from flyship.compiler.build.running import (compile_with_cache, failure_report, next_step, partial_build_error,
-                                            spec_refusal, succeeded, task_keys, verdict)
-from flyship.compiler.build.writing import build_key, remember_build, reuse_bundle, write_bundle, write_results
+from flyship.compiler.pipeline.assembling import assemble_manifest, frontend_versions, offload_bundles, summary_rows
+from flyship.compiler.pipeline.checking import (check_reachable, check_reference_outputs, check_references_module,
+                                                guard_constraints, _example_tensor)
+from flyship.compiler.pipeline.options import BuildOptions, PartialBuildError, Row
+from flyship.compiler.pipeline.planning import (check_archs, check_offload_targets, check_output, check_request,
+                                                early_tools, find_tools, plan, plan_tasks, read_declarations)
+from flyship.compiler.pipeline.running import (compile_with_cache, failure_report, next_step, partial_build_error,
+                                               spec_refusal, succeeded, task_keys, verdict)
+from flyship.compiler.pipeline.writing import build_key, remember_build, reuse_bundle, write_bundle, write_results
 from flyship.compiler.worker import load_spec_file
 
 __all__ = ["BuildOptions", "PartialBuildError", "Row", "assemble_manifest", "build", "check_archs",

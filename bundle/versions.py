@@ -1,0 +1,61 @@
+"""The manifest's schema version, and which version a bundle is written with: the must-understand keys (features a
+loader of an older major would ignore but must not) and the lowest major that covers those a manifest uses
+(docs/bundle-format.md, "Must-understand keys"). :mod:`flyship.bundle.model` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from flyship.bundle import expr as _expr
+
+if TYPE_CHECKING:
+    from flyship.bundle.model import Manifest
+
+SCHEMA_MAJOR, SCHEMA_MINOR = 1, 4
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
+# Keys a reader must understand, with the first major version whose readers do (docs/bundle-format.md,
+# "Must-understand keys"): later launches of a call, workspaces and inputs written in place came with 2.x, outputs
+# allocated zero-filled with 3.x, backward ops that overwrite saved tensors and composite ops with 4.x. A bundle is
+# written with the lowest major that covers every such key it uses, so a loader that would ignore one refuses the
+# bundle's major with its version message instead of running it wrongly. Every other bundle is written as 1.4.
+MUST_UNDERSTAND = {"then": 2, "workspaces": 2, "mutable": 2, "zero": 3, "consumes": 4, "composites": 4,
+                   "device_workspaces": 4}
+# major -> the newest minor this flyship knows; a newer minor of a known major is read leniently (unknown keys
+# ignored), an unknown major is refused.
+NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 2, 3: 1, 4: 0}
+
+
+def must_understand(m: Manifest) -> tuple[str, ...]:
+    """What ``m`` uses that a 1.x loader would ignore but must not: ``then`` (it would run only a call's first
+    launch), ``workspaces``, ``mutable`` (it would register an in-place op as a functional one), ``zero`` (it
+    would hand an accumulating kernel uninitialised outputs), ``consumes`` (a backward op that overwrites a saved
+    tensor: an older rule book refuses the pair with a misleading message), ``composites`` (the ops the bundle
+    promises would be missing), ``device_workspaces`` (a workspace sized by ``device.cu_count``: an older rule
+    book refuses it as a shape that must not read the device, which blames the bundle instead of the loader)."""
+    found = []
+    variants = [v for op in m.ops for s in op.specializations for v in s.variants]
+    if any(v.then for v in variants):
+        found.append("then")
+    if any(v.workspaces for v in variants):
+        found.append("workspaces")
+    if any(_expr.names_device(e) for v in variants for w in v.workspaces for e in w.shape):
+        found.append("device_workspaces")
+    if any(a.mutable for op in m.ops for a in op.args):
+        found.append("mutable")
+    if any(o.zero for op in m.ops for o in op.outputs):
+        found.append("zero")
+    names = {op.name for op in m.ops}
+    if any(op.backward.consumed(m.op(op.backward.op)) for op in m.ops
+           if op.backward is not None and op.backward.op in names):
+        found.append("consumes")
+    if m.composites:
+        found.append("composites")
+    return tuple(found)
+
+
+def version_for(m: Manifest) -> str:
+    """The schema version a writer gives ``m``: the newest minor of the lowest major whose readers understand every
+    must-understand key ``m`` uses (:data:`MUST_UNDERSTAND`), 1.x for a bundle that uses none."""
+    major = max((MUST_UNDERSTAND[k] for k in must_understand(m)), default=SCHEMA_MAJOR)
+    return f"{major}.{NEWEST_MINOR[major]}"
