@@ -47,8 +47,8 @@ class RunStats:
         waves: waves run.
         workgroups: workgroups run.
         seconds: wall time of the run.
-        lds_conflicts: LDS byte addresses (dword-aligned) one wave wrote (or read) while another wave wrote (or
-            read, for a write) the same dword with no barrier between; sorted.
+        lds_conflicts: LDS byte addresses one wave wrote (or read) while another wave wrote (or read, for a write)
+            with no barrier between; sorted.
         refused_unreached: mnemonics the kernel holds that the emulator does not model but no wave reached.
     """
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from flyship.loader.emulate import alu
+from flyship.loader.emulate import alu, sdwa
 from flyship.loader.emulate.decode import Inst
 from flyship.loader.emulate.errors import refuse
 from flyship.loader.emulate.state import (AGPR_BASE, LANES, VCC, Wave, pack_mask, parse_reg, sreg, src, vdst,
@@ -103,7 +103,7 @@ def compile_vector(inst: Inst, where: str, denorm32: int) -> Callable[[Wave], No
     """The closure of a VALU instruction, or None when it is not one (the caller refuses by name)."""
     name, enc = strip(inst.mnemonic)
     if enc == "_sdwa":
-        raise refuse(f"`{where}`: {inst.mnemonic} (SDWA is not modelled)")
+        return sdwa.compile_sdwa(name, inst, where, denorm32)
     dpp = Dpp(inst.words[1]) if enc == "_dpp" else None
     ops = inst.operands
     for special in (_lanes, _vopc, _carry, _packed):
@@ -236,6 +236,21 @@ def _lanes(name, inst, ops, where, dpp, denorm32):
         readers = [src(t, "b", 32, where) for t in ops[1:3]]
         return _finish(inst, name, ops[0], "b32", None, readers, where, dpp, denorm32, ("b32", "b32")) if False \
             else _cndmask(inst, ops, readers, mi, where, dpp)
+    if name in ("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32"):
+        a, c = src(ops[1], "u", 32, where), src(ops[2], "u", 32, where)
+        hi = name == "v_mbcnt_hi_u32_b32"
+        # ISA "V_MBCNT_LO/HI_U32_B32": count the bits of S0 set below this lane (lo: mask bits 31:0 for lanes
+        # 0-31, all 32 for lanes 32-63; hi: bits 63:32 below lane - 32), plus S1.
+        below = np.array([((1 << l) - 1) >> (32 if hi else 0) & 0xFFFFFFFF for l in range(LANES)], np.uint64)
+        drow = vdst(ops[0], where)[0]
+
+        def mbcnt(w: Wave) -> None:
+            bits = np.broadcast_to(np.asarray(a(w), np.uint64), (LANES,)) & below
+            cnt = np.unpackbits(bits.astype(np.uint32).view(np.uint8).reshape(LANES, 4), axis=1).sum(axis=1)
+            write_v(w, drow, cnt.astype(np.uint32) + np.asarray(c(w), np.uint32))
+        return mbcnt
+    if name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
+        return sdwa.compile_fma_mix(name, inst, where, denorm32)
     if name in ("v_permlane16_swap_b32", "v_permlane32_swap_b32"):
         return _permlane_swap(name, ops, where)
     if name == "v_bitop3_b32":
