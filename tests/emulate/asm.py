@@ -54,10 +54,11 @@ def llvm_tools() -> tuple[str, str]:
 
 
 def assemble(body: str, target: str, *, name: str = "k", lds: int = 0, denorm32: int = 3,
-             raw: bool = False, extra_directives: str = "") -> bytes:
-    """A code object holding kernel ``name`` made of ``body`` (wrapped in PROLOGUE/EPILOGUE unless ``raw``)."""
+             raw: bool = False, store: bool = True, extra_directives: str = "") -> bytes:
+    """A code object holding kernel ``name`` made of ``body`` (wrapped in PROLOGUE/EPILOGUE unless ``raw``;
+    without the epilogue's stores of v4/v5 when not ``store``)."""
     mc, lld = llvm_tools()
-    text = body if raw else PROLOGUE + body + EPILOGUE
+    text = body if raw else PROLOGUE + body + (EPILOGUE if store else "  s_endpgm\n")
     src = f"""
 .amdgcn_target "amdgcn-amd-amdhsa--{target}"
 .text
