@@ -24,7 +24,7 @@ from flyship.loader.emulate.errors import refuse
 from flyship.loader.emulate.lds import Lds
 from flyship.loader.emulate.memory import Memory
 from flyship.loader.emulate.program import Program, program
-from flyship.loader.emulate.scalar import BARRIER, END
+from flyship.loader.emulate.scalar import END
 from flyship.loader.emulate.state import LANES, Wave
 
 MODELLED_TARGETS = ("gfx90a", "gfx942", "gfx950")

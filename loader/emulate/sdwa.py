@@ -1,13 +1,9 @@
-"""SDWA (sub-dword addressing, GFX9 VOP1/VOP2) and the mixed-precision v_fma_mix* (VOP3P).
+"""SDWA (sub-dword addressing, GFX9 VOP1/VOP2).
 
 SDWA: each source reads the field its ``srcN_sel`` names (BYTE_0-3, WORD_0/1, DWORD), zero-extended (``sext(x)``:
 sign-extended); float ``-x`` / ``|x|`` apply to the field. The result's low bits go to the field ``dst_sel`` names;
 the other bits follow ``dst_unused``: UNUSED_PAD = 0, UNUSED_SEXT = sign extension of the field, UNUSED_PRESERVE =
 the destination's old bits.
-
-v_fma_mix_f32 / v_fma_mixlo_f16 / v_fma_mixhi_f16: source i is binary16 when op_sel_hi[i] is 1 (its high half
-when op_sel[i] is 1, else its low half), else binary32; the fused product-sum is rounded once to binary32 (mix_f32)
-or binary16 written to the low (mixlo) or high (mixhi) half, the other half kept.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ import numpy as np
 from flyship.loader.emulate import alu
 from flyship.loader.emulate.decode import Inst
 from flyship.loader.emulate.errors import refuse
-from flyship.loader.emulate.state import Wave, parse_reg, sreg, src, vdst, write_v
+from flyship.loader.emulate.state import Wave, sreg, src, vdst, write_v
 
 _SEL = {"BYTE_0": (0, 8), "BYTE_1": (8, 8), "BYTE_2": (16, 8), "BYTE_3": (24, 8), "WORD_0": (0, 16),
         "WORD_1": (16, 16), "DWORD": (0, 32)}
@@ -102,52 +98,5 @@ def compile_sdwa(name: str, inst: Inst, where: str, denorm32: int) -> Callable[[
                                                 u32((1 << off) - 1), u32(0))
         else:
             out = field << u32(off)
-        write_v(w, drow, out)
-    return run
-
-
-def compile_fma_mix(name: str, inst: Inst, where: str, denorm32: int) -> Callable[[Wave], None]:
-    ops = inst.operands
-
-    def bits(mod: str) -> list[int]:
-        v = inst.modifier(mod)
-        return [0, 0, 0] if v is None else [int(x) for x in v.strip("[]").split(",")]
-    op_sel, op_sel_hi = bits("op_sel"), bits("op_sel_hi")
-    if inst.modifier("clamp") is not None:
-        raise refuse(f"`{where}`: {name} with clamp is not modelled")
-    drow, _ = vdst(ops[0], where)
-    readers = []
-    for i, tok in enumerate(ops[1:4]):
-        neg = tok.startswith("-")
-        t = tok.lstrip("-")
-        absv = t.startswith("|")
-        t = t.strip("|")
-        is16 = bool(op_sel_hi[i])
-        r = parse_reg(t)
-        base = src(t, "f", 16 if (is16 and r is None) else 32, where)
-        readers.append((base, is16, bool(op_sel[i]), neg, absv))
-
-    def value(w: Wave, spec) -> np.ndarray:
-        base, is16, hi, neg, absv = spec
-        x = np.asarray(base(w), u32)
-        if is16:
-            v = alu.H(x >> u32(16) if hi else x).astype(np.float64)
-        else:
-            v = alu.F(alu.flush32(x) if denorm32 in (0, 2) else x).astype(np.float64)
-        if absv:
-            v = np.abs(v)
-        return -v if neg else v
-
-    def run(w: Wave) -> None:
-        a, b, c = (value(w, s) for s in readers)
-        r = a * b + c
-        if name == "v_fma_mix_f32":
-            out = alu.U(r.astype(np.float32))
-            if denorm32 in (0, 1):
-                out = alu.flush32(out)
-        else:
-            h = alu.UH(r.astype(np.float32).astype(np.float16))
-            old = w.V[drow]
-            out = (old & u32(0xFFFF0000)) | h if name.endswith("lo_f16") else (old & u32(0xFFFF)) | (h << u32(16))
         write_v(w, drow, out)
     return run
