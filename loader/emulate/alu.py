@@ -102,22 +102,19 @@ def div_fixup32(q, d, n):
 
 def perm_b32(a, b, sel):
     """v_perm_b32 (ISA "V_PERM_B32"): byte i of the result is chosen by byte i of the selector from the eight
-    bytes {a, b} (b = bytes 0-3, a = bytes 4-7); 8-11 replicate a sign bit, 12 gives 0x00, 13-15 give 0xFF."""
-    a, b, sel = np.broadcast_arrays(np.asarray(a, u32), np.asarray(b, u32), np.asarray(sel, u32))
-    comb = b.astype(u64) | (a.astype(u64) << u64(32))
-    out = np.zeros(a.shape, u32)
-    for i in range(4):
-        s = ((sel >> u32(8 * i)) & u32(0xFF)).astype(u64)
-        byte = (comb >> (np.minimum(s, u64(7)) * u64(8))) & u64(0xFF)
-        sign = lambda bit: np.where(((comb >> u64(bit)) & u64(1)) != 0, u64(0xFF), u64(0))  # noqa: E731
-        byte = np.where(s == 8, sign(15), byte)
-        byte = np.where(s == 9, sign(31), byte)
-        byte = np.where(s == 10, sign(47), byte)
-        byte = np.where(s == 11, sign(63), byte)
-        byte = np.where(s == 12, u64(0), byte)
-        byte = np.where(s >= 13, u64(0xFF), byte)
-        out |= (byte.astype(u32) << u32(8 * i))
-    return out
+    bytes {a, b} (b = bytes 0-3, a = bytes 4-7); 8-11 replicate the sign bit of bytes 1, 3, 5, 7; 12 gives 0x00,
+    13-15 give 0xFF."""
+    shape = np.broadcast(np.asarray(a), np.asarray(b), np.asarray(sel)).shape
+    a, b, sel = (np.ascontiguousarray(np.broadcast_to(np.asarray(x, u32), shape)).reshape(-1) for x in (a, b, sel))
+    src = np.empty((16, a.size), np.uint8)
+    src[0:4] = b.view(np.uint8).reshape(-1, 4).T
+    src[4:8] = a.view(np.uint8).reshape(-1, 4).T
+    src[8:12] = np.where(src[1:8:2] >= 0x80, 0xFF, 0)
+    src[12] = 0
+    src[13:16] = 0xFF
+    idx = np.minimum(sel.view(np.uint8).reshape(-1, 4).T, 15).astype(np.intp)  # [4, n]
+    picked = np.take_along_axis(src, idx, axis=0)
+    return np.ascontiguousarray(picked.T).view(u32).reshape(shape)
 
 
 def bitop3(a, b, c, table: int):

@@ -24,7 +24,7 @@ from flyship.loader.emulate.errors import refuse
 from flyship.loader.emulate.lds import Lds
 from flyship.loader.emulate.memory import Memory
 from flyship.loader.emulate.program import Program, program
-from flyship.loader.emulate.scalar import BARRIER, END
+from flyship.loader.emulate.scalar import END
 from flyship.loader.emulate.state import LANES, Wave
 
 MODELLED_TARGETS = ("gfx90a", "gfx942", "gfx950")
@@ -47,8 +47,8 @@ class RunStats:
         waves: waves run.
         workgroups: workgroups run.
         seconds: wall time of the run.
-        lds_conflicts: LDS byte addresses (dword-aligned) one wave wrote (or read) while another wave wrote (or
-            read, for a write) the same dword with no barrier between; sorted.
+        lds_conflicts: LDS byte addresses one wave wrote (or read) while another wave wrote (or read, for a write)
+            with no barrier between; sorted.
         refused_unreached: mnemonics the kernel holds that the emulator does not model but no wave reached.
     """
 
@@ -130,9 +130,26 @@ def _check(d: Descriptor, target: str, symbol: str) -> None:
         raise refuse(f"kernel {symbol}: enables the trap handler; traps are not modelled")
 
 
-def kernarg_segment(co: CodeObjectFile, symbol: str, explicit: bytes, grid, block, dynamic_lds: int) -> bytearray:
-    """Explicit argument bytes at their offsets, hidden arguments filled as the HIP runtime does."""
-    meta = co.kernel(symbol)
+_info_cache: dict[tuple[str, str], tuple[Descriptor, dict, str]] = {}
+
+
+def _kernel_info(elf: bytes, sha: str, symbol: str) -> tuple[Descriptor, dict, str]:
+    """(kernel descriptor, metadata map, target) of ``symbol``, parsed once per code object sha256."""
+    key = (sha, symbol)
+    hit = _info_cache.get(key)
+    if hit is None:
+        try:
+            co = CodeObjectFile(elf, f"<{symbol}>")
+            hit = (_descriptor(co, symbol), co.kernel(symbol), co.target)
+        except BundleError as e:
+            raise refuse(f"kernel {symbol}: {e}") from e
+        _info_cache[key] = hit
+    return hit
+
+
+def kernarg_segment(meta: dict, symbol: str, explicit: bytes, grid, block, dynamic_lds: int) -> bytearray:
+    """Explicit argument bytes at their offsets, hidden arguments filled as the HIP runtime does (``meta``: the
+    kernel's code object metadata map)."""
     size = max(int(meta.get(".kernarg_segment_size", 0)), len(explicit))
     seg = bytearray(size + 64)
     seg[:len(explicit)] = explicit
@@ -192,17 +209,12 @@ def run_kernel(image: bytes, symbol: str, grid, block, dynamic_lds: int, kernarg
         raise refuse(f"run: expected 3 positive grid (workgroups) and block (work-items, at most 1024) extents, "
                      f"got grid {grid}, block {block}")
     elf = unbundle(bytes(image), target)
-    try:
-        co = CodeObjectFile(elf, f"<{symbol}>")
-        d = _descriptor(co, symbol)
-        arch = co.target
-    except BundleError as e:
-        raise refuse(f"kernel {symbol}: {e}") from e
-    _check(d, arch, symbol)
     sha = hashlib.sha256(elf).hexdigest()
+    d, meta, arch = _kernel_info(elf, sha, symbol)
+    _check(d, arch, symbol)
     prog = program(lambda: _instructions(elf, sha, symbol, d), sha, symbol, arch.split(":")[0], d.denorm32)
 
-    seg = kernarg_segment(co, symbol, kernargs, grid, block, dynamic_lds)
+    seg = kernarg_segment(meta, symbol, kernargs, grid, block, dynamic_lds)
     kernarg_addr = memory.own(np.frombuffer(bytes(seg), np.uint8).copy(), writable=False,
                               name=f"kernarg segment of {symbol}")
     packet = np.zeros(64, np.uint8)

@@ -1,8 +1,8 @@
 """LDS (ds_*) instructions on the workgroup's LDS, and the cross-lane ones that only use the LDS crossbar
 (ds_swizzle_b32, ds_bpermute_b32, ds_permute_b32). Addresses past the LDS allocation are refused.
 
-Race record: per LDS dword, the last writer and reader wave and the barrier epoch they acted in; a write or read
-by one wave of a dword another wave wrote (or read, for a write) in the same epoch is an LDS conflict.
+Race record: per LDS byte, the last writer and reader wave and the barrier epoch they acted in; a write or read
+by one wave of a byte another wave wrote (or read, for a write) in the same epoch is an LDS conflict.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Lds:
     def __init__(self, nbytes: int) -> None:
         self.data = np.zeros(max(nbytes, 4), np.uint8)
         self.nbytes = nbytes
-        nd = (len(self.data) + 3) // 4
+        nd = len(self.data)
         self.writer = np.full(nd, -1, np.int32)
         self.wepoch = np.full(nd, -1, np.int32)
         self.reader = np.full(nd, -1, np.int32)
@@ -40,7 +40,7 @@ class Lds:
                          "allocation (group segment + dynamic LDS)")
 
     def note(self, addr: np.ndarray, size: int, wave: int, write: bool) -> None:
-        d = np.unique((addr[:, None] + np.arange(0, size, 4)[None, :]).reshape(-1) >> 2)
+        d = np.unique((addr[:, None] + np.arange(size)[None, :]).reshape(-1))
         e = self.epoch
         other_w = (self.wepoch[d] == e) & (self.writer[d] != wave) & (self.writer[d] >= 0)
         if write:
@@ -53,7 +53,7 @@ class Lds:
             self.reader[d] = wave
             self.repoch[d] = e
         if hit.size:
-            self.conflicts.update((hit * 4).tolist())
+            self.conflicts.update(hit.tolist())
 
     def read(self, addr: np.ndarray, size: int) -> np.ndarray:
         return self.data[addr[:, None] + np.arange(size)]

@@ -190,6 +190,16 @@ def compile_scalar(inst: Inst, where: str, index_of: Callable[[int], int]) -> Ca
             w.set_exec(new)
             w.scc = int(new != 0)
         return saveexec
+    f = _compare_and_k(inst, where)
+    if f is not None:
+        return f
+    return _control(inst, where, index_of)
+
+
+def _compare_and_k(inst: Inst, where: str) -> Callable[[Wave], None] | None:
+    """SOPC compares (s_cmp*, s_cmpk*, s_bitcmp*) and the SOPK ops with a 16-bit constant."""
+    m = inst.mnemonic
+    ops = inst.operands
     if m.startswith("s_cmp_") or m.startswith("s_cmpk_"):
         parts = m.split("_")
         rel, ty = parts[2], parts[3]
@@ -236,7 +246,7 @@ def compile_scalar(inst: Inst, where: str, index_of: Callable[[int], int]) -> Ca
         d, n = _dst(ops[0], where)
         a = ssrc(ops[1], bits, where)
         return lambda w: write_s(w, d, n, a(w)) if w.scc else None
-    return _control(inst, where, index_of)
+    return None
 
 
 def _dst(tok: str, where: str) -> tuple[int, int]:

@@ -51,7 +51,7 @@ class Wave:
         value &= (1 << 64) - 1
         self.s[EXEC] = value & 0xFFFFFFFF
         self.s[EXEC + 1] = value >> 32
-        self.mask = (np.uint64(value) & _BIT) != 0
+        self.mask = np.unpackbits(np.array([value], np.uint64).view(np.uint8), bitorder="little").view(np.bool_)
         self.full = value == (1 << 64) - 1
 
     def sync_exec(self) -> None:
@@ -60,12 +60,13 @@ class Wave:
 
     def lanemask(self, index: int) -> np.ndarray:
         """The 64-bit scalar pair at ``index`` (VCC, an SGPR pair) as a per-lane bool array."""
-        return (np.uint64(self.s[index] | (self.s[index + 1] << 32)) & _BIT) != 0
+        words = np.array((self.s[index], self.s[index + 1]), np.uint32)
+        return np.unpackbits(words.view(np.uint8), bitorder="little").view(np.bool_)
 
 
 def pack_mask(bits: np.ndarray) -> int:
     """A per-lane bool array as a 64-bit int (lane i = bit i)."""
-    return int(np.bitwise_or.reduce(np.where(bits, _BIT, np.uint64(0))))
+    return int(np.packbits(bits, bitorder="little").view(np.uint64)[0])
 
 
 def parse_reg(tok: str) -> tuple[str, int, int] | None:

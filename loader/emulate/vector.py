@@ -14,10 +14,10 @@ from typing import Callable
 
 import numpy as np
 
-from flyship.loader.emulate import alu
+from flyship.loader.emulate import alu, packed, sdwa
 from flyship.loader.emulate.decode import Inst
 from flyship.loader.emulate.errors import refuse
-from flyship.loader.emulate.state import (AGPR_BASE, LANES, VCC, Wave, pack_mask, parse_reg, sreg, src, vdst,
+from flyship.loader.emulate.state import (LANES, VCC, Wave, pack_mask, parse_reg, sreg, src, vdst,
                                           write_s, write_v, write_v64)
 
 LANE = np.arange(LANES)
@@ -82,12 +82,6 @@ class Dpp:
         return vals, write
 
 
-def _types(name: str) -> tuple[tuple[str, ...], str, object]:
-    if name in alu.OPS:
-        return alu.OPS[name]
-    raise KeyError(name)
-
-
 def _kind_bits(ty: str) -> tuple[str, int]:
     return _KIND[ty[0]], int(ty[1:])
 
@@ -103,18 +97,16 @@ def compile_vector(inst: Inst, where: str, denorm32: int) -> Callable[[Wave], No
     """The closure of a VALU instruction, or None when it is not one (the caller refuses by name)."""
     name, enc = strip(inst.mnemonic)
     if enc == "_sdwa":
-        raise refuse(f"`{where}`: {inst.mnemonic} (SDWA is not modelled)")
+        return sdwa.compile_sdwa(name, inst, where, denorm32)
     dpp = Dpp(inst.words[1]) if enc == "_dpp" else None
     ops = inst.operands
-    for special in (_lanes, _vopc, _carry, _packed):
+    for special in (_lanes, _vopc, _carry, packed.compile_packed):
         f = special(name, inst, ops, where, dpp, denorm32)
         if f is not None:
             return f
     if name not in alu.OPS:
         return None
     stypes, dty, fn = alu.OPS[name]
-    if name in ("v_fmac_f32", "v_mac_f32"):
-        pass
     readers = [src(t, *_kind_bits(ty), where) for t, ty in zip(ops[1:], stypes)]
     if len(ops) - 1 != len(stypes):
         raise refuse(f"`{where}`: expected {len(stypes)} source operands for {name}, got {len(ops) - 1}")
@@ -124,9 +116,7 @@ def compile_vector(inst: Inst, where: str, denorm32: int) -> Callable[[Wave], No
 def _post(inst: Inst, dty: str, denorm32: int, where: str, stypes=()) -> Callable | None:
     """clamp / omod (output modifiers) and the f32 denorm flush, as one function on the result bits."""
     steps = []
-    flush = dty == "f32" and denorm32 != 3
-    if flush and denorm32 in (0, 2):
-        pass  # source flush is applied at read time by the caller
+    flush = dty == "f32" and denorm32 != 3  # FLOAT_DENORM_MODE_32: 0 flush in+out, 1 out, 2 in, 3 none
     omod = inst.modifier("mul") or inst.modifier("div")
     if omod:
         if dty != "f32":
@@ -155,8 +145,6 @@ def _finish(inst, name, dtok, dty, fn, readers, where, dpp, denorm32, stypes):
     post = _post(inst, dty, denorm32, where, stypes)
     if denorm32 in (0, 2) and any(t == "f32" for t in stypes):
         readers = [(lambda r: lambda w: alu.flush32(r(w)))(r) if t == "f32" else r for r, t in zip(readers, stypes)]
-    if name in ("v_fmac_f32", "v_mac_f32"):
-        pass
     nsrc = len(readers)
     r0 = readers[0]
     if dpp is not None:
@@ -226,16 +214,29 @@ def _lanes(name, inst, ops, where, dpp, denorm32):
         a, b, c = (src(t, "f", 32, where) for t in ops[1:4])
         fused = name.startswith("v_fma")
         f3 = alu.fma32 if fused else (lambda x, y, z: alu.U(alu.F(x) * alu.F(y) + alu.F(z)))
-        order = (a, b, c) if name.endswith("mk_f32") else (a, b, c)
-        if name.endswith("mk_f32"):  # d = a * K + b, K is the third printed operand? LLVM prints v_fmamk d, a, K, b
-            return _finish(inst, name, ops[0], "f32", f3, list(order), where, dpp, denorm32, ("f32",) * 3)
-        return _finish(inst, name, ops[0], "f32", f3, list(order), where, dpp, denorm32, ("f32",) * 3)
+        # LLVM prints the operands in product-then-addend order: v_fmamk_f32 d, a, K, b is a * K + b and
+        # v_fmaak_f32 d, a, b, K is a * b + K.
+        return _finish(inst, name, ops[0], "f32", f3, [a, b, c], where, dpp, denorm32, ("f32",) * 3)
     if name == "v_cndmask_b32":
         sel = ops[3] if len(ops) > 3 else "vcc"
         mi, _ = sreg(sel, where)
         readers = [src(t, "b", 32, where) for t in ops[1:3]]
-        return _finish(inst, name, ops[0], "b32", None, readers, where, dpp, denorm32, ("b32", "b32")) if False \
-            else _cndmask(inst, ops, readers, mi, where, dpp)
+        return _cndmask(inst, ops, readers, mi, where, dpp)
+    if name in ("v_mbcnt_lo_u32_b32", "v_mbcnt_hi_u32_b32"):
+        a, c = src(ops[1], "u", 32, where), src(ops[2], "u", 32, where)
+        hi = name == "v_mbcnt_hi_u32_b32"
+        # ISA "V_MBCNT_LO/HI_U32_B32": count the bits of S0 set below this lane (lo: mask bits 31:0 for lanes
+        # 0-31, all 32 for lanes 32-63; hi: bits 63:32 below lane - 32), plus S1.
+        below = np.array([((1 << l) - 1) >> (32 if hi else 0) & 0xFFFFFFFF for l in range(LANES)], np.uint64)
+        drow = vdst(ops[0], where)[0]
+
+        def mbcnt(w: Wave) -> None:
+            bits = np.broadcast_to(np.asarray(a(w), np.uint64), (LANES,)) & below
+            cnt = np.unpackbits(bits.astype(np.uint32).view(np.uint8).reshape(LANES, 4), axis=1).sum(axis=1)
+            write_v(w, drow, cnt.astype(np.uint32) + np.asarray(c(w), np.uint32))
+        return mbcnt
+    if name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
+        return packed.compile_fma_mix(name, inst, where, denorm32)
     if name in ("v_permlane16_swap_b32", "v_permlane32_swap_b32"):
         return _permlane_swap(name, ops, where)
     if name == "v_bitop3_b32":
@@ -412,101 +413,3 @@ def _carry(name, inst, ops, where, dpp, denorm32):
             write_v(w, drow, alu.fma32(s0(w), s1(w), s2(w)))
         return div_fmas
     return None
-
-
-def _packed(name, inst, ops, where, dpp, denorm32):
-    """VOP3P: v_pk_{add,mul,fma,mov}_f32 (two binary32 lanes in a 64-bit pair) and v_pk_*_f16 (two halves of a
-    dword). op_sel picks the half each source gives the low result, op_sel_hi the one for the high result;
-    neg_lo/neg_hi negate."""
-    if not name.startswith("v_pk_"):
-        return None
-    if dpp is not None:
-        raise refuse(f"`{where}`: DPP on packed math is not modelled")
-    nsrc = len(ops) - 1
-
-    def bits(mod: str, default: int) -> list[int]:
-        v = inst.modifier(mod)
-        if v is None:
-            return [default] * nsrc
-        return [int(x) for x in v.strip("[]").split(",")]
-    op_sel, op_sel_hi = bits("op_sel", 0), bits("op_sel_hi", 1)
-    neg_lo, neg_hi = bits("neg_lo", 0), bits("neg_hi", 0)
-    if inst.modifier("clamp") is not None:
-        raise refuse(f"`{where}`: clamp on packed math is not modelled")
-    drow, _ = vdst(ops[0], where)
-    if name.endswith("_f32") or name == "v_pk_mov_b32":
-        fns = {"v_pk_add_f32": lambda a, b: alu.U(alu.F(a) + alu.F(b)),
-               "v_pk_mul_f32": lambda a, b: alu.U(alu.F(a) * alu.F(b)),
-               "v_pk_fma_f32": alu.fma32, "v_pk_mov_b32": lambda a, b: (a, b)}
-        if name not in fns:
-            return None
-        readers = [_pk32_reader(t, where) for t in ops[1:]]
-        fn = fns[name]
-        flush = denorm32 != 3 and name != "v_pk_mov_b32"
-
-        def half(w, i, hi):
-            lo_v, hi_v = readers[i](w)
-            v = hi_v if (op_sel_hi[i] if hi else op_sel[i]) else lo_v
-            if (neg_hi[i] if hi else neg_lo[i]):
-                v = np.asarray(v, np.uint32) ^ np.uint32(0x80000000)
-            return alu.flush32(v) if flush and denorm32 in (0, 2) else v
-
-        def pk32(w: Wave) -> None:
-            if name == "v_pk_mov_b32":
-                lo = half(w, 0, False)
-                hi = half(w, 1, False)
-            else:
-                lo = fn(*[half(w, i, False) for i in range(nsrc)])
-                hi = fn(*[half(w, i, True) for i in range(nsrc)])
-                if flush and denorm32 in (0, 1):
-                    lo, hi = alu.flush32(lo), alu.flush32(hi)
-            write_v(w, drow, lo)
-            write_v(w, drow + 1, hi)
-        return pk32
-    fns16 = {"v_pk_add_f16": lambda a, b: alu.UH(alu.H(a) + alu.H(b)),
-             "v_pk_mul_f16": lambda a, b: alu.UH(alu.H(a) * alu.H(b)),
-             "v_pk_fma_f16": lambda a, b, c: alu.UH((alu.H(a).astype(np.float64) * alu.H(b) + alu.H(c)).astype(
-                 np.float16)),
-             "v_pk_max_f16": lambda a, b: alu.UH(np.fmax(alu.H(a), alu.H(b))),
-             "v_pk_min_f16": lambda a, b: alu.UH(np.fmin(alu.H(a), alu.H(b))),
-             "v_pk_add_u16": lambda a, b: (np.asarray(a, np.uint32) + b) & np.uint32(0xFFFF),
-             "v_pk_mul_lo_u16": lambda a, b: (np.asarray(a, np.uint32) * b) & np.uint32(0xFFFF)}
-    if name not in fns16:
-        return None
-    fn = fns16[name]
-    readers = [_pk16_reader(t, where) for t in ops[1:]]
-
-    def half16(w, i, hi):
-        v = readers[i](w)
-        v = (v >> np.uint32(16)) if (op_sel_hi[i] if hi else op_sel[i]) else v
-        v = np.asarray(v, np.uint32) & np.uint32(0xFFFF)
-        if (neg_hi[i] if hi else neg_lo[i]):
-            v = v ^ np.uint32(0x8000)
-        return v
-
-    def pk16(w: Wave) -> None:
-        lo = fn(*[half16(w, i, False) for i in range(nsrc)])
-        hi = fn(*[half16(w, i, True) for i in range(nsrc)])
-        write_v(w, drow, (np.asarray(lo, np.uint32) & np.uint32(0xFFFF)) | (np.asarray(hi, np.uint32) << np.uint32(16)))
-    return pk16
-
-
-def _pk32_reader(tok: str, where: str):
-    """A 64-bit packed-f32 source as (low dword, high dword); an inline constant feeds both halves."""
-    r = parse_reg(tok)
-    if r is None:
-        c = src(tok, "f", 32, where)
-        return lambda w: (c(w), c(w))
-    file, idx, _ = r
-    if file == "s":
-        return lambda w: (np.uint32(w.s[idx]), np.uint32(w.s[idx + 1]))
-    row = idx + (AGPR_BASE if file == "a" else 0)
-    return lambda w: (w.V[row], w.V[row + 1])
-
-
-def _pk16_reader(tok: str, where: str):
-    r = parse_reg(tok)
-    if r is None:
-        c = src(tok, "f", 16, where)
-        return lambda w: np.asarray(c(w), np.uint32) | (np.asarray(c(w), np.uint32) << np.uint32(16))
-    return src(tok, "b", 32, where)

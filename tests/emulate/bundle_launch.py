@@ -31,6 +31,11 @@ def pack_kernargs(fields: list[dict], tensors: dict[str, torch.Tensor], scalars:
             value = tensors[arg].stride(f["dim"])
         elif kind == "scalar":
             value = scalars[arg]
+        elif kind == "null":
+            value = 0
+        elif kind == "expr":
+            value = expr.evaluate_with_shapes(f["expr"], {k: tuple(t.shape) for k, t in tensors.items()},
+                                              {k: v for k, v in scalars.items() if isinstance(v, int)})
         elif f.get("value") is not None:
             value = f["value"]
         else:
