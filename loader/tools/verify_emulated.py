@@ -4,12 +4,13 @@ For each AMD target (gfx942 and gfx950 by default) the bundle is loaded on the e
 (:mod:`flyship.loader.emulated_device`, ``FLYSHIP_FLAVOR=emulate``): each call takes the op's real C++ path on CPU
 tensors and each launch runs on flyship's CDNA emulator. Every specialization with a code object for the target runs:
 
-* on its example inputs, once into fresh outputs (a user's call) and once into outputs filled with a sentinel (an
+* a base case (the first row count of :func:`base_rows` the guard admits: 8, 16, ... 256 below the example's rows,
+  else the example), once into fresh outputs (a user's call) and once into outputs filled with a sentinel (an
   element left holding it was never written);
-* on each other layout of the inputs (:func:`flyship.loader.tools.verify.other_layouts`: padded rows, a transposed
-  view, every other element) and on boundary shapes beyond the example (:func:`boundary_shapes`: one row, a tail
-  that is no multiple of a block, more rows than the example's grid covers), whenever the guard admits them (a shape
-  or layout it refuses falls back to the reference and is reported as not admitted);
+* each other layout of the base inputs (:func:`flyship.loader.tools.verify.other_layouts`: padded rows, a transposed
+  view, every other element) and boundary shapes (:func:`shape_groups`: one row, row and column tails, the guard's
+  largest column count, more than 256 rows and more than the base's grid covers, the example itself), whenever the
+  guard admits them (a shape or layout it refuses falls back to the reference and is listed as not admitted);
 * each of those in both wave schedules (``forward``, ``reverse``): outputs that differ between them are a race.
 
 Every tensor sits in its own buffer with a guard zone of :data:`RED_ZONE` bytes on each side, filled with
@@ -219,10 +220,6 @@ def base_rows(op: _m.Op, spec: _m.Specialization) -> list[int]:
 
 # -- one case, both schedules ----------------------------------------------------------------------------------------
 
-class _Refused(Exception):
-    """The guard does not admit these inputs (the call would fall back)."""
-
-
 def _first_wrong(got: Any, want: Any, limit: int = 3) -> str:
     import torch
 
@@ -238,10 +235,14 @@ def _first_wrong(got: Any, want: Any, limit: int = 3) -> str:
     return f"{n} of {got.numel()} elements wrong, first {items}"
 
 
+_conflicts: set[int] = set()  # LDS addresses the emulator saw two waves touch with no barrier between (this case)
+
+
 def _run_once(handle: Any, spec: _m.Specialization, inputs: list[Any], want: tuple[Any, ...], order: str,
-              fresh: bool) -> tuple[tuple[Any, ...], list[str], int, float]:
+              fresh: bool) -> tuple[tuple[Any, ...], list[str], int, float, str]:
     """The specialization on copies of ``inputs`` inside guard zones, outputs sentinel-filled (or fresh), waves in
-    ``order``: (outputs and mutated inputs, problems found, instructions, emulated seconds)."""
+    ``order``: (outputs and mutated inputs, problems found, instructions, emulated seconds, and why the guard does
+    not admit the inputs, or "")."""
     from flyship.loader import emulated_device
 
     op = handle.manifest
@@ -254,12 +255,13 @@ def _run_once(handle: Any, spec: _m.Specialization, inputs: list[Any], want: tup
             got = handle.run_specialization(spec.name, *mine, out=outs)
         except RuntimeError as e:
             if "do not fit specialization" in str(e):
-                raise _Refused(str(e).splitlines()[0]) from None
+                return (), [], 0, 0.0, str(e).splitlines()[0]
             return (), [f"{order} schedule: {_launch_words(e)}"], sum(s.instructions for s in log), \
-                sum(s.seconds for s in log)
+                sum(s.seconds for s in log), ""
     got = tuple(got) + tuple(mine[i] for i, a in enumerate(op.args) if a.mutable)
     problems = [f"{order} schedule: wrote into the guard zone around {n!r} (out of bounds)" for n in arena.changed()]
-    return got, problems, sum(s.instructions for s in log), sum(s.seconds for s in log)
+    _conflicts.update(a for st in log for a in st.lds_conflicts)
+    return got, problems, sum(s.instructions for s in log), sum(s.seconds for s in log), ""
 
 
 def _launch_words(e: BaseException) -> str:
@@ -283,11 +285,11 @@ def run_case(handle: Any, spec: _m.Specialization, reference: Any, inputs: list[
     want = (want,) if isinstance(want, torch.Tensor) else () if want is None else tuple(want)
     want += tuple(ref_inputs[i] for i, a in enumerate(op.args) if a.mutable)
     results, problems, instructions, seconds = {}, [], 0, 0.0
+    _conflicts.clear()
     for order in SCHEDULES:
-        try:
-            got, found, n, s = _run_once(handle, spec, inputs, want[:len(op.outputs)], order, fresh)
-        except _Refused as e:
-            return "not admitted", str(e), instructions, seconds
+        got, found, n, s, refused = _run_once(handle, spec, inputs, want[:len(op.outputs)], order, fresh)
+        if refused:
+            return "not admitted", refused, instructions, seconds
         instructions, seconds = instructions + n, seconds + s
         problems += found
         if not got:
@@ -317,9 +319,16 @@ def run_case(handle: Any, spec: _m.Specialization, reference: Any, inputs: list[
             if not same:
                 diff = (f.double() - r.double()).abs().nan_to_num(float("inf"))
                 idx = [int(i) for i in (diff > 0).nonzero()[0]] if bool((diff > 0).any()) else []
+                lds = sorted(_conflicts)
+                where = (f"; LDS bytes two waves touched with no barrier between: {[hex(a) for a in lds[:8]]}"
+                         f"{f' and {len(lds) - 8} more' if len(lds) > 8 else ''}" if lds else "")
                 problems.append(f"race: output {k} differs between the forward and reverse wave schedules (first at "
                                 f"{idx}): a result that depends on wave order, e.g. LDS read before another wave's "
-                                "write with no barrier between")
+                                f"write with no barrier between{where}")
+    if not problems and _conflicts:  # the same outputs either way: listed, not failed (the order did not matter here)
+        lds = sorted(_conflicts)
+        return "ok", (f"{len(lds)} LDS bytes two waves touched with no barrier between, same outputs in both orders: "
+                      f"{[hex(a) for a in lds[:4]]}"), instructions, seconds
     return ("FAIL" if problems else "ok"), "; ".join(problems), instructions, seconds
 
 
