@@ -51,6 +51,8 @@ def compile_one(inst: Inst, where: str, target: str, denorm32: int, index_of) ->
         f = vmem.compile_buffer(inst, where)
     elif m.startswith("ds_"):
         f = lds.compile_ds(inst, where)
+    elif m.startswith("v_cvt_pk_fp8_f32") or m.startswith("v_cvt_pk_bf8_f32"):
+        f = mfma.compile_cvt_pk_fp8(inst, where, target)
     elif m.startswith("v_mfma_") or m.startswith("v_smfmac_"):
         f = mfma.compile_mfma(inst, where, target)
     elif m.startswith("v_"):

@@ -127,7 +127,7 @@ def compile_global(inst: Inst, where: str) -> Callable[[Wave], None]:
 def _global_atomic(inst: Inst, where: str) -> Callable[[Wave], None]:
     m = inst.mnemonic
     op = m.split("_atomic_")[1]
-    if op not in ("add_f32", "add", "max_i32", "min_i32", "umax", "umin", "smax", "smin", "or", "and", "xor"):
+    if op not in ATOMICS:
         raise refuse(f"`{where}`: {m} (this atomic is not modelled)")
     ops = inst.operands
     ret = inst.modifier("glc") is not None or inst.modifier("sc0") is not None
@@ -156,7 +156,22 @@ def _global_atomic(inst: Inst, where: str) -> Callable[[Wave], None]:
     return atomic
 
 
+ATOMICS = ("add_f32", "add", "max_i32", "min_i32", "umax", "umin", "smax", "smin", "or", "and", "xor",
+           "pk_add_bf16", "pk_add_f16")
+
+
 def _rmw(op: str, old: np.uint32, v: np.uint32) -> np.uint32:
+    """One lane's atomic read-modify-write of a dword (ISA "FLAT/BUFFER atomics"); pk_add_bf16/f16 add the two
+    halves separately, each rounded to nearest even."""
+    if op == "pk_add_bf16":
+        from flyship.loader.emulate import alu
+        o, x = np.array([old, old >> np.uint32(16)], np.uint32), np.array([v, v >> np.uint32(16)], np.uint32)
+        r = alu.f32_to_bf16(alu.bf16_to_f32(o) + alu.bf16_to_f32(x))
+        return np.uint32(int(r[0]) | (int(r[1]) << 16))
+    if op == "pk_add_f16":
+        o = np.array([old], np.uint32).view(np.float16)
+        x = np.array([v], np.uint32).view(np.float16)
+        return (o + x).view(np.uint32)[0]
     if op == "add_f32":
         return (np.array([old], np.uint32).view(np.float32) + np.array([v], np.uint32).view(np.float32)).view(
             np.uint32)[0]
@@ -174,10 +189,17 @@ def compile_buffer(inst: Inst, where: str) -> Callable[[Wave], None]:
     """buffer_load/store_* through a buffer resource descriptor (V#) in four SGPRs."""
     m = inst.mnemonic
     ops = inst.operands
-    if "_atomic_" in m or inst.modifier("lds") is not None or "_format_" in m:
-        raise refuse(f"`{where}`: {m} (buffer atomics, format conversion and direct-to-LDS loads are not modelled)")
-    load = m.startswith("buffer_load_")
-    size, kind = _size(m, "buffer_load_" if load else "buffer_store_", where)
+    if inst.modifier("lds") is not None or "_format_" in m:
+        raise refuse(f"`{where}`: {m} (buffer format conversion and direct-to-LDS loads are not modelled)")
+    atomic = "_atomic_" in m
+    if atomic:
+        op = m.split("_atomic_")[1]
+        if op not in ATOMICS:
+            raise refuse(f"`{where}`: {m} (this atomic is not modelled)")
+        size, kind, load = 4, "b", False
+    else:
+        load = m.startswith("buffer_load_")
+        size, kind = _size(m, "buffer_load_" if load else "buffer_store_", where)
     drow, _ = _vrow(ops[0], where)
     nregs = max(1, size // 4)
     offen, idxen = inst.modifier("offen") is not None, inst.modifier("idxen") is not None
@@ -224,6 +246,23 @@ def compile_buffer(inst: Inst, where: str) -> Callable[[Wave], None]:
                 data[ok] = w.mem.read(addr[ok], min(size, 4), where)
             load_to_regs(w, drow, nregs, data.reshape(lanes.size, -1), kind, lanes)
         return bload
+
+    if atomic:
+        ret = inst.modifier("glc") is not None or inst.modifier("sc0") is not None
+
+        def batomic(w: Wave) -> None:
+            lanes, addr, ok = access(w)
+            for k, lane in enumerate(lanes.tolist()):  # lane order; out-of-range lanes do nothing, return 0
+                if not ok[k, 0]:
+                    if ret:
+                        w.V[drow, lane] = 0
+                    continue
+                old = w.mem.read(addr[k, :1], 4, where).view(np.uint32)[0, 0]
+                new = _rmw(op, old, w.V[drow, lane])
+                w.mem.write(addr[k, :1], np.array([new], np.uint32).view(np.uint8).reshape(1, 4), where)
+                if ret:
+                    w.V[drow, lane] = old
+        return batomic
 
     def bstore(w: Wave) -> None:
         lanes, addr, ok = access(w)
