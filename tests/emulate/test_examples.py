@@ -75,6 +75,8 @@ def test_every_example_specialization_executes_and_matches_its_reference(example
 
 def test_a_spec_runs_from_its_offload_bundle_picking_each_target(example_bundle, references):
     manifest = json.loads((example_bundle / "manifest.json").read_text())
+    if not manifest["offload_bundles"]:  # only a FLYSHIP_EXAMPLE_BUNDLE built without --offload-bundle
+        pytest.skip(f"{example_bundle} has no offload bundles (the example_bundle fixture builds them)")
     key, file = next(iter(sorted(manifest["offload_bundles"].items())))
     op_name, spec_name = key.split(".", 1)
     op = next(o for o in manifest["ops"] if o["name"] == op_name)
