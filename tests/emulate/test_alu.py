@@ -201,3 +201,19 @@ def test_workgroup_ids_and_hidden_arguments_reach_the_kernel():
     assert st.workgroups == 3 and st.waves == 3
     np.testing.assert_array_equal(out[:64], np.full(64, 2))  # every group stores to out[tid]: the last is 2
     np.testing.assert_array_equal(out[64:], LANE)
+
+
+@pytest.mark.parametrize("target,codes", [
+    # E4M3FNUZ (bias 8): 1.0 = 0x40, -2.0 = 0xc8, 1.0625 (a tie) -> 1.0; OCP E4M3FN (bias 7): 0x38, 0xc0, 0x38.
+    ("gfx942", (0x40, 0xC8, 0x40)),
+    ("gfx950", (0x38, 0xC0, 0x38)),
+])
+def test_cvt_pk_fp8_f32_encodes_per_target_round_to_nearest_even(target, codes):
+    vals = np.array([1.0, -2.0, 1.0625], np.float32)
+    a = np.resize(vals, 64)
+    b = np.resize(vals[::-1], 64)
+    img = assemble("  v_mov_b32 v4, 0x11223344\n  v_cvt_pk_fp8_f32 v4, v2, v3 op_sel:[0,0,1]\n", target)
+    out, _ = run_lanes(img, a, b)
+    code = dict(zip(vals.tolist(), codes))
+    want = np.array([0x3344 | (code[float(x)] << 16) | (code[float(y)] << 24) for x, y in zip(a, b)], np.uint32)
+    np.testing.assert_array_equal(out[:64], want)
