@@ -155,3 +155,14 @@ def test_global_atomics_from_every_lane_to_one_address_all_land():
     out, _ = run_lanes(img, IN)
     assert out[0] == (0x4280 | (0x4200 << 16))  # bf16 64.0 low, 32.0 high
     assert out[1:2].view(np.float32)[0] == 64.0
+
+
+def test_memory_regions_that_overlap_merge_writable_if_either_is():
+    buf = np.zeros(64, np.uint32)
+    mem = emulate.Memory()
+    mem.add(buf.ctypes.data, 128, writable=False, name="x")
+    mem.add(buf.ctypes.data + 64, 192, writable=True, name="out")
+    (r,) = mem.regions
+    assert (r.address, r.nbytes, r.writable, r.name) == (buf.ctypes.data, 256, True, "out+x")
+    with pytest.raises(emulate.EmulationError, match="expected a positive address"):
+        mem.add(0, 4, writable=True)
