@@ -147,7 +147,8 @@ def test_scalar_loop_branches_and_compares():
     assert st.instructions > 40 and st.waves == 1
 
 
-def test_exec_masking_and_vcc_branch():
+@pytest.mark.parametrize("target", ["gfx90a", "gfx942", "gfx950"])
+def test_exec_masking_and_vcc_branch(target):
     img = assemble("""
   v_mov_b32 v4, 0
   v_cmp_gt_u32 vcc, 20, v0
@@ -155,7 +156,7 @@ def test_exec_masking_and_vcc_branch():
   v_mov_b32 v4, 1
   s_or_b64 exec, exec, s[10:11]
   v_cndmask_b32 v5, 5, 6, vcc
-""", "gfx942")
+""", target)
     out, _ = run_lanes(img, LANE)
     np.testing.assert_array_equal(out[:64], (LANE < 20).astype(np.uint32))
     np.testing.assert_array_equal(out[64:], np.where(LANE < 20, 6, 5))
