@@ -202,39 +202,7 @@ def compile_buffer(inst: Inst, where: str) -> Callable[[Wave], None]:
         size, kind = _size(m, "buffer_load_" if load else "buffer_store_", where)
     drow, _ = _vrow(ops[0], where)
     nregs = max(1, size // 4)
-    offen, idxen = inst.modifier("offen") is not None, inst.modifier("idxen") is not None
-    ioff = int(inst.modifier("offset", "0"), 0)
-    vrow = None if ops[1] == "off" else _vrow(ops[1], where)[0]
-    rs, rn = parse_reg(ops[2])[1:]
-    soff = ssrc(ops[3], 32, where)
-
-    def access(w: Wave) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        s = w.s
-        base = s[rs] | ((s[rs + 1] & 0xFFFF) << 32)
-        stride = (s[rs + 1] >> 16) & 0x3FFF
-        num_records = s[rs + 2]
-        if (s[rs + 1] >> 31) & 1 or (s[rs + 3] >> 23) & 1:
-            raise refuse(f"`{where}`: swizzled or add-tid buffer descriptors are not modelled")
-        lanes = np.flatnonzero(w.mask)
-        voff = np.zeros(lanes.size, np.int64)
-        vidx = np.zeros(lanes.size, np.int64)
-        if idxen and offen:
-            vidx, voff = w.V[vrow, lanes].astype(np.int64), w.V[vrow + 1, lanes].astype(np.int64)
-        elif idxen:
-            vidx = w.V[vrow, lanes].astype(np.int64)
-        elif offen:
-            voff = w.V[vrow, lanes].astype(np.int64)
-        offset = voff + ioff + soff(w)
-        pieces = max(1, size // 4)
-        psize = min(size, 4)
-        poff = offset[:, None] + np.arange(pieces) * 4
-        if stride == 0 and not idxen:
-            whole = (offset + size <= num_records)[:, None]
-            ok = whole | (poff + psize <= num_records - 4)
-        else:
-            ok = np.broadcast_to((vidx < num_records)[:, None], poff.shape)
-        addr = np.uint64(base) + (vidx * stride)[:, None].astype(np.uint64) + poff.astype(np.uint64)
-        return lanes, addr, ok
+    access = _buffer_access(inst, where, size)
 
     if load:
         def bload(w: Wave) -> None:
@@ -272,6 +240,46 @@ def compile_buffer(inst: Inst, where: str) -> Callable[[Wave], None]:
         if ok.any():
             w.mem.write(addr[ok], data[ok], where)
     return bstore
+
+
+def _buffer_access(inst: Inst, where: str, size: int):
+    """The per-wave addressing of a buffer instruction: wave -> (active lanes, addresses [lanes, pieces], in range
+    [lanes, pieces]); a piece is a dword (or the whole access when it is smaller)."""
+    ops = inst.operands
+    offen, idxen = inst.modifier("offen") is not None, inst.modifier("idxen") is not None
+    ioff = int(inst.modifier("offset", "0"), 0)
+    vrow = None if ops[1] == "off" else _vrow(ops[1], where)[0]
+    rs = parse_reg(ops[2])[1]
+    soff = ssrc(ops[3], 32, where)
+
+    def access(w: Wave) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        s = w.s
+        base = s[rs] | ((s[rs + 1] & 0xFFFF) << 32)
+        stride = (s[rs + 1] >> 16) & 0x3FFF
+        num_records = s[rs + 2]
+        if (s[rs + 1] >> 31) & 1 or (s[rs + 3] >> 23) & 1:
+            raise refuse(f"`{where}`: swizzled or add-tid buffer descriptors are not modelled")
+        lanes = np.flatnonzero(w.mask)
+        voff = np.zeros(lanes.size, np.int64)
+        vidx = np.zeros(lanes.size, np.int64)
+        if idxen and offen:
+            vidx, voff = w.V[vrow, lanes].astype(np.int64), w.V[vrow + 1, lanes].astype(np.int64)
+        elif idxen:
+            vidx = w.V[vrow, lanes].astype(np.int64)
+        elif offen:
+            voff = w.V[vrow, lanes].astype(np.int64)
+        offset = voff + ioff + soff(w)
+        pieces = max(1, size // 4)
+        psize = min(size, 4)
+        poff = offset[:, None] + np.arange(pieces) * 4
+        if stride == 0 and not idxen:
+            whole = (offset + size <= num_records)[:, None]
+            ok = whole | (poff + psize <= num_records - 4)
+        else:
+            ok = np.broadcast_to((vidx < num_records)[:, None], poff.shape)
+        addr = np.uint64(base) + (vidx * stride)[:, None].astype(np.uint64) + poff.astype(np.uint64)
+        return lanes, addr, ok
+    return access
 
 
 def compile_smem(inst: Inst, where: str) -> Callable[[Wave], None]:
