@@ -218,3 +218,9 @@ def test_cvt_pk_fp8_f32_encodes_per_target_round_to_nearest_even(target, codes):
     code = dict(zip(vals.tolist(), codes))
     want = np.array([0x3344 | (code[float(x)] << 16) | (code[float(y)] << 24) for x, y in zip(a, b)], np.uint32)
     np.testing.assert_array_equal(out[:64], want)
+
+
+def test_words_the_disassembler_cannot_decode_are_refused_not_skipped():
+    img = assemble("  .long 0xffffffff\n", "gfx942")
+    with pytest.raises(emulate.EmulationError, match="llvm-objdump could not decode this instruction"):
+        run_lanes(img, LANE)
