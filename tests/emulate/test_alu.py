@@ -224,3 +224,10 @@ def test_words_the_disassembler_cannot_decode_are_refused_not_skipped():
     img = assemble("  .long 0xffffffff\n", "gfx942")
     with pytest.raises(emulate.EmulationError, match="llvm-objdump could not decode this instruction"):
         run_lanes(img, LANE)
+
+
+def test_a_malformed_offload_bundle_is_refused():
+    bad = b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<QQQQ", 1, 100, 10**6, 5) + b"hipv4"
+    mem = emulate.Memory()
+    with pytest.raises(emulate.EmulationError, match="malformed header"):
+        emulate.run(bad, "k", grid=(1, 1, 1), block=(64, 1, 1), dynamic_lds=0, kernargs=b"", memory=mem)
