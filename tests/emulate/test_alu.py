@@ -231,3 +231,22 @@ def test_a_malformed_offload_bundle_is_refused():
     mem = emulate.Memory()
     with pytest.raises(emulate.EmulationError, match="malformed header"):
         emulate.run(bad, "k", grid=(1, 1, 1), block=(64, 1, 1), dynamic_lds=0, kernargs=b"", memory=mem)
+
+
+def test_pk_fma_f32_op_sel_hi_and_neg_pick_and_negate_halves():
+    # v[6:7] = (a, 2a), v[8:9] = (b, 3b), v[10:11] = (1, 1); op_sel_hi:[1,0,1] makes the high result use b's low
+    # dword; neg_lo:[0,0,1] negates c's low dword: lo = a*b - 1, hi = 2a*b + 1 (ISA "VOP3P op_sel").
+    img = assemble("""
+  v_mov_b32 v6, v2
+  v_add_f32 v7, v2, v2
+  v_mov_b32 v8, v3
+  v_mul_f32 v9, 0x40400000, v3
+  v_mov_b32 v10, 1.0
+  v_mov_b32 v11, 1.0
+  v_pk_fma_f32 v[4:5], v[6:7], v[8:9], v[10:11] op_sel_hi:[1,0,1] neg_lo:[0,0,1]
+""", "gfx942")
+    a = (LANE + 1).astype(np.float32)
+    b = (LANE * 0.5 - 3).astype(np.float32)
+    out, _ = run_lanes(img, a, b)
+    np.testing.assert_array_equal(out[:64].view(np.float32), a * b - 1)
+    np.testing.assert_array_equal(out[64:].view(np.float32), 2 * a * b + 1)
