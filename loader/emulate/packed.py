@@ -87,6 +87,12 @@ def compile_packed(name, inst, ops, where, dpp, denorm32):
             write_v(w, drow, lo)
             write_v(w, drow + 1, hi)
         return pk32
+    return _pk16(name, ops, where, drow, op_sel, op_sel_hi, neg_lo, neg_hi)
+
+
+def _pk16(name, ops, where, drow, op_sel, op_sel_hi, neg_lo, neg_hi):
+    """v_pk_*_f16 / _u16: two 16-bit halves of a dword."""
+    nsrc = len(ops) - 1
     fns16 = {"v_pk_add_f16": lambda a, b: alu.UH(alu.H(a) + alu.H(b)),
              "v_pk_mul_f16": lambda a, b: alu.UH(alu.H(a) * alu.H(b)),
              "v_pk_fma_f16": lambda a, b, c: alu.UH((alu.H(a).astype(np.float64) * alu.H(b) + alu.H(c)).astype(
