@@ -27,6 +27,9 @@ from flyship.errors import LoadError
 # One line of disassembly: mnemonic, operand text, address, raw dwords, optional "<sym+off>" branch note.
 _LINE = re.compile(r"^\s+([a-z_0-9]+)\s*(.*?)\s*//\s*([0-9A-Fa-f]+):\s*((?:[0-9A-Fa-f]{8}\s?)+)(?:<.*>)?\s*$")
 _FUNC = re.compile(r"^([0-9a-fA-F]+) <(.+)>:$")
+# Any instruction line (its address comment), also one the disassembler could not decode ("<unknown>").
+_ANY = re.compile(r"^\s+(\S.*?)\s*//\s*([0-9A-Fa-f]+):\s*((?:[0-9A-Fa-f]{8}\s?)+)(?:<.*>)?\s*$")
+UNDECODED = "<undecoded>"
 OBJDUMP_TIMEOUT_S = 120
 MAX_DISASSEMBLY_BYTES = 256 << 20
 
@@ -77,8 +80,14 @@ def parse(text: str) -> dict[str, list[Inst]]:
         if fm:
             current = out.setdefault(fm.group(2), [])
             continue
+        if current is None:
+            continue
         m = _LINE.match(line)
-        if m is None or current is None:
+        if m is None:
+            a = _ANY.match(line)
+            if a is not None:  # kept, so that a wave reaching it is refused, never skips it
+                words = tuple(int(w, 16) for w in a.group(3).split())
+                current.append(Inst(int(a.group(2), 16), 4 * len(words), UNDECODED, (a.group(1),), (), words))
             continue
         words = tuple(int(w, 16) for w in m.group(4).split())
         ops, mods = _split_operands(m.group(2))

@@ -97,6 +97,8 @@ def unbundle(image: bytes, target: str | None) -> bytes:
         for _ in range(min(count, 1024)):
             off, size, idlen = struct.unpack_from("<QQQ", image, pos)
             pos += 24
+            if idlen > 4096 or pos + idlen > len(image) or off + size > len(image):
+                raise struct.error(f"entry {len(entries)} lies past the {len(image)}-byte image")
             ident = image[pos:pos + idlen].decode()
             pos += idlen
             entries.append((ident, image[off:off + size]))

@@ -40,7 +40,7 @@ class Lds:
                          "allocation (group segment + dynamic LDS)")
 
     def note(self, addr: np.ndarray, size: int, wave: int, write: bool) -> None:
-        d = np.unique((addr[:, None] + np.arange(size)[None, :]).reshape(-1))
+        d = (addr[:, None] + np.arange(size)[None, :]).reshape(-1)  # repeats are harmless: one wave
         e = self.epoch
         other_w = (self.wepoch[d] == e) & (self.writer[d] != wave) & (self.writer[d] >= 0)
         if write:
@@ -53,7 +53,7 @@ class Lds:
             self.reader[d] = wave
             self.repoch[d] = e
         if hit.size:
-            self.conflicts.update(hit.tolist())
+            self.conflicts.update(np.unique(hit).tolist())
 
     def read(self, addr: np.ndarray, size: int) -> np.ndarray:
         return self.data[addr[:, None] + np.arange(size)]

@@ -45,21 +45,30 @@ class Memory:
     def add(self, address: int, nbytes: int, *, writable: bool, name: str = "") -> None:
         """Let the kernel read (and, if ``writable``, write) ``nbytes`` of host memory at ``address``.
 
+        Regions that overlap or touch one already added (two views of one storage, an output aliasing an input)
+        merge into one region over their union, writable when either is.
+
         Raises:
-            LoadError (kind EmulationError): a bad address or size, or an overlap with a region already added.
+            LoadError (kind EmulationError): a non-positive address or a negative size.
         """
         if not isinstance(address, int) or not isinstance(nbytes, int) or address <= 0 or nbytes < 0:
             raise refuse(f"Memory.add: expected a positive address and a size >= 0, got {address!r}, {nbytes!r}")
         if nbytes == 0:
             return
+        lo, hi, names = address, address + nbytes, [name or hex(address)]
+        keep = []
         for r in self._regions:
-            if address < r.end and r.address < address + nbytes:
-                raise refuse(f"Memory.add {name or hex(address)}: expected regions that do not overlap, got "
-                             f"[0x{address:x}, +{nbytes}) over {r.name or 'a region'} [0x{r.address:x}, +{r.nbytes})")
-        view = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address))
-        i = bisect.bisect(self._starts, address)
-        self._regions.insert(i, Region(address, nbytes, writable, name, view))
-        self._starts.insert(i, address)
+            if r.address <= hi and lo <= r.end:
+                lo, hi = min(lo, r.address), max(hi, r.end)
+                writable = writable or r.writable
+                names.append(r.name)
+            else:
+                keep.append(r)
+        view = np.ctypeslib.as_array((ctypes.c_uint8 * (hi - lo)).from_address(lo))
+        keep.append(Region(lo, hi - lo, writable, "+".join(dict.fromkeys(n for n in names if n)), view))
+        keep.sort(key=lambda r: r.address)
+        self._regions = keep
+        self._starts = [r.address for r in keep]
 
     def own(self, data: np.ndarray, *, writable: bool, name: str) -> int:
         """Add an emulator-owned buffer (kept alive with this Memory) and return its address."""

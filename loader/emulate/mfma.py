@@ -110,3 +110,61 @@ def compile_mfma(inst: Inst, where: str, target: str) -> Callable[[Wave], None]:
         for q in range(dn):
             write_v(w, drow + q, out[q])
     return mfma
+
+
+def fp8_encode(x: np.ndarray, fmt: str, saturate: bool) -> np.ndarray:
+    """binary32 -> 8-bit float codes, round to nearest even (ties to the even code); NaN -> the format's NaN;
+    beyond the largest finite value: saturate to it (``clamp``), else NaN (infinity for OCP E5M2)."""
+    table = fp8_table(fmt)
+    pos = np.arange(128)
+    finite = pos[np.isfinite(table[:128])]
+    vals = table[finite]
+    order = np.argsort(vals, kind="stable")
+    vals, codes = vals[order], finite[order]
+    vals, first = np.unique(vals, return_index=True)  # +0 once
+    codes = codes[first]
+    x = np.asarray(x, np.float32).astype(np.float64)
+    a = np.abs(x)
+    hi = np.clip(np.searchsorted(vals, a), 1, len(vals) - 1)
+    lo = hi - 1
+    dl, dh = a - vals[lo], vals[hi] - a
+    pick = np.where((dh < dl) | ((dh == dl) & (codes[hi] % 2 == 0)), codes[hi], codes[lo])
+    top = vals[-1]
+    half_ulp = (vals[-1] - vals[-2]) / 2
+    over = a >= top + half_ulp
+    nan_code = 0x80 if fmt.endswith("fnuz") else 0x7F
+    over_code = codes[-1] if saturate else (0x7C if fmt == "e5m2" else nan_code)
+    pick = np.where(over, over_code, pick)
+    sign = np.where(np.signbit(x) & (pick != 0) | (np.signbit(x) & ~fmt.endswith("fnuz")), 0x80, 0)
+    out = (pick | sign) & 0xFF
+    if fmt.endswith("fnuz"):
+        out = np.where((pick == 0), 0, out)  # FNUZ has no negative zero
+    out = np.where(np.isnan(x), nan_code, out)
+    if not saturate and fmt.endswith("fnuz"):
+        out = np.where(over, nan_code, out)
+    return out.astype(np.uint32)
+
+
+def compile_cvt_pk_fp8(inst: Inst, where: str, target: str) -> Callable[[Wave], None]:
+    """v_cvt_pk_fp8_f32 / v_cvt_pk_bf8_f32 d, a, b [op_sel:[0,0,1]]: two binary32 values to fp8/bf8 codes in
+    bytes 0-1 (or 2-3 with the destination op_sel bit) of d, the other half kept; the format per target."""
+    from flyship.loader.emulate.state import src
+    m = inst.mnemonic.replace("_e64", "")
+    kind = "fp8" if "fp8" in m else "bf8"
+    arch = "gfx950" if target.startswith("gfx95") else "gfx942"
+    fmt = {("gfx942", "fp8"): "e4m3fnuz", ("gfx942", "bf8"): "e5m2fnuz", ("gfx950", "fp8"): "e4m3fn",
+           ("gfx950", "bf8"): "e5m2"}[(arch, kind)]
+    sel = inst.modifier("op_sel")
+    word = int(sel.strip("[]").split(",")[-1]) if sel else 0
+    sat = inst.modifier("clamp") is not None
+    drow, _ = vdst(inst.operands[0], where)
+    a, b = (src(t, "f", 32, where) for t in inst.operands[1:3])
+
+    def cvt(w: Wave) -> None:
+        lo = fp8_encode(np.asarray(a(w), np.uint32).view(np.float32), fmt, sat)
+        hi = fp8_encode(np.asarray(b(w), np.uint32).view(np.float32), fmt, sat)
+        pair = lo | (hi << np.uint32(8))
+        old = w.V[drow]
+        out = (old & np.uint32(0xFFFF0000)) | pair if word == 0 else (old & np.uint32(0xFFFF)) | (pair << np.uint32(16))
+        write_v(w, drow, out)
+    return cvt

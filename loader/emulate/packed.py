@@ -49,9 +49,24 @@ def compile_packed(name, inst, ops, where, dpp, denorm32):
                "v_pk_fma_f32": alu.fma32, "v_pk_mov_b32": lambda a, b: (a, b)}
         if name not in fns:
             return None
-        readers = [_pk32_reader(t, where) for t in ops[1:]]
         fn = fns[name]
         flush = denorm32 != 3 and name != "v_pk_mov_b32"
+        if name != "v_pk_mov_b32":
+            pairs = [_pk32_pair(t, op_sel[i], op_sel_hi[i], neg_lo[i], neg_hi[i], where) for i, t in enumerate(ops[1:])]
+            if flush and denorm32 in (0, 2):
+                pairs = [(lambda r: lambda w: alu.flush32(r(w)))(r) for r in pairs]
+            post = alu.flush32 if flush and denorm32 in (0, 1) else None
+
+            def pk32_pair(w: Wave) -> None:  # both halves at once: [2, 64] arrays
+                r = fn(*[p(w) for p in pairs])
+                if post is not None:
+                    r = post(r)
+                if w.full:
+                    w.V[drow:drow + 2] = r
+                else:
+                    np.copyto(w.V[drow:drow + 2], r, where=w.mask, casting="unsafe")
+            return pk32_pair
+        readers = [_pk32_reader(t, where) for t in ops[1:]]
 
         def half(w, i, hi):
             lo_v, hi_v = readers[i](w)
@@ -72,6 +87,12 @@ def compile_packed(name, inst, ops, where, dpp, denorm32):
             write_v(w, drow, lo)
             write_v(w, drow + 1, hi)
         return pk32
+    return _pk16(name, ops, where, drow, op_sel, op_sel_hi, neg_lo, neg_hi)
+
+
+def _pk16(name, ops, where, drow, op_sel, op_sel_hi, neg_lo, neg_hi):
+    """v_pk_*_f16 / _u16: two 16-bit halves of a dword."""
+    nsrc = len(ops) - 1
     fns16 = {"v_pk_add_f16": lambda a, b: alu.UH(alu.H(a) + alu.H(b)),
              "v_pk_mul_f16": lambda a, b: alu.UH(alu.H(a) * alu.H(b)),
              "v_pk_fma_f16": lambda a, b, c: alu.UH((alu.H(a).astype(np.float64) * alu.H(b) + alu.H(c)).astype(
@@ -98,6 +119,37 @@ def compile_packed(name, inst, ops, where, dpp, denorm32):
         hi = fn(*[half16(w, i, True) for i in range(nsrc)])
         write_v(w, drow, (np.asarray(lo, np.uint32) & np.uint32(0xFFFF)) | (np.asarray(hi, np.uint32) << np.uint32(16)))
     return pk16
+
+
+def _pk32_pair(tok: str, sel_lo: int, sel_hi: int, neg_l: int, neg_h: int, where: str):
+    """A packed-f32 source as a [2, 64] (or [2, 1]) uint32 array: row 0 the dword op_sel picks for the low result,
+    row 1 the one op_sel_hi picks for the high result, each negated by neg_lo / neg_hi; an inline constant feeds
+    both."""
+    r = parse_reg(tok)
+    if r is None:
+        c = src(tok, "f", 32, where)
+
+        def read(w):
+            return np.full((2, 1), c(w), u32)
+    elif r[0] == "s":
+        idx = r[1]
+
+        def read(w):
+            return np.array(((w.s[idx + sel_lo],), (w.s[idx + sel_hi],)), u32)
+    else:
+        row = r[1] + (AGPR_BASE if r[0] == "a" else 0)
+        if (sel_lo, sel_hi) == (0, 1):
+            def read(w):
+                return w.V[row:row + 2]
+        else:
+            rows = [row + sel_lo, row + sel_hi]
+
+            def read(w):
+                return w.V[rows]
+    if not (neg_l or neg_h):
+        return read
+    sign = np.array(((neg_l << 31,), (neg_h << 31,)), u32)
+    return lambda w: read(w) ^ sign
 
 
 def _pk32_reader(tok: str, where: str):

@@ -12,7 +12,7 @@ import threading
 from typing import Callable
 
 from flyship.errors import LoadError
-from flyship.loader.emulate import lds, mfma, scalar, vector, vmem
+from flyship.loader.emulate import decode, lds, mfma, scalar, vector, vmem
 from flyship.loader.emulate.decode import Inst
 from flyship.loader.emulate.errors import refuse
 from flyship.loader.emulate.state import Wave
@@ -41,6 +41,9 @@ def _refusing(err: LoadError) -> Callable[[Wave], None]:
 
 def compile_one(inst: Inst, where: str, target: str, denorm32: int, index_of) -> Callable[[Wave], int | None]:
     m = inst.mnemonic
+    if m == decode.UNDECODED:
+        raise refuse(f"`{where}`: llvm-objdump could not decode this instruction ({inst.operands[0]}); use an LLVM "
+                     f"that knows {target} (LLVM 20 or newer for gfx950)")
     if m.startswith("s_load_") or m.startswith("s_buffer_load_"):
         return vmem.compile_smem(inst, where)
     if m.startswith("s_") or m in scalar._NO_EFFECT:
@@ -51,6 +54,8 @@ def compile_one(inst: Inst, where: str, target: str, denorm32: int, index_of) ->
         f = vmem.compile_buffer(inst, where)
     elif m.startswith("ds_"):
         f = lds.compile_ds(inst, where)
+    elif m.startswith("v_cvt_pk_fp8_f32") or m.startswith("v_cvt_pk_bf8_f32"):
+        f = mfma.compile_cvt_pk_fp8(inst, where, target)
     elif m.startswith("v_mfma_") or m.startswith("v_smfmac_"):
         f = mfma.compile_mfma(inst, where, target)
     elif m.startswith("v_"):

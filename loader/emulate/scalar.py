@@ -241,6 +241,17 @@ def _compare_and_k(inst: Inst, where: str) -> Callable[[Wave], None] | None:
             w.s[d] = r
             w.scc = c
         return addk
+    if m in ("s_bitset0_b32", "s_bitset1_b32", "s_bitset0_b64", "s_bitset1_b64"):
+        bits = 64 if m.endswith("64") else 32
+        d, n = _dst(ops[0], where)
+        b = ssrc(ops[1], 32, where)
+        one = m[8] == "1"
+
+        def bitset(w: Wave) -> None:
+            cur = w.s[d] | ((w.s[d + 1] << 32) if n == 2 else 0)
+            bit = 1 << (b(w) & (bits - 1))
+            write_s(w, d, n, cur | bit if one else cur & ~bit)
+        return bitset
     if m == "s_cmov_b32" or m == "s_cmov_b64":
         bits = 64 if m.endswith("64") else 32
         d, n = _dst(ops[0], where)

@@ -327,7 +327,8 @@ def _vopc(name, inst, ops, where, dpp, denorm32):
             a, b = r0(w), r1(w)
             if flush:
                 a, b = alu.flush32(a), alu.flush32(b)
-            res = np.broadcast_to(fn(a, b), (LANES,)) & w.mask
+            res = fn(a, b)
+            res = (res & w.mask) if res.ndim else (w.mask if res else np.zeros(LANES, bool))
         bits = pack_mask(res)
         write_s(w, d, 2, bits)
         if cmpx:

@@ -127,7 +127,7 @@ def compile_global(inst: Inst, where: str) -> Callable[[Wave], None]:
 def _global_atomic(inst: Inst, where: str) -> Callable[[Wave], None]:
     m = inst.mnemonic
     op = m.split("_atomic_")[1]
-    if op not in ("add_f32", "add", "max_i32", "min_i32", "umax", "umin", "smax", "smin", "or", "and", "xor"):
+    if op not in ATOMICS:
         raise refuse(f"`{where}`: {m} (this atomic is not modelled)")
     ops = inst.operands
     ret = inst.modifier("glc") is not None or inst.modifier("sc0") is not None
@@ -156,7 +156,22 @@ def _global_atomic(inst: Inst, where: str) -> Callable[[Wave], None]:
     return atomic
 
 
+ATOMICS = ("add_f32", "add", "max_i32", "min_i32", "umax", "umin", "smax", "smin", "or", "and", "xor",
+           "pk_add_bf16", "pk_add_f16")
+
+
 def _rmw(op: str, old: np.uint32, v: np.uint32) -> np.uint32:
+    """One lane's atomic read-modify-write of a dword (ISA "FLAT/BUFFER atomics"); pk_add_bf16/f16 add the two
+    halves separately, each rounded to nearest even."""
+    if op == "pk_add_bf16":
+        from flyship.loader.emulate import alu
+        o, x = np.array([old, old >> np.uint32(16)], np.uint32), np.array([v, v >> np.uint32(16)], np.uint32)
+        r = alu.f32_to_bf16(alu.bf16_to_f32(o) + alu.bf16_to_f32(x))
+        return np.uint32(int(r[0]) | (int(r[1]) << 16))
+    if op == "pk_add_f16":
+        o = np.array([old], np.uint32).view(np.float16)
+        x = np.array([v], np.uint32).view(np.float16)
+        return (o + x).view(np.uint32)[0]
     if op == "add_f32":
         return (np.array([old], np.uint32).view(np.float32) + np.array([v], np.uint32).view(np.float32)).view(
             np.uint32)[0]
@@ -174,16 +189,67 @@ def compile_buffer(inst: Inst, where: str) -> Callable[[Wave], None]:
     """buffer_load/store_* through a buffer resource descriptor (V#) in four SGPRs."""
     m = inst.mnemonic
     ops = inst.operands
-    if "_atomic_" in m or inst.modifier("lds") is not None or "_format_" in m:
-        raise refuse(f"`{where}`: {m} (buffer atomics, format conversion and direct-to-LDS loads are not modelled)")
-    load = m.startswith("buffer_load_")
-    size, kind = _size(m, "buffer_load_" if load else "buffer_store_", where)
+    if inst.modifier("lds") is not None or "_format_" in m:
+        raise refuse(f"`{where}`: {m} (buffer format conversion and direct-to-LDS loads are not modelled)")
+    atomic = "_atomic_" in m
+    if atomic:
+        op = m.split("_atomic_")[1]
+        if op not in ATOMICS:
+            raise refuse(f"`{where}`: {m} (this atomic is not modelled)")
+        size, kind, load = 4, "b", False
+    else:
+        load = m.startswith("buffer_load_")
+        size, kind = _size(m, "buffer_load_" if load else "buffer_store_", where)
     drow, _ = _vrow(ops[0], where)
     nregs = max(1, size // 4)
+    access = _buffer_access(inst, where, size)
+
+    if load:
+        def bload(w: Wave) -> None:
+            lanes, addr, ok = access(w)
+            if not lanes.size:
+                return
+            data = np.zeros((lanes.size, addr.shape[1], min(size, 4)), np.uint8)
+            if ok.any():
+                data[ok] = w.mem.read(addr[ok], min(size, 4), where)
+            load_to_regs(w, drow, nregs, data.reshape(lanes.size, -1), kind, lanes)
+        return bload
+
+    if atomic:
+        ret = inst.modifier("glc") is not None or inst.modifier("sc0") is not None
+
+        def batomic(w: Wave) -> None:
+            lanes, addr, ok = access(w)
+            for k, lane in enumerate(lanes.tolist()):  # lane order; out-of-range lanes do nothing, return 0
+                if not ok[k, 0]:
+                    if ret:
+                        w.V[drow, lane] = 0
+                    continue
+                old = w.mem.read(addr[k, :1], 4, where).view(np.uint32)[0, 0]
+                new = _rmw(op, old, w.V[drow, lane])
+                w.mem.write(addr[k, :1], np.array([new], np.uint32).view(np.uint8).reshape(1, 4), where)
+                if ret:
+                    w.V[drow, lane] = old
+        return batomic
+
+    def bstore(w: Wave) -> None:
+        lanes, addr, ok = access(w)
+        if not lanes.size:
+            return
+        data = store_bytes(w, drow, size, kind, lanes).reshape(lanes.size, addr.shape[1], min(size, 4))
+        if ok.any():
+            w.mem.write(addr[ok], data[ok], where)
+    return bstore
+
+
+def _buffer_access(inst: Inst, where: str, size: int):
+    """The per-wave addressing of a buffer instruction: wave -> (active lanes, addresses [lanes, pieces], in range
+    [lanes, pieces]); a piece is a dword (or the whole access when it is smaller)."""
+    ops = inst.operands
     offen, idxen = inst.modifier("offen") is not None, inst.modifier("idxen") is not None
     ioff = int(inst.modifier("offset", "0"), 0)
     vrow = None if ops[1] == "off" else _vrow(ops[1], where)[0]
-    rs, rn = parse_reg(ops[2])[1:]
+    rs = parse_reg(ops[2])[1]
     soff = ssrc(ops[3], 32, where)
 
     def access(w: Wave) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -213,26 +279,7 @@ def compile_buffer(inst: Inst, where: str) -> Callable[[Wave], None]:
             ok = np.broadcast_to((vidx < num_records)[:, None], poff.shape)
         addr = np.uint64(base) + (vidx * stride)[:, None].astype(np.uint64) + poff.astype(np.uint64)
         return lanes, addr, ok
-
-    if load:
-        def bload(w: Wave) -> None:
-            lanes, addr, ok = access(w)
-            if not lanes.size:
-                return
-            data = np.zeros((lanes.size, addr.shape[1], min(size, 4)), np.uint8)
-            if ok.any():
-                data[ok] = w.mem.read(addr[ok], min(size, 4), where)
-            load_to_regs(w, drow, nregs, data.reshape(lanes.size, -1), kind, lanes)
-        return bload
-
-    def bstore(w: Wave) -> None:
-        lanes, addr, ok = access(w)
-        if not lanes.size:
-            return
-        data = store_bytes(w, drow, size, kind, lanes).reshape(lanes.size, addr.shape[1], min(size, 4))
-        if ok.any():
-            w.mem.write(addr[ok], data[ok], where)
-    return bstore
+    return access
 
 
 def compile_smem(inst: Inst, where: str) -> Callable[[Wave], None]:

@@ -45,7 +45,8 @@ def pack_kernargs(fields: list[dict], tensors: dict[str, torch.Tensor], scalars:
 
 
 def launch(bundle: Path, variant: dict, tensors: dict[str, torch.Tensor], scalars: dict[str, float],
-           outputs: set[str], schedule: str = "forward") -> emulate.RunStats:
+           outputs: set[str], schedule: str = "forward", image: bytes | None = None) -> emulate.RunStats:
+    """One emulated launch of ``variant`` (its code object, or ``image``: e.g. the spec's offload bundle)."""
     shapes = {k: tuple(t.shape) for k, t in tensors.items()}
     launch_ = variant["launch"]
     grid = tuple(int(expr.evaluate_with_shapes(g, shapes, {})) for g in launch_["grid"])
@@ -53,11 +54,9 @@ def launch(bundle: Path, variant: dict, tensors: dict[str, torch.Tensor], scalar
     dyn = int(expr.evaluate_with_shapes(launch_["dynamic_lds"], shapes, {}))
     mem = emulate.Memory()
     for name, t in tensors.items():
-        assert t.device.type == "cpu" and t.is_contiguous() or True
-        nbytes = (t.storage_offset() + 1) * 0 + t.untyped_storage().nbytes()
-        mem.add(t.untyped_storage().data_ptr(), nbytes, writable=name in outputs, name=name)
+        mem.add(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes(), writable=name in outputs, name=name)
     co = variant["code_object"]
-    image = (bundle / co["file"]).read_bytes()
+    image = (bundle / co["file"]).read_bytes() if image is None else image
     return emulate.run(image, co["symbol"], grid=grid, block=block, dynamic_lds=dyn,
                        kernargs=pack_kernargs(variant["kernargs"]["fields"], tensors, scalars), memory=mem,
-                       schedule=schedule)
+                       schedule=schedule, target=co["target"])

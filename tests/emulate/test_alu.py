@@ -147,7 +147,8 @@ def test_scalar_loop_branches_and_compares():
     assert st.instructions > 40 and st.waves == 1
 
 
-def test_exec_masking_and_vcc_branch():
+@pytest.mark.parametrize("target", ["gfx90a", "gfx942", "gfx950"])
+def test_exec_masking_and_vcc_branch(target):
     img = assemble("""
   v_mov_b32 v4, 0
   v_cmp_gt_u32 vcc, 20, v0
@@ -155,7 +156,7 @@ def test_exec_masking_and_vcc_branch():
   v_mov_b32 v4, 1
   s_or_b64 exec, exec, s[10:11]
   v_cndmask_b32 v5, 5, 6, vcc
-""", "gfx942")
+""", target)
     out, _ = run_lanes(img, LANE)
     np.testing.assert_array_equal(out[:64], (LANE < 20).astype(np.uint32))
     np.testing.assert_array_equal(out[64:], np.where(LANE < 20, 6, 5))
@@ -201,3 +202,51 @@ def test_workgroup_ids_and_hidden_arguments_reach_the_kernel():
     assert st.workgroups == 3 and st.waves == 3
     np.testing.assert_array_equal(out[:64], np.full(64, 2))  # every group stores to out[tid]: the last is 2
     np.testing.assert_array_equal(out[64:], LANE)
+
+
+@pytest.mark.parametrize("target,codes", [
+    # E4M3FNUZ (bias 8): 1.0 = 0x40, -2.0 = 0xc8, 1.0625 (a tie) -> 1.0; OCP E4M3FN (bias 7): 0x38, 0xc0, 0x38.
+    ("gfx942", (0x40, 0xC8, 0x40)),
+    ("gfx950", (0x38, 0xC0, 0x38)),
+])
+def test_cvt_pk_fp8_f32_encodes_per_target_round_to_nearest_even(target, codes):
+    vals = np.array([1.0, -2.0, 1.0625], np.float32)
+    a = np.resize(vals, 64)
+    b = np.resize(vals[::-1], 64)
+    img = assemble("  v_mov_b32 v4, 0x11223344\n  v_cvt_pk_fp8_f32 v4, v2, v3 op_sel:[0,0,1]\n", target)
+    out, _ = run_lanes(img, a, b)
+    code = dict(zip(vals.tolist(), codes))
+    want = np.array([0x3344 | (code[float(x)] << 16) | (code[float(y)] << 24) for x, y in zip(a, b)], np.uint32)
+    np.testing.assert_array_equal(out[:64], want)
+
+
+def test_words_the_disassembler_cannot_decode_are_refused_not_skipped():
+    img = assemble("  .long 0xffffffff\n", "gfx942")
+    with pytest.raises(emulate.EmulationError, match="llvm-objdump could not decode this instruction"):
+        run_lanes(img, LANE)
+
+
+def test_a_malformed_offload_bundle_is_refused():
+    bad = b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<QQQQ", 1, 100, 10**6, 5) + b"hipv4"
+    mem = emulate.Memory()
+    with pytest.raises(emulate.EmulationError, match="malformed header"):
+        emulate.run(bad, "k", grid=(1, 1, 1), block=(64, 1, 1), dynamic_lds=0, kernargs=b"", memory=mem)
+
+
+def test_pk_fma_f32_op_sel_hi_and_neg_pick_and_negate_halves():
+    # v[6:7] = (a, 2a), v[8:9] = (b, 3b), v[10:11] = (1, 1); op_sel_hi:[1,0,1] makes the high result use b's low
+    # dword; neg_lo:[0,0,1] negates c's low dword: lo = a*b - 1, hi = 2a*b + 1 (ISA "VOP3P op_sel").
+    img = assemble("""
+  v_mov_b32 v6, v2
+  v_add_f32 v7, v2, v2
+  v_mov_b32 v8, v3
+  v_mul_f32 v9, 0x40400000, v3
+  v_mov_b32 v10, 1.0
+  v_mov_b32 v11, 1.0
+  v_pk_fma_f32 v[4:5], v[6:7], v[8:9], v[10:11] op_sel_hi:[1,0,1] neg_lo:[0,0,1]
+""", "gfx942")
+    a = (LANE + 1).astype(np.float32)
+    b = (LANE * 0.5 - 3).astype(np.float32)
+    out, _ = run_lanes(img, a, b)
+    np.testing.assert_array_equal(out[:64].view(np.float32), a * b - 1)
+    np.testing.assert_array_equal(out[64:].view(np.float32), 2 * a * b + 1)

@@ -71,3 +71,32 @@ def test_every_example_specialization_executes_and_matches_its_reference(example
     assert not failures, failures
     targets = {t for _, _, t in seen}
     assert targets == {"gfx942", "gfx950"} and len(seen) == 18, sorted(seen)
+
+
+def test_a_spec_runs_from_its_offload_bundle_picking_each_target(example_bundle, references):
+    manifest = json.loads((example_bundle / "manifest.json").read_text())
+    if not manifest["offload_bundles"]:  # only a FLYSHIP_EXAMPLE_BUNDLE built without --offload-bundle
+        pytest.skip(f"{example_bundle} has no offload bundles (the example_bundle fixture builds them)")
+    key, file = next(iter(sorted(manifest["offload_bundles"].items())))
+    op_name, spec_name = key.split(".", 1)
+    op = next(o for o in manifest["ops"] if o["name"] == op_name)
+    spec = next(s for s in op["specializations"] if s["name"] == spec_name)
+    image = (example_bundle / file).read_bytes()
+    assert image.startswith(b"__CLANG_OFFLOAD_BUNDLE__")
+    shapes = SHAPES[op_name]
+    dtypes = {k: getattr(torch, v) for k, v in spec["guard"]["dtypes"].items()}
+    ins = [a["name"] for a in op["args"] if a["kind"] == "tensor"]
+    outs = [o["name"] for o in op["outputs"]]
+    scalars = dict(spec["example"]["scalars"])
+    targets = set()
+    for variant in spec["variants"]:
+        tensors = {a: torch.randn(shapes[a]).to(dtypes[a]) for a in ins}
+        tensors.update({o: torch.full(shapes[o], float("nan")).to(dtypes[ins[0]]) for o in outs})
+        launch(example_bundle, variant, tensors, scalars, set(outs), image=image)
+        want = getattr(references, op["reference"])(*[tensors[a] for a in ins], *[
+            scalars[a["name"]] for a in op["args"] if a["kind"] != "tensor"])
+        want = want if isinstance(want, tuple) else (want,)
+        for o, w in zip(outs, want):
+            torch.testing.assert_close(tensors[o].float(), w.float(), **references.TOLERANCES[tensors[o].dtype])
+        targets.add(variant["code_object"]["target"])
+    assert targets == {"gfx942", "gfx950"}

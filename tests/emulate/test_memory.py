@@ -140,3 +140,29 @@ def test_ds_read2st64_and_write_b64_round_trip():
     words[0:128:2], words[1:128:2] = IN, IN + 5
     np.testing.assert_array_equal(out[:64], words[LANE])
     np.testing.assert_array_equal(out[64:], words[LANE + 64])
+
+
+def test_global_atomics_from_every_lane_to_one_address_all_land():
+    # 64 lanes add (1.0, 0.5) as packed bf16 to out[0] and 1.0f to out[1] with atomics: 64.0 / 32.0 / 64.0.
+    img = assemble("""
+  v_mov_b32 v6, 0
+  v_mov_b32 v7, 0x3f003f80
+  v_mov_b32 v8, 1.0
+  global_atomic_pk_add_bf16 v6, v7, s[4:5]
+  global_atomic_add_f32 v6, v8, s[4:5] offset:4
+  s_waitcnt vmcnt(0)
+""", "gfx942", store=False)
+    out, _ = run_lanes(img, IN)
+    assert out[0] == (0x4280 | (0x4200 << 16))  # bf16 64.0 low, 32.0 high
+    assert out[1:2].view(np.float32)[0] == 64.0
+
+
+def test_memory_regions_that_overlap_merge_writable_if_either_is():
+    buf = np.zeros(64, np.uint32)
+    mem = emulate.Memory()
+    mem.add(buf.ctypes.data, 128, writable=False, name="x")
+    mem.add(buf.ctypes.data + 64, 192, writable=True, name="out")
+    (r,) = mem.regions
+    assert (r.address, r.nbytes, r.writable, r.name) == (buf.ctypes.data, 256, True, "out+x")
+    with pytest.raises(emulate.EmulationError, match="expected a positive address"):
+        mem.add(0, 4, writable=True)
