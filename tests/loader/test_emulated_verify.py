@@ -119,3 +119,15 @@ def test_cli_exits_1_naming_the_case(silent_bundle: Path, emulate_ready: None) -
     assert ("op 'wrap_rows', specialization 'f32', gfx942, past the base's grid: 259 rows: forward: output 'out': "
             "192 of 16576 elements wrong, first [256, 0]") in r.stderr, r.stderr
     assert "emulated device:" in r.stdout and "1 failed" in r.stdout
+
+
+def test_triton_gfx942_code_runs_and_sm_cubins_are_said_not_executed(triton_examples_bundle: Path,
+                                                                       emulate_ready: None) -> None:
+    from flyship.loader.tools.verify_emulated import verify_emulated
+
+    report = verify_emulated(triton_examples_bundle, ("gfx942",), shapes=False, ops=["accumulate"])
+    ran = [r for r in report.runs if r.target == "gfx942" and r.result == "ok"]
+    assert ran and all(r.instructions > 0 for r in ran), report.table()  # Triton's AMD code objects, emulated
+    cubins = [r for r in report.runs if r.target.startswith("sm_")]
+    assert cubins and all(r.result == "not executed" for r in cubins), report.table()
+    assert f"{len(cubins)} sm_* code objects NOT executed" in report.summary()
