@@ -131,3 +131,14 @@ def test_triton_gfx942_code_runs_and_sm_cubins_are_said_not_executed(triton_exam
     cubins = [r for r in report.runs if r.target.startswith("sm_")]
     assert cubins and all(r.result == "not executed" for r in cubins), report.table()
     assert f"{len(cubins)} sm_* code objects NOT executed" in report.summary()
+
+
+def test_a_float32_input_read_as_bfloat16_is_refused(tmp_path: Path, emulate_ready: None) -> None:
+    from flyship.loader.tools.verify_emulated import verify_emulated
+
+    out = tmp_path / "mixed"
+    run_build(SILENT.parent / "mixed.py", out, ["gfx942"])  # it builds: nothing before the emulator sees the bug
+    report = verify_emulated(out, ("gfx942",), shapes=False)
+    first = report.runs[0]
+    assert (first.op, first.spec, first.case, first.result) == ("bias_add", "mixed", "8 rows, fresh outputs", "FAIL")
+    assert "output 'out':" in first.note and "elements wrong, first [0, 0]" in first.note, first.note
