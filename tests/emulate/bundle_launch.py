@@ -54,6 +54,8 @@ def launch(bundle: Path, variant: dict, tensors: dict[str, torch.Tensor], scalar
     dyn = int(expr.evaluate_with_shapes(launch_["dynamic_lds"], shapes, {}))
     mem = emulate.Memory()
     for name, t in tensors.items():
+        if t.untyped_storage().nbytes() == 0:  # an empty tensor (a null pointer, as on the GPU): no region
+            continue
         mem.add(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes(), writable=name in outputs, name=name)
     co = variant["code_object"]
     image = (bundle / co["file"]).read_bytes() if image is None else image
