@@ -107,12 +107,18 @@ def report_error(e: FlyshipError, verbose: bool) -> None:
 @click.option("--keep-going", is_flag=True,
               help="When kernels fail, still write a bundle of those that built, recording the failures in its "
                    "manifest (the loader falls back for them); exits 1.")
+@click.option("--verify", "verify", is_flag=True,
+              help="After writing, run every AMD specialization on the emulated device against its reference "
+              "(`flyship verify --emulate`: boundary shapes, admitted layouts, both wave schedules); a mismatch "
+              "refuses the build (the bundle is moved to OUT.refused). Needs torch and a C++ compiler here.")
+@click.option("--verify-budget", type=click.FloatRange(min=0.0), default=60.0, show_default=True,
+              help="With --verify: seconds per specialization and target; cases past it are listed as skipped.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Print every variant's note (without it: one line per kind of note), and the traceback of an "
                    "unexpected exception (a bug) with the error (also FLYSHIP_VERBOSE=1); without it the traceback "
                    "goes to a file the error names.")
 def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, pack, sign_key, code_object_version,
-         no_cache, executor, keep_going, verbose) -> None:
+         no_cache, executor, keep_going, verify, verify_budget, verbose) -> None:
     """Compile the ops declared in SPEC into a verified bundle of code objects + manifest."""
     if sign_key is not None and not pack:
         raise click.UsageError("--sign KEY signs the pack: expected --pack with it, got --sign alone; add --pack")
@@ -130,6 +136,8 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
     try:
         _hygiene.sweep_leftovers(Path(out_dir).resolve())  # what killed builds left, before anything else
         rows = build(opts)
+        if verify:
+            _verify_emulated(out_dir, archs, verify_budget)
         packed = _write_pack(out_dir, sign_key) if pack else None
     except PartialBuildError as e:  # the bundle of what built is written: show it, then every failure
         click.echo(format_table(e.rows, verbose or _env.verbose()))
@@ -141,6 +149,44 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
         sys.exit(1)
     click.echo(format_table(rows, verbose or _env.verbose()))
     click.echo(f"\nwrote {out_dir}" + (f" and {packed}" if packed else ""))
+
+
+def _verify_emulated(out_dir: str, archs: tuple[str, ...], budget: float) -> None:
+    """``--verify``: ``flyship verify --emulate`` on the written bundle for its AMD targets, in a child process of this
+    Python (the compiler never imports the loader: docs/architecture.md), its lines shown as they come. A mismatch
+    moves the bundle to ``OUT.refused`` (nothing at OUT to load) and raises naming the first failure.
+
+    Raises:
+        CompileError (kind "VerifyError"): a specialization disagreed with its reference on the emulated device, or
+            the check could not run.
+    """
+    import shutil
+    import subprocess
+
+    from flyship.errors import CompileError
+
+    amd = [a.split(":", 1)[0] for a in archs if a.startswith("gfx")]
+    others = [a for a in archs if not a.startswith("gfx")]
+    if others:
+        click.echo(f"flyc-build --verify: {', '.join(others)} not executed (the emulator runs AMD code objects only)")
+    if not amd:
+        return
+    cmd = [sys.executable, "-m", "flyship.loader.tools.cli", "verify", "--emulate", str(out_dir),
+           *(x for a in dict.fromkeys(amd) for x in ("--target", a)), "--budget", str(budget)]
+    env = {k: v for k, v in os.environ.items() if k != "FLYSHIP_FLAVOR"}
+    click.echo(f"flyc-build --verify: running every AMD specialization on the emulated device ({', '.join(amd)})")
+    r = subprocess.run(cmd, stdout=None, stderr=subprocess.PIPE, text=True, env=env)
+    if r.returncode == 0:
+        return
+    words = (r.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("Error: ")
+    if words.startswith("verify --emulate: expected") and ", got " in words:  # its own words, without repeating ours
+        words = words.split(", got ", 1)[1]
+    refused = str(out_dir).rstrip("/") + ".refused"
+    shutil.rmtree(refused, ignore_errors=True)
+    os.replace(out_dir, refused)
+    raise CompileError(f"flyc-build --verify: expected every AMD specialization to match its reference on the emulated "
+                     f"device, got {words}; the bundle was moved to {refused} (not shipped); fix the kernel or its "
+                     f"spec, or run `flyship verify --emulate {refused}` to see every case", kind="VerifyError")
 
 
 def _write_pack(out_dir: str, sign_key: str | None = None) -> str:

@@ -15,9 +15,9 @@ namespace flyship {
 
 void Binder::check_device_type(const at::Tensor& x, const std::string& name) const {
   if (driver::host_tensors()) {
-    FLYSHIP_CHECK(x.device().is_cpu(), label(), ": expected CPU tensors (this extension is the recording driver, "
-                  "FLYSHIP_FLAVOR=record, which runs no GPU), got ", x.device().str(), " for argument '", name,
-                  "'; unset FLYSHIP_FLAVOR to launch on a GPU");
+    FLYSHIP_CHECK(x.device().is_cpu(), label(), ": expected CPU tensors (this extension is the ", driver::flavor(),
+                  " driver, FLYSHIP_FLAVOR=", driver::flavor(), ", which runs no GPU), got ", x.device().str(),
+                  " for argument '", name, "'; unset FLYSHIP_FLAVOR to launch on a GPU");
   } else {
     FLYSHIP_CHECK(x.is_cuda(), label(), ": expected tensors on a GPU device, got ", x.device().str(),
                   " for argument '", name, "'; move inputs with .cuda()");

@@ -1,7 +1,9 @@
 // The driver shim: the few GPU runtime calls the loader makes, one implementation per vendor.
 //
 // driver_hip.cpp (HIP module API, libamdhip64), driver_cuda.cpp (CUDA driver API, libcuda) or
-// driver_record.cpp (no runtime; records launches for tests) is compiled into the extension, chosen when it is built (flyship/loader/extension.py). This header and
+// driver_record.cpp (no runtime; records launches for tests) or driver_emulate.cpp (no runtime; each launch runs on
+// flyship's CDNA emulator, flyship.loader.emulate) is compiled into the extension, chosen when it is built
+// (flyship/loader/extension.py). This header and
 // those files do not include torch: the core (csrc/*.cpp) turns a failed Status into a TORCH_CHECK
 // error with the op, kernel, target and device around the runtime's own words.
 #pragma once
@@ -9,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace flyship::driver {
 
@@ -46,10 +49,11 @@ inline void set_hip_grid_limits(DeviceInfo* d) {
   d->max_grid_work_items = UINT32_MAX;
 }
 
-// "hip", "cuda" or "record" (driver_record.cpp: runs nothing, records each launch; test-only).
+// "hip", "cuda", "record" (driver_record.cpp: runs nothing, records each launch; test-only) or "emulate"
+// (driver_emulate.cpp: each launch runs on the CPU emulator).
 const char* flavor();
 
-// Whether the driver launches on tensors in host memory (the recording driver: CPU tensors, device 0)
+// Whether the driver launches on tensors in host memory (record, emulate: CPU tensors, device 0)
 // rather than on a GPU's (torch device type cuda, which ROCm torch uses for HIP devices too).
 bool host_tensors();
 
@@ -77,10 +81,21 @@ void module_unload(int device, void* module);
 // 48 KiB: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); a no-op on HIP.
 Status allow_dynamic_shared(int device, void* function, int64_t dynamic_shared);
 
+// A range of memory a launch may touch: one tensor, workspace or scratch buffer the kernargs point at, the extent its
+// sizes and strides span (never its whole storage, so a guard zone around a tensor is outside it). Computed for
+// host-tensor drivers only (the emulator refuses any access outside them); GPU drivers get none.
+struct Region {
+  uintptr_t address = 0;
+  size_t nbytes = 0;
+  bool writable = false;  // an output, a mutable input, a workspace or scratch
+  std::string name;  // the kernel argument, for messages
+};
+using Regions = std::vector<Region>;
+
 // Launch `function` on `stream` (a hipStream_t / CUstream) with the kernarg buffer `args` of
 // `args_size` bytes (HIP_LAUNCH_PARAM_BUFFER_* / CU_LAUNCH_PARAM_BUFFER_*). The device must be current
 // (the core holds a c10::DeviceGuard).
 Status launch(int device, void* function, const uint32_t grid[3], const uint32_t block[3], uint32_t dynamic_shared,
-              void* stream, void* args, size_t args_size);
+              void* stream, void* args, size_t args_size, const Regions& regions);
 
 }  // namespace flyship::driver

@@ -171,7 +171,7 @@ Status allow_dynamic_shared(int device, void* function, int64_t dynamic_shared) 
 }
 
 Status launch(int device, void* function, const uint32_t grid[3], const uint32_t block[3], uint32_t dynamic_shared,
-              void* stream, void* args, size_t args_size) {
+              void* stream, void* args, size_t args_size, const Regions&) {
   Status s = ensure_context(device);
   if (!s.ok()) return s;
   size_t size = args_size;

@@ -230,7 +230,7 @@ void module_unload(int device, void* module) {
 Status allow_dynamic_shared(int, void*, int64_t) { return {}; }
 
 Status launch(int, void* function, const uint32_t grid[3], const uint32_t block[3], uint32_t dynamic_shared,
-              void* stream, void* args, size_t args_size) {
+              void* stream, void* args, size_t args_size, const Regions&) {
   // The size travels by pointer: HIP reads a size_t from it.
   size_t size = args_size;
   void* extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, args, HIP_LAUNCH_PARAM_BUFFER_SIZE, &size, HIP_LAUNCH_PARAM_END};

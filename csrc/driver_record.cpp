@@ -7,14 +7,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "driver.h"
+#include "driver_host.h"
 
 namespace flyship::driver {
 namespace {
@@ -39,11 +38,12 @@ struct RecordedLaunch {
   uint32_t dynamic_shared;
   uintptr_t stream;
   std::string kernargs;
+  Regions regions;
 };
 
 struct Recorder {
   std::mutex mu;
-  std::map<int, DeviceInfo> devices;
+  host::Devices devices{"flyship recording device"};
   std::vector<RecordedLaunch> launches;
   std::vector<std::unique_ptr<RecordedFunction>> functions;  // live as long as the process, like real ones
 };
@@ -51,17 +51,6 @@ struct Recorder {
 Recorder& recorder() {
   static Recorder* r = new Recorder();  // never destroyed: modules outlive static destruction
   return *r;
-}
-
-DeviceInfo default_device() {
-  DeviceInfo d;
-  d.target = "gfx942:sramecc+:xnack-";
-  d.name = "flyship recording device";
-  d.max_shared_per_block = 64 * 1024;
-  d.max_threads_per_block = 1024;
-  d.cu_count = 304;  // an MI300X
-  set_hip_grid_limits(&d);
-  return d;
 }
 
 }  // namespace
@@ -73,19 +62,13 @@ std::string runtime_version() { return "flyship recording driver (no GPU runtime
 bool host_tensors() { return true; }
 
 Status device_info(int device, DeviceInfo* out) {
-  Recorder& r = recorder();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.devices.find(device);
-  *out = it == r.devices.end() ? default_device() : it->second;
+  *out = recorder().devices.get(device);
   return {};
 }
 
 Status module_load(int device, const void* image, size_t size, void** module) {
-  // As the runtimes do: an image must be an ELF (hsaco, cubin) or a clang offload bundle.
-  static const char kBundleMagic[] = "__CLANG_OFFLOAD_BUNDLE__";
-  const bool elf = size >= 4 && std::memcmp(image, "\x7f" "ELF", 4) == 0;
-  const bool bundle = size >= sizeof(kBundleMagic) - 1 && std::memcmp(image, kBundleMagic, sizeof(kBundleMagic) - 1) == 0;
-  if (!elf && !bundle) return {1, "record module_load: not an ELF code object or offload bundle"};
+  const std::string refused = host::image_refusal(image, size);
+  if (!refused.empty()) return {1, "record module_load: " + refused};
   *module = new RecordedModule{device, size};
   return {};
 }
@@ -103,7 +86,7 @@ void module_unload(int, void* module) { delete static_cast<RecordedModule*>(modu
 Status allow_dynamic_shared(int, void*, int64_t) { return {}; }
 
 Status launch(int device, void* function, const uint32_t grid[3], const uint32_t block[3], uint32_t dynamic_shared,
-              void* stream, void* args, size_t args_size) {
+              void* stream, void* args, size_t args_size, const Regions& regions) {
   RecordedLaunch l;
   l.device = device;
   l.symbol = static_cast<const RecordedFunction*>(function)->symbol;
@@ -114,6 +97,7 @@ Status launch(int device, void* function, const uint32_t grid[3], const uint32_t
   l.dynamic_shared = dynamic_shared;
   l.stream = reinterpret_cast<uintptr_t>(stream);
   l.kernargs.assign(static_cast<const char*>(args), args_size);
+  l.regions = regions;
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
   r.launches.push_back(std::move(l));
@@ -142,36 +126,18 @@ void add_python_bindings(void* module) {
           d["dynamic_lds"] = l.dynamic_shared;
           d["stream"] = l.stream;
           d["kernargs"] = py::bytes(l.kernargs);
+          py::list regions;
+          for (const Region& g : l.regions) regions.append(py::make_tuple(g.address, g.nbytes, g.writable, g.name));
+          d["regions"] = regions;
           out.append(d);
         }
         return out;
       },
       py::arg("clear") = true,
       "The launches recorded since the last clear, oldest first: dicts of device, symbol, grid, block, "
-      "dynamic_lds, stream and kernargs (the bytes the runtime would have received).");
-  m.def(
-      "set_recorded_device",
-      [](int device, const std::string& target, int64_t max_shared_per_block, int64_t max_threads_per_block,
-         int64_t cu_count) {
-        DeviceInfo d = default_device();
-        d.target = target;
-        d.max_shared_per_block = max_shared_per_block;
-        d.max_threads_per_block = max_threads_per_block;
-        d.cu_count = cu_count;
-        // The runtime the target stands for: CUDA's block limits for sm_*, HIP's work-item limit otherwise.
-        if (target.rfind("sm_", 0) == 0) {
-          set_cuda_grid_limits(&d, INT32_MAX, 65535, 65535);
-        } else {
-          set_hip_grid_limits(&d);
-        }
-        Recorder& r = recorder();
-        std::lock_guard<std::mutex> lock(r.mu);
-        r.devices[device] = d;
-      },
-      py::arg("device"), py::arg("target"), py::arg("max_shared_per_block") = 64 * 1024,
-      py::arg("max_threads_per_block") = 1024, py::arg("cu_count") = 304,
-      "Describe recorded device `device` (CPU tensors run on device 0): its target ID, limits and CU count. A bundle "
-      "reads a device once, at its first call there.");
+      "dynamic_lds, stream, kernargs (the bytes the runtime would have received) and regions (the memory the launch "
+      "may touch: (address, nbytes, writable, argument) per tensor, workspace and scratch buffer).");
+  host::bind_describe_device(m, "set_recorded_device", recorder().devices);
 }
 
 }  // namespace flyship::driver

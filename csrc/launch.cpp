@@ -15,6 +15,44 @@ namespace flyship {
 // The driver's device index: torch's for a GPU tensor; 0 for a CPU tensor (the recording driver).
 int device_index(const c10::Device& d) { return d.has_index() ? d.index() : 0; }
 
+namespace {
+
+// The bytes a tensor's sizes and strides span from its data pointer (torch strides are never negative); none when it
+// holds no element.
+driver::Region extent(const at::Tensor& t, bool writable, const std::string& name) {
+  driver::Region r;
+  r.address = reinterpret_cast<uintptr_t>(t.data_ptr());
+  r.writable = writable;
+  r.name = name;
+  if (t.numel() == 0) return r;
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.sizes()[d] - 1) * t.strides()[d];
+  r.nbytes = static_cast<size_t>((last + 1) * static_cast<int64_t>(t.element_size()));
+  return r;
+}
+
+// What a launch on host tensors may touch: each tensor, workspace and scratch buffer its kernargs point at (a host
+// driver's emulator refuses any access outside them), named by argument (a tensor) or kernarg field. Outputs, mutable
+// inputs, workspaces and scratch are writable.
+driver::Regions host_regions(const OpPlan& p, const VariantPlan& v, const Call& c,
+                             const c10::SmallVector<at::Tensor, 2>& scratch) {
+  driver::Regions out;
+  size_t n_scratch = 0;
+  for (const Field& f : v.fields) {
+    if (f.kind == kPointer) {
+      const bool writable = f.slot >= static_cast<int>(p.n_inputs) || p.slots[f.slot].is_mutable;
+      out.push_back(extent(*c.t[f.slot], writable, p.slots[f.slot].name));
+    } else if (f.kind == kWorkspace) {
+      out.push_back(extent(c.workspaces[f.slot], true, f.label));
+    } else if (f.kind == kScratch && n_scratch < scratch.size()) {
+      out.push_back(extent(scratch[n_scratch++], true, f.label));  // pack_kernargs allocates one per field, in order
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void OpState::run(torch::jit::Stack* stack, bool is_out, int forced_spec) {
   ensure_specs();
   const OpPlan& p = plan_;
@@ -141,8 +179,9 @@ void Launcher::enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKer
                      ? nullptr
                      : c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(c.device).native_handle();
   const uint32_t grid32[3] = {static_cast<uint32_t>(g[0]), static_cast<uint32_t>(g[1]), static_cast<uint32_t>(g[2])};
+  const driver::Regions regions = driver::host_tensors() ? host_regions(plan_, v, c, scratch) : driver::Regions();
   driver::Status s = driver::launch(dev, k.function, grid32, v.block.data(), static_cast<uint32_t>(dyn), stream, buf,
-                                    static_cast<size_t>(v.kernarg_size));
+                                    static_cast<size_t>(v.kernarg_size), regions);
   FLYSHIP_CHECK(s.ok(), label(), ": launching ", v.label, " on device ", dev, " (", ds.info.target, ") failed: ",
               s.message, " [grid ", g[0], "x", g[1], "x", g[2], ", block ", v.block[0], "x", v.block[1], "x",
               v.block[2], "]");

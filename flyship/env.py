@@ -24,7 +24,7 @@ from flyship.bundle.frozen import frozen
 from flyship.errors import ConfigError
 
 
-FLAVORS = ("hip", "cuda", "hip-nvidia", "record")  # hip-nvidia and record: test-only, see FLYSHIP_FLAVOR
+FLAVORS = ("hip", "cuda", "hip-nvidia", "record", "emulate")  # hip-nvidia, record: test-only, see FLYSHIP_FLAVOR
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
 
@@ -42,7 +42,9 @@ SWITCHES: tuple[Switch, ...] = (
            "the loader's driver shim, `hip` or `cuda` (ROCm torch -> hip, CUDA torch -> cuda; a CPU-only torch builds "
            "hip when HIP headers exist). TEST-ONLY: `hip-nvidia` (the HIP shim over the CUDA driver, "
            "scripts/gpu_check_hip_nvidia.sh; needs FLYSHIP_HIP_NVIDIA_INCLUDE) and `record` (the recording driver, "
-           "csrc/driver_record.cpp: runs the real call path on CPU tensors and records each launch)."),
+           "csrc/driver_record.cpp: runs the real call path on CPU tensors and records each launch). `emulate`: the same "
+           "call path on CPU tensors, each launch run by flyship's CDNA emulator (csrc/driver_emulate.cpp, "
+           "flyship.loader.emulated_device; no GPU, emulated: docs/loader.md)."),
     Switch("FLYSHIP_HIP_NVIDIA_INCLUDE", "folder", "unset",
            "TEST-ONLY, for `FLYSHIP_FLAVOR=hip-nvidia`: the folder holding the test's `hip/hip_runtime_api.h` "
            "(tests/gpu/hip_nvidia/include)."),
@@ -148,8 +150,8 @@ def _folder_or_empty(name: str) -> str:
 def flavor() -> str | None:
     v = _get("FLYSHIP_FLAVOR").lower()
     if v and v not in FLAVORS:
-        raise ConfigError(f"FLYSHIP_FLAVOR: expected 'hip' or 'cuda' (or the test-only 'hip-nvidia', 'record'), got "
-                          f"{v!r}; unset it to pick from the torch build")
+        raise ConfigError(f"FLYSHIP_FLAVOR: expected 'hip', 'cuda' or 'emulate' (or the test-only 'hip-nvidia', "
+                          f"'record'), got {v!r}; unset it to pick from the torch build")
     return v or None
 
 

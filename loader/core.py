@@ -261,6 +261,11 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     refs = _references.resolve(root, plan.head, references)
     ext = _extension.extension(DRIVER.get(), near=_beside(path))
     tuning_status = None
+    host = ext.flavor() in _extension.HOST_FLAVORS
+    if ext.flavor() == "emulate":
+        from flyship.loader import emulated_device  # only on the emulated device: its launches run there
+
+        emulated_device.install(ext)
     if table is not None:
         plan, tuning_status = _tuned_plan(plan, table, tuning_device, ext)
     code_objects = _CodeObjects(root, plan)
@@ -271,7 +276,7 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     guarded = [_references.guarded(r, f"{ns}::{op.name}") for r, op in zip(refs, plan.head.ops)]
     lowered = _plan.lower_bundle(heads, ns, guarded, plan.specs, code_objects, lambda k, *why: _blame(plan.op(k), *why))
     core = ext.Bundle(lowered, make_selector(plan), env.fallback_enabled() if fallback is None else fallback)
-    library, cpu_kernels = _register(plan.head, ns, core, guarded, cpu_in_core=ext.flavor() == "record",
+    library, cpu_kernels = _register(plan.head, ns, core, guarded, cpu_in_core=host,
                                      full_op=plan.op)
     ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
     ops._composites = _register_composites(library, ns, root, plan.head)
@@ -293,7 +298,7 @@ def _tuned_plan(plan: _plancache.BundlePlan, table: Any, tuning_device: Any,
     try:
         target = ext.device_info(gpu)["target"]
     except RuntimeError as e:
-        if ext.flavor() != "record" and not torch.cuda.is_available():
+        if ext.flavor() not in _extension.HOST_FLAVORS and not torch.cuda.is_available():
             import warnings
 
             why = ("not used: no GPU here (its winners are chosen per device target; calls here run the op's "

@@ -36,10 +36,13 @@ from flyship.errors import ConfigError, LoadError
 from flyship.loader import toolkits
 
 CSRC = Path(__file__).parent.parent / "csrc"
-# Test-only flavors, never chosen by default: hip-nvidia (the HIP shim on HIP's NVIDIA platform, see
-# hip_nvidia_config) and record (driver_record.cpp: runs no GPU, records launches).
+# Flavors never chosen by default: hip-nvidia (test-only: the HIP shim on HIP's NVIDIA platform, see
+# hip_nvidia_config), record (test-only, driver_record.cpp: runs no GPU, records launches) and emulate
+# (driver_emulate.cpp: runs each launch on the CPU emulator, flyship.loader.emulated_device).
 SHIM_SOURCES = {"hip": "driver_hip.cpp", "cuda": "driver_cuda.cpp", "hip-nvidia": "driver_hip.cpp",
-                "record": "driver_record.cpp"}
+                "record": "driver_record.cpp", "emulate": "driver_emulate.cpp"}
+# The flavors whose calls run on CPU tensors and touch no GPU (any number of them may sit beside one GPU flavor).
+HOST_FLAVORS = ("record", "emulate")
 # The core: every csrc/*.cpp that is not a driver shim (one unit per job, see csrc/bundle.h).
 CORE_SOURCES = tuple(sorted(p.name for p in CSRC.glob("*.cpp") if not p.name.startswith("driver_")))
 HEADERS = tuple(sorted(p.name for p in CSRC.glob("*.h")))
@@ -55,7 +58,7 @@ class BuildConfig:
     """Everything that decides the extension binary.
 
     Attributes:
-        flavor: ``"hip"`` or ``"cuda"`` (or the test-only ``"hip-nvidia"`` and ``"record"``).
+        flavor: ``"hip"``, ``"cuda"`` or ``"emulate"`` (or the test-only ``"hip-nvidia"`` and ``"record"``).
         sources: C++ sources compiled into the extension.
         include_dirs: extra include directories (the HIP or CUDA headers).
         cflags: extra compiler flags.
@@ -154,8 +157,8 @@ def config(flavor: str | None = None) -> BuildConfig:
     """
     flavor = flavor or choose_flavor()
     if flavor not in SHIM_SOURCES:
-        raise ExtensionBuildError(f"build flyship extension: expected flavor 'hip' or 'cuda' (or the test-only "
-                                  f"'hip-nvidia', 'record'), got {flavor!r}")
+        raise ExtensionBuildError(f"build flyship extension: expected flavor 'hip', 'cuda' or 'emulate' (or the "
+                                  f"test-only 'hip-nvidia', 'record'), got {flavor!r}")
     sources = tuple(str(CSRC / s) for s in (*CORE_SOURCES, SHIM_SOURCES[flavor]))
     cflags = _cflags(flavor)
     name = extension_name(flavor, sources, tuple(cflags))  # what the binary is made of, never where a toolkit is
@@ -174,7 +177,7 @@ def config(flavor: str | None = None) -> BuildConfig:
         ldflags = ("-ldl", f"-Wl,-rpath,{lib.parent}")
     elif flavor == "hip-nvidia":
         include_dirs, _, ldflags = toolkits.hip_nvidia_config()  # its platform flag is in _cflags
-    elif flavor == "record":  # no GPU SDK: the recording driver calls no runtime
+    elif flavor in HOST_FLAVORS:  # no GPU SDK: the recording and emulating drivers call no runtime
         include_dirs, ldflags = (), ()
     else:
         inc, tried = toolkits.find_cuda_header()
@@ -510,10 +513,10 @@ def extension(flavor: str | None = None, near: Path | None = None) -> ModuleType
     flavor = flavor or choose_flavor()
     with _lock:
         if flavor not in _loaded:
-            # One GPU driver per process (two would compete for the devices); the recording driver touches no
-            # device, so it may sit beside one.
-            gpu = [f for f in _loaded if f != "record"]
-            if flavor != "record" and gpu:
+            # One GPU driver per process (two would compete for the devices); the host drivers touch no device,
+            # so they may sit beside one.
+            gpu = [f for f in _loaded if f not in HOST_FLAVORS]
+            if flavor not in HOST_FLAVORS and gpu:
                 other = gpu[0]
                 raise ExtensionBuildError(f"load flyship extension: expected one flavor per process, got {flavor!r} "
                                           f"after {other!r}; unset FLYSHIP_FLAVOR or use one value")

@@ -2,6 +2,8 @@
 
     flyship list BUNDLE        ops, schemas, specializations (guards) and targets; no GPU, no compiler
     flyship verify BUNDLE      run every specialization against its reference; needs a GPU
+    flyship verify --emulate BUNDLE   the same and more (boundary shapes, two wave schedules, guard zones) for every
+                               AMD specialization on the emulated device (the CPU emulator; no GPU)
     flyship prebuild [-o DIR]  build the C++ extension and install it (the environment, or DIR beside a bundle)
     flyship hook install|status|remove   patch every process of this environment (docs/integrate.md)
     flyship bench FACTORY --patches FILE  baseline / patched / compiled / patched+compiled timings
@@ -109,12 +111,27 @@ def list_cmd(bundle: Path) -> None:
 @main.command("verify")
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--namespace", default=None, help="register under this torch namespace instead of the manifest's")
-def verify_cmd(bundle: Path, namespace: str | None) -> None:
+@click.option("--emulate", is_flag=True, help="run every AMD specialization on the emulated device (CPU emulator, no "
+              "GPU), with boundary shapes, every admitted layout, both wave schedules and guard zones")
+@click.option("--target", "targets", multiple=True, help="with --emulate: the AMD targets to emulate (repeat; default "
+              "gfx942 and gfx950)")
+@click.option("--op", "op_names", multiple=True, help="with --emulate: only these ops (repeat)")
+@click.option("--no-shapes", is_flag=True, help="with --emulate: leave out the boundary shapes beyond the example")
+@click.option("--budget", type=click.FloatRange(min=0.0), default=None,
+              help="with --emulate: seconds per specialization and target before its remaining cases are skipped "
+              "(default 120)")
+def verify_cmd(bundle: Path, namespace: str | None, emulate: bool, targets: tuple[str, ...],
+               op_names: tuple[str, ...], no_shapes: bool, budget: float | None) -> None:
     """Check BUNDLE entirely (every rule, every code object), then run every specialization against its reference
-    on generated inputs (needs a GPU)."""
+    on generated inputs (needs a GPU; with --emulate, on the emulated device instead)."""
     from flyship.loader import core
     from flyship.loader.tools.verify import VerificationError
 
+    if emulate:
+        _verify_emulated(bundle, targets, op_names, no_shapes, budget)
+        return
+    if targets or op_names or no_shapes or budget is not None:
+        raise click.UsageError("--target, --op, --no-shapes and --budget go with --emulate")
     try:
         ops = core.load(bundle, namespace=namespace)
         ops.check()  # every rule and code object now, whatever the load took from the plan cache
@@ -126,6 +143,31 @@ def verify_cmd(bundle: Path, namespace: str | None) -> None:
         report.raise_on_failure()
     except VerificationError:
         raise click.ClickException("verification failed (see the table above)") from None
+
+
+def _verify_emulated(bundle: Path, targets: tuple[str, ...], op_names: tuple[str, ...], no_shapes: bool,
+                     budget: float | None) -> None:
+    from flyship.loader.tools import verify_emulated as _ve
+
+    for t in targets:
+        if not t.startswith("gfx"):
+            raise click.UsageError(f"--target: expected an AMD target (gfx942, gfx950), got {t!r}; the emulator runs "
+                                   "AMD code objects only")
+    try:
+        report = _ve.verify_emulated(bundle, targets or _ve.TARGETS, shapes=not no_shapes, ops=op_names or None,
+                                     budget_s=_ve.DEFAULT_BUDGET_S if budget is None else budget, echo=click.echo)
+    except FlyshipError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(report.summary())
+    bad = report.failures()
+    if bad:
+        first = bad[0]
+        raise click.ClickException(f"verify --emulate: expected every AMD specialization to match its reference on "
+                                   f"the emulated device, got {len(bad)} failing; first: op {first.op!r}, "
+                                   f"specialization {first.spec!r}, {first.target}, {first.case}: {first.note}")
+    if not report.ok:
+        raise click.ClickException("verify --emulate: expected at least one AMD specialization to run on the emulated "
+                                   "device, got none (an sm_*-only bundle is not executed)")
 
 
 @main.command("prebuild")

@@ -85,16 +85,17 @@ class Report:
                                     f"{len(bad)} failing:\n{self.table()}")
 
 
-def example_inputs(op: _m.Op, spec: _m.Specialization, device: Any, seed: int = 0) -> list[Any]:
-    """Inputs for a specialization's example call: random tensors of its shapes and guard dtypes, and its
-    scalars (else the defaults)."""
+def example_inputs(op: _m.Op, spec: _m.Specialization, device: Any, seed: int = 0,
+                   shapes: Optional[dict[str, tuple[int, ...]]] = None) -> list[Any]:
+    """Inputs for a specialization's example call: random tensors of its shapes (or ``shapes``: argument name ->
+    shape, for a boundary shape the guard may admit) and guard dtypes, and its scalars (else the defaults)."""
     import torch
 
     g = torch.Generator(device="cpu").manual_seed(seed)
     out: list[Any] = []
     for a in op.args:
         if a.kind == "tensor":
-            shape = tuple(spec.example.shapes[a.name])
+            shape = tuple((shapes or spec.example.shapes)[a.name])
             dtype = getattr(torch, spec.guard.dtypes.get(a.name) or (a.dtypes[0] if a.dtypes else "float32"))
             if dtype.is_floating_point:
                 t = torch.randn(shape, generator=g).to(dtype)
@@ -102,7 +103,7 @@ def example_inputs(op: _m.Op, spec: _m.Specialization, device: Any, seed: int = 
                 t = torch.randint(0, 2, shape, generator=g).bool()
             else:
                 t = torch.randint(-100, 100, shape, generator=g).to(dtype)
-            strides = spec.example.strides.get(a.name)
+            strides = spec.example.strides.get(a.name) if shapes is None else None
             if strides is not None:  # the layout the code was built for (a transposed weight): same values
                 t = torch.empty_strided(shape, tuple(strides), dtype=dtype).copy_(t)
             out.append(t.to(device) if strides is None else _strided_to(t, device))

@@ -1,0 +1,170 @@
+"""MFMA (v_mfma_f32_<M>x<N>x<K>_<type>): matrix fused multiply-add over the wave, accumulating in binary32.
+
+Layouts (CDNA3/CDNA4 ISA guides, "Matrix fused multiply-add", single-block shapes): the 64 lanes form G = 64/M
+groups; lane l holds row ``i = l % M`` of A (column ``j = l % N`` of B) for the K/G consecutive ``k`` starting at
+``(l // M) * K/G``, packed low element first. D/C (f32) are M*N/64 registers; register r of lane l holds column
+``l % N``, row ``(r // 4) * 4G + 4 (l // N) + r % 4``. Products and sums are computed in binary64 and rounded once
+to binary32 (the hardware's internal order of accumulation is unspecified; results agree within f32 rounding).
+
+fp8 per target: gfx942 (CDNA3) decodes fp8/bf8 as E4M3FNUZ/E5M2FNUZ (exponent bias 8/16, 0x80 = NaN, no infinity);
+gfx950 (CDNA4) as OCP E4M3FN/E5M2 (bias 7/15).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import numpy as np
+
+from flyship.loader.emulate.decode import Inst
+from flyship.loader.emulate.errors import refuse
+from flyship.loader.emulate.state import LANES, Wave, vdst, write_v
+
+_NAME = re.compile(r"^v_mfma_f32_(\d+)x(\d+)x(\d+)_?(f32|xf32|f16|bf16|fp8_fp8|fp8_bf8|bf8_fp8|bf8_bf8)(_1k)?$")
+_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "fp8": 1, "bf8": 1}
+
+
+def fp8_table(fmt: str) -> np.ndarray:
+    """The 256 values of an 8-bit float format: ``e4m3fnuz``, ``e5m2fnuz`` (gfx942), ``e4m3fn``, ``e5m2`` (OCP)."""
+    ebits, mbits = (4, 3) if fmt.startswith("e4m3") else (5, 2)
+    bias = {"e4m3fnuz": 8, "e5m2fnuz": 16, "e4m3fn": 7, "e5m2": 15}[fmt]
+    out = np.empty(256, np.float64)
+    for b in range(256):
+        s, e, m = b >> 7, (b >> mbits) & ((1 << ebits) - 1), b & ((1 << mbits) - 1)
+        if e == 0:
+            v = m / (1 << mbits) * 2.0 ** (1 - bias)
+        else:
+            v = (1 + m / (1 << mbits)) * 2.0 ** (e - bias)
+        v = -v if s else v
+        if fmt.endswith("fnuz") and b == 0x80:
+            v = np.nan
+        elif fmt == "e4m3fn" and e == 15 and m == 7:
+            v = np.nan
+        elif fmt == "e5m2" and e == 31:
+            v = np.nan if m else (-np.inf if s else np.inf)
+        out[b] = v
+    return out
+
+
+_FP8 = {"gfx942": {"fp8": fp8_table("e4m3fnuz"), "bf8": fp8_table("e5m2fnuz")},
+        "gfx950": {"fp8": fp8_table("e4m3fn"), "bf8": fp8_table("e5m2")}}
+
+
+def _elements(rows: np.ndarray, ty: str, target: str) -> np.ndarray:
+    """Registers [nregs, 64] (uint32) -> per-lane elements [64, n] as float64."""
+    raw = np.ascontiguousarray(rows.T).view(np.uint8)  # [64, 4*nregs], little-endian element order
+    if ty == "f32":
+        return raw.view(np.float32).astype(np.float64)
+    if ty == "f16":
+        return raw.view(np.float16).astype(np.float64)
+    if ty == "bf16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    arch = "gfx950" if target.startswith("gfx95") else "gfx942"
+    return _FP8[arch][ty][raw]
+
+
+def compile_mfma(inst: Inst, where: str, target: str) -> Callable[[Wave], None]:
+    m = _NAME.match(inst.mnemonic)
+    if m is None:
+        raise refuse(f"`{where}`: {inst.mnemonic} (this MFMA shape/type is not modelled)")
+    for mod in ("cbsz", "abid", "blgp"):
+        if int(inst.modifier(mod, "0"), 0) != 0:
+            raise refuse(f"`{where}`: {inst.mnemonic} with {mod} (broadcast controls) is not modelled")
+    M, N, K = int(m.group(1)), int(m.group(2)), int(m.group(3))
+    tys = m.group(4)
+    if tys == "xf32":
+        raise refuse(f"`{where}`: {inst.mnemonic} (xf32) is not modelled")
+    ta, tb = (tys.split("_") if "_" in tys else (tys, tys))
+    if M != N or M not in (16, 32):
+        raise refuse(f"`{where}`: {inst.mnemonic}: only single-block 16x16 and 32x32 shapes are modelled")
+    G = LANES // M
+    kpl = K // G
+    drow, dn = vdst(inst.operands[0], where)
+    arow, an = vdst(inst.operands[1], where)
+    brow, bn = vdst(inst.operands[2], where)
+    if inst.operands[3] in ("0", "0.0"):
+        crow, cn = -1, dn
+    else:
+        crow, cn = vdst(inst.operands[3], where)
+    if dn != M * N // LANES or an * 4 != kpl * _BYTES[ta] or bn * 4 != kpl * _BYTES[tb]:
+        raise refuse(f"`{where}`: {inst.mnemonic}: operand sizes do not match a single-block layout "
+                     f"(D {dn} regs, A {an}, B {bn})")
+    lane = np.arange(LANES)
+    i_of = lane % M
+    k_of = (lane // M)[:, None] * kpl + np.arange(kpl)[None, :]
+    r = np.arange(dn)
+    drow_of = (r[:, None] // 4) * 4 * G + 4 * (lane[None, :] // N) + r[:, None] % 4  # [dn, 64]
+    dcol_of = np.broadcast_to(lane % N, (dn, LANES))
+
+    def mfma(w: Wave) -> None:
+        A = np.zeros((M, K))
+        B = np.zeros((K, N))
+        A[i_of[:, None], k_of] = _elements(w.V[arow:arow + an], ta, target)
+        B[k_of, (lane % N)[:, None]] = _elements(w.V[brow:brow + bn], tb, target)
+        C = np.zeros((M, N))
+        if crow >= 0:
+            C[drow_of, dcol_of] = w.V[crow:crow + cn].view(np.float32)
+        D = (A @ B + C).astype(np.float32)
+        out = D[drow_of, dcol_of].view(np.uint32)
+        for q in range(dn):
+            write_v(w, drow + q, out[q])
+    return mfma
+
+
+def fp8_encode(x: np.ndarray, fmt: str, saturate: bool) -> np.ndarray:
+    """binary32 -> 8-bit float codes, round to nearest even (ties to the even code); NaN -> the format's NaN;
+    beyond the largest finite value: saturate to it (``clamp``), else NaN (infinity for OCP E5M2)."""
+    table = fp8_table(fmt)
+    pos = np.arange(128)
+    finite = pos[np.isfinite(table[:128])]
+    vals = table[finite]
+    order = np.argsort(vals, kind="stable")
+    vals, codes = vals[order], finite[order]
+    vals, first = np.unique(vals, return_index=True)  # +0 once
+    codes = codes[first]
+    x = np.asarray(x, np.float32).astype(np.float64)
+    a = np.abs(x)
+    hi = np.clip(np.searchsorted(vals, a), 1, len(vals) - 1)
+    lo = hi - 1
+    dl, dh = a - vals[lo], vals[hi] - a
+    pick = np.where((dh < dl) | ((dh == dl) & (codes[hi] % 2 == 0)), codes[hi], codes[lo])
+    top = vals[-1]
+    half_ulp = (vals[-1] - vals[-2]) / 2
+    over = a >= top + half_ulp
+    nan_code = 0x80 if fmt.endswith("fnuz") else 0x7F
+    over_code = codes[-1] if saturate else (0x7C if fmt == "e5m2" else nan_code)
+    pick = np.where(over, over_code, pick)
+    sign = np.where(np.signbit(x) & (pick != 0) | (np.signbit(x) & ~fmt.endswith("fnuz")), 0x80, 0)
+    out = (pick | sign) & 0xFF
+    if fmt.endswith("fnuz"):
+        out = np.where((pick == 0), 0, out)  # FNUZ has no negative zero
+    out = np.where(np.isnan(x), nan_code, out)
+    if not saturate and fmt.endswith("fnuz"):
+        out = np.where(over, nan_code, out)
+    return out.astype(np.uint32)
+
+
+def compile_cvt_pk_fp8(inst: Inst, where: str, target: str) -> Callable[[Wave], None]:
+    """v_cvt_pk_fp8_f32 / v_cvt_pk_bf8_f32 d, a, b [op_sel:[0,0,1]]: two binary32 values to fp8/bf8 codes in
+    bytes 0-1 (or 2-3 with the destination op_sel bit) of d, the other half kept; the format per target."""
+    from flyship.loader.emulate.state import src
+    m = inst.mnemonic.replace("_e64", "")
+    kind = "fp8" if "fp8" in m else "bf8"
+    arch = "gfx950" if target.startswith("gfx95") else "gfx942"
+    fmt = {("gfx942", "fp8"): "e4m3fnuz", ("gfx942", "bf8"): "e5m2fnuz", ("gfx950", "fp8"): "e4m3fn",
+           ("gfx950", "bf8"): "e5m2"}[(arch, kind)]
+    sel = inst.modifier("op_sel")
+    word = int(sel.strip("[]").split(",")[-1]) if sel else 0
+    sat = inst.modifier("clamp") is not None
+    drow, _ = vdst(inst.operands[0], where)
+    a, b = (src(t, "f", 32, where) for t in inst.operands[1:3])
+
+    def cvt(w: Wave) -> None:
+        lo = fp8_encode(np.asarray(a(w), np.uint32).view(np.float32), fmt, sat)
+        hi = fp8_encode(np.asarray(b(w), np.uint32).view(np.float32), fmt, sat)
+        pair = lo | (hi << np.uint32(8))
+        old = w.V[drow]
+        out = (old & np.uint32(0xFFFF0000)) | pair if word == 0 else (old & np.uint32(0xFFFF)) | (pair << np.uint32(16))
+        write_v(w, drow, out)
+    return cvt

@@ -1,0 +1,451 @@
+"""``flyship verify --emulate``: every AMD specialization run on the emulated device against its reference, no GPU.
+
+For each AMD target (gfx942 and gfx950 by default) the bundle is loaded on the emulated device
+(:mod:`flyship.loader.emulated_device`, ``FLYSHIP_FLAVOR=emulate``): each call takes the op's real C++ path on CPU
+tensors and each launch runs on flyship's CDNA emulator. Every specialization with a code object for the target runs:
+
+* a base case (the first row count of :func:`base_rows` the guard admits: 8, 16, ... 256 below the example's rows,
+  else the example), once into fresh outputs (a user's call) and once into outputs filled with a sentinel (an
+  element left holding it was never written);
+* each other layout of the base inputs (:func:`flyship.loader.tools.verify.other_layouts`: padded rows, a transposed
+  view, every other element) and boundary shapes (:func:`shape_groups`: one row, row and column tails, the guard's
+  largest column count, more than 256 rows and more than the base's grid covers, the example itself), whenever the
+  guard admits them (a shape or layout it refuses falls back to the reference and is listed as not admitted);
+* each of those in both wave schedules (``forward``, ``reverse``): outputs that differ between them are a race.
+
+Every tensor sits in its own buffer with a guard zone of :data:`RED_ZONE` bytes on each side, filled with
+:data:`RED_BYTE` and outside the memory the launch may touch (the emulator refuses an access there); a changed guard
+zone is reported too. sm_* code objects (Triton's cubins) are not executed: the emulator runs AMD code objects only,
+and each such specialization says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+from flyship.bundle import manifest as _m
+from flyship.bundle import targets as _targets
+from flyship.loader.tools import verify as _verify
+
+TARGETS = ("gfx942", "gfx950")
+SCHEDULES = ("forward", "reverse")
+RED_ZONE = 256  # bytes of guard zone before and after every tensor (a multiple of 64: the tensor stays aligned)
+RED_BYTE = 0x5A
+PAD_BYTE = 0x7B  # every byte an input's strides skip (padding): finite in every float dtype (1.3e36 as f32, 61280 as
+# f16), so a kernel that reads padding computes wrong numbers rather than the outputs' NaN sentinel
+DEFAULT_BUDGET_S = 120.0  # emulated seconds per specialization and target before the rest is skipped for time
+_EQUAL_DIMS = re.compile(r"^(\w+)\.shape\[(\d+)\] == (\w+)\.shape\[(\d+)\]$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One line of the report: an op's specialization on one target, shape and layout, in both schedules.
+
+    Attributes:
+        result: ``ok``, ``FAIL``, ``not admitted`` (the guard refuses these inputs: they fall back),
+            ``skipped`` (the time budget ran out, or no code object for the target) or ``not executed`` (sm_*).
+        note: what failed (first wrong elements, the emulator's refusal, a race, a guard zone written) or why not run.
+        instructions, seconds: what the emulator ran for this line (both schedules).
+    """
+
+    op: str
+    spec: str
+    target: str
+    case: str
+    result: str
+    note: str = ""
+    instructions: int = 0
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    runs: tuple[Run, ...]
+
+    @property
+    def ok(self) -> bool:
+        """No line failed and at least one ran on the emulated device."""
+        return any(r.result == "ok" for r in self.runs) and not any(r.result == "FAIL" for r in self.runs)
+
+    def failures(self) -> list[Run]:
+        return [r for r in self.runs if r.result == "FAIL"]
+
+    def table(self) -> str:
+        lines = [f"{'op':<16} {'spec':<10} {'target':<8} {'case':<44} result"]
+        for r in self.runs:
+            extra = f" ({r.note})" if r.note else ""
+            cost = f" [{r.instructions} instructions, {r.seconds:.2f} s emulated]" if r.instructions else ""
+            lines.append(f"{r.op:<16} {r.spec:<10} {r.target:<8} {r.case:<44} {r.result}{cost}{extra}")
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        count = {k: sum(r.result == k for r in self.runs) for k in ("ok", "FAIL", "not admitted", "skipped",
+                                                                   "not executed")}
+        instructions = sum(r.instructions for r in self.runs)
+        seconds = sum(r.seconds for r in self.runs)
+        text = (f"emulated device: {count['ok']} ok, {count['FAIL']} failed, {count['not admitted']} not admitted by "
+                f"the guard, {count['skipped']} skipped; {instructions} instructions emulated in {seconds:.1f} s "
+                "(each case in both wave schedules; emulated, not run on a GPU)")
+        if count["not executed"]:
+            text += (f"; {count['not executed']} sm_* code objects NOT executed (the emulator runs AMD code objects "
+                     "only; they were checked at load, not run)")
+        return text
+
+
+# -- tensors inside guard zones --------------------------------------------------------------------------------------
+
+class Arena:
+    """Tensors each in its own buffer between two guard zones (:data:`RED_ZONE` bytes of :data:`RED_BYTE`).
+
+    The launch may touch only the tensor's own extent (csrc/launch.cpp hands the emulator exactly that), so an access
+    into a guard zone is refused by the emulator; :meth:`changed` also compares the zones after the launch."""
+
+    def __init__(self) -> None:
+        self._buffers: list[tuple[Any, int, str]] = []
+
+    def place(self, shape: Sequence[int], strides: Sequence[int], dtype: Any, name: str, fill: Any = None) -> Any:
+        """A tensor of ``shape``, ``strides`` and ``dtype`` between guard zones. Without ``fill`` (an output) its
+        bytes hold the dtype's sentinel (NaN, or bytes 0xA5: an element left so was never written); with it (an
+        input) ``fill`` is copied in and the bytes its strides skip hold :data:`PAD_BYTE`."""
+        import torch
+
+        item = torch.empty((), dtype=dtype).element_size()
+        numel = 1
+        for s in shape:
+            numel *= int(s)
+        span = 0 if numel == 0 else (sum((int(n) - 1) * int(st) for n, st in zip(shape, strides)) + 1) * item
+        buf = torch.full((span + 2 * RED_ZONE,), RED_BYTE, dtype=torch.uint8)
+        if fill is not None:
+            buf[RED_ZONE:RED_ZONE + span] = PAD_BYTE
+        elif dtype != torch.bool and span:
+            buf[RED_ZONE:RED_ZONE + span].view(dtype).fill_(_verify._sentinel(dtype))
+        t = torch.as_strided(buf.view(dtype), tuple(shape), tuple(strides), RED_ZONE // item)
+        if fill is not None:
+            t.copy_(fill)
+        self._buffers.append((buf, span, name))
+        return t
+
+    def place_like(self, t: Any, name: str, fill: bool = True) -> Any:
+        return self.place(tuple(t.shape), tuple(t.stride()), t.dtype, name, t if fill else None)
+
+    def changed(self) -> list[str]:
+        """The tensors whose guard zones no longer hold :data:`RED_BYTE` everywhere (written out of bounds)."""
+        out = []
+        for buf, span, name in self._buffers:
+            if bool((buf[:RED_ZONE] != RED_BYTE).any()) or bool((buf[RED_ZONE + span:] != RED_BYTE).any()):
+                out.append(name)
+        return out
+
+
+# -- which shapes and layouts ----------------------------------------------------------------------------------------
+
+def tied(spec: _m.Specialization, start: tuple[str, int]) -> set[tuple[str, int]]:
+    """The (argument, dim) pairs the guard's equality constraints (``y.shape[0] == x.shape[0]``) tie to ``start``."""
+    group = {start}
+    pairs = [m.groups() for c in spec.guard.constraints if (m := _EQUAL_DIMS.match(c.strip()))]
+    grown = True
+    while grown:
+        grown = False
+        for a, i, b, j in pairs:
+            x, y = (a, int(i)), (b, int(j))
+            if (x in group) != (y in group):
+                group |= {x, y}
+                grown = True
+    return group
+
+
+def upper_bound(spec: _m.Specialization, group: set[tuple[str, int]]) -> Optional[int]:
+    """The smallest ``name.shape[d] <= N`` bound of the guard over ``group`` (None when there is none)."""
+    bounds = [int(m.group(3)) for c in spec.guard.constraints
+              if (m := re.match(r"^(\w+)\.shape\[(\d+)\] <= (\d+)$", c.strip())) and (m.group(1), int(m.group(2))) in group]
+    return min(bounds) if bounds else None
+
+
+def _resize(shapes: dict[str, tuple[int, ...]], group: set[tuple[str, int]], n: int) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(n if (k, d) in group else s for d, s in enumerate(v)) for k, v in shapes.items()}
+
+
+def shape_groups(op: _m.Op, spec: _m.Specialization, b: int) -> list[tuple[str, list[tuple[str, dict[str, tuple[int, ...]]]]]]:
+    """The shapes to run beyond the smallest admitted one, cheapest first: each a (kind, alternatives) pair where the
+    first alternative the guard admits runs. Rows are dim 0 of the first tensor input and every dim the guard ties to
+    it; columns its last dim and theirs. With B the base case's rows (``b``, the first of :func:`base_rows` the guard
+    admits): one row; B + 1 rows (a tail no
+    block of rows divides); the columns + 1 (a tail no vector width divides); the largest column count a ``<= N``
+    bound allows (up to 65536), one row; more than 256 rows and more than the base's grid covers
+    (max(2B + 3, 259), else max(3B, 384)); the example itself."""
+    shapes = {k: tuple(v) for k, v in spec.example.shapes.items()}
+    first = next((a.name for a in op.args if a.kind == "tensor" and len(shapes.get(a.name, ())) >= 1), None)
+    if first is None:
+        return []
+    rows_group = tied(spec, (first, 0))
+    base = _resize(shapes, rows_group, b)
+    groups: list[tuple[str, list[tuple[str, dict[str, tuple[int, ...]]]]]] = [
+        ("one row", [("1 row", _resize(shapes, rows_group, 1))]),
+        ("a row tail", [(f"{b + 1} rows", _resize(base, rows_group, b + 1))]),
+    ]
+    rank = len(shapes[first])
+    if rank >= 2:
+        cols_group = tied(spec, (first, rank - 1))
+        if not cols_group & rows_group:
+            c = shapes[first][-1]
+            groups.append(("a column tail", [(f"{b} rows x {c + 1} columns", _resize(base, cols_group, c + 1))]))
+            top = upper_bound(spec, cols_group)
+            if top is not None and c < top <= 65536:
+                groups.append(("the largest columns", [(f"1 row x {top} columns (the guard's bound)",
+                                                        _resize(_resize(shapes, rows_group, 1), cols_group, top))]))
+    big = [max(2 * b + 3, 259), max(3 * b, 384)]
+    groups.append(("past the base's grid", [(f"{n} rows", _resize(shapes, rows_group, n)) for n in big]))
+    if shapes != base:
+        groups.append(("the example", [("the example's shape", shapes)]))
+    return groups
+
+
+def base_rows(op: _m.Op, spec: _m.Specialization) -> list[int]:
+    """Row counts to try for the base case (layouts and outputs checked there), smallest first: 8 to 256 below the
+    example's rows, then the example's (the emulator's cost grows with the rows)."""
+    shapes = spec.example.shapes
+    first = next((a.name for a in op.args if a.kind == "tensor" and len(shapes.get(a.name, ())) >= 1), None)
+    if first is None:
+        return [0]
+    rows = int(shapes[first][0])
+    return [n for n in (8, 16, 32, 64, 128, 256) if n < rows] + [rows]
+
+
+# -- one case, both schedules ----------------------------------------------------------------------------------------
+
+def _first_wrong(got: Any, want: Any, limit: int = 3) -> str:
+    import torch
+
+    rtol, atol = _verify.TOLERANCES.get(str(got.dtype).removeprefix("torch."), (0.0, 0.0))
+    a, b = got.double(), want.double()
+    if got.dtype.is_floating_point and b.numel():
+        # A tenth of the relative tolerance of the output's largest magnitude as an absolute floor: a reduction over
+        # random inputs cancels (softmax_bwd's sum(dy * y) over 1000 columns is ~30 for outputs near 0.01), and the
+        # kernel's and the reference's summation orders differ by a few ulps of that sum. A wrong row or element
+        # is off by the values' own size, far above it.
+        atol = max(atol, rtol / 10 * float(b.abs().nan_to_num(0.0, 0.0, 0.0).max()))
+    bad = ~torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+    n = int(bad.sum())
+    if n == 0:
+        return ""
+    where = bad.nonzero()[:limit]
+    items = ", ".join(f"{[int(i) for i in idx]}: got {float(a[tuple(idx)]):.6g}, want {float(b[tuple(idx)]):.6g}"
+                      for idx in where)
+    return f"{n} of {got.numel()} elements wrong, first {items}"
+
+
+_conflicts: set[int] = set()  # LDS addresses the emulator saw two waves touch with no barrier between (this case)
+
+
+def _run_once(handle: Any, spec: _m.Specialization, inputs: list[Any], want: tuple[Any, ...], order: str,
+              fresh: bool) -> tuple[tuple[Any, ...], list[str], int, float, str]:
+    """The specialization on copies of ``inputs`` inside guard zones, outputs sentinel-filled (or fresh), waves in
+    ``order``: (outputs and mutated inputs, problems found, instructions, emulated seconds, and why the guard does
+    not admit the inputs, or "")."""
+    from flyship.loader import emulated_device
+
+    op = handle.manifest
+    arena = Arena()
+    mine = [arena.place_like(t, a.name) if a.kind == "tensor" else t for a, t in zip(op.args, inputs)]
+    outs = () if fresh else tuple(arena.place(tuple(w.shape), tuple(w.stride()), w.dtype, o.name)
+                                  for o, w in zip(op.outputs, want))
+    with emulated_device.schedule(order), emulated_device.stats() as log:
+        try:
+            got = handle.run_specialization(spec.name, *mine, out=outs)
+        except RuntimeError as e:
+            if "do not fit specialization" in str(e):
+                return (), [], 0, 0.0, str(e).splitlines()[0]
+            return (), [f"{order} schedule: {_launch_words(e)}"], sum(s.instructions for s in log), \
+                sum(s.seconds for s in log), ""
+    got = tuple(got) + tuple(mine[i] for i, a in enumerate(op.args) if a.mutable)
+    problems = [f"{order} schedule: wrote into the guard zone around {n!r} (out of bounds)" for n in arena.changed()]
+    _conflicts.update(a for st in log for a in st.lds_conflicts)
+    return got, problems, sum(s.instructions for s in log), sum(s.seconds for s in log), ""
+
+
+def _launch_words(e: BaseException) -> str:
+    """The emulator's refusal out of an op error (the core puts op, kernel, target, grid and block around it)."""
+    text = str(e)
+    cut = text.find("\nAt:\n")  # pybind11 appends the Python frames of the emulator's exception
+    if cut >= 0:
+        text = text[:cut] + text[text.find("\n [", cut):] if "\n [" in text[cut:] else text[:cut]
+    return " ".join(text.split())[:800]
+
+
+def run_case(handle: Any, spec: _m.Specialization, reference: Any, inputs: list[Any], fresh: bool = False
+             ) -> tuple[str, str, int, float]:
+    """One case in both schedules against the reference: (result, note, instructions, emulated seconds)."""
+    import torch
+
+    op = handle.manifest
+    ref_inputs = [_verify._same_layout_copy(t) if isinstance(t, torch.Tensor) and a.mutable else t
+                  for a, t in zip(op.args, inputs)]
+    want = reference(*ref_inputs)
+    want = (want,) if isinstance(want, torch.Tensor) else () if want is None else tuple(want)
+    want += tuple(ref_inputs[i] for i, a in enumerate(op.args) if a.mutable)
+    results, problems, instructions, seconds = {}, [], 0, 0.0
+    _conflicts.clear()
+    for order in SCHEDULES:
+        got, found, n, s, refused = _run_once(handle, spec, inputs, want[:len(op.outputs)], order, fresh)
+        if refused:
+            return "not admitted", refused, instructions, seconds
+        instructions, seconds = instructions + n, seconds + s
+        problems += found
+        if not got:
+            break
+        results[order] = got
+        for k, (g, w) in enumerate(zip(got, want)):
+            name = op.outputs[k].name if k < len(op.outputs) else f"in-place {k - len(op.outputs)}"
+            if g.shape != w.shape:
+                problems.append(f"{order}: output {name!r} has shape {list(g.shape)}, the reference {list(w.shape)}")
+                continue
+            if not fresh and k < len(op.outputs) and not op.outputs[k].zero:
+                left = int(_verify.unwritten_mask(g, w).sum())
+                if left:
+                    first = [int(i) for i in _verify.unwritten_mask(g, w).nonzero()[0]]
+                    problems.append(f"{order}: output {name!r}: {left} of {g.numel()} elements never written "
+                                    f"(first at {first})")
+                    continue
+            wrong = _first_wrong(g, w)
+            if wrong:
+                problems.append(f"{order}: output {name!r}: {wrong}")
+        if problems:
+            break
+    if not problems and len(results) == 2:
+        for k, (f, r) in enumerate(zip(results["forward"], results["reverse"])):
+            same = torch.equal(f.contiguous().view(torch.uint8), r.contiguous().view(torch.uint8)) \
+                if f.dtype != torch.bool else torch.equal(f, r)
+            if not same:
+                diff = (f.double() - r.double()).abs().nan_to_num(float("inf"))
+                idx = [int(i) for i in (diff > 0).nonzero()[0]] if bool((diff > 0).any()) else []
+                lds = sorted(_conflicts)
+                where = (f"; LDS bytes two waves touched with no barrier between: {[hex(a) for a in lds[:8]]}"
+                         f"{f' and {len(lds) - 8} more' if len(lds) > 8 else ''}" if lds else "")
+                problems.append(f"race: output {k} differs between the forward and reverse wave schedules (first at "
+                                f"{idx}): a result that depends on wave order, e.g. LDS read before another wave's "
+                                f"write with no barrier between{where}")
+    if not problems and _conflicts:  # the same outputs either way: listed, not failed (the order did not matter here)
+        lds = sorted(_conflicts)
+        return "ok", (f"{len(lds)} LDS bytes two waves touched with no barrier between, same outputs in both orders: "
+                      f"{[hex(a) for a in lds[:4]]}"), instructions, seconds
+    return ("FAIL" if problems else "ok"), "; ".join(problems), instructions, seconds
+
+
+# -- the whole bundle ------------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _flavor(value: str) -> Iterator[None]:
+    before = os.environ.get("FLYSHIP_FLAVOR")
+    os.environ["FLYSHIP_FLAVOR"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("FLYSHIP_FLAVOR", None)
+        else:
+            os.environ["FLYSHIP_FLAVOR"] = before
+
+
+def load_emulated(bundle: str | Path, target: str, namespace: Optional[str] = None) -> Any:
+    """The bundle loaded on an emulated device of ``target`` (device 0, under a fresh namespace unless given)."""
+    import flyship
+    from flyship.loader import emulated_device, extension
+
+    ext = extension.extension("emulate")
+    emulated_device.install(ext)
+    emulated_device.describe(ext, target)
+    with _flavor("emulate"):
+        return flyship.load(bundle, namespace=namespace or f"flyship_e{uuid.uuid4().hex[:10]}")
+
+
+def _base_inputs(op: _m.Op, spec: _m.Specialization, rows: int) -> list[Any]:
+    shapes = {k: tuple(v) for k, v in spec.example.shapes.items()}
+    first = next((a.name for a in op.args if a.kind == "tensor" and len(shapes.get(a.name, ())) >= 1), None)
+    if first is None or rows == shapes[first][0]:
+        return _verify.example_inputs(op, spec, "cpu")  # the example's own layout
+    return _verify.example_inputs(op, spec, "cpu", shapes=_resize(shapes, tied(spec, (first, 0)), rows))
+
+
+def verify_emulated(bundle: str | Path, targets: Sequence[str] = TARGETS, *, shapes: bool = True,
+                    budget_s: float = DEFAULT_BUDGET_S, ops: Optional[Sequence[str]] = None,
+                    echo: Any = None) -> Report:
+    """Run every AMD specialization of ``bundle`` on emulated devices of ``targets`` (module docstring); ``ops``
+    limits it to those op names, ``shapes=False`` leaves out the boundary shapes, ``budget_s`` bounds the emulated
+    seconds per specialization and target (the cases after it are reported as skipped for time). ``echo`` gets each
+    line as it is decided."""
+    runs: list[Run] = []
+    cubins: set[tuple[str, str, str]] = set()  # (op, specialization, target) of every non-AMD code object
+
+    def add(r: Run) -> None:
+        runs.append(r)
+        if echo is not None:
+            echo(Report((r,)).table().splitlines()[1])
+
+    for target in targets:
+        loaded = load_emulated(bundle, target)
+        loaded.check()
+        for handle in loaded:
+            op = handle.manifest
+            if ops is not None and op.name not in ops:
+                continue
+            reference = loaded.reference(op.name)
+            for spec in op.specializations:
+                names = [v.target for v in spec.variants]
+                cubins.update((op.name, spec.name, n) for n in names if not n.startswith("gfx"))
+                chosen = _targets.select(names, target)
+                if chosen is None:
+                    add(Run(op.name, spec.name, target, "-", "skipped", f"no code object for {target}"))
+                    continue
+                if reference is None:
+                    add(Run(op.name, spec.name, target, "-", "FAIL", "no reference to compare with"))
+                    continue
+                _verify_spec(handle, spec, reference, target, shapes, budget_s, add)
+    for op_name, spec_name, cubin in sorted(cubins):  # said once each, whatever the targets emulated
+        add(Run(op_name, spec_name, cubin, "-", "not executed", "the emulator runs AMD code objects only; this one "
+                "was checked at load (rules, code object), not run"))
+    return Report(tuple(runs))
+
+
+def _verify_spec(handle: Any, spec: _m.Specialization, reference: Any, target: str, shapes: bool, budget_s: float,
+                 add: Any) -> None:
+    """Every case of one specialization on one target (module docstring), cheapest first, within ``budget_s``."""
+    op = handle.manifest
+    t0 = time.perf_counter()
+
+    def run(case: str, inputs: list[Any], fresh: bool, quiet_refusal: bool = False) -> str:
+        if time.perf_counter() - t0 > budget_s:
+            add(Run(op.name, spec.name, target, case, "skipped", f"time budget of {budget_s:.0f} s per "
+                    "specialization spent (flyship verify --emulate --budget S)"))
+            return "skipped"
+        result, note, n, s = run_case(handle, spec, reference, inputs, fresh)
+        if not (quiet_refusal and result == "not admitted"):
+            add(Run(op.name, spec.name, target, case, result, note, n, s))
+        return result
+
+    rows = base_inputs = None
+    candidates = base_rows(op, spec)
+    for k, n in enumerate(candidates):
+        inputs = _base_inputs(op, spec, n)
+        result = run(f"{n} rows, fresh outputs", inputs, True, quiet_refusal=k + 1 < len(candidates))
+        if result != "not admitted":
+            rows, base_inputs = n, inputs
+            break
+    if base_inputs is None or rows is None:
+        return
+    run(f"{rows} rows", base_inputs, False)
+    for label, other in _verify.other_layouts(op, base_inputs):
+        run(f"{rows} rows, {label}", other, False)
+    if not shapes:
+        return
+    for kind, alternatives in shape_groups(op, spec, rows):
+        for k, (label, new) in enumerate(alternatives):
+            inputs = _verify.example_inputs(op, spec, "cpu", seed=1, shapes=new)
+            if run(f"{kind}: {label}", inputs, False, quiet_refusal=k + 1 < len(alternatives)) != "not admitted":
+                break

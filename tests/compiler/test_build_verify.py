@@ -1,0 +1,41 @@
+"""``flyc-build --verify``: after writing, every AMD specialization runs on the emulated device (``flyship verify
+--emulate`` in a child process of the build Python); a kernel right on its example but wrong beyond it refuses the
+build, naming op, specialization, target, case and the first wrong elements, and nothing is left at OUT to load.
+Emulated results, never a GPU's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_build
+
+pytestmark = pytest.mark.compile
+
+SILENT = ROOT / "tests" / "loader" / "data" / "silent" / "silent.py"
+
+
+def test_verify_refuses_a_kernel_wrong_past_its_example(tmp_path: Path) -> None:
+    out = tmp_path / "silent"
+    r = run_build(SILENT, out, ["gfx942"], "--verify", check=False)
+    text = r.stdout + r.stderr
+    assert r.returncode == 1, text
+    assert ("flyc-build --verify: expected every AMD specialization to match its reference on the emulated device, "
+            "got 4 failing; first: ") in r.stderr, text
+    # the first failure, by op, specialization, target and case, with the first wrong elements
+    assert ("op 'wrap_rows', specialization 'f32', gfx942, past the base's grid: 259 rows: forward: output 'out': "
+            "192 of 16576 elements wrong, first [256, 0]") in r.stderr, text
+    assert not out.exists() and (tmp_path / "silent.refused" / "manifest.json").is_file(), text
+    assert "emulated device:" in r.stdout and "4 failed" in r.stdout, text  # every case listed as it ran
+
+
+def test_verify_passes_a_right_kernel(tmp_path: Path) -> None:
+    out = tmp_path / "right"
+    r = run_build(SILENT.parent / "right.py", out, ["gfx942", "gfx950"], "--verify", check=False)
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text
+    assert (out / "manifest.json").is_file() and "0 failed" in r.stdout, text
+    ok = [line for line in r.stdout.splitlines() if line.startswith("plus_one") and " ok [" in line]
+    assert {t for t in ("gfx942", "gfx950") if any(f" {t} " in line for line in ok)} == {"gfx942", "gfx950"}, text
+    assert len(ok) >= 2 * 7, text  # base, its layout, one row, tails, past 256 rows, the example: both targets
