@@ -4,6 +4,7 @@ text and the number formats' definitions."""
 from __future__ import annotations
 
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -250,3 +251,15 @@ def test_pk_fma_f32_op_sel_hi_and_neg_pick_and_negate_halves():
     out, _ = run_lanes(img, a, b)
     np.testing.assert_array_equal(out[:64].view(np.float32), a * b - 1)
     np.testing.assert_array_equal(out[64:].view(np.float32), 2 * a * b + 1)
+
+
+def test_float_exceptions_give_ieee_results_without_numpy_warnings():
+    # The hardware raises no float exceptions (the ISA's v_rcp_f32 table: rcp(+0) = +inf, rcp(-0) = -inf);
+    # inf - inf is the default NaN. numpy would warn on each; the emulator computes them silently.
+    img = assemble("  v_rcp_f32 v4, v2\n  v_mov_b32 v6, 0x7f800000\n  v_sub_f32 v5, v6, v6\n", "gfx942")
+    zeros = np.where(LANE % 2 == 0, 0, 0x80000000).astype(np.uint32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, _ = run_lanes(img, zeros)
+    np.testing.assert_array_equal(out[:64], np.where(LANE % 2 == 0, 0x7F800000, 0xFF800000).astype(np.uint32))
+    assert np.isnan(out[64:].view(np.float32)).all()
