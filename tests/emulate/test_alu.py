@@ -307,3 +307,25 @@ def test_gfx950_f8f6f4_mfma_with_fp4_operands_is_refused_by_name():
                    "  s_nop 7\n  v_mov_b32 v4, v30\n", "gfx950")
     with pytest.raises(emulate.EmulationError, match="v_mfma_f32_16x16x128_f8f6f4 with formats cbsz:4 blgp:4"):
         run_lanes(img, LANE)
+
+
+def test_gfx950_f8f6f4_mfma_32x32x64_output_layout():
+    # 32x32x64: lane l holds row/column l % 32 and 32 bytes of K for lane group l // 32 (two groups); D register r
+    # of lane l is D[8 (r // 4) + 4 (l // 32) + r % 4][l % 32]. D[m][n] = 32 * sum_g a(m + 32g) b(n + 32g).
+    movs = "".join(f"  v_mov_b32 v{10 + i}, v2\n  v_mov_b32 v{20 + i}, v3\n" for i in range(8))
+    img = assemble(movs + """
+  v_mfma_f32_32x32x64_f8f6f4 v[30:45], v[10:17], v[20:27], 0
+  s_nop 7
+  s_nop 7
+  s_nop 7
+  v_mov_b32 v4, v35
+  v_mov_b32 v5, v44
+""", "gfx950")
+    codes_a = (np.arange(64) * 3 + 0x30) % 0x20 + 0x30
+    codes_b = (np.arange(64) * 5 + 0x31) % 0x20 + 0x30
+    a = np.array([fp8_any(int(c), "e4m3fn") for c in codes_a])
+    b = np.array([fp8_any(int(c), "e4m3fn") for c in codes_b])
+    out, _ = run_lanes(img, (codes_a * 0x01010101).astype(np.uint32), (codes_b * 0x01010101).astype(np.uint32))
+    d = np.array([[32 * sum(a[m + 32 * g] * b[n + 32 * g] for g in range(2)) for n in range(32)] for m in range(32)])
+    want = np.concatenate([d[8 * (r // 4) + 4 * (LANE // 32) + r % 4, LANE % 32] for r in (5, 14)]).astype(np.float32)
+    np.testing.assert_array_equal(out.view(np.float32), want)
