@@ -41,7 +41,8 @@ FWD = f"""
                  Output("Output", like="Input"), Value("m_in", "Input.shape[0]")],
            specs=[Spec(dt, dtypes={{"Input": tdt, "Gamma": tdt, "Beta": tdt}},
                        shapes={{"Input": (ROWS, N), "Gamma": (N,), "Beta": (N,)}},
-                       constraints=(f"Input.shape[1] == {{N}}", f"Gamma.shape[0] == {{N}}", f"Beta.shape[0] == {{N}}"))])
+                       constraints=(f"Input.shape[1] == {{N}}", f"Gamma.shape[0] == {{N}}",
+                                    f"Beta.shape[0] == {{N}}"))])
         op(f"softmax_{{dt}}", kernel=build_softmax_module(ROWS, N, dt),
            args=[Tensor("A", rank=2), Output("C", like="A"), Value("m_in", "A.shape[0]")],
            specs=[Spec(dt, dtypes={{"A": tdt}}, shapes={{"A": (ROWS, N)}}, constraints=(f"A.shape[1] == {{N}}",))])
