@@ -244,7 +244,9 @@ def run_kernel(image: bytes, symbol: str, grid, block, dynamic_lds: int, kernarg
                     _setup(w, d, user, (gx, gy, gz), wi[k * LANES:(k + 1) * LANES],
                            min(LANES, nthreads - k * LANES))
                     waves.append(w)
-                stats.instructions += _run_group(prog, waves, schedule, budget, max_instructions)
+                # the hardware's float ops raise no exceptions: 1/0 is inf, inf-inf is NaN (numpy would warn)
+                with np.errstate(all="ignore"):
+                    stats.instructions += _run_group(prog, waves, schedule, budget, max_instructions)
                 conflicts |= lds.conflicts
                 stats.waves += nwaves
                 stats.workgroups += 1

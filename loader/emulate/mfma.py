@@ -8,6 +8,12 @@ to binary32 (the hardware's internal order of accumulation is unspecified; resul
 
 fp8 per target: gfx942 (CDNA3) decodes fp8/bf8 as E4M3FNUZ/E5M2FNUZ (exponent bias 8/16, 0x80 = NaN, no infinity);
 gfx950 (CDNA4) as OCP E4M3FN/E5M2 (bias 7/15).
+
+gfx950's ``v_mfma_f32_{16x16x128,32x32x64}_f8f6f4`` take each operand's format from ``cbsz`` (A) and ``blgp`` (B):
+0 = fp8 E4M3, 1 = bf8 E5M2, 2/3 = fp6, 4 = fp4 (LLVM's encoding). Only the 8-bit formats are modelled: each lane
+holds 32 elements of its row/column (8 VGPRs). Which ``k`` a lane's byte j is does not change D when A and B use
+the same (lane group, byte) -> k mapping, as a matrix product's operands do; mixed widths (fp6/fp4, where that
+mapping matters) and the block-scaled ``v_mfma_scale_*`` stay refused by name.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from flyship.loader.emulate.decode import Inst
 from flyship.loader.emulate.errors import refuse
 from flyship.loader.emulate.state import LANES, Wave, vdst, write_v
 
-_NAME = re.compile(r"^v_mfma_f32_(\d+)x(\d+)x(\d+)_?(f32|xf32|f16|bf16|fp8_fp8|fp8_bf8|bf8_fp8|bf8_bf8)(_1k)?$")
+_NAME = re.compile(r"^v_mfma_f32_(\d+)x(\d+)x(\d+)_?(f32|xf32|f16|bf16|fp8_fp8|fp8_bf8|bf8_fp8|bf8_bf8|f8f6f4)(_1k)?$")
+_F8F6F4 = {0: "fp8", 1: "bf8"}  # cbsz/blgp format codes of the 8-bit formats
 _BYTES = {"f32": 4, "f16": 2, "bf16": 2, "fp8": 1, "bf8": 1}
 
 
@@ -68,11 +75,20 @@ def compile_mfma(inst: Inst, where: str, target: str) -> Callable[[Wave], None]:
     m = _NAME.match(inst.mnemonic)
     if m is None:
         raise refuse(f"`{where}`: {inst.mnemonic} (this MFMA shape/type is not modelled)")
-    for mod in ("cbsz", "abid", "blgp"):
-        if int(inst.modifier(mod, "0"), 0) != 0:
-            raise refuse(f"`{where}`: {inst.mnemonic} with {mod} (broadcast controls) is not modelled")
     M, N, K = int(m.group(1)), int(m.group(2)), int(m.group(3))
     tys = m.group(4)
+    if tys == "f8f6f4":
+        fmts = [int(inst.modifier(mod, "0"), 0) for mod in ("cbsz", "blgp")]
+        if not target.startswith("gfx95") or any(f not in _F8F6F4 for f in fmts):
+            raise refuse(f"`{where}`: {inst.mnemonic} with formats cbsz:{fmts[0]} blgp:{fmts[1]} on {target} is not "
+                         "modelled (only fp8/bf8 operands on gfx950)")
+        tys = "_".join(_F8F6F4[f] for f in fmts)
+        if int(inst.modifier("abid", "0"), 0) != 0:
+            raise refuse(f"`{where}`: {inst.mnemonic} with abid is not modelled")
+    else:
+        for mod in ("cbsz", "abid", "blgp"):
+            if int(inst.modifier(mod, "0"), 0) != 0:
+                raise refuse(f"`{where}`: {inst.mnemonic} with {mod} (broadcast controls) is not modelled")
     if tys == "xf32":
         raise refuse(f"`{where}`: {inst.mnemonic} (xf32) is not modelled")
     ta, tb = (tys.split("_") if "_" in tys else (tys, tys))

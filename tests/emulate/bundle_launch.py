@@ -23,7 +23,7 @@ def pack_kernargs(fields: list[dict], tensors: dict[str, torch.Tensor], scalars:
     buf = bytearray(size)
     for f in fields:
         kind, arg = f["kind"], f["arg"]
-        if kind == "pointer":
+        if kind in ("pointer", "workspace"):  # a workspace: the test passes its buffer as a tensor
             value = tensors[arg].data_ptr()
         elif kind == "shape":
             value = tensors[arg].shape[f["dim"]]

@@ -4,6 +4,7 @@ text and the number formats' definitions."""
 from __future__ import annotations
 
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -250,3 +251,81 @@ def test_pk_fma_f32_op_sel_hi_and_neg_pick_and_negate_halves():
     out, _ = run_lanes(img, a, b)
     np.testing.assert_array_equal(out[:64].view(np.float32), a * b - 1)
     np.testing.assert_array_equal(out[64:].view(np.float32), 2 * a * b + 1)
+
+
+def test_float_exceptions_give_ieee_results_without_numpy_warnings():
+    # The hardware raises no float exceptions (the ISA's v_rcp_f32 table: rcp(+0) = +inf, rcp(-0) = -inf);
+    # inf - inf is the default NaN. numpy would warn on each; the emulator computes them silently.
+    img = assemble("  v_rcp_f32 v4, v2\n  v_mov_b32 v6, 0x7f800000\n  v_sub_f32 v5, v6, v6\n", "gfx942")
+    zeros = np.where(LANE % 2 == 0, 0, 0x80000000).astype(np.uint32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out, _ = run_lanes(img, zeros)
+    np.testing.assert_array_equal(out[:64], np.where(LANE % 2 == 0, 0x7F800000, 0xFF800000).astype(np.uint32))
+    assert np.isnan(out[64:].view(np.float32)).all()
+
+
+def fp8_any(byte: int, fmt: str) -> float:
+    """fp8 E4M3 or bf8 E5M2 (OCP, gfx950) by definition, normal numbers and zero."""
+    s, rest = (-1.0 if byte & 0x80 else 1.0), byte & 0x7F
+    if rest == 0:
+        return 0.0
+    eb, bias = (4, 7) if fmt == "e4m3fn" else (5, 15)
+    mb = 7 - eb
+    e, m = rest >> mb, rest & ((1 << mb) - 1)
+    return s * (1 + m / (1 << mb)) * 2.0 ** (e - bias)
+
+
+@pytest.mark.parametrize("cbsz,fmt_a", [(0, "e4m3fn"), (1, "e5m2")])
+def test_gfx950_f8f6f4_mfma_16x16x128_rows_columns_and_output_layout(cbsz, fmt_a):
+    # D = A (16x128) B (128x16): lane l holds row l % 16 of A and column l % 16 of B, 32 bytes (8 VGPRs) of K each
+    # for lane group l // 16; D register r of lane l is D[4 (l // 16) + r][l % 16] (the 16x16 layout of the ISA).
+    # Every byte of a lane is its in0 (A) / in1 (B) byte, so D[m][n] = 32 * sum_g a(m + 16g) b(n + 16g)
+    # whatever k each byte stands for. cbsz picks A's format (0 fp8, 1 bf8), blgp B's (0 fp8).
+    movs = "".join(f"  v_mov_b32 v{10 + i}, v2\n  v_mov_b32 v{20 + i}, v3\n" for i in range(8))
+    img = assemble(movs + f"""
+  v_mfma_f32_16x16x128_f8f6f4 v[30:33], v[10:17], v[20:27], 0 cbsz:{cbsz}
+  s_nop 7
+  s_nop 7
+  v_mov_b32 v4, v30
+  v_mov_b32 v5, v33
+""", "gfx950")
+    codes_a = np.array([0x38, 0x40, 0xB8, 0x44, 0x30, 0x3C, 0x48, 0x34] * 8)[LANE] if cbsz == 0 else \
+        np.array([0x3C, 0x40, 0xBC, 0x42, 0x38, 0x3E, 0x44, 0x3A] * 8)[LANE]
+    codes_b = (np.arange(64) * 5 + 0x30) % 0x20 + 0x30  # E4M3 codes 0x30..0x4f: 0.5 .. 3.875
+    a = np.array([fp8_any(int(c), fmt_a) for c in codes_a])
+    b = np.array([fp8_any(int(c), "e4m3fn") for c in codes_b])
+    word = lambda c: (c * 0x01010101).astype(np.uint32)  # noqa: E731 - the byte in all four bytes
+    out, _ = run_lanes(img, word(codes_a), word(codes_b))
+    d = np.array([[32 * sum(a[m + 16 * g] * b[n + 16 * g] for g in range(4)) for n in range(16)] for m in range(16)])
+    want = np.concatenate([d[4 * (LANE // 16) + r, LANE % 16] for r in (0, 3)]).astype(np.float32)
+    np.testing.assert_array_equal(out.view(np.float32), want)
+
+
+def test_gfx950_f8f6f4_mfma_with_fp4_operands_is_refused_by_name():
+    img = assemble("  v_mfma_f32_16x16x128_f8f6f4 v[30:33], v[10:13], v[20:23], 0 cbsz:4 blgp:4\n  s_nop 7\n"
+                   "  s_nop 7\n  v_mov_b32 v4, v30\n", "gfx950")
+    with pytest.raises(emulate.EmulationError, match="v_mfma_f32_16x16x128_f8f6f4 with formats cbsz:4 blgp:4"):
+        run_lanes(img, LANE)
+
+
+def test_gfx950_f8f6f4_mfma_32x32x64_output_layout():
+    # 32x32x64: lane l holds row/column l % 32 and 32 bytes of K for lane group l // 32 (two groups); D register r
+    # of lane l is D[8 (r // 4) + 4 (l // 32) + r % 4][l % 32]. D[m][n] = 32 * sum_g a(m + 32g) b(n + 32g).
+    movs = "".join(f"  v_mov_b32 v{10 + i}, v2\n  v_mov_b32 v{20 + i}, v3\n" for i in range(8))
+    img = assemble(movs + """
+  v_mfma_f32_32x32x64_f8f6f4 v[30:45], v[10:17], v[20:27], 0
+  s_nop 7
+  s_nop 7
+  s_nop 7
+  v_mov_b32 v4, v35
+  v_mov_b32 v5, v44
+""", "gfx950")
+    codes_a = (np.arange(64) * 3 + 0x30) % 0x20 + 0x30
+    codes_b = (np.arange(64) * 5 + 0x31) % 0x20 + 0x30
+    a = np.array([fp8_any(int(c), "e4m3fn") for c in codes_a])
+    b = np.array([fp8_any(int(c), "e4m3fn") for c in codes_b])
+    out, _ = run_lanes(img, (codes_a * 0x01010101).astype(np.uint32), (codes_b * 0x01010101).astype(np.uint32))
+    d = np.array([[32 * sum(a[m + 32 * g] * b[n + 32 * g] for g in range(2)) for n in range(32)] for m in range(32)])
+    want = np.concatenate([d[8 * (r // 4) + 4 * (LANE // 32) + r % 4, LANE % 32] for r in (5, 14)]).astype(np.float32)
+    np.testing.assert_array_equal(out.view(np.float32), want)

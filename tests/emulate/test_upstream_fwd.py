@@ -19,7 +19,6 @@ from tests.compiler.test_upstream_wide import _write_spec
 from tests.compiler.upstream import upstream_kernels
 from tests.conftest import run_build
 from tests.emulate.bundle_launch import launch
-from flyship.loader import emulate
 
 pytestmark = pytest.mark.cpu
 N, ROWS = 2048, 4
@@ -42,7 +41,8 @@ FWD = f"""
                  Output("Output", like="Input"), Value("m_in", "Input.shape[0]")],
            specs=[Spec(dt, dtypes={{"Input": tdt, "Gamma": tdt, "Beta": tdt}},
                        shapes={{"Input": (ROWS, N), "Gamma": (N,), "Beta": (N,)}},
-                       constraints=(f"Input.shape[1] == {{N}}", f"Gamma.shape[0] == {{N}}", f"Beta.shape[0] == {{N}}"))])
+                       constraints=(f"Input.shape[1] == {{N}}", f"Gamma.shape[0] == {{N}}",
+                                    f"Beta.shape[0] == {{N}}"))])
         op(f"softmax_{{dt}}", kernel=build_softmax_module(ROWS, N, dt),
            args=[Tensor("A", rank=2), Output("C", like="A"), Value("m_in", "A.shape[0]")],
            specs=[Spec(dt, dtypes={{"A": tdt}}, shapes={{"A": (ROWS, N)}}, constraints=(f"A.shape[1] == {{N}}",))])
@@ -142,20 +142,15 @@ def test_upstream_preshuffle_gemm_16bit_matches_torch(fwd, dtype, tag):
         torch.testing.assert_close(c, (a.float() @ b.float().T).to(torch.bfloat16).float(), atol=0.1, rtol=1e-2)
 
 
-def test_upstream_preshuffle_gemm_fp8_matches_torch_on_gfx942_and_is_refused_by_name_on_gfx950(fwd):
-    """gfx942: E4M3FNUZ operands through 16x16x32 fp8 MFMAs, per-row and per-column f32 scales. gfx950: the kernel
-    uses the CDNA4 16x16x128 f8f6f4 MFMA, which the emulator does not model yet; refused by name."""
+def test_upstream_preshuffle_gemm_fp8_matches_torch_per_target(fwd):
+    """gfx942: E4M3FNUZ operands through 16x16x32 fp8 MFMAs; gfx950: OCP E4M3FN through the CDNA4 16x16x128
+    f8f6f4 MFMA. Per-row and per-column f32 scales."""
     bundle, manifest = fwd
     for v in _variants(manifest, "gemm_fp8"):
-        fnuz = v["code_object"]["target"] == "gfx942"
-        f8 = torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
+        f8 = torch.float8_e4m3fnuz if v["code_object"]["target"] == "gfx942" else torch.float8_e4m3fn
         a, b = torch.randn(GM, GK).to(f8), torch.randn(GN, GK).to(f8)
         sa = (torch.rand(64) + 0.5)[:GM]  # its storage covers the ragged tile's rows, which the kernel reads
         sb = torch.rand(GN) + 0.5
         want = (a.float() * sa[:, None]) @ (b.float() * sb[:, None]).T
-        if not fnuz:
-            with pytest.raises(emulate.EmulationError, match="v_mfma_f32_16x16x128_f8f6f4"):
-                _gemm(bundle, v, a.view(torch.int8), b.view(torch.int8), sa, sb)
-            continue
         c = _gemm(bundle, v, a.view(torch.int8), b.view(torch.int8), sa, sb)
         torch.testing.assert_close(c, want.to(torch.bfloat16).float(), atol=0.1, rtol=1e-2)
