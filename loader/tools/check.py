@@ -110,7 +110,8 @@ def check(path: Path | str, trusted_keys: Iterable[str | os.PathLike] | None = N
     signer, verify_with = _verify_signature(p, keys)
     with tempfile.TemporaryDirectory(prefix="flyship-check-") as cache:  # nothing of it outlives the check
         try:
-            root = _pack.open_pack(p, cache=cache, trusted_keys=sorted(verify_with) if verify_with else [])
+            # None: no signature required (no policy: an unsigned pack, no keys given or set)
+            root = _pack.open_pack(p, cache=cache, trusted_keys=sorted(verify_with) if verify_with else None)
         except BundleError as e:  # the signature does not verify, a member differs, the archive is damaged
             raise BundleError(str(e), kind="PackAltered") from None
         try:

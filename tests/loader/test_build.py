@@ -39,9 +39,9 @@ def dynamic_tags(path: Path) -> dict[str, list[str]]:
 def fresh_import(cfg: extension.BuildConfig, then: str) -> subprocess.CompletedProcess:
     """Import the extension built from ``cfg`` in a fresh process (as load() does), print whether a HIP runtime is
     mapped into the process, run ``then`` (``m`` is the module) and print it again."""
-    code = ("import sys\nimport torch\nfrom flyship.loader import extension\n"
+    code = ("import sys\nfrom pathlib import Path\nimport torch\nfrom flyship.loader import extension\n"
             "def hip_mapped():\n    return 'libamdhip64' in open('/proc/self/maps').read()\n"
-            f"m = extension._import({cfg.name!r}, {str(cfg.library)!r})\n"
+            f"m = extension._import({cfg.name!r}, Path({str(cfg.library)!r}), group_ok=True)\n"
             f"print(hip_mapped())\n{then}\nprint(hip_mapped())\n")
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
@@ -115,7 +115,7 @@ def test_flavor_comes_from_the_environment_first(monkeypatch):
     monkeypatch.setenv("FLYSHIP_FLAVOR", "cuda")
     assert extension.choose_flavor() == "cuda"
     monkeypatch.setenv("FLYSHIP_FLAVOR", "rocm")
-    with pytest.raises(ValueError, match="expected 'hip' or 'cuda' .*, got 'rocm'"):
+    with pytest.raises(ValueError, match="expected 'hip', 'cuda' or 'emulate' .*, got 'rocm'"):
         extension.choose_flavor()
 
 

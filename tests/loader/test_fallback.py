@@ -49,7 +49,7 @@ def test_with_the_fallback_off_the_error_says_what_did_not_fit(recorded_tiny):
     with pytest.raises(RuntimeError) as e:
         ops.add(torch.randn(8).half(), torch.randn(8).half())
     msg = str(e.value)
-    assert "flyship_r" in msg and ("::add: no specialization fits these inputs (f32: dtype x=float16; f16: no code "
+    assert "flyship_dry_" in msg and ("::add: no specialization fits these inputs (f32: dtype x=float16; f16: no code "
                                    "object for gfx950; bundle has gfx942) and the fallback is off "
                                    "(FLYSHIP_FALLBACK=0 or load(fallback=False))") in msg
     assert ops.add.stats()["fallbacks"] == {}

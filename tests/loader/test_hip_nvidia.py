@@ -159,7 +159,7 @@ def test_the_hip_nvidia_flavor_is_only_built_when_asked_for(monkeypatch):
     assert extension.choose_flavor() == "hip-nvidia"
     monkeypatch.setenv("FLYSHIP_FLAVOR", "hipnvidia")
     with pytest.raises(ConfigError,
-                       match="expected 'hip' or 'cuda' \\(or the test-only 'hip-nvidia', 'record'\\), got"):
+                       match="expected 'hip', 'cuda' or 'emulate' \\(or the test-only 'hip-nvidia', 'record'\\), got"):
         extension.choose_flavor()
 
 

@@ -100,7 +100,7 @@ def test_a_process_that_never_imports_the_target_loads_nothing(env_python, tmp_p
     # no torch, no loader, no bundle until the target module is imported.
     assert r.stdout.strip() == ("['flyship', 'flyship._startup', 'flyship.bundle', 'flyship.bundle.errors', "
                                 "'flyship.bundle.files', 'flyship.bundle.frozen', 'flyship.bundle.limits', 'flyship.env', "
-                                "'flyship.errors'] _Finder")
+                                "'flyship.errors', 'flyship.version'] _Finder")
     r = run(env_python, "-c", "import sys, dropin_model; print(dropin_model.add.__flyship_patch__)",
             env={"FLYSHIP_HOOK": "0"})
     assert r.returncode == 1 and "has no attribute '__flyship_patch__'" in r.stderr

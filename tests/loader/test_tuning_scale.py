@@ -44,7 +44,7 @@ def test_twenty_thousand_entries_read_and_plan_in_linear_time_and_little_memory(
     small = _table(tmp_path / "small.json", N // 10, lambda i: "f16" if i < N // 30 else "f32")
     big = _table(tmp_path / "big.json", N, lambda i: "f16" if i < N // 3 else "f32")
     t_small, _ = min((_read_and_plan(bundle, small) for _ in range(2)), key=lambda r: r[0])
-    t_big, m = _read_and_plan(bundle, big)
+    t_big, m = min((_read_and_plan(bundle, big) for _ in range(2)), key=lambda r: r[0])
     tracemalloc.start()  # (a second run: tracing allocations slows it several times)
     _read_and_plan(bundle, big)
     peak = tracemalloc.get_traced_memory()[1]
@@ -52,8 +52,10 @@ def test_twenty_thousand_entries_read_and_plan_in_linear_time_and_little_memory(
     add = next(o for o in m.ops if o.name == "add")
     assert [s.name for s in add.specializations[:2]] == ["f16__t0", "f32__t1"]  # one guard per run of one winner
     assert peak < 100 << 20, f"{peak >> 20} MB"
-    # Linear: ten times the entries in well under 100 times the time (the old plan scanned the group per value).
-    assert t_big < 1.0 and t_big < 25 * t_small, (t_small, t_big)
+    # Linear: ten times the entries in well under 100 times the time (the old plan scanned the group per value), and
+    # far from the minutes a quadratic plan takes at 20,000 entries. Bounds, not timings: 0.4-0.6 s measured on the
+    # 2-core machine when quiet (docs/perf.md); a loaded CI machine runs it slower.
+    assert t_big < 10.0 and t_big < 25 * t_small, (t_small, t_big)
 
 
 def test_twenty_thousand_entries_load_through_the_core_in_a_second(bundle_copy, tmp_path, recorded):
@@ -65,7 +67,7 @@ def test_twenty_thousand_entries_load_through_the_core_in_a_second(bundle_copy, 
     seconds = time.perf_counter() - t
     assert ops.tuning == f"applied: {N} of {N} entries for {GFX942}"
     assert {k: v for k, v in ops.add.stats()["launches"].items() if v} == {"f32__t1": 1}
-    assert seconds < 2.0, seconds  # 0.4-0.6 s measured on the 2-core machine; 6,000 entries took 10.9 s before
+    assert seconds < 10.0, seconds  # 0.4-0.6 s measured on the quiet 2-core machine; 6,000 entries took 10.9 s before
 
 
 def test_alternating_winners_that_need_more_guards_than_an_op_may_have_are_refused_at_once(bundle_copy, tmp_path):
@@ -75,4 +77,4 @@ def test_alternating_winners_that_need_more_guards_than_an_op_may_have_are_refus
     with pytest.raises(BundleError, match=r"tuning table: op add: expected at most 254 key buckets for "
                                           r"gfx942:sramecc\+:xnack- .*got 20000 from 20000 entries"):
         _read_and_plan(bundle, path)
-    assert time.perf_counter() - t < 2.0
+    assert time.perf_counter() - t < 10.0  # refused at once, not after planning 20,000 entries

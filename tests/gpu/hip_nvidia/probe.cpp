@@ -78,12 +78,12 @@ int main(int argc, char** argv) {
   const uint32_t grid[3] = {70000, 3, 2}, block[3] = {256, 1, 1};
   void* stream = reinterpret_cast<void*>(0x5eed);
   d::Status s;
-  std::thread([&] { s = d::launch(0, function, grid, block, 65536, stream, args, sizeof(args)); }).join();
+  std::thread([&] { s = d::launch(0, function, grid, block, 65536, stream, args, sizeof(args), {}); }).join();
   out += ", \"launch\": " + status(s) + ", \"launched\": " + launch_record();
-  s = d::launch(0, function, grid, block, 50000, stream, args, sizeof(args));  // below the high-water mark
+  s = d::launch(0, function, grid, block, 50000, stream, args, sizeof(args), {});  // below the high-water mark
   out += ", \"launch_smaller\": " + status(s) + ", \"attribute_calls\": " +
          std::to_string(recording::func_attribute_calls);
-  s = d::launch(0, function, grid, block, 0, nullptr, nullptr, 0);
+  s = d::launch(0, function, grid, block, 0, nullptr, nullptr, 0, {});
   out += ", \"launch_no_args\": " + status(s) + ", \"launched_no_args\": " + launch_record();
   d::module_unload(0, module);
   out += ", \"primary_retains\": " + std::to_string(recording::primary_retains) + "}";
