@@ -38,6 +38,8 @@ setup(
         # itself (flyc-build checks its version at start-up: 0.1.5 to 0.5.0, docs/flydsl-versions.md).
         # numpy: every flydsl release imports it without declaring it.
         "compiler": ["numpy", "jsonschema>=4"],
+        # The emulated device (FLYSHIP_FLAVOR=emulate, flyship verify --emulate): numpy runs a wavefront's lanes.
+        "emulate": ["numpy"],
         "triton": ["triton==3.6.0"],
         # flyc-build --executor ray[:ADDRESS]: compile tasks on a Ray cluster (local builds need no Ray).
         "ray": ["ray>=2.9"],

@@ -109,7 +109,11 @@ def read_public_key(spec: str | os.PathLike) -> str:
     line = raw.decode("ascii", errors="replace").strip()
     kind, _, hexkey = line.partition(" ")
     if kind != "ed25519" or not _HEX_KEY.match(hexkey.strip()):
-        raise ConfigError(f"trusted key {spec}: expected one line 'ed25519 <64 hex digits>', got {line[:80]!r}")
+        # Never quote the file: a private key given by mistake would land in logs (its PEM body is the secret).
+        what = ("a PRIVATE key (keep it off this machine; trust the .pub file `flyship keygen` wrote beside it)"
+                if b"PRIVATE KEY" in raw else f"{len(raw)} bytes of something else")
+        raise ConfigError(f"trusted key {spec}: expected a public key file, one line 'ed25519 <64 hex digits>', got "
+                          f"{what}")
     return hexkey.strip()
 
 

@@ -110,7 +110,18 @@ def launch(*, image: bytes, symbol: str, grid: Sequence[int], block: Sequence[in
 
 
 def install(ext: Any) -> None:
-    """Register :func:`launch` as the emulate extension's launch (once per process)."""
+    """Register :func:`launch` as the emulate extension's launch (once per process).
+
+    Raises:
+        ConfigError: this Python has no numpy (the emulator runs a wavefront's 64 lanes on numpy arrays): said once,
+            here, rather than as every launch's failure.
+    """
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        raise ConfigError("the emulated device: expected numpy in this Python (the emulator runs a wavefront's 64 "
+                          "lanes on numpy arrays), found none; pip install numpy (or \".[emulate]\" from a checkout)"
+                          ) from None
     if not ext.has_emulator():
         ext.set_emulator(launch)
 
@@ -120,10 +131,12 @@ def describe(ext: Any, target: str = DEFAULT_TARGET, *, device: int = 0, max_sha
     """Describe the emulated device ``device``: its target ID (``gfx942``, ``gfx950``, with or without features) and
     limits. LDS defaults to what the target has (64 KiB on gfx942, 160 KiB on gfx950). A bundle reads a device once,
     at its first call there: describe it before loading."""
+    from flyship.loader.emulate.kernel import MODELLED_TARGETS  # the one list of what the emulator models
+
     base = target.split(":", 1)[0]
-    if not base.startswith("gfx"):
-        raise ConfigError(f"emulated_device.describe: expected an AMD target ID (gfx942, gfx950), got {target!r}; the "
-                          "emulator runs CDNA code objects only")
+    if base not in MODELLED_TARGETS:
+        raise ConfigError(f"emulated_device.describe: expected a target the emulator models "
+                          f"({', '.join(MODELLED_TARGETS)}), got {target!r}; it runs CDNA code objects only")
     if max_shared_per_block is None:
         max_shared_per_block = 160 * 1024 if base == "gfx950" else 64 * 1024
     ext.set_emulated_device(device, target, max_shared_per_block=max_shared_per_block, cu_count=cu_count)

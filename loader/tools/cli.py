@@ -114,7 +114,7 @@ def list_cmd(bundle: Path) -> None:
 @click.option("--emulate", is_flag=True, help="run every AMD specialization on the emulated device (CPU emulator, no "
               "GPU), with boundary shapes, every admitted layout, both wave schedules and guard zones")
 @click.option("--target", "targets", multiple=True, help="with --emulate: the AMD targets to emulate (repeat; default "
-              "gfx942 and gfx950)")
+              "the bundle's own gfx90a/gfx942/gfx950 targets)")
 @click.option("--op", "op_names", multiple=True, help="with --emulate: only these ops (repeat)")
 @click.option("--no-shapes", is_flag=True, help="with --emulate: leave out the boundary shapes beyond the example")
 @click.option("--budget", type=click.FloatRange(min=0.0), default=None,
@@ -154,7 +154,7 @@ def _verify_emulated(bundle: Path, targets: tuple[str, ...], op_names: tuple[str
             raise click.UsageError(f"--target: expected an AMD target (gfx942, gfx950), got {t!r}; the emulator runs "
                                    "AMD code objects only")
     try:
-        report = _ve.verify_emulated(bundle, targets or _ve.TARGETS, shapes=not no_shapes, ops=op_names or None,
+        report = _ve.verify_emulated(bundle, targets or None, shapes=not no_shapes, ops=op_names or None,
                                      budget_s=_ve.DEFAULT_BUDGET_S if budget is None else budget, echo=click.echo)
     except FlyshipError as e:
         raise click.ClickException(str(e)) from None

@@ -373,7 +373,20 @@ def _base_inputs(op: _m.Op, spec: _m.Specialization, rows: int) -> list[Any]:
     return _verify.example_inputs(op, spec, "cpu", shapes=_resize(shapes, tied(spec, (first, 0)), rows))
 
 
-def verify_emulated(bundle: str | Path, targets: Sequence[str] = TARGETS, *, shapes: bool = True,
+def bundle_targets(bundle: str | Path) -> tuple[str, ...]:
+    """The AMD processors ``bundle`` has code objects for and the emulator models (``verify --emulate``'s default),
+    read from its manifest (a pack is opened as ``flyship.load`` opens it)."""
+    from flyship.bundle import pack as _pack
+    from flyship.loader.emulate.kernel import MODELLED_TARGETS
+
+    root = Path(bundle)
+    if _pack.is_pack(root):
+        root = _pack.open_pack(root)
+    names = dict.fromkeys(t.split(":", 1)[0] for t in _m.read(root).targets)
+    return tuple(n for n in names if n in MODELLED_TARGETS)
+
+
+def verify_emulated(bundle: str | Path, targets: Optional[Sequence[str]] = None, *, shapes: bool = True,
                     budget_s: float = DEFAULT_BUDGET_S, ops: Optional[Sequence[str]] = None,
                     echo: Any = None) -> Report:
     """Run every AMD specialization of ``bundle`` on emulated devices of ``targets`` (module docstring); ``ops``
@@ -382,6 +395,7 @@ def verify_emulated(bundle: str | Path, targets: Sequence[str] = TARGETS, *, sha
     line as it is decided."""
     runs: list[Run] = []
     cubins: set[tuple[str, str, str]] = set()  # (op, specialization, target) of every non-AMD code object
+    targets = tuple(targets) if targets else bundle_targets(bundle) or TARGETS  # none of its own: said per spec
 
     def add(r: Run) -> None:
         runs.append(r)

@@ -111,9 +111,30 @@ def test_merged_regions() -> None:
     assert merged == [(1000, 8, False, "s"), (4096, 104, True, "x+x_out+v")]
 
 
-def test_describe_refuses_a_non_amd_target(emulate_ext: Any) -> None:
+def test_describe_refuses_a_target_the_emulator_does_not_model(emulate_ext: Any) -> None:
     from flyship.errors import ConfigError
     from flyship.loader import emulated_device
 
-    with pytest.raises(ConfigError, match="expected an AMD target"):
-        emulated_device.describe(emulate_ext, "sm_90")
+    for target in ("sm_90", "gfx1100", "gfx999"):  # not AMD; RDNA (wave32, another ISA); no such processor
+        with pytest.raises(ConfigError, match=f"expected a target the emulator models .*got '{target}'"):
+            emulated_device.describe(emulate_ext, target)
+
+
+def test_verify_emulate_defaults_to_the_bundles_own_modelled_targets(tmp_path: Any) -> None:
+    import json
+    import shutil
+
+    from flyship.loader.tools import verify_emulated as ve
+
+    tiny = Path(__file__).parent / "data" / "tiny"
+    m = json.loads((tiny / "manifest.json").read_text())
+    every = {v["target"].split(":")[0] for o in m["ops"] for s in o["specializations"] for v in s["variants"]}
+    assert ve.bundle_targets(tiny) and set(ve.bundle_targets(tiny)) == every & {"gfx90a", "gfx942", "gfx950"}
+    # a bundle of gfx90a alone is emulated as gfx90a, not as the gfx942/gfx950 it has no code objects for
+    only = tmp_path / "only90a"
+    shutil.copytree(tiny, only)
+    for o in m["ops"]:
+        for s in o["specializations"]:
+            s["variants"] = [dict(v, target="gfx90a") for v in s["variants"][:1]]
+    (only / "manifest.json").write_text(json.dumps(m))
+    assert ve.bundle_targets(only) == ("gfx90a",)

@@ -98,3 +98,15 @@ def test_a_key_file_owned_by_another_user_is_refused(unsigned, tmp_path, keys):
     (_, pub1), _ = keys
     os.chown(pub1, 4242, 4242)
     _refused(unsigned, tmp_path, pub1, r"owned by uid 4242")
+
+
+def test_a_private_key_given_as_a_trusted_key_is_refused_without_quoting_it(keys, unsigned, tmp_path):
+    from flyship.bundle import signing
+
+    private = keys[0][0]  # (private key, public key) as flyship keygen writes them
+    secret = private.read_bytes()
+    assert b"PRIVATE KEY" in secret
+    with pytest.raises(ConfigError, match="got a PRIVATE key") as e:
+        signing.read_public_key(private)
+    body = b"".join(secret.splitlines()[1:-1]).decode()
+    assert body[:16] not in str(e.value) and "BEGIN" not in str(e.value)  # nothing of the secret in the message
