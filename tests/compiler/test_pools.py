@@ -16,7 +16,7 @@ from flyship.compiler import pipeline as B
 from flyship.compiler import executors, frontends, pools
 from flyship.errors import CompileError
 
-from .test_hygiene import children_of
+from ..conftest import children_of
 
 pytestmark = pytest.mark.cpu
 
