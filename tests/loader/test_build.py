@@ -36,7 +36,7 @@ def test_flavor_comes_from_the_environment_first(monkeypatch):
     monkeypatch.setenv("FLYSHIP_FLAVOR", "cuda")
     assert extension.choose_flavor() == "cuda"
     monkeypatch.setenv("FLYSHIP_FLAVOR", "rocm")
-    with pytest.raises(ValueError, match="expected 'hip' or 'cuda' .*, got 'rocm'"):
+    with pytest.raises(ValueError, match="expected 'hip', 'cuda' or 'emulate' .*, got 'rocm'"):
         extension.choose_flavor()
 
 

@@ -38,7 +38,7 @@ def fresh_import(cfg: extension.BuildConfig, then: str) -> subprocess.CompletedP
     mapped into the process, run ``then`` (``m`` is the module) and print it again."""
     code = ("import sys\nimport torch\nfrom flyship.loader import extension\n"
             "def hip_mapped():\n    return 'libamdhip64' in open('/proc/self/maps').read()\n"
-            f"m = extension._import({cfg.name!r}, {str(cfg.library)!r})\n"
+            f"from pathlib import Path\nm = extension._import({cfg.name!r}, Path({str(cfg.library)!r}))\n"
             f"print(hip_mapped())\n{then}\nprint(hip_mapped())\n")
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
