@@ -68,6 +68,14 @@ def flydsl_python() -> str | None:
     return str(cand) if cand.exists() else None
 
 
+
+def need_flydsl_python(would: str) -> str:
+    """The FlyDSL build Python, or skip the test saying what it ``would`` do with it."""
+    py = flydsl_python()
+    if py is None:
+        pytest.skip(f"needs the FlyDSL build Python (make install creates .venv-flydsl); it would {would}")
+    return py
+
 def run_build(spec: Path | str, out: Path, archs: list[str], *extra: str, check: bool = True,
               env: dict | None = None, cache: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``flyc-build`` in the build Python as a subprocess (what a user types).
@@ -75,9 +83,7 @@ def run_build(spec: Path | str, out: Path, archs: list[str], *extra: str, check:
     Tests never touch the user's build cache: without ``cache`` the build runs with ``--no-cache`` (it really
     compiles); with it, ``FLYSHIP_CACHE_DIR`` points there.
     """
-    py = flydsl_python()
-    if py is None:
-        pytest.skip("needs the FlyDSL build Python (make install creates .venv-flydsl); it would build bundles")
+    py = need_flydsl_python("build bundles")
     cmd = [py, "-m", "flyship.compiler.cli", str(spec), "-o", str(out), *sum((["--arch", a] for a in archs), []),
            *extra, *(() if cache is not None else ("--no-cache",))]
     e = dict(os.environ, **(env or {}))  # flyship is installed (editable) in the build Python

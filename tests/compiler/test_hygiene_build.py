@@ -12,7 +12,7 @@ import pytest
 
 from flyship.compiler import hygiene
 
-from ..conftest import ROOT, children_of, flydsl_python, run_build, wait_for
+from ..conftest import ROOT, children_of, need_flydsl_python, run_build, wait_for
 
 pytestmark = pytest.mark.compile
 
@@ -24,9 +24,7 @@ def slow_build(tmp_path):
     """Start flyc-build on the slow spec (two targets, two workers, both sleeping) and wait for both workers.
     Yields (the build process, its helper processes, the test folder, the build's TMPDIR); whatever the test
     does, every one of those processes is gone afterwards."""
-    py = flydsl_python()
-    if py is None:
-        pytest.skip("needs the FlyDSL build Python; it would kill a running flyc-build and check what is left")
+    py = need_flydsl_python("kill a running flyc-build and check what is left")
     marks, tmp = tmp_path / "marks", tmp_path / "tmp"
     marks.mkdir()
     tmp.mkdir()
