@@ -10,9 +10,12 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from flyship.loader import toolkits
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,6 +50,14 @@ def site_view(site: Path | str, dest: Path, exclude: str) -> Path:
     return dest
 
 
+# The loader's HIP flavor builds against HIP's headers (Debian's libamdhip64-dev): found once for every test that
+# builds it (tests/loader/test_build.py, test_build_hip.py).
+HIP_HEADERS = toolkits.find_hip_headers()
+needs_hip = pytest.mark.skipif(
+    HIP_HEADERS is None,
+    reason="no HIP headers (hip/hip_runtime_api.h); install libamdhip64-dev to build the HIP flavor")
+
+
 def flydsl_python() -> str | None:
     env = os.environ.get("FLYSHIP_TEST_FLYDSL_PY")
     if env and Path(env).exists():
@@ -57,6 +68,14 @@ def flydsl_python() -> str | None:
     return str(cand) if cand.exists() else None
 
 
+
+def need_flydsl_python(would: str) -> str:
+    """The FlyDSL build Python, or skip the test saying what it ``would`` do with it."""
+    py = flydsl_python()
+    if py is None:
+        pytest.skip(f"needs the FlyDSL build Python (make install creates .venv-flydsl); it would {would}")
+    return py
+
 def run_build(spec: Path | str, out: Path, archs: list[str], *extra: str, check: bool = True,
               env: dict | None = None, cache: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``flyc-build`` in the build Python as a subprocess (what a user types).
@@ -64,9 +83,7 @@ def run_build(spec: Path | str, out: Path, archs: list[str], *extra: str, check:
     Tests never touch the user's build cache: without ``cache`` the build runs with ``--no-cache`` (it really
     compiles); with it, ``FLYSHIP_CACHE_DIR`` points there.
     """
-    py = flydsl_python()
-    if py is None:
-        pytest.skip("needs the FlyDSL build Python (make install creates .venv-flydsl); it would build bundles")
+    py = need_flydsl_python("build bundles")
     cmd = [py, "-m", "flyship.compiler.cli", str(spec), "-o", str(out), *sum((["--arch", a] for a in archs), []),
            *extra, *(() if cache is not None else ("--no-cache",))]
     e = dict(os.environ, **(env or {}))  # flyship is installed (editable) in the build Python
@@ -76,6 +93,29 @@ def run_build(spec: Path | str, out: Path, archs: list[str], *extra: str, check:
     if check and r.returncode != 0:
         raise AssertionError(f"flyc-build failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     return r
+
+
+def children_of(pid: int) -> list[int]:
+    """Processes whose parent is ``pid`` (read from /proc)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                out.append(int(p.name))
+    return out
+
+
+def wait_for(cond, seconds: float, what: str) -> None:
+    """Poll ``cond`` every 0.1 s; fail the test naming ``what`` if it is still false after ``seconds``."""
+    end = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {seconds}s waiting for {what}")
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

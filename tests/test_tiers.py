@@ -97,6 +97,7 @@ def problems(tiers: list[Tier], runs: dict[str, dict]) -> list[str]:
         if not selected_by[node]:
             found.append(f"{node} (markers {marks or 'none'}) is selected by no tier of the Makefile in a Python that "
                          "imports it; give it the tier whose Python has what it needs")
+    found += mixed_files(markers)
     files = {n.split("::")[0] for n in markers}
     skipped: dict[str, list[str]] = {}
     for t in tiers:
@@ -107,6 +108,22 @@ def problems(tiers: list[Tier], runs: dict[str, dict]) -> list[str]:
             found.append(f"{node} skips at collection in every tier's Python ({'; '.join(whys)}); move it to the "
                          "tier whose Python has the module")
     return found
+
+
+def mixed_files(markers: dict[str, list[str]]) -> list[str]:
+    """A file whose tests do not all carry the same tier markers: a file belongs to one tier, so that its imports,
+    fixtures and helpers serve one Python (one ``pytestmark = pytest.mark.<tier>`` at module level)."""
+    tiers_of: dict[str, dict[tuple[str, ...], int]] = {}
+    for node, marks in markers.items():
+        key = tuple(m for m in marks if m in TIER_MARKERS)
+        counts = tiers_of.setdefault(node.split("::")[0], {})
+        counts[key] = counts.get(key, 0) + 1
+    said = {file: ", ".join(f"{n} marked {list(k) if k else 'none'}" for k, n in sorted(counts.items()))
+            for file, counts in tiers_of.items()}
+    return [f"{file}: expected every test of the file to carry the same tier marker, got {said[file]}; split the "
+            "file by tier (the minority's tests into a file of their own, shared helpers into a module both "
+            "import), one pytestmark = pytest.mark.<tier> per file"
+            for file, counts in sorted(tiers_of.items()) if len(counts) > 1]
 
 
 def test_the_makefile_names_its_tiers_and_the_pythons_that_run_them():
@@ -151,6 +168,37 @@ def test_an_unmarked_triton_only_test_is_caught_and_a_compile_marked_one_passes(
     assert "tests/compiler/test_unmarked.py::test_triton_compiles_something (markers none) is selected by no tier" in text
     assert "tests/compiler/test_unmarked.py::test_triton_compiles_something: expected exactly one tier marker" in text
     assert len(found) == 2 and "test_marked.py" not in text, found  # the compile-marked copy runs in the compile tier
+
+
+MIXED = """
+import pytest
+
+
+@pytest.mark.cpu
+def test_a_cpu_check():
+    assert 1 + 1 == 2
+
+
+@pytest.mark.compile
+def test_a_build_check():
+    assert 2 * 2 == 4
+"""
+ONE_TIER = MIXED.replace("@pytest.mark.cpu\n", "").replace("@pytest.mark.compile\n", "").replace(
+    "import pytest\n", "import pytest\n\npytestmark = pytest.mark.cpu\n")
+
+
+def test_a_file_whose_tests_carry_different_tiers_is_caught_and_a_file_of_one_tier_passes(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "tests" / "compiler").mkdir(parents=True)
+    (tree / "tests" / "matrix").mkdir()
+    (tree / "tests" / "compiler" / "test_mixed.py").write_text(MIXED)
+    (tree / "tests" / "compiler" / "test_one_tier.py").write_text(ONE_TIER)
+    tiers = makefile_tiers((ROOT / "Makefile").read_text())
+    found = problems(tiers, run_tiers(tiers, tree, tmp_path))
+    assert found == [
+        "tests/compiler/test_mixed.py: expected every test of the file to carry the same tier marker, got 1 marked "
+        "['compile'], 1 marked ['cpu']; split the file by tier (the minority's tests into a file of their own, "
+        "shared helpers into a module both import), one pytestmark = pytest.mark.<tier> per file"], found
 
 
 def test_a_file_skipped_at_collection_in_every_tier_is_caught():

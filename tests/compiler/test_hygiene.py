@@ -1,9 +1,11 @@
-"""What flyc-build leaves behind: no worker after kill -9, no stale scratch, atomic --force, one writer per path."""
+"""What flyc-build leaves behind, the parts that need no build: atomic --force (the exchange and its fallback), one
+writer per path (the output lock), stale scratch removed, workers that die with their parent, and the sweep that
+tells flyship's own tools from the spec file's processes. The builds themselves (kill -9 of flyc-build, a second build
+into the same path, a failed build) are in test_hygiene_build.py (compile tier)."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,101 +17,9 @@ from flyship.bundle import manifest as M
 from flyship.compiler import hygiene, pools, toolchain
 from flyship.errors import CompileError
 
-from ..conftest import ROOT, flydsl_python, run_build
+from ..conftest import wait_for
 
-SLOW_SPEC = Path(__file__).parent / "data" / "slow_spec.py"
-
-
-def children_of(pid: int) -> list[int]:
-    """Processes whose parent is ``pid`` (read from /proc)."""
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                stat = (p / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-                out.append(int(p.name))
-    return out
-
-
-def wait_for(cond, seconds: float, what: str) -> None:
-    end = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {seconds}s waiting for {what}")
-        time.sleep(0.1)
-
-
-@pytest.fixture
-def slow_build(tmp_path):
-    """Start flyc-build on the slow spec (two targets, two workers, both sleeping) and wait for both workers.
-    Yields (the build process, its helper processes, the test folder, the build's TMPDIR); whatever the test
-    does, every one of those processes is gone afterwards."""
-    py = flydsl_python()
-    if py is None:
-        pytest.skip("needs the FlyDSL build Python; it would kill a running flyc-build and check what is left")
-    marks, tmp = tmp_path / "marks", tmp_path / "tmp"
-    marks.mkdir()
-    tmp.mkdir()
-    env = dict(os.environ, TMPDIR=str(tmp), FLYSHIP_TEST_SLOW_MARKS=str(marks))
-    cmd = [py, "-m", "flyship.compiler.cli", str(SLOW_SPEC), "-o", str(tmp_path / "out"), "--arch", "sm_90",
-           "--arch", "gfx942", "-j", "2"]
-    log = (tmp_path / "build.log").open("wb")  # a file, not a pipe: a surviving worker would hold a pipe open
-    proc = subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdout=log, stderr=log)
-    helpers: list[int] = []
-    try:
-        wait_for(lambda: len(list(marks.iterdir())) == 2 or proc.poll() is not None, 120, "two busy workers")
-        assert proc.poll() is None, (tmp_path / "build.log").read_text()
-        helpers = children_of(proc.pid)  # two workers and multiprocessing's resource tracker
-        yield proc, helpers, tmp_path, tmp
-    finally:
-        for pid in [proc.pid, *helpers]:
-            if hygiene.pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        proc.wait()
-        log.close()
-
-
-@pytest.mark.compile
-def test_kill_9_of_flyc_build_leaves_no_process_running_and_the_next_build_removes_its_scratch(slow_build):
-    proc, helpers, root, tmp = slow_build
-    assert len(helpers) >= 2
-    scratch = list(tmp.glob(f"flyc-build-{proc.pid}-*"))
-    assert len(scratch) == 1
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    wait_for(lambda: not any(hygiene.pid_alive(p) for p in helpers), 10, f"processes {helpers} to end")
-    assert scratch[0].exists()  # kill -9 gives no chance to clean up ...
-    run_build(SLOW_SPEC, root / "out2", ["sm_90"], env={"TMPDIR": str(tmp)})
-    assert not scratch[0].exists()  # ... so the next build removes it
-    assert list(tmp.glob("flyc-build-*")) == []
-    assert not (root / "out").exists() and list(root.glob(".out.flyc-build-*")) == []
-
-
-@pytest.mark.compile
-def test_a_second_build_into_the_same_path_fails_saying_another_build_is_writing_it(slow_build):
-    proc, _, root, tmp = slow_build
-    r = run_build(SLOW_SPEC, root / "out", ["sm_90"], "--force", check=False, env={"TMPDIR": str(tmp)})
-    assert r.returncode == 1
-    assert (f"expected to be the only build writing {root / 'out'}, but another flyc-build is writing it now"
-            in r.stderr)
-    assert "Traceback" not in r.stderr
-    assert proc.poll() is None  # the first build goes on
-
-
-@pytest.mark.compile
-def test_a_failed_build_leaves_the_existing_bundle_and_nothing_else(tmp_path):
-    out = tmp_path / "out"
-    run_build(SLOW_SPEC, out, ["sm_90"], env={"TMPDIR": str(tmp_path)})
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-    bad = tmp_path / "bad_spec.py"
-    bad.write_text(SLOW_SPEC.read_text().replace('"BLOCK": 1024', '"BLOCK": 1000'))  # not a power of two
-    r = run_build(bad, out, ["sm_90"], "--force", check=False, env={"TMPDIR": str(tmp_path)})
-    assert r.returncode == 1 and "nothing was written" in r.stderr
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["bad_spec.py", "out"])
+pytestmark = pytest.mark.cpu
 
 
 def make_bundle_dir(path: Path, text: str) -> Path:
@@ -129,7 +39,6 @@ def exchange_works(folder: Path) -> bool:
         b.rmdir()
 
 
-@pytest.mark.cpu
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2-exchange", "two-renames"])
 def test_replacing_a_bundle_leaves_the_new_one_and_no_leftovers(tmp_path, exchange):
     if exchange and not exchange_works(tmp_path):
@@ -142,7 +51,6 @@ def test_replacing_a_bundle_leaves_the_new_one_and_no_leftovers(tmp_path, exchan
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
-@pytest.mark.cpu
 def test_the_path_holds_a_whole_bundle_at_every_step_of_an_exchange(tmp_path, monkeypatch):
     if not exchange_works(tmp_path):
         pytest.skip("renameat2(RENAME_EXCHANGE) is unsupported here; it would check the atomic swap")
@@ -162,7 +70,6 @@ def test_the_path_holds_a_whole_bundle_at_every_step_of_an_exchange(tmp_path, mo
     assert seen == ["new"] and renames == []
 
 
-@pytest.mark.cpu
 def test_a_crash_between_the_two_fallback_renames_is_undone_by_the_next_build(tmp_path):
     out = tmp_path / "out"
     dead = 2**22 + 12345  # above pid_max on this machine: no such process
@@ -173,7 +80,6 @@ def test_a_crash_between_the_two_fallback_renames_is_undone_by_the_next_build(tm
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
-@pytest.mark.cpu
 def test_the_output_lock_excludes_a_second_build_and_removes_its_file_when_the_build_ends(tmp_path):
     out = tmp_path / "out"
     with hygiene.output_lock(out):
@@ -189,7 +95,6 @@ def test_the_output_lock_excludes_a_second_build_and_removes_its_file_when_the_b
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.cpu
 def test_a_lock_file_removed_by_the_previous_holder_after_we_opened_it_is_not_the_lock_we_keep(tmp_path,
                                                                                               monkeypatch):
     """The race that deleting lock files opens: build A unlinks the file and lets go just after build B opened it,
@@ -220,14 +125,6 @@ def test_a_lock_file_removed_by_the_previous_holder_after_we_opened_it_is_not_th
             os.close(fd)
     assert len(calls) == 2 and list(tmp_path.iterdir()) == []
 
-
-@pytest.mark.compile
-def test_a_build_leaves_only_the_bundle_and_its_pack_in_the_output_folder(tmp_path):
-    run_build(SLOW_SPEC, tmp_path / "out", ["sm_90"], "--pack", env={"TMPDIR": str(tmp_path)})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.flyship"]
-
-
-@pytest.mark.cpu
 def test_stale_scratch_of_a_dead_build_is_removed_and_a_live_ones_is_kept(tmp_path):
     dead = 2**22 + 12345
     stale = tmp_path / f"flyc-build-{dead}-abc"
@@ -254,7 +151,6 @@ time.sleep(120)
 """
 
 
-@pytest.mark.cpu
 def test_a_worker_whose_parent_is_killed_dies_with_it(tmp_path):
     (tmp_path / "child.py").write_text(CHILD)
     (tmp_path / "parent.py").write_text(PARENT)
@@ -274,7 +170,6 @@ def test_a_worker_whose_parent_is_killed_dies_with_it(tmp_path):
 
 # ---- flyship's own tool processes are told apart from the spec file's by how they were started (issue 31) --------
 
-@pytest.mark.cpu
 def test_the_sweep_tells_flyships_own_tools_from_the_spec_files_processes_by_how_they_were_started():
     """Three ``sleep`` processes of one name: one started as flyship starts its tools, one as a spec file would, and
     one that a tool (a shell started as flyship starts its tools) starts in turn."""
@@ -297,7 +192,6 @@ def test_the_sweep_tells_flyships_own_tools_from_the_spec_files_processes_by_how
             p.wait()
 
 
-@pytest.mark.cpu
 def test_a_workers_leftovers_are_named_as_the_spec_files_or_as_flyships_own_tools():
     said: list[str] = []
     stopped = [hygiene.Stopped(11, "ld.lld", True), hygiene.Stopped(12, "llvm-mc", True),
@@ -313,7 +207,6 @@ def test_a_workers_leftovers_are_named_as_the_spec_files_or_as_flyships_own_tool
     assert len(said) == 1 and "spec file" not in said[0]
 
 
-@pytest.mark.cpu
 def test_flyships_tool_runner_starts_its_tools_marked():
     tool = toolchain.Tool("sh", ("sh", "-c", f'printf "%s" "${hygiene.TOOL_MARK}"', "sh"), "0")
     assert toolchain.run_tool(tool, [], operation="print the mark").stdout == "1"

@@ -16,7 +16,7 @@ from flyship.compiler import pipeline as B
 from flyship.compiler import executors, frontends, pools
 from flyship.errors import CompileError
 
-from .test_hygiene import children_of
+from ..conftest import children_of
 
 pytestmark = pytest.mark.cpu
 
@@ -265,11 +265,9 @@ def _hostile_build(tmp_path: Path, mode: str, signal_after_marks: int | None = N
     import signal as _signal
     import subprocess
 
-    from ..conftest import ROOT, flydsl_python
+    from ..conftest import ROOT, need_flydsl_python
 
-    py = flydsl_python()
-    if py is None:
-        pytest.skip("needs the FlyDSL build Python; it would run flyc-build against a hostile spec file")
+    py = need_flydsl_python("run flyc-build against a hostile spec file")
     marks, tmp = tmp_path / "marks", tmp_path / "tmp"
     marks.mkdir()
     tmp.mkdir()

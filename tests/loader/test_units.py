@@ -124,7 +124,6 @@ def test_one_group_holds_every_unit():
     assert units.split(CORE, 1) == [CORE]
 
 
-@pytest.mark.cpu
 def test_a_core_split_into_groups_loads_and_runs_a_bundle(tmp_path, tiny_bundle):
     """Split into groups, the plain units form a translation unit without the bridge's headers: each type they
     convert through pybind11 must have its caster there too (a missing pybind11/stl.h once built, then refused
