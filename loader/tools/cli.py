@@ -319,7 +319,7 @@ def pack_cmd(bundle: Path, out: Path, sign: Path | None) -> None:
 
 
 @main.command("check")
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", type=click.Path(exists=True, path_type=Path))  # a missing file: a usage error, exit 2
 @click.option("--trusted-key", "keys", multiple=True, metavar="PUB",
               help="a trusted public key (a .pub file from `flyship keygen`, or 64 hex digits), repeatable; default "
                    "FLYSHIP_TRUSTED_KEYS; with none, a signature is not required (a present one is still verified)")
@@ -348,8 +348,11 @@ def keygen_cmd(key: Path) -> None:
 
     try:
         private, public = signing.generate_key(key)
-    except (FlyshipError, OSError) as e:
+    except FlyshipError as e:
         raise click.ClickException(str(e)) from None
+    except OSError as e:  # a folder that does not exist, no permission: say which and what to do, not the errno
+        raise click.ClickException(f"flyship keygen: expected to write {key} and {key}.pub, got "
+                                   f"{e.strerror or e}; create the folder {key.parent} first (mode 700)") from None
     click.echo(f"private key: {private} (keep it secret)\npublic key:  {public} (give it to those who load your packs)")
 
 

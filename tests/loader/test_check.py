@@ -87,3 +87,15 @@ def test_a_folder_or_a_file_that_is_not_a_pack_exits_1_with_what_to_do(tmp_path,
     junk = tmp_path / "junk.flyship"
     junk.write_text("not a zip")
     assert check(junk).returncode == 1
+
+
+def test_a_missing_file_is_a_usage_error_not_a_bad_pack(tmp_path):
+    r = check(tmp_path / "nothere.flyship")
+    assert r.returncode == 2 and "does not exist" in r.stderr, r.stderr  # not "not a zip archive" (exit 1)
+
+
+def test_keygen_into_a_missing_folder_says_which_folder_to_create(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "flyship.loader.tools.cli", "keygen", str(tmp_path / "sub" / "k")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and f"create the folder {tmp_path / 'sub'} first" in r.stderr, r.stderr
+    assert "Errno" not in r.stderr
