@@ -362,8 +362,10 @@ class Backward:
     Attributes:
         op: the backward op's name (an op of the same bundle).
         inputs: the backward op's input name -> where its value comes from: a forward input or output
-            name (saved for backward when it is a tensor) or ``"grad:<output>"``, the gradient flowing
-            into that forward output.
+            name (saved for backward when it is a tensor; an input the forward writes in place is saved as the
+            forward left it) or ``"grad:<output>"``, the gradient flowing into that forward output, or (schema 5.0)
+            ``"grad:<input>"`` of an input the forward writes in place (``mutable``): the gradient flowing into
+            its new value, as ``torch.autograd.Function`` + ``ctx.mark_dirty`` gives it.
         grads: forward input name -> the backward op's output that is its gradient, or (schema 1.4) one of its
             ``mutable`` inputs: the buffer the backward overwrites with the gradient (SwiGLU's backward writes da
             into a). Such a buffer is *consumed*: it is fed from a saved forward tensor or an incoming gradient,
@@ -385,6 +387,12 @@ class Backward:
         """The backward op's inputs it overwrites (its ``mutable`` inputs) -> their sources (a forward tensor or
         ``"grad:<output>"``), in the backward op's order (schema 1.4)."""
         return {a.name: self.inputs[a.name] for a in bwd.args if a.mutable and a.name in self.inputs}
+
+    @staticmethod
+    def dirty(fwd: "Op") -> tuple[str, ...]:
+        """The forward's inputs it writes in place (schema 5.0): autograd treats each as an output of the pair too
+        (its history is rebased onto the pair's node, as ``ctx.mark_dirty`` does), in forward order."""
+        return fwd.mutable
 
 
 @frozen

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from flyship.bundle import manifest as _m
+from flyship.loader import autograd_dirty as _dirty
 
 # Where the kernel goes: every backend whose tensors reach our ops (CUDA also carries ROCm's HIP tensors;
 # CPU runs the reference; Meta is what shape-only tracing uses).
@@ -42,6 +43,9 @@ class _Rule:
         self.fwd, self.bwd, self.b = fwd, bwd, b
         self.in_names = [a.name for a in fwd.args]
         self.out_names = [o.name for o in fwd.outputs]
+        # What a gradient flows into, in the order the backward receives them: the outputs, then (schema 5.0) the
+        # inputs the forward writes in place (flyship.loader.autograd_dirty).
+        self.grad_names = self.out_names + list(b.dirty(fwd))
         self.saved = b.saved(fwd)
         self.scalars = sorted({src for src in b.inputs.values() if src in self.in_names
                                and fwd.args[self.in_names.index(src)].kind != "tensor"})
@@ -97,7 +101,7 @@ class _Rule:
         # Incoming gradients are often expanded views (the gradient of .sum() has stride 0): give the kernel
         # the dense layout its guards expect instead of falling back.
         fresh = set()
-        for name, g in zip(self.out_names, grads):
+        for name, g in zip(self.grad_names, grads):
             key = _m.GRAD_PREFIX + name
             if g is not None and key in self.consumed.values() and not g.is_contiguous():
                 fresh.add(key)  # .contiguous() copies: the copy is ours
@@ -254,8 +258,11 @@ def register(lib: Any, namespace: str, manifest: _m.Manifest) -> list[str]:
             continue
         rule = _Rule(namespace, op, manifest.backward_op(op.backward.op), op.backward)
         overload = getattr(getattr(torch.ops, namespace), op.name).default
-        kernel = _reverse_mode_only(make_autograd_impl(overload, Info(rule.backward, rule.setup_context)),
-                                    f"{namespace}::{op.name}", op.backward.op)
+        # A forward that writes inputs in place (schema 5.0) gets the mark_dirty kernel; torch's generated one
+        # supports functional ops only.
+        inner = (_dirty.make_kernel(overload, rule) if op.mutable
+                 else make_autograd_impl(overload, Info(rule.backward, rule.setup_context)))
+        kernel = _reverse_mode_only(inner, f"{namespace}::{op.name}", op.backward.op)
         for key in AUTOGRAD_KEYS:
             lib.impl(op.name, kernel, key, with_keyset=True)
         done.append(op.name)

@@ -35,11 +35,11 @@ Rules, by subject:
   batched input are batched in the backward op (:func:`check_batch`, :func:`check_backward`);
 * autograd pairs that consume buffers (schema 1.4): a backward op may write inputs in place and name them as
   gradients; each such buffer feeds one backward input, holds one gradient and has its input's rank
-  (:func:`check_consumed`); the forward op of a pair writes no input;
+  (:func:`check_consumed`); the forward op of a pair may write inputs in place (schema 5.0), and the gradient
+  flowing into such an input's new value may feed the backward (``"grad:<input>"``);
 * composites (schema 1.4): a unique name, a function of the references module, an op's kind of arguments (none in
   place, none batched) and named returns (:func:`check_composites`);
-* in-place inputs (schema 1.2): an op has an output or an input written in place, only tensors are written, an op
-  that writes an input is not the forward of an autograd pair, and its in-place inputs and outputs fit torch's alias
+* in-place inputs (schema 1.2): an op has an output or an input written in place, only tensors are written, and its in-place inputs and outputs fit torch's alias
   letters (:mod:`.inplace`); an op has an input tensor and at most 64 arguments and outputs (the C++ core's slots),
   and its ``.out`` names do not collide with its inputs (:func:`check_op_head`);
 * files: every path the manifest names stays inside the bundle after resolving links, is at most
@@ -69,7 +69,6 @@ from flyship.bundle.rules.inplace import (
     check_alias_letters,
     check_effects,
     check_mutable_arg,
-    check_no_backward_when_mutable,
 )
 from flyship.bundle.rules.layout import check_fields, check_layout
 from flyship.bundle.rules.names import (
@@ -94,7 +93,7 @@ __all__ = [
     "check_expression", "check_failures", "check_fields", "check_launch_count", "check_layout", "check_manifest",
     "check_metadata",
     "check_must_understand", "check_mutable_arg", "check_name", "check_names", "check_namespace",
-    "check_no_backward_when_mutable", "check_op", "check_op_head", "check_out_names", "check_relative_path",
+    "check_op", "check_op_head", "check_out_names", "check_relative_path",
     "check_resources", "check_scalar_value", "check_scratch", "check_specialization", "check_variant",
     "check_variant_file", "check_workspace_dtype", "check_workspaces", "contained_path", "iter_variants", "lds_limit", "read_bundle_file",
     "read_facts", "references_source",

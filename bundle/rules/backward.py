@@ -1,16 +1,17 @@
 """Rules on autograd pairs: an op's declared backward against the bundle's ops, including a backward that writes
-gradients into buffers it consumes (schema 1.4)."""
+gradients into buffers it consumes (schema 1.4) and a forward that writes inputs in place (schema 5.0)."""
 
 from __future__ import annotations
 
 from flyship.bundle import model as _m
 from flyship.bundle.errors import BundleError
-from flyship.bundle.rules.inplace import check_no_backward_when_mutable
 
 
 def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
     """Check an op's :class:`Backward` against the bundle: the backward op exists, each of its inputs is fed
-    from a forward input, output or output gradient of the right kind, and gradients go to tensor inputs.
+    from a forward input, output or output gradient of the right kind, and gradients go to tensor inputs. A forward
+    that writes inputs in place (schema 5.0, ``mutable``) is allowed: each such input is also an output of the pair
+    for autograd (``ctx.mark_dirty``), so ``"grad:<input>"`` may feed the backward.
 
     Raises:
         BundleError: naming the op, the backward op and the argument.
@@ -22,22 +23,23 @@ def check_backward(m: _m.Manifest, op: _m.Op, b: _m.Backward) -> None:
                           f"composite; it has {', '.join(names)}")
     bwd = m.backward_op(b.op)
     composite = b.op not in {o.name for o in m.ops}
-    check_no_backward_when_mutable(op, where, "op")
     fwd_kind = {a.name: a.kind for a in op.args} | {o.name: "tensor" for o in op.outputs}
     outs = [o.name for o in op.outputs]
+    graded = outs + list(_m.Backward.dirty(op))  # what a gradient flows into: the outputs and the inputs written
     bwd_kind = {a.name: a.kind for a in bwd.args}
     missing = [a.name for a in bwd.args
                if a.name not in b.inputs and not (a.kind != "tensor" and a.default is not None)]
     if missing:
         raise BundleError(f"{where}: backward inputs {missing} have no source; map each to a forward input or output "
-                          f"or to 'grad:<output>' ({', '.join(outs)})")
+                          f"or to 'grad:<output>' ({', '.join(graded)})")
     for k, src in b.inputs.items():
         if k not in bwd_kind:
             raise BundleError(f"{where}: expected inputs of {b.op} ({', '.join(bwd_kind)}), got {k!r}")
         if src.startswith(_m.GRAD_PREFIX):
             o = src[len(_m.GRAD_PREFIX):]
-            if o not in outs:
-                raise BundleError(f"{where}: input {k} = {src!r}: expected 'grad:' of an output ({', '.join(outs)})")
+            if o not in graded:
+                raise BundleError(f"{where}: input {k} = {src!r}: expected 'grad:' of an output or of an input "
+                                  f"{op.name} writes in place ({', '.join(graded)})")
             kind = "tensor"
         elif src in fwd_kind:
             kind = fwd_kind[src]

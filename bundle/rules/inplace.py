@@ -1,5 +1,6 @@
-"""Rules on inputs written in place (schema 1.2): an op has an effect, only tensors are written, and an op that
-writes an input has no autograd pair."""
+"""Rules on inputs written in place (schema 1.2): an op has an effect, only tensors are written, and the in-place
+inputs and outputs fit torch's alias letters. (Since schema 5.0 an op that writes an input may be the forward of an
+autograd pair: :func:`flyship.bundle.rules.backward.check_backward`.)"""
 
 from __future__ import annotations
 
@@ -20,23 +21,6 @@ def check_mutable_arg(a: _m.Arg, where: str) -> None:
     """Only a tensor can be written in place (``where``: the argument's JSON path)."""
     if a.mutable and a.kind != "tensor":
         raise _fail(f"{where}.mutable", f"only a tensor can be written in place, got a mutable {a.kind} {a.name!r}")
-
-
-def check_no_backward_when_mutable(op: _m.Op, where: str, which: str = "op") -> None:
-    """An op that writes an input in place is not the forward of an autograd pair: the write would overwrite a
-    tensor the caller holds and autograd may save, and a gradient through a buffer the kernel overwrites is not the
-    op's derivative. (A *backward* op may write inputs in place since schema 1.4: it consumes buffers the loader
-    owns, :func:`flyship.bundle.rules.backward.check_consumed`.)
-
-    Raises:
-        BundleError: naming the op and the inputs it writes.
-    """
-    if op.mutable:
-        role = "declares a backward" if which == "op" else "is another op's backward"
-        raise BundleError(f"{where}: expected ops without in-place inputs, got {which} {op.name}, which writes "
-                          f"{', '.join(op.mutable)} in place and {role}; an op that writes an input cannot be the "
-                          "forward of an autograd pair (declare the write as an Output to train through it; a backward op may "
-                          "write its inputs in place)")
 
 
 # torch's alias annotations (Tensor(a!)) take one letter each: the in-place inputs, then the out= tensors.

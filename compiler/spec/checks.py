@@ -49,8 +49,6 @@ def validate(d: OpDecl) -> None:
             raise SpecError(f"{e}; a key is an integer expression over the inputs") from None
     head = manifest_head(d)
     _by_rule_book(lambda: _rules.check_op_head(head, w))
-    if d.backward is not None:
-        _by_rule_book(lambda: _rules.check_no_backward_when_mutable(head, w))
     _validate_workspaces(d, w)
     from flyship.compiler import frontends
 

@@ -9,9 +9,11 @@ Kernels::
     rope_fwd_kernel(q, out, cos, sin, q_row_stride, q_head_stride, out_row_stride, out_head_stride,
                     cs_row_stride, half, BLOCK_H: tl.constexpr)
     rope_bwd_kernel(dq, cos, sin, dq_row_stride, dq_head_stride, cs_row_stride, half, BLOCK_H: tl.constexpr)
+    rope_inplace_kernel(q, cos, sin, q_row_stride, q_head_stride, cs_row_stride, half, BLOCK_H: tl.constexpr)
     ce_fwd_kernel(logits, target, loss, dlogits, l_row_stride, d_row_stride, n_cols, ignore_index,
                   BLOCK: tl.constexpr)
     ce_bwd_kernel(dlogits, g, d_row_stride, n_cols, BLOCK: tl.constexpr)
+    ce_fwd_inplace_kernel(logits, target, loss, l_row_stride, n_cols, ignore_index, BLOCK: tl.constexpr)
     scale_fwd_kernel(x, w, y, x_row_stride, y_row_stride, n_cols, BLOCK_N: tl.constexpr)
     scale_bwd_kernel(dy, x, w, dx, partial, dy_row_stride, x_row_stride, dx_row_stride, p_row_stride, n_rows,
                      n_cols, ROWS: tl.constexpr, BLOCK_N: tl.constexpr)
@@ -26,6 +28,11 @@ Kernels::
   ``softmax(x) - onehot(target)`` into ``dlogits`` (zeros on ignored rows: every element is written); the backward
   scales ``dlogits`` in place by the incoming per-row gradient. A target outside ``[0, n_cols)`` that is not
   ``ignore_index`` gives a NaN loss (torch raises there; a kernel cannot, so the loss says it).
+* In-place forwards (the training-kernel library's form, an autograd pair whose forward writes its input as
+  ``ctx.mark_dirty`` allows): ``rope_inplace_kernel`` rotates ``q`` itself (each program reads both halves of its
+  head before it writes them); ``ce_fwd_inplace_kernel`` writes each row's gradient over the row's logits (the
+  second pass reads each chunk before it overwrites it, and the loss needs only the first pass and the target's
+  logit, read before the second pass). Their backwards are ``rope_bwd_kernel`` and ``ce_bwd_kernel``.
 
 * Scale by a weight vector (``y = x * w``, x (M, N), w (N,)): the weight's gradient is a reduction over rows. The
   backward kernel writes ``dx`` and one float32 row of partial sums per block of ``ROWS`` rows; the host step
@@ -93,6 +100,14 @@ def rope_bwd_kernel(dq, cos, sin, dq_row_stride, dq_head_stride, cs_row_stride, 
 
 
 @triton.jit
+def rope_inplace_kernel(q, cos, sin, q_row_stride, q_head_stride, cs_row_stride, half, BLOCK_H: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1).to(tl.int64)
+    off = row * q_row_stride + head * q_head_stride
+    _rotate_head(q, q, cos, sin, off, off, row * cs_row_stride, half, 1.0, BLOCK_H)
+
+
+@triton.jit
 def ce_fwd_kernel(logits, target, loss, dlogits, l_row_stride, d_row_stride, n_cols, ignore_index,
                   BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -119,6 +134,12 @@ def ce_fwd_kernel(logits, target, loss, dlogits, l_row_stride, d_row_stride, n_c
         p = tl.exp(x - lse)
         g = tl.where(cols == t, p - 1.0, p)
         tl.store(dst + cols, tl.where(keep, g, 0.0).to(dlogits.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def ce_fwd_inplace_kernel(logits, target, loss, l_row_stride, n_cols, ignore_index, BLOCK: tl.constexpr):
+    # ce_fwd_kernel with dlogits = logits: every read of a chunk comes before its write, by the same program.
+    ce_fwd_kernel(logits, target, loss, logits, l_row_stride, l_row_stride, n_cols, ignore_index, BLOCK)
 
 
 @triton.jit

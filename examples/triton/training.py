@@ -10,13 +10,16 @@ In the workload Python (torch only)::
     loss = ops.cross_entropy(logits, target)        # ce_fwd + a count on the host; backward: ce_bwd in place
     c = ops.swiglu(a, b)                            # backward writes da into a and db into b (or into copies)
     q2, k2 = ops.rope(q, k, cos, sin)               # backward rotates the incoming gradients in place
+    ops.rope_inplace(q, cos, sin)                   # in-place forward (ctx.mark_dirty): q is rotated, not copied
+    loss = ops.ce_fwd_inplace(logits, target)       # per-row loss; the gradient is written over logits
 
 A buffer the backward overwrites is handed over only when nothing else holds it; otherwise the backward gets a
-copy (docs/training.md).
+copy (docs/training.md). The ``*_inplace`` ops are autograd pairs whose forward writes its input in place (schema
+5.0), the training-kernel library's form: autograd's rules apply as with ``ctx.mark_dirty``.
 """
 
-from tl_training import (ce_bwd_kernel, ce_fwd_kernel, rope_bwd_kernel, rope_fwd_kernel, scale_bwd_kernel,
-                         scale_fwd_kernel, swiglu_bwd_kernel, swiglu_fwd_kernel)
+from tl_training import (ce_bwd_kernel, ce_fwd_inplace_kernel, ce_fwd_kernel, rope_bwd_kernel, rope_fwd_kernel,
+                         rope_inplace_kernel, scale_bwd_kernel, scale_fwd_kernel, swiglu_bwd_kernel, swiglu_fwd_kernel)
 
 from flyship.compiler.spec import (Backward, Constexpr, Output, Scalar, Spec, Tensor, Value, composite, namespace, op,
                                    references)
@@ -112,6 +115,32 @@ op("ce_bwd", kernel=ce_bwd_kernel, reference="ce_bwd_ref", doc="scales each row 
    specs=[Spec(name, dtypes={"dlogits": dt, "g": "float32"}, shapes={"dlogits": (64, 5000), "g": (64,)},
                constexprs={"BLOCK": 2048}, options={"num_warps": 8},
                constraints=("dlogits.stride[1] == 1", "g.stride[0] == 1", "g.shape[0] == dlogits.shape[0]"))
+          for name, dt in FLOATS.items()])
+
+# -- in-place forwards (schema 5.0): the forward writes its input, as torch.autograd.Function + ctx.mark_dirty ---------
+op("rope_inplace", kernel=rope_inplace_kernel, reference="rope_inplace_ref",
+   doc="rotate-half RoPE of q (T, H, D) by cos/sin (T, D/2), written into q",
+   backward=Backward("rope_bwd", inputs={"dq": "grad:q", "cos": "cos", "sin": "sin"}, grads={"q": "dq"}),
+   args=[Tensor("q", rank=3, mutable=True), Tensor("cos", rank=2), Tensor("sin", rank=2),
+         Value("q_row_stride", "q.stride[0]"), Value("q_head_stride", "q.stride[1]"),
+         Value("cs_row_stride", "cos.stride[0]"), Value("half", "cos.shape[1]"), Constexpr("BLOCK_H")],
+   grid=("q.shape[0]", "q.shape[1]"),
+   specs=[Spec(f"{name}_d{2 * bh}", dtypes={"q": dt, "cos": "float32", "sin": "float32"},
+               shapes={"q": (64, 8, 2 * bh), "cos": (64, bh), "sin": (64, bh)}, constexprs={"BLOCK_H": bh},
+               constraints=rope_guard("q", bh))
+          for bh in ROPE_HEADS for name, dt in FLOATS.items()])
+
+op("ce_fwd_inplace", kernel=ce_fwd_inplace_kernel, reference="ce_fwd_inplace_ref",
+   doc="per-row cross-entropy; its gradient softmax(x) - onehot(target) is written over the logits",
+   backward=Backward("ce_bwd", inputs={"dlogits": "logits", "g": "grad:loss"}, grads={"logits": "dlogits"}),
+   args=[Tensor("logits", rank=2, mutable=True), Tensor("target", rank=1),
+         Output("loss", shape=("logits.shape[0]",), dtype="float32"), Value("l_row_stride", "logits.stride[0]"),
+         Value("n_cols", "logits.shape[1]"), Scalar("ignore_index", "int", -100), Constexpr("BLOCK")],
+   grid=("logits.shape[0]",),
+   specs=[Spec(name, dtypes={"logits": dt, "target": "int64"}, shapes={"logits": (64, 5000), "target": (64,)},
+               constexprs={"BLOCK": 2048}, options={"num_warps": 8},
+               constraints=("logits.stride[1] == 1", "target.stride[0] == 1", "target.shape[0] == logits.shape[0]",
+                            "logits.shape[1] >= 1"))
           for name, dt in FLOATS.items()])
 
 # -- scale by a weight vector: the backward is a composite, a kernel then a host-side reduction ----------------------

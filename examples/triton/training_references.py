@@ -62,6 +62,18 @@ def ce_fwd_ref(logits: torch.Tensor, target: torch.Tensor,
     return loss.float(), grad.to(logits.dtype)
 
 
+def rope_inplace_ref(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """rope_ref written into q (the in-place forward of an autograd pair)."""
+    q.copy_(_rotate(q, cos, sin).to(q.dtype))
+
+
+def ce_fwd_inplace_ref(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    """ce_fwd_ref's loss; its gradient is written over logits (the in-place forward of an autograd pair)."""
+    loss, grad = ce_fwd_ref(logits, target, ignore_index)
+    logits.copy_(grad)
+    return loss
+
+
 def ce_bwd_ref(dlogits: torch.Tensor, g: torch.Tensor) -> None:
     """Scales each row of dlogits by g, in place."""
     dlogits.copy_((_up(dlogits) * g.to(_up(dlogits).dtype)[:, None]).to(dlogits.dtype))

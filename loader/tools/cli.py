@@ -40,8 +40,10 @@ def describe(manifest: _m.Manifest) -> str:
              f"{manifest.build.flyship_version} under Python {manifest.build.python}; "
              f"frontends {', '.join(f'{k} {v}' for k, v in sorted(manifest.build.frontends.items()))})",
              f"targets: {', '.join(manifest.targets)}"]
-    backward_of = {h.backward.op: h.name for h in (*manifest.ops, *manifest.composites)
-                   if getattr(h, "backward", None) is not None}
+    backward_of: dict[str, str] = {}  # an op may be the backward of several (rope_bwd: rope_fwd and rope_inplace)
+    for h in (*manifest.ops, *manifest.composites):
+        if getattr(h, "backward", None) is not None:
+            backward_of[h.backward.op] = ", ".join(filter(None, (backward_of.get(h.backward.op), h.name)))
     for op in manifest.ops:
         functional, out = schemas(op)
         lines.append("")

@@ -1,4 +1,4 @@
-"""Training ops from one bundle (examples/triton/training.py, schema 4.0): autograd pairs whose backward writes
+"""Training ops from one bundle (examples/triton/training.py, schema 5.0): autograd pairs whose backward writes
 gradients in place, a backward that ends with a host step, and composite ops, on the CPU.
 
 The CPU path runs each op's reference (the bundle's own references.py), so gradients are checked with real numbers
@@ -44,10 +44,10 @@ def leaf(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(*shape, dtype=dtype, requires_grad=True)
 
 
-def test_the_bundle_is_written_as_4_0_because_a_backward_consumes_buffers_and_composites_are_declared(
+def test_the_bundle_is_written_as_5_0_because_a_pairs_forward_writes_in_place_and_a_backward_consumes_buffers(
         training_bundle):
     m = _m.read(training_bundle)
-    assert m.schema_version == "4.0" and _m.must_understand(m) == ("mutable", "consumes", "composites")
+    assert m.schema_version == "5.0" and _m.must_understand(m) == ("mutable", "consumes", "composites", "dirty")
     assert [c.name for c in m.composites] == ["scale_bwd", "cross_entropy", "swiglu", "rope"]
     assert m.op("swiglu_fwd").backward.consumed(m.op("swiglu_bwd")) == {"a": "a", "b": "b"}
     assert m.op("ce_fwd").backward.consumed(m.op("ce_bwd")) == {"dlogits": "dlogits"}
@@ -229,10 +229,11 @@ def test_flyship_list_and_the_ops_object_show_the_composites_and_the_backward_pa
 
     assert ops.composites == ("scale_bwd", "cross_entropy", "swiglu", "rope")
     assert ops.backwards == {"swiglu_fwd": "swiglu_bwd", "rope_fwd": "rope_bwd", "ce_fwd": "ce_bwd",
+                             "rope_inplace": "rope_bwd", "ce_fwd_inplace": "ce_bwd",
                              "scale": "scale_bwd"}  # scale's backward is a composite (a host step after a kernel)
     assert "swiglu_fwd (backward: swiglu_bwd)" in repr(ops) and "composites: scale_bwd, cross_entropy" in repr(ops)
     text = describe(_m.read(training_bundle))
-    assert "  backward: rope_bwd (grads q <- dq)" in text and "  backward of: rope_fwd" in text
+    assert "  backward: rope_bwd (grads q <- dq)" in text and "  backward of: rope_fwd, rope_inplace" in text
     assert f"{ops.namespace}::" not in text  # the manifest's namespace, not the one this test loaded under
     m = _m.read(training_bundle)
     composite = text.split(f"\n{m.namespace}::cross_entropy(", 1)[1]
@@ -267,7 +268,7 @@ def test_the_training_manifest_validates_against_the_json_schema(training_bundle
 
     from flyship.bundle import schema as S
 
-    jsonschema = pytest.importorskip("jsonschema", reason="needs jsonschema; it would validate the 4.0 manifest")
+    jsonschema = pytest.importorskip("jsonschema", reason="needs jsonschema; it would validate the 5.0 manifest")
     jsonschema.Draft202012Validator(S.load()).validate(json.loads((training_bundle / "manifest.json").read_text()))
 
 

@@ -1,4 +1,4 @@
-"""The rule book on training bundles (schema 1.4 / 4.0): backward ops that consume buffers, composites, and the
+"""The rule book on training bundles (schema 1.4 / 4.0 / 5.0): backward ops that consume buffers, composites, and the
 version that makes an older loader refuse them instead of misreading them."""
 
 from __future__ import annotations
@@ -49,28 +49,43 @@ def test_a_backward_that_consumes_buffers_wrongly_is_refused_when_read(training_
         _parse(training_bundle, edit)
 
 
-def test_an_op_that_writes_an_input_in_place_is_still_refused_as_the_forward_of_a_pair(training_bundle):
+def test_grad_of_an_input_is_refused_unless_the_forward_writes_that_input_in_place(training_bundle):
+    # rope_inplace's backward reads grad:q (q is written in place); rope_fwd's q is not written, so grad:q is refused
     def edit(d: dict) -> None:
-        _op(d, "swiglu_bwd")["backward"] = {"op": "swiglu_fwd", "inputs": {"a": "a", "b": "b"}, "grads": {"dc": "c"}}
+        _op(d, "rope_fwd")["backward"]["inputs"]["dq"] = "grad:q"
 
-    with pytest.raises(BundleError, match="an op that writes an input cannot be the forward of an autograd pair"):
+    with pytest.raises(BundleError, match=r"input dq = 'grad:q': expected 'grad:' of an output or of an input "
+                                          r"rope_fwd writes in place \(out\)"):
+        _parse(training_bundle, edit)
+    assert _parse(training_bundle, lambda d: None).op("rope_inplace").backward.inputs["dq"] == "grad:q"
+
+
+@pytest.mark.parametrize("version, late", [("3.1", "consumes, composites, dirty"), ("4.0", "dirty")])
+def test_an_older_major_manifest_with_an_in_place_forward_pair_is_refused_naming_5_0(training_bundle, version, late):
+    def edit(d: dict) -> None:
+        d["schema_version"] = version
+
+    major = version[0]
+    with pytest.raises(BundleError, match=rf"expected 5\.0 for a bundle that uses {late}, got '{version}': a "
+                                          rf"{major}\.x loader would ignore th.*rebuild the bundle"):
         _parse(training_bundle, edit)
 
 
-def test_a_3_x_manifest_with_a_consuming_backward_and_composites_is_refused_naming_4_0(training_bundle):
-    def edit(d: dict) -> None:
-        d["schema_version"] = "3.1"
+def test_a_4_0_manifest_without_in_place_forward_pairs_still_reads(training_bundle):
+    def edit(d: dict) -> None:  # the bundle as the last flyship wrote it: no pair's forward writes in place
+        d["ops"] = [o for o in d["ops"] if o["name"] not in ("rope_inplace", "ce_fwd_inplace")]
+        d["schema_version"] = "4.0"
 
-    with pytest.raises(BundleError, match=r"expected 4\.0 for a bundle that uses consumes, composites, got '3\.1': a "
-                                          r"3\.x loader would ignore those keys.*rebuild the bundle"):
-        _parse(training_bundle, edit)
+    m = _parse(training_bundle, edit)
+    assert m.schema_version == "4.0" and "dirty" not in _m.must_understand(m)
+    assert _m.version_for(m) == "4.0"
 
 
-def test_a_loader_that_reads_up_to_3_x_refuses_the_4_0_bundle_with_its_version_message(training_bundle, monkeypatch):
+def test_a_loader_that_reads_up_to_4_x_refuses_the_5_0_bundle_with_its_version_message(training_bundle, monkeypatch):
     from flyship.errors import ManifestVersionError
 
-    monkeypatch.setattr(_m, "NEWEST_MINOR", {1: 4, 2: 2, 3: 1})
-    with pytest.raises(ManifestVersionError, match=r"schema version 4\.0 is not readable .* rebuild the bundle"):
+    monkeypatch.setattr(_m, "NEWEST_MINOR", {1: 4, 2: 2, 3: 1, 4: 0})
+    with pytest.raises(ManifestVersionError, match=r"schema version 5\.0 is not readable .* rebuild the bundle"):
         _m.read(training_bundle)
 
 
