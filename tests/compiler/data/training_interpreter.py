@@ -1,6 +1,6 @@
 """Run the training kernels (examples/triton/tl_training.py) under Triton's interpreter on the CPU, in float32 and
 bfloat16, against the bundle's references (examples/triton/training_references.py): the kernels' math, the in-place
-writes of the backward kernels, ignored rows written as zeros and a NaN loss for a target outside the vocabulary.
+writes of the backward kernels and of the in-place forwards (rope_inplace, ce_fwd_inplace), ignored rows written as zeros and a NaN loss for a target outside the vocabulary.
 
 Run by tests/compiler/test_training_kernels.py in a subprocess (TRITON_INTERPRET must be set before triton is
 imported). Triton 3.6's interpreter hands scalar kernel arguments to ``range`` as one-element arrays, which Python's
@@ -39,6 +39,9 @@ for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
     d1, d2 = q.clone(), q.clone()
     K.rope_bwd_kernel[(9, 3)](d1, cs, sn, d1.stride(0), d1.stride(1), cs.stride(0), 64, BLOCK_H=64); R.rope_bwd_ref(d2, cs, sn)
     close(d1, d2, tol)
+    q1, q2 = q.clone(), q.clone()  # the in-place forward: q rotated in its own memory
+    K.rope_inplace_kernel[(9, 3)](q1, cs, sn, q1.stride(0), q1.stride(1), cs.stride(0), 64, BLOCK_H=64)
+    R.rope_inplace_ref(q2, cs, sn); close(q1, q2, tol); close(q1, R.rope_ref(q, cs, sn), tol)
     logits = torch.randn(6, 5000, dtype=dt); t = torch.randint(0, 5000, (6,)); t[1] = -100; t[3] = 7000
     loss = torch.empty(6); dl = torch.empty_like(logits)
     K.ce_fwd_kernel[(6,)](logits, t, loss, dl, logits.stride(0), dl.stride(0), 5000, -100, BLOCK=2048)
@@ -47,6 +50,10 @@ for dt, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
     assert torch.isnan(loss[3]) and loss[1] == 0
     m = torch.tensor([1, 1, 1, 0, 1, 1], dtype=torch.bool)
     close(loss[m], rl[m], 1e-5); close(dl[m], rg[m], tol)
+    l1, loss1 = logits.clone(), torch.empty(6)  # the in-place forward: the gradient written over the logits
+    K.ce_fwd_inplace_kernel[(6,)](l1, t, loss1, l1.stride(0), 5000, -100, BLOCK=2048)
+    assert torch.isnan(loss1[3]) and loss1[1] == 0 and (l1[1] == 0).all()
+    close(loss1[m], rl[m], 1e-5); close(l1[m], rg[m], tol)
     g = torch.rand(6); e1, e2 = dl.clone(), dl.clone()
     K.ce_bwd_kernel[(6,)](e1, g, e1.stride(0), 5000, BLOCK=2048); R.ce_bwd_ref(e2, g); close(e1[m], e2[m], tol)
     x, w = torch.randn(70, 300, dtype=dt), torch.randn(300, dtype=dt); y = torch.empty_like(x)
