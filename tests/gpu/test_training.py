@@ -1,5 +1,6 @@
 """Training ops on a GPU (examples/triton/training.py): the real cubins of each autograd pair, whose backward writes
-gradients in place, and the composites that make each training op one op, against torch's own autograd.
+gradients in place, the pairs whose forward writes its input in place (rope_inplace, ce_fwd_inplace: schema 5.0), and the
+composites that make each training op one op, against torch's own autograd.
 
 The bundle comes from ``FLYSHIP_GPU_TRAINING_BUNDLE`` (default ``artifacts/training``), built without a GPU by
 ``flyc-build examples/triton/training.py -o artifacts/training --arch sm_90``; when there is none and this Python
@@ -170,3 +171,81 @@ def test_torch_compile_trains_through_every_training_op_on_the_gpu(tr, backend):
     for x, y in zip(args, copies):
         if x.requires_grad:
             torch.testing.assert_close(y.grad, x.grad, rtol=1e-4, atol=1e-5)
+
+
+# -- in-place forwards (schema 5.0): the pair's forward writes its input, as ctx.mark_dirty allows -------------------
+@pytest.mark.parametrize("dt", sorted(DTYPES))
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_rope_in_place_rotates_the_callers_tensor_and_gives_torchs_gradient(tr, dt, head_dim):
+    dtype, tol = DTYPES[dt]
+    torch.manual_seed(5)
+    tokens, heads = 300, 8
+    w = leaf(tokens, heads, head_dim, dtype=dtype)
+    ang = torch.rand(tokens, head_dim // 2, device="cuda") * 6.28
+    cos, sin = ang.cos(), ang.sin()
+    g = torch.randn(tokens, heads, head_dim, device="cuda", dtype=dtype)
+    q = w * 1
+    ptr, version = q.data_ptr(), q._version
+    held = q * q  # mul saved q: its backward must be refused, never read the rotated values
+    with counting(tr.rope_inplace) as fwd, counting(tr.rope_bwd) as bwd:
+        tr.rope_inplace(q, cos, sin)
+        assert q.data_ptr() == ptr and q._version > version
+        (q * g).sum().backward()
+    assert (fwd.launched, bwd.launched, fwd.fell_back + bwd.fell_back) == (1, 1, 0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        held.sum().backward()
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        h = x.shape[-1] // 2
+        x1, x2 = x[..., :h].float(), x[..., h:].float()
+        return torch.cat([x1 * cos[:, None] - x2 * sin[:, None], x2 * cos[:, None] + x1 * sin[:, None]], -1)
+
+    w2 = twin(w)
+    (rotate(w2) * g.float()).sum().backward()
+    close(q.detach(), rotate(w.detach()), tol)
+    close(w.grad, w2.grad, tol)
+
+
+@pytest.mark.parametrize("dt", sorted(DTYPES))
+def test_cross_entropy_in_place_writes_the_gradient_over_the_logits_and_gives_torchs_gradient(tr, dt):
+    dtype, tol = DTYPES[dt]
+    torch.manual_seed(6)
+    rows, vocab = 256, 32000
+    w = leaf(rows, vocab, dtype=dtype)
+    target = torch.randint(0, vocab, (rows,), device="cuda")
+    target[::5] = -100
+    with counting(tr.ce_fwd_inplace) as fwd, counting(tr.ce_bwd) as bwd:
+        loss = tr.ce_fwd_inplace(w * 1, target)  # the logits are dropped: the backward scales them in place
+        mean = loss.sum() / (target != -100).sum()
+        mean.backward()
+    assert (fwd.launched, bwd.launched, fwd.fell_back + bwd.fell_back) == (1, 1, 0)
+    w2 = twin(w)
+    ref = F.cross_entropy(w2.float(), target, ignore_index=-100)
+    ref.backward()
+    close(mean, ref, 1e-5)
+    close(w.grad, w2.grad, tol)
+    assert w.grad[::5].abs().max() == 0
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_trains_through_the_in_place_pairs_on_the_gpu(tr, backend):
+    torch.manual_seed(7)
+    f32 = torch.float32
+    w, x0 = leaf(64, 8, 128, dtype=f32), leaf(64, 5000, dtype=f32)
+    ang = torch.rand(64, 64, device="cuda")
+    cos, sin, target = ang.cos(), ang.sin(), torch.randint(0, 5000, (64,), device="cuda")
+
+    def step(w, x0):
+        q, logits = w * 2, x0 * 1
+        tr.rope_inplace(q, cos, sin)
+        return q.square().mean() + tr.ce_fwd_inplace(logits, target).mean()
+
+    eager = step(w, x0)
+    eager.backward()
+    w2, x2 = twin(w), twin(x0)
+    torch._dynamo.reset()
+    out = torch.compile(step, backend=backend, fullgraph=True)(w2, x2)
+    out.backward()
+    torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w2.grad, w.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(x2.grad, x0.grad, rtol=1e-4, atol=1e-5)
