@@ -158,7 +158,8 @@ def ratios(ms: dict[str, list[float]]) -> dict[str, dict[str, float]]:
 def markdown(results: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [f"# In-place forward pairs vs plain in-place ops ({meta['device']}, {meta['dtype']})", "",
              f"torch {meta['torch']}, {meta['calls']} steps x {meta['repeats']} interleaved rounds; target "
-             f"pair / plain <= {TARGET}", "", "| family | path | ms per step (median) | ratio to plain (median, min-max) |",
+             f"pair / plain <= {TARGET}", "",
+             "| family | path | ms per step (median) | ratio to plain (median, min-max) |",
              "|---|---|---|---|"]
     for family, r in results.items():
         for name, ms in r["ms"].items():
@@ -202,7 +203,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"bench/inplace_pair.py: expected every call on the bundle's kernels, got fallbacks {fell}; "
                   "build the bundle for this GPU's target", file=sys.stderr)
             return 1
-    meta = {"device": torch.cuda.get_device_name() if a.device == "cuda" else f"CPU ({platform.machine()}, mechanics only)",
+    where = f"CPU ({platform.machine()}, mechanics only)"
+    meta = {"device": torch.cuda.get_device_name() if a.device == "cuda" else where,
             "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "calls": a.calls,
             "repeats": a.repeats, "target": TARGET, "mechanics_only": a.device == "cpu"}
     out = Path(a.out)

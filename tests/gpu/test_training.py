@@ -1,6 +1,6 @@
 """Training ops on a GPU (examples/triton/training.py): the real cubins of each autograd pair, whose backward writes
-gradients in place, the pairs whose forward writes its input in place (rope_inplace, ce_fwd_inplace: schema 5.0), and the
-composites that make each training op one op, against torch's own autograd.
+gradients in place, the pairs whose forward writes its input in place (rope_inplace, ce_fwd_inplace: schema 5.0),
+and the composites that make each training op one op, against torch's own autograd.
 
 The bundle comes from ``FLYSHIP_GPU_TRAINING_BUNDLE`` (default ``artifacts/training``), built without a GPU by
 ``flyc-build examples/triton/training.py -o artifacts/training --arch sm_90``; when there is none and this Python

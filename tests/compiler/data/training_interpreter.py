@@ -1,6 +1,7 @@
 """Run the training kernels (examples/triton/tl_training.py) under Triton's interpreter on the CPU, in float32 and
 bfloat16, against the bundle's references (examples/triton/training_references.py): the kernels' math, the in-place
-writes of the backward kernels and of the in-place forwards (rope_inplace, ce_fwd_inplace), ignored rows written as zeros and a NaN loss for a target outside the vocabulary.
+writes of the backward kernels and of the in-place forwards (rope_inplace, ce_fwd_inplace), ignored rows written
+as zeros and a NaN loss for a target outside the vocabulary.
 
 Run by tests/compiler/test_training_kernels.py in a subprocess (TRITON_INTERPRET must be set before triton is
 imported). Triton 3.6's interpreter hands scalar kernel arguments to ``range`` as one-element arrays, which Python's
