@@ -40,8 +40,9 @@ Rules, by subject:
 * composites (schema 1.4): a unique name, a function of the references module, an op's kind of arguments (none in
   place, none batched) and named returns (:func:`check_composites`);
 * in-place inputs (schema 1.2): an op has an output or an input written in place, only tensors are written, and
-  its in-place inputs and outputs fit torch's alias letters (:mod:`.inplace`); an op has an input tensor and at most 64 arguments and outputs (the C++ core's slots),
-  and its ``.out`` names do not collide with its inputs (:func:`check_op_head`);
+  its in-place inputs and outputs fit torch's alias letters (:mod:`.inplace`); an op has an input tensor and at most
+  64 arguments and outputs (the C++ core's slots), and its ``.out`` names do not collide with its inputs
+  (:func:`check_op_head`);
 * files: every path the manifest names stays inside the bundle after resolving links, is at most
   ``MAX_CODE_OBJECT_BYTES`` and has the sha256 the manifest records (:func:`read_bundle_file`);
 * code objects against the manifest: the kernel and its descriptor exist, the file's target, kernarg
