@@ -121,15 +121,19 @@ def test_a_reference_that_returns_the_new_value_instead_of_writing_it_in_place_i
     assert op.mutable == ("residual",)
 
 
-def test_an_op_that_writes_an_input_cannot_declare_a_backward(tmp_path):
+def test_a_pair_whose_forward_writes_an_input_reads_grad_only_of_what_it_writes(tmp_path):
+    # Since schema 5.0 an op that writes an input may declare a backward (docs/training.md); "grad:x" of an input it
+    # does not write is refused by the rule book while the spec is read, naming what does get a gradient.
     body = FUSED_TRITON.format(refs=str(tmp_path / "refs.py")).replace("MUT", "True").replace("REF", "'good'")
     body = body.replace('grid=("x.shape[0]",),', 'grid=("x.shape[0]",), backward=Backward("fused_add_rmsnorm", '
-                                                 'inputs={"x": "x"}, grads={"x": "out"}),')
+                                                 'inputs={"x": "grad:x", "residual": "grad:residual", "w": "w"}, '
+                                                 'grads={"x": "out"}),')
     (tmp_path / "refs.py").write_text(textwrap.dedent(GOOD_REF))
     spec = _spec(tmp_path, "triton", body.replace("from tl_inplace", "from flyship.compiler.spec import Backward\n"
                                                                       "    from tl_inplace"))
     err = _refused(tmp_path, spec, "sm_90")
-    assert "writes residual in place and declares a backward" in err
+    assert ("input x = 'grad:x': expected 'grad:' of an output or of an input fused_add_rmsnorm writes in place "
+            "(out, residual)") in err
 
 
 CLEAR_COUNTS = """
