@@ -21,6 +21,10 @@ modified-in-place check still applies), and at backward time the storage must ha
 an incoming gradient no owner but the engine's buffer. Under ``torch.compile`` the tensors are traced (fake,
 functional), nothing can be proven private, and the backward always gets a copy: the graph then holds
 ``clone`` + the in-place op, which functionalization records correctly (docs/training.md, "Cost").
+
+A *forward* op may write inputs in place too (schema 5.0, :meth:`flyship.bundle.manifest.Backward.dirty`): such a pair
+gets :mod:`flyship.loader.autograd_dirty`'s kernel (the ``ctx.mark_dirty`` contract) instead of torch's generated one,
+with the same :class:`_Rule`; the gradients flowing into the written inputs follow the outputs' (``grad_names``).
 """
 
 from __future__ import annotations
