@@ -179,6 +179,21 @@ def test_a_gradient_into_logits_after_cross_entropy_wrote_them_raises_instead_of
         (loss.sum() + x.sum()).backward()
 
 
+def test_under_torch_compile_a_gradient_into_written_logits_passed_in_raises_when_the_graph_runs(ops):
+    # AOTAutograd hands a written graph input a tangent that is zero unless the new value is used after the graph:
+    # the check runs in the compiled backward
+    target = torch.randint(0, 20, (6,))
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: ops.ce_fwd_inplace(x, target).mean(), backend="aot_eager", fullgraph=True)
+    w = leaf(6, 20)
+    fn(w * 1).backward()
+    assert w.grad.abs().sum() > 0
+    x = leaf(6, 20) * 1
+    out = fn(x)
+    with pytest.raises(RuntimeError, match=r"a gradient flows into 'logits' after the op wrote it in place"):
+        (out + x.sum()).backward()
+
+
 def test_the_logits_the_caller_still_holds_are_copied_for_the_backward_not_overwritten(ops):
     # the backward scales the gradient buffer in place only when nothing else holds it (docs/training.md)
     x = leaf(6, 20) * 1
