@@ -164,3 +164,26 @@ def device_index(device: Any, where: str) -> int:
     except (RuntimeError, AssertionError) as e:  # a CPU-only torch asserts
         raise ConfigError(f"{where}: expected a GPU device, got {device!r} without an index and torch has no "
                           f"current GPU ({e}); pass an index, e.g. 'cuda:0'") from None
+
+
+def device_reads(op: _m.Op) -> list[str]:
+    """Where the op's launch rules read the device (``device.cu_count``): ``"spec f32 guard"``, ``"spec f32
+    gfx942 grid"``, ... in manifest order; empty when no rule does. A decision without a device must be told the
+    device's values for these (:meth:`flyship.loader.handles.OpHandle.dispatch`'s ``cu_count``)."""
+    from flyship.bundle import expr as _expr
+
+    found: list[str] = []
+
+    def note(where: str, texts: Any) -> None:
+        if any(t and _expr.names_device(t) for t in texts) and where not in found:
+            found.append(where)
+
+    for s in op.specializations:
+        note(f"spec {s.name} guard", s.guard.constraints)
+        for v in s.variants:
+            for k, launch in enumerate((v, *v.then)):
+                where = f"spec {s.name} {v.target}" + (f" launch {k + 1}" if v.then else "")
+                note(f"{where} grid", (*launch.launch.grid, launch.launch.dynamic_lds))
+                note(f"{where} kernel arguments", (f.expr for f in launch.kernargs.fields))
+            note(f"spec {s.name} {v.target} workspaces", (e for w in v.workspaces for e in w.shape))
+    return found
