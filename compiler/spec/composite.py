@@ -35,8 +35,16 @@ def composite_entry(name: str, function: str, args: Sequence[Tensor | Scalar], r
     for a in args:
         if isinstance(a, Tensor):
             if a.mutable or a.batch or a.alignment is not None or a.pointee is not None:
-                raise SpecError(f"{where}: argument {a.name!r}: a composite's Tensor takes name and rank only (the "
-                                "ops it calls declare in-place writes, batching and alignment)")
+                said = [k for k, v in (("mutable=True", a.mutable), ("batch=True", a.batch),
+                                       (f"alignment={a.alignment}", a.alignment is not None),
+                                       (f"pointee={a.pointee!r}", a.pointee is not None)) if v]
+                raise SpecError(f"{where}: argument {a.name!r}: a composite's Tensor takes name and rank only, got "
+                                f"{', '.join(said)}; the ops it calls own those declarations and their checks, and "
+                                f"the composite passes {a.name!r} on to them unchanged: declare {said[0]} on the "
+                                f"Tensor of the op that takes {a.name!r} (batch=True: that op flattens the leading "
+                                "dims; mutable=True: that op writes it in place) and Tensor("
+                                f"{a.name!r}, rank={a.rank}) here (docs/training.md, \"What a composite's args may "
+                                "not say\")")
             out.append(_m.Arg(name=a.name, kind="tensor", rank=a.rank))
         elif isinstance(a, Scalar):
             out.append(_m.Arg(name=a.name, kind=a.type, default=a.default))

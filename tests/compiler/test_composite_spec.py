@@ -21,7 +21,11 @@ def test_a_composite_becomes_a_manifest_entry_with_its_arguments_in_order():
 
 @pytest.mark.parametrize("args, returns, message", [
     ([Tensor("x", rank=2, mutable=True)], ["y"],
-     r"composite c: argument 'x': a composite's Tensor takes name and rank"),
+     r"composite c: argument 'x': a composite's Tensor takes name and rank only, got mutable=True; .*declare "
+     r"mutable=True on the Tensor of the op that takes 'x' .* and Tensor\('x', rank=2\) here \(docs/training.md"),
+    ([Tensor("x", rank=3, batch=True)], ["y"],
+     r"got batch=True; .*declare batch=True on the Tensor of the op that takes 'x' \(batch=True: that op flattens "
+     r"the leading dims"),
     ([Output("y", like="x")], ["y"], r"composite c: args= takes Tensor\(...\) and Scalar\(...\), got Output"),
     ([Tensor("x", rank=2)], "y", r"composite c: returns= expects a list of names"),
     ([Scalar("s", "int", 1.5)], ["y"], r"composite c"),

@@ -69,6 +69,7 @@ class RuntimeParam:
         arg: the op argument (tensor, output or scalar) for ``pointer`` / ``scalar`` / ``shape`` / ``stride``.
         dim: the dimension (>= 0) for ``shape`` / ``stride``.
         expr: the integer expression (constexprs substituted) for ``expr``.
+        value: the number a ``constant`` field holds (a float ``Value``, ``Value("eps", "1e-6", type="f32")``).
     """
 
     name: str
@@ -78,6 +79,7 @@ class RuntimeParam:
     arg: Optional[str] = None
     dim: Optional[int] = None
     expr: Optional[str] = None
+    value: Optional[float] = None
 
     @property
     def size(self) -> int:
@@ -387,8 +389,18 @@ class _Signature:
                                 "Values, tensors and outputs can be specialized")
 
     def _value(self, i: int, a: Value) -> None:
+        if a.float_literal() is not None:  # Value("eps", "1e-6", type="f32"): an fp32 parameter, packed as a constant
+            if a.name in self.divisible:
+                raise FrontendError(f"{self.where}: divisible_by_16 names float Value {a.name!r}; only int scalars, "
+                                    "Values, tensors and outputs can be specialized")
+            # Triton's JIT passes a Python float as fp32 (specialize_impl), so the binary is the JIT's for the value.
+            k = self.knames[i]
+            self.signature[k] = "fp32"
+            self.params.append(RuntimeParam(k, "fp32", "constant", "f32", value=a.float_literal()))
+            return
         if a.type not in VALUE_TYPES:
-            raise FrontendError(f"{self.where}: Value {a.name} has type {a.type!r}; expected one of {VALUE_TYPES}")
+            raise FrontendError(f"{self.where}: Value {a.name} has type {a.type!r}; expected one of {VALUE_TYPES} "
+                                f"(or type='f32' with a float literal)")
         text = _expr.substitute(a.expr, self.int_constexprs)  # compiles: spec.validate checked it
         if a.name in self.ones:
             self._one(i, text)
