@@ -403,6 +403,9 @@ class Composite:
         function: the function's name in the references module.
         args: inputs in schema order (tensors and scalars with defaults; none written in place).
         returns: the names of the tensors it returns, in order (one: a Tensor; more: a tuple).
+        workspaces: (1.5) buffers the loader allocates per call on the device of the first tensor argument and passes
+            after ``args`` (``function(ops, *args, *workspaces)``), never part of the schema; a shape may read
+            ``device.cu_count`` (a per-CU/SM partial buffer the composite hands to an op that writes it in place).
     """
 
     name: str
@@ -410,6 +413,7 @@ class Composite:
     function: str
     args: tuple[Arg, ...]
     returns: tuple[str, ...]
+    workspaces: tuple[Workspace, ...] = ()
 
 
 @frozen

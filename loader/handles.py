@@ -251,26 +251,9 @@ class OpHandle:
         return Decision(self.specializations[spec], self._ops._plan.spec_targets[self._index][spec][variant], "")
 
     def _dispatch_cu_count(self, target: str, cu_count: Optional[int]) -> int:
-        """``dispatch``'s ``cu_count``, checked: required where the op reads ``device.cu_count`` (the core would
-        decide on 0 CUs: a guard failed, or an expression that "divides by zero")."""
-        name = f"{self.qualname}.dispatch"
-        if cu_count is not None:
-            if isinstance(cu_count, bool) or not isinstance(cu_count, int) or cu_count < 1:
-                raise ConfigError(f"{name}: expected cu_count to be an int >= 1 (the device's compute units), got "
-                                  f"{cu_count!r}")
-            return cu_count
-        if self._device_reads is None:
+        if cu_count is None and self._device_reads is None:
             self._device_reads = _selection.device_reads(self.manifest)
-        reads = self._device_reads
-        if not reads:
-            return 0
-        usual = _targets.example_cu_count(target)
-        example = f"cu_count={usual} (a usual {target.split(':')[0]} device)" if usual else "cu_count=N"
-        raise ConfigError(f"{name}: expected cu_count= for target {target!r}, got none: the op reads "
-                          f"device.cu_count ({'; '.join(reads[:3])}{'; ...' if len(reads) > 3 else ''}), which a "
-                          f"dispatch without a device does not know (a target ID does not fix it: an MI300X and an "
-                          f"MI308X are both gfx942, 304 and 80 CUs); pass the device's count, e.g. {example}, or "
-                          f"torch.cuda.get_device_properties(i).multi_processor_count for GPU i")
+        return _selection.dispatch_cu_count(f"{self.qualname}.dispatch", target, cu_count, self._device_reads or [])
 
     def load_kernel(self, spec: str | int, *, target: str, device: int) -> None:
         """Load one variant's code object onto GPU ``device`` now (normally this happens at the first call).

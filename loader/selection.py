@@ -187,3 +187,26 @@ def device_reads(op: _m.Op) -> list[str]:
                 note(f"{where} kernel arguments", (f.expr for f in launch.kernargs.fields))
             note(f"spec {s.name} {v.target} workspaces", (e for w in v.workspaces for e in w.shape))
     return found
+
+
+def dispatch_cu_count(name: str, target: str, cu_count: Optional[int], reads: list[str]) -> int:
+    """``dispatch``'s ``cu_count``, checked: required where the op reads ``device.cu_count`` (``reads``:
+    :func:`device_reads`); the core would decide for 0 CUs (a guard failed, or an expression that "divides by zero").
+
+    Raises:
+        ConfigError: a ``cu_count`` below 1, or none for an op that reads it.
+    """
+    if cu_count is not None:
+        if isinstance(cu_count, bool) or not isinstance(cu_count, int) or cu_count < 1:
+            raise ConfigError(f"{name}: expected cu_count to be an int >= 1 (the device's compute units), got "
+                              f"{cu_count!r}")
+        return cu_count
+    if not reads:
+        return 0
+    usual = _targets.example_cu_count(target)
+    example = f"cu_count={usual} (a usual {target.split(':')[0]} device)" if usual else "cu_count=N"
+    raise ConfigError(f"{name}: expected cu_count= for target {target!r}, got none: the op reads device.cu_count "
+                      f"({'; '.join(reads[:3])}{'; ...' if len(reads) > 3 else ''}), which a dispatch without a device "
+                      f"does not know (a target ID does not fix it: an MI300X and an MI308X are both gfx942, 304 and 80 "
+                      f"CUs); pass the device's count, e.g. {example}, or "
+                      f"torch.cuda.get_device_properties(i).multi_processor_count for GPU i")

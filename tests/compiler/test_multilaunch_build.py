@@ -26,7 +26,7 @@ SPEC_FILE = ROOT / "examples" / "triton" / "multilaunch.py"
 
 def test_every_launch_builds_for_each_target_with_its_layout_checked_against_its_own_metadata(multilaunch_bundle):
     m = M.read(multilaunch_bundle)
-    assert m.schema_version == "2.2"  # must-understand keys (docs/bundle-format.md)
+    assert m.schema_version == "2.3"  # must-understand keys (docs/bundle-format.md)
     files = rules.check_bundle_files(multilaunch_bundle, m)  # every code object against its launch
     op = m.op("rowsum_split")
     assert [s.name for s in op.specializations] == [n + g for n in ("f32", "bf16", "f16") for g in ("", "__generic")]

@@ -44,10 +44,10 @@ def leaf(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(*shape, dtype=dtype, requires_grad=True)
 
 
-def test_the_bundle_is_written_as_4_0_because_a_backward_consumes_buffers_and_composites_are_declared(
+def test_the_bundle_is_written_as_4_1_because_a_backward_consumes_buffers_and_composites_are_declared(
         training_bundle):
     m = _m.read(training_bundle)
-    assert m.schema_version == "4.0" and _m.must_understand(m) == ("mutable", "consumes", "composites")
+    assert m.schema_version == "4.1" and _m.must_understand(m) == ("mutable", "consumes", "composites")
     assert [c.name for c in m.composites] == ["scale_bwd", "cross_entropy", "swiglu", "rope"]
     assert m.op("swiglu_fwd").backward.consumed(m.op("swiglu_bwd")) == {"a": "a", "b": "b"}
     assert m.op("ce_fwd").backward.consumed(m.op("ce_bwd")) == {"dlogits": "dlogits"}

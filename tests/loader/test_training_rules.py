@@ -61,16 +61,16 @@ def test_a_3_x_manifest_with_a_consuming_backward_and_composites_is_refused_nami
     def edit(d: dict) -> None:
         d["schema_version"] = "3.1"
 
-    with pytest.raises(BundleError, match=r"expected 4\.0 for a bundle that uses consumes, composites, got '3\.1': a "
+    with pytest.raises(BundleError, match=r"expected 4\.1 for a bundle that uses consumes, composites, got '3\.1': a "
                                           r"3\.x loader would ignore those keys.*rebuild the bundle"):
         _parse(training_bundle, edit)
 
 
-def test_a_loader_that_reads_up_to_3_x_refuses_the_4_0_bundle_with_its_version_message(training_bundle, monkeypatch):
+def test_a_loader_that_reads_up_to_3_x_refuses_the_4_x_bundle_with_its_version_message(training_bundle, monkeypatch):
     from flyship.errors import ManifestVersionError
 
     monkeypatch.setattr(_m, "NEWEST_MINOR", {1: 4, 2: 2, 3: 1})
-    with pytest.raises(ManifestVersionError, match=r"schema version 4\.0 is not readable .* rebuild the bundle"):
+    with pytest.raises(ManifestVersionError, match=r"schema version 4\.1 is not readable .* rebuild the bundle"):
         _m.read(training_bundle)
 
 
