@@ -206,7 +206,7 @@ def dispatch_cu_count(name: str, target: str, cu_count: Optional[int], reads: li
     usual = _targets.example_cu_count(target)
     example = f"cu_count={usual} (a usual {target.split(':')[0]} device)" if usual else "cu_count=N"
     raise ConfigError(f"{name}: expected cu_count= for target {target!r}, got none: the op reads device.cu_count "
-                      f"({'; '.join(reads[:3])}{'; ...' if len(reads) > 3 else ''}), which a dispatch without a device "
-                      f"does not know (a target ID does not fix it: an MI300X and an MI308X are both gfx942, 304 and 80 "
-                      f"CUs); pass the device's count, e.g. {example}, or "
+                      f"({'; '.join(reads[:3])}{'; ...' if len(reads) > 3 else ''}), which a dispatch without a "
+                      f"device does not know (a target ID does not fix it: an MI300X and an MI308X are both gfx942, "
+                      f"304 and 80 CUs); pass the device's count, e.g. {example}, or "
                       f"torch.cuda.get_device_properties(i).multi_processor_count for GPU i")
