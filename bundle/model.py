@@ -398,12 +398,10 @@ class Backward:
 @frozen
 class Composite:
     """An op composed in torch code from the bundle's ops and torch ops (schema 1.4): a host step between launches
-    (``partial.sum(0)``, a count of valid rows) or a whole training op, forward and backward, as one op.
-
-    Its code is a function of the bundle's references module (shipped and checked by ``references_sha256``), called
-    as ``function(ops, *args)`` where ``ops`` is ``torch.ops.<namespace>`` of the namespace the bundle is loaded
-    under. The loader registers it as ``torch.ops.<namespace>.<name>`` with a ``CompositeImplicitAutograd`` kernel:
-    autograd runs through the ops it calls (their autograd pairs), and ``torch.compile`` traces into it.
+    (``partial.sum(0)``, a count of valid rows) or a whole training op, forward and backward, as one op. Its code is a
+    function of the bundle's references module (checked by ``references_sha256``), called as ``function(ops, *args)``
+    with ``ops`` = ``torch.ops.<namespace>``; registered as ``torch.ops.<namespace>.<name>`` with a
+    ``CompositeImplicitAutograd`` kernel (autograd runs through the ops it calls; ``torch.compile`` traces into it).
 
     Attributes:
         name: op name (``torch.ops.<namespace>.<name>``; unique among the bundle's ops and composites).
@@ -411,6 +409,9 @@ class Composite:
         function: the function's name in the references module.
         args: inputs in schema order (tensors and scalars with defaults; none written in place).
         returns: the names of the tensors it returns, in order (one: a Tensor; more: a tuple).
+        workspaces: (1.5) buffers the loader allocates per call on the device of the first tensor argument and passes
+            after ``args`` (``function(ops, *args, *workspaces)``), never part of the schema; a shape may read
+            ``device.cu_count`` (a per-CU/SM partial buffer the composite hands to an op that writes it in place).
     """
 
     name: str
@@ -418,6 +419,7 @@ class Composite:
     function: str
     args: tuple[Arg, ...]
     returns: tuple[str, ...]
+    workspaces: tuple[Workspace, ...] = ()
 
 
 @frozen
@@ -538,9 +540,7 @@ class Manifest:
         return tuple(sorted({v.target for o in self.ops for s in o.specializations for v in s.variants}))
 
 
-# ---------------------------------------------------------------------------------------------
 # Facts read off a manifest (shared by the rule book, the writer and the loader)
-
 
 def composite_head(c: Composite) -> Op:
     """A composite as an op head (no specializations): its arguments, and its returns as outputs (their shapes and

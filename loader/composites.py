@@ -11,6 +11,11 @@ code. It is registered as ``torch.ops.<namespace>.<name>`` with one ``CompositeI
 * ``torch.compile`` decomposes it while tracing (CompositeImplicitAutograd), so the graph holds the bundle's ops
   and torch ops, each with its fake kernel: no graph break, and fake tensors flow through the same code;
 * it runs alike on every device (the ops it calls choose kernels or references).
+
+A composite's workspaces (schema 1.5) are allocated per call on the device of its first tensor argument and passed
+after its arguments, ``function(ops, *args, *workspaces)``; a shape reading ``device.cu_count`` is sized for that
+device (a CUDA/HIP device's count as the extension reads it, the recording or emulated device's for CPU tensors
+under those flavors, 1 for other CPU tensors, which only references run on).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle.errors import BundleError
 from flyship.errors import CallError
@@ -31,16 +37,52 @@ def schema(c: _m.Composite) -> str:
     return _opschema.schemas(_m.composite_head(c))[0]
 
 
-def _kernel(c: _m.Composite, fn: Callable[..., Any], namespace: str) -> Callable[..., Any]:
-    """The composite's kernel: ``fn(torch.ops.<namespace>, *args)``, its result checked against the schema so a
-    composite that returns the wrong thing names itself instead of failing inside torch's conversion."""
+def workspaces(c: _m.Composite, args: tuple[Any, ...], cu_count: Callable[[Any], int], qual: str) -> list[Any]:
+    """The composite's workspaces for one call with ``args`` (its schema's values), on the first tensor's device.
+
+    Args:
+        cu_count: the device's CUs/SMs for ``device.cu_count`` (called only when a shape reads it).
+
+    Raises:
+        CallError: a shape that cannot be evaluated for the call or gives a negative size.
+    """
+    import torch
+
+    tensors = [(a.name, t) for a, t in zip(c.args, args) if a.kind == "tensor"]
+    device = tensors[0][1].device
+    shapes = {k: tuple(int(n) for n in t.shape) for k, t in tensors}
+    strides = {k: tuple(int(n) for n in t.stride()) for k, t in tensors}
+    scalars = {a.name: v for a, v in zip(c.args, args)
+               if a.kind == "int" and isinstance(v, int) and not isinstance(v, bool)}
+    props = None
+    out = []
+    for w in c.workspaces:
+        if props is None and any(_expr.names_device(e) for e in w.shape):
+            props = {"cu_count": int(cu_count(device))}
+        try:
+            size = [_expr.evaluate_with_shapes(e, shapes, scalars, strides, device=props) for e in w.shape]
+        except BundleError as e:
+            raise CallError(f"flyship {qual}: workspace {w.name} shape {list(w.shape)} for this call: {e}") from None
+        if any(n < 0 for n in size):
+            raise CallError(f"flyship {qual}: workspace {w.name} shape {list(w.shape)} is {size} for this call; "
+                            "expected sizes >= 0")
+        make = torch.zeros if w.zero else torch.empty
+        out.append(make(size, dtype=getattr(torch, w.dtype), device=device))
+    return out
+
+
+def _kernel(c: _m.Composite, fn: Callable[..., Any], namespace: str,
+            cu_count: Callable[[Any], int]) -> Callable[..., Any]:
+    """The composite's kernel: ``fn(torch.ops.<namespace>, *args, *workspaces)``, its result checked against the
+    schema so a composite that returns the wrong thing names itself instead of failing inside torch's conversion."""
     import torch
 
     n = len(c.returns)
     qual = f"{namespace}::{c.name}"
 
     def composite_kernel(*args: Any) -> Any:
-        out = fn(getattr(torch.ops, namespace), *args)
+        spaces = workspaces(c, args, cu_count, qual) if c.workspaces else ()
+        out = fn(getattr(torch.ops, namespace), *args, *spaces)
         got = out if isinstance(out, (tuple, list)) else (out,)
         if len(got) != n or not all(isinstance(t, torch.Tensor) for t in got) or (n == 1) != (not isinstance(
                 out, (tuple, list))):
@@ -55,9 +97,14 @@ def _kernel(c: _m.Composite, fn: Callable[..., Any], namespace: str) -> Callable
     return composite_kernel
 
 
-def register(lib: Any, namespace: str, root: Path, manifest: _m.Manifest) -> dict[str, Any]:
+def register(lib: Any, namespace: str, root: Path, manifest: _m.Manifest,
+             cu_count: Callable[[Any], int] = lambda device: 1) -> dict[str, Any]:
     """Define and register every composite of ``manifest`` on ``lib`` (a ``torch.library.Library`` fragment of
     ``namespace``).
+
+    Args:
+        cu_count: a torch device -> its CUs/SMs, for workspace shapes that read ``device.cu_count``
+            (:func:`flyship.loader.core` passes the extension's reading).
 
     Returns:
         Composite name -> its ``torch.ops`` packet (``torch.ops.<namespace>.<name>``).
@@ -82,6 +129,6 @@ def register(lib: Any, namespace: str, root: Path, manifest: _m.Manifest) -> dic
         except RuntimeError as e:
             raise BundleError(f"register composite {namespace}::{c.name}: torch refused the schema {text!r}: {e}; "
                               "load the bundle under another namespace (load(..., namespace='...'))") from e
-        lib.impl(c.name, _kernel(c, fn, namespace), "CompositeImplicitAutograd")
+        lib.impl(c.name, _kernel(c, fn, namespace, cu_count), "CompositeImplicitAutograd")
         out[c.name] = getattr(getattr(torch.ops, namespace), c.name)
     return out

@@ -86,13 +86,25 @@ def _blame(op: _m.Op, *why: Any) -> Any:
     return blame.blame(op, *why)
 
 
-def _register_composites(library: Any, ns: str, root: Path, head: _m.Manifest) -> Any:
+def _register_composites(library: Any, ns: str, root: Path, head: _m.Manifest, ext: Any) -> Any:
     """:func:`flyship.loader.composites.register`; a bundle without composites does not import that module."""
     if not head.composites:
         return {}
     from flyship.loader import composites
 
-    return composites.register(library, ns, root, head)
+    host = ext.flavor() in _extension.HOST_FLAVORS
+
+    def cu_count(device: Any) -> int:
+        """``device.cu_count`` of a composite's workspace: the GPU's, the recording or emulated device's for CPU
+        tensors on those flavors, else 1 (CPU tensors run the references; a meta tensor has no device)."""
+        import torch
+
+        if device.type == "cuda":  # torch's HIP builds name their devices "cuda" too
+            return int(ext.device_info(device.index if device.index is not None else torch.cuda.current_device())
+                       ["cu_count"])
+        return int(ext.device_info(0)["cu_count"]) if device.type == "cpu" and host else 1
+
+    return composites.register(library, ns, root, head, cu_count)
 
 
 def _beside(path: str | Path) -> Path:
@@ -279,7 +291,7 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
     library, cpu_kernels = _register(plan.head, ns, core, guarded, cpu_in_core=host,
                                      full_op=plan.op)
     ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
-    ops._composites = _register_composites(library, ns, root, plan.head)
+    ops._composites = _register_composites(library, ns, root, plan.head, ext)
     ops.tuning = tuning_status
     warn_not_built(plan.head, root)
     if env.verbose():

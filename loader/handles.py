@@ -16,6 +16,7 @@ from flyship.errors import CallError, CallTypeError, ConfigError, FlyshipError
 from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
 from flyship.loader import plancache as _plancache
+from flyship.loader import selection as _selection
 from flyship.loader.selection import Decision, device_index, failures_for, fallback_flag
 from flyship.loader import opschema as _opschema
 
@@ -52,6 +53,7 @@ class OpHandle:
         self._ops = ops
         self._index = index
         self._head = op  # the op without its specializations: all a call from Python needs
+        self._device_reads: Optional[list[str]] = None  # where its launch rules read the device (dispatch)
         self.name = op.name
         self.qualname = f"{ops.namespace}::{op.name}"
         self.packet = getattr(getattr(torch.ops, ops.namespace), op.name)
@@ -206,8 +208,8 @@ class OpHandle:
             out.append(_opschema.scalar_value(a.kind, v))
         return out
 
-    def dispatch(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None, cu_count: int = 0,
-                 **kwargs: Any) -> Decision:
+    def dispatch(self, *args: Any, target: str, out: Optional[tuple[Any, ...]] = None,
+                 cu_count: Optional[int] = None, **kwargs: Any) -> Decision:
         """Which specialization a call would run on a device of ``target``, without a device: the same
         C++ checks, guards and launch checks (grid, kernarg value ranges) as a launch, on tensors of any one
         device. To run the whole call path without a GPU, tests use the recording driver
@@ -217,7 +219,12 @@ class OpHandle:
             args, kwargs: the op's inputs, as for a call (scalar defaults apply).
             target: a device target ID, e.g. ``"gfx942:sramecc+:xnack-"`` or ``"sm_90"``.
             out: out tensors, to decide as the ``.out`` variant would.
-            cu_count: the device's compute units, for guards that name ``device.cu_count``.
+            cu_count: the device's compute units (AMD CUs, NVIDIA SMs), required when the op's guards, grids,
+                kernel arguments or workspaces read ``device.cu_count``: a target ID does not fix it (an MI300X
+                and an MI308X are both gfx942, 304 and 80 CUs).
+
+        Raises:
+            ConfigError: a bad ``target``, or no ``cu_count`` for an op whose launch rules read it.
         """
         import torch
 
@@ -237,10 +244,16 @@ class OpHandle:
         if misfit is not None:
             raise CallTypeError(f"{self.qualname}.dispatch: {misfit}")
         values = [*self._bind(args, kwargs), *(out or ())]
-        spec, variant, reason = self._ops._core.decide(self._index, target, values, out is not None, int(cu_count))
+        spec, variant, reason = self._ops._core.decide(self._index, target, values, out is not None,
+                                                       self._dispatch_cu_count(target, cu_count))
         if spec < 0:
             return Decision(None, None, reason)
         return Decision(self.specializations[spec], self._ops._plan.spec_targets[self._index][spec][variant], "")
+
+    def _dispatch_cu_count(self, target: str, cu_count: Optional[int]) -> int:
+        if cu_count is None and self._device_reads is None:
+            self._device_reads = _selection.device_reads(self.manifest)
+        return _selection.dispatch_cu_count(f"{self.qualname}.dispatch", target, cu_count, self._device_reads or [])
 
     def load_kernel(self, spec: str | int, *, target: str, device: int) -> None:
         """Load one variant's code object onto GPU ``device`` now (normally this happens at the first call).

@@ -164,3 +164,49 @@ def device_index(device: Any, where: str) -> int:
     except (RuntimeError, AssertionError) as e:  # a CPU-only torch asserts
         raise ConfigError(f"{where}: expected a GPU device, got {device!r} without an index and torch has no "
                           f"current GPU ({e}); pass an index, e.g. 'cuda:0'") from None
+
+
+def device_reads(op: _m.Op) -> list[str]:
+    """Where the op's launch rules read the device (``device.cu_count``): ``"spec f32 guard"``, ``"spec f32
+    gfx942 grid"``, ... in manifest order; empty when no rule does. A decision without a device must be told the
+    device's values for these (:meth:`flyship.loader.handles.OpHandle.dispatch`'s ``cu_count``)."""
+    from flyship.bundle import expr as _expr
+
+    found: list[str] = []
+
+    def note(where: str, texts: Any) -> None:
+        if any(t and _expr.names_device(t) for t in texts) and where not in found:
+            found.append(where)
+
+    for s in op.specializations:
+        note(f"spec {s.name} guard", s.guard.constraints)
+        for v in s.variants:
+            for k, launch in enumerate((v, *v.then)):
+                where = f"spec {s.name} {v.target}" + (f" launch {k + 1}" if v.then else "")
+                note(f"{where} grid", (*launch.launch.grid, launch.launch.dynamic_lds))
+                note(f"{where} kernel arguments", (f.expr for f in launch.kernargs.fields))
+            note(f"spec {s.name} {v.target} workspaces", (e for w in v.workspaces for e in w.shape))
+    return found
+
+
+def dispatch_cu_count(name: str, target: str, cu_count: Optional[int], reads: list[str]) -> int:
+    """``dispatch``'s ``cu_count``, checked: required where the op reads ``device.cu_count`` (``reads``:
+    :func:`device_reads`); the core would decide for 0 CUs (a guard failed, or an expression that "divides by zero").
+
+    Raises:
+        ConfigError: a ``cu_count`` below 1, or none for an op that reads it.
+    """
+    if cu_count is not None:
+        if isinstance(cu_count, bool) or not isinstance(cu_count, int) or cu_count < 1:
+            raise ConfigError(f"{name}: expected cu_count to be an int >= 1 (the device's compute units), got "
+                              f"{cu_count!r}")
+        return cu_count
+    if not reads:
+        return 0
+    usual = _targets.example_cu_count(target)
+    example = f"cu_count={usual} (a usual {target.split(':')[0]} device)" if usual else "cu_count=N"
+    raise ConfigError(f"{name}: expected cu_count= for target {target!r}, got none: the op reads device.cu_count "
+                      f"({'; '.join(reads[:3])}{'; ...' if len(reads) > 3 else ''}), which a dispatch without a "
+                      f"device does not know (a target ID does not fix it: an MI300X and an MI308X are both gfx942, "
+                      f"304 and 80 CUs); pass the device's count, e.g. {example}, or "
+                      f"torch.cuda.get_device_properties(i).multi_processor_count for GPU i")

@@ -38,7 +38,7 @@ Rules, by subject:
   (:func:`check_consumed`); the forward op of a pair may write inputs in place (schema 5.0), and the gradient
   flowing into such an input's new value may feed the backward (``"grad:<input>"``);
 * composites (schema 1.4): a unique name, a function of the references module, an op's kind of arguments (none in
-  place, none batched) and named returns (:func:`check_composites`);
+  place, none batched), named returns and (1.5) workspaces (:func:`check_composites`);
 * in-place inputs (schema 1.2): an op has an output or an input written in place, only tensors are written, and
   its in-place inputs and outputs fit torch's alias letters (:mod:`.inplace`); an op has an input tensor and at most
   64 arguments and outputs (the C++ core's slots), and its ``.out`` names do not collide with its inputs
@@ -54,7 +54,7 @@ specialization and target, and the JSON path of the bad value.
 
 from flyship.bundle.rules.backward import check_backward, check_consumed
 from flyship.bundle.rules.codeobjects import check_code_object, read_facts
-from flyship.bundle.rules.composites import check_composites
+from flyship.bundle.rules.composites import check_composite_workspaces, check_composites
 from flyship.bundle.rules.expressions import check_expression
 from flyship.bundle.rules.files import (
     check_bundle,
@@ -89,8 +89,8 @@ from flyship.bundle.rules.variants import (check_launch_count, check_variant, ch
 
 __all__ = [
     "RESERVED_NAMESPACES", "TORCH_OPS_ATTRIBUTES", "check_alias_letters", "check_args", "check_backward",
-    "check_batch", "check_block", "check_bundle", "check_bundle_files", "check_code_object", "check_composites",
-    "check_consumed", "check_effects",
+    "check_batch", "check_block", "check_bundle", "check_bundle_files", "check_code_object",
+    "check_composite_workspaces", "check_composites", "check_consumed", "check_effects",
     "check_expression", "check_failures", "check_fields", "check_launch_count", "check_layout", "check_manifest",
     "check_metadata",
     "check_must_understand", "check_mutable_arg", "check_name", "check_names", "check_namespace",

@@ -9,6 +9,7 @@ from flyship.bundle.rules.common import count as _count
 from flyship.bundle.rules.common import fail as _fail
 from flyship.bundle.rules.names import check_name
 from flyship.bundle.rules.ops import check_args
+from flyship.bundle.rules.variants import check_workspaces
 
 
 def check_composites(m: _m.Manifest) -> None:
@@ -52,3 +53,15 @@ def check_composites(m: _m.Manifest) -> None:
         if len(set(c.returns)) != len(c.returns) or set(c.returns) & set(names):
             raise _fail(f"{where}.returns", f"returned names must be unique and differ from the arguments' "
                                             f"({', '.join(names)}), got {list(c.returns)}")
+        check_composite_workspaces(c, where)
+
+
+def check_composite_workspaces(c: _m.Composite, where: str) -> None:
+    """(1.5) What the loader allocates per call and passes after a composite's arguments: shapes over its arguments
+    and the device (``device.cu_count``), names apart from the arguments and the returns, a known dtype."""
+    if c.workspaces and not any(a.kind == "tensor" for a in c.args):
+        raise _fail(f"{where}.workspaces", "expected a tensor argument for the workspaces to be allocated beside (on "
+                                           "its device), got none; declare the tensor the composite works on")
+    head = _m.composite_head(c)
+    slots = _m.slots(head)
+    check_workspaces(c.workspaces, slots, {k: v for k, v in slots.items() if k not in c.returns}, where)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import targets as _targets
@@ -62,7 +62,8 @@ def finish(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where: str)
     then = tuple(_finish_one(fe, op, spec, b, f"{where} launch {k + 2}", workspaces)
                  for k, b in enumerate(build.then))
     check_unread([(build, first, where), *((b, v, f"{where} launch {k + 2}")
-                                           for k, (b, v) in enumerate(zip(build.then, then)))])
+                                           for k, (b, v) in enumerate(zip(build.then, then)))],
+                 op.example_strides(spec))
     # A variant built as Triton's JIT would for the example call takes an int equal to 1 as a constant and may fold
     # away the branch that writes an output; the generic variant beside it is the one that shows what the kernel
     # can write, so only variants that pin no int by its value are judged for unwritten outputs.
@@ -139,7 +140,8 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa)
 
 
-def check_unread(launches: list[tuple[KernelBuild, CompiledVariant, str]]) -> None:
+def check_unread(launches: list[tuple[KernelBuild, CompiledVariant, str]],
+                 example_strides: Optional[dict[str, tuple[int, ...]]] = None) -> None:
     """Refuse a declared stride no launch of the call reads (:func:`flyship.compiler.frontends.writes.unread_stride`),
     judged per op: a launch that never reads a stride it is passed is excused when another launch of the call
     reads that stride of the same tensor (a kernel launched twice with a constexpr that skips the tensor in one
@@ -166,7 +168,7 @@ def check_unread(launches: list[tuple[KernelBuild, CompiledVariant, str]]) -> No
         excused = frozenset(at[(f.offset, f.size)] for f in v.kernargs.fields
                             if f.kind == "stride" and (f.offset, f.size) in at
                             and ((f.arg, f.dim) in read or f.arg in untouched))
-        if why := _writes.unread_stride(build.unread - excused, v.metadata, v.kernargs):
+        if why := _writes.unread_stride(build.unread - excused, v.metadata, v.kernargs, example_strides):
             raise FrontendError(f"{where}: {why}")
 
 

@@ -380,7 +380,8 @@ def ttir_unread_params(ttir: str) -> set[int]:
     return {i for i, (name, _type) in enumerate(args) if name not in used}
 
 
-def unread_stride(unread: frozenset[int], meta: "KernelMetadata", layout: "KernargLayout") -> str | None:
+def unread_stride(unread: frozenset[int], meta: "KernelMetadata", layout: "KernargLayout",
+                  example_strides: "dict[str, tuple[int, ...]] | None" = None) -> str | None:
     """Why to refuse a kernel that is passed a tensor's stride (a ``Value`` that is exactly ``x.stride[d]``) but never
     reads it: the declared stride lifts the loader's row-major guard of that dimension, so views the kernel cannot
     index would reach it. Only a stride that fills a whole explicit parameter is judged (a FlyDSL layout struct
@@ -388,6 +389,10 @@ def unread_stride(unread: frozenset[int], meta: "KernelMetadata", layout: "Kerna
 
     Args:
         unread: explicit kernel parameters (metadata order) the kernel's IR never uses.
+        example_strides: the example call's strides (tensor -> strides): the constant the refusal suggests is the
+            example's own stride, so the build keeps the specialization Triton's JIT gives that call (an int equal
+            to 1 compiled in, a multiple of 16 marked divisible, its int type); round 2's suggestion, ``"0"``, is
+            divisible by 16 where the JIT saw a 1 and built another binary.
 
     Returns:
         the refusal (naming the parameter, the stride and the two fixes), or None when every declared stride is read.
@@ -399,11 +404,18 @@ def unread_stride(unread: frozenset[int], meta: "KernelMetadata", layout: "Kerna
         if f.kind != "stride" or i is None or i not in unread:
             continue
         name = f.kernel_arg or explicit[i].name or f"#{i}"
+        known = (example_strides or {}).get(f.arg)
+        value = known[f.dim] if known is not None and f.dim is not None and 0 <= f.dim < len(known) else None
+        constant = (f"the example call's own stride as a constant instead of the Value (Value({name!r}, "
+                    f"\"{value}\")): it keeps the specialization Triton's JIT gives that call, so the binary stays "
+                    f"the JIT's (another constant may not: \"0\" is divisible by 16 where a stride of 1 is compiled "
+                    f"in as a constant)" if value is not None else
+                    f"a constant instead of the Value (Value({name!r}, \"<the stride your calls pass>\"): a constant "
+                    "other than the call's own stride changes what Triton's JIT specializes, so the binary)")
         return (
             f"expected the kernel to read parameter {i} ({name}), declared as the stride "
             f"{f.arg}.stride[{f.dim}], got a kernel that never reads it; a declared stride tells the loader the "
             f"kernel follows it, which lifts the row-major check on {f.arg} (a view like {f.arg}[::2] would reach "
-            f"the kernel and be read as contiguous); make the kernel index {f.arg} with that stride, or pass a "
-            f"constant instead of the Value (e.g. Value({name!r}, \"0\")) so the loader keeps requiring a "
-            f"row-major {f.arg}")
+            f"the kernel and be read as contiguous); make the kernel index {f.arg} with that stride, or pass "
+            f"{constant}, so the loader keeps requiring a row-major {f.arg}")
     return None

@@ -221,7 +221,8 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
     return kernel, specs, space
 
 
-def composite(name: str, *, function: str, args: Sequence[Param], returns: Sequence[str], doc: str = "") -> None:
+def composite(name: str, *, function: str, args: Sequence[Param], returns: Sequence[str], doc: str = "",
+              workspaces: Sequence[Workspace] = ()) -> None:
     """Declare a composite op (schema 1.4): ``torch.ops.<namespace>.<name>``, run as ``function(ops, *args)`` from
     the references module, where ``ops`` is ``torch.ops.<namespace>`` (the bundle's ops, under the namespace the
     bundle is loaded with). It composes the bundle's ops and torch ops: host steps between launches, or a whole
@@ -233,6 +234,14 @@ def composite(name: str, *, function: str, args: Sequence[Param], returns: Seque
         args: its inputs in schema order: :class:`Tensor` (name and rank) and :class:`Scalar`.
         returns: the names of the tensors it returns (one: a Tensor; more: a tuple).
         doc: one-line description (default: the function's docstring is not read; give one).
+        workspaces: buffers the loader allocates per call (schema 1.5, written as 5.0) on the device of the first
+            tensor argument and passes after ``args``, as ``function(ops, *args, *workspaces)``; never part of the
+            schema. A shape may read ``device.cu_count`` (the CUs/SMs of that device; 1 for CPU tensors that no
+            recording or emulated device runs), so a per-CU partial buffer can be handed to an op that writes it in
+            place (``Tensor("partial", rank=2, mutable=True)``) and reduced in torch after it::
+
+                composite("colsum", function="colsum", args=[Tensor("x", rank=2)], returns=["y"],
+                          workspaces=[Workspace("partial", shape=("device.cu_count", "x.shape[1]"), zero=True)])
 
     Example::
 
@@ -243,7 +252,7 @@ def composite(name: str, *, function: str, args: Sequence[Param], returns: Seque
         SpecError: naming the composite and what is wrong (checked against the ops when the manifest is built).
     """
     sf = _current()
-    entry = composite_entry(name, function, args, returns, doc)
+    entry = composite_entry(name, function, args, returns, doc, workspaces)
     if any(c.name == name for c in sf.composites):
         raise SpecError(f"composite {name}: declared twice in spec file {sf.path}; expected one composite(...) per "
                         "name")

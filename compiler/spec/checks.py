@@ -84,8 +84,18 @@ def validate(d: OpDecl) -> None:
 
 def _validate_spec(d: OpDecl, s: Spec, w: str, slots: dict, tensors: set[str]) -> None:
     """One form of a specialization (the spec itself, or as a per_target entry makes it) against the op."""
+    outputs = {o.name for o in d.outputs}
     for key in ("dtypes", "shapes"):
         unknown = sorted(set(getattr(s, key)) - tensors)
+        if key == "dtypes" and set(unknown) & outputs:
+            o = sorted(set(unknown) & outputs)[0]
+            raise SpecError(
+                f"{w} spec {s.name}: dtypes names output {o!r}; an Output has one dtype per op in this flyship "
+                f"(Output(dtype=...), or an input's: dtype='<input>'), so it cannot differ per target or per spec "
+                f"yet (an fp8 output that is float8_e4m3fnuz on gfx942 and float8_e4m3fn on gfx950); declare one op "
+                f"per dtype, each limited to its targets (op('{d.name}_fnuz', ..., Output({o!r}, ..., "
+                f"dtype='float8_e4m3fnuz'), specs=[Spec(..., targets=('gfx942',))]) and op('{d.name}_fn', ... "
+                f"targets=('gfx950',))), or let {o!r} take the dtype of an input whose dtype per_target sets")
         if unknown:
             raise SpecError(f"{w} spec {s.name}: {key} key {unknown[0]!r} names no input tensor; the op's input "
                             f"tensors are {', '.join(sorted(tensors))} (outputs take their dtype and shape from "

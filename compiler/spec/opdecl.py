@@ -26,6 +26,7 @@ class OpDecl:
     frontend: str
     backward: Optional[Backward] = None
     tuning: Any = None  # flyship.compiler.tuning.ConfigSpace when declared with configs= (docs/tuning.md)
+    launch_options: Any = None  # in a launch_view: that Launch's own options, over the spec's (Launch.options)
 
     @property
     def key(self) -> tuple[str, ...]:
@@ -61,7 +62,7 @@ class OpDecl:
         parameters in the kernel's order (a workspace stays a :class:`Workspace`)."""
         by_name = {a.name: a for a in self.args}
         return dataclasses.replace(self, kernel=launch.kernel, args=tuple(by_name[n] for n in launch.args),
-                                   grid=launch.grid)
+                                   grid=launch.grid, launch_options=dict(launch.options) or None)
 
     def call_view(self, args: Sequence[Param]) -> "OpDecl":
         """The declaration one launcher call of an entry compiles as: ``args`` (some of the op's parameters) in

@@ -151,11 +151,18 @@ class Launch:
             (a :class:`Tensor`, :class:`Output`, :class:`Scalar`, :class:`Constexpr`, :class:`Value` or
             :class:`Workspace`).
         grid: up to three expressions over the inputs and constexprs.
+        options: this kernel's own launch configuration, over the spec's ``options`` (Triton's ``num_warps``,
+            ``num_stages``, ``waves_per_eu``, ..., also nested per vendor or target as in ``Spec.options``):
+            ``Launch(copy_kernel, args=[...], grid=(...), options={"num_warps": 4})`` keeps a copy kernel at 4 warps
+            while the spec's ``num_warps=32`` sizes the op's main kernel. Default: the spec's options, every launch
+            alike. ``specialize`` and ``divisible_by_16`` describe the specialization's guard, so they stay the
+            spec's.
     """
 
     kernel: Any
     args: tuple[str, ...]
     grid: tuple[str, ...]
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for field in ("args", "grid"):
@@ -164,6 +171,20 @@ class Launch:
                 raise SpecError(f"Launch({_kernel_name(self.kernel)!r}): {field} must be a "
                                 f"list of strings, got {value!r}")
             object.__setattr__(self, field, tuple(value))
+        if not isinstance(self.options, dict):
+            raise SpecError(f"Launch({_kernel_name(self.kernel)!r}): options must be a dict of launch options "
+                            f"(options={{'num_warps': 4}}), got {type(self.options).__name__}")
+        spec_only = [k for k in LAUNCH_SPEC_ONLY if k in self.options or any(
+            isinstance(v, dict) and k in v for v in self.options.values())]
+        if spec_only:
+            raise SpecError(f"Launch({_kernel_name(self.kernel)!r}): options sets {spec_only}, which belong to the "
+                            "whole specialization (one guard for every launch of a call); give them in "
+                            "Spec(options=...)")
+
+
+# Spec.options keys a Launch's own options may not set: they shape the specialization's guard, shared by its
+# launches (the Triton frontend's own keys).
+LAUNCH_SPEC_ONLY = ("specialize", "divisible_by_16")
 
 
 @dataclasses.dataclass(frozen=True)

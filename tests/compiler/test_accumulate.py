@@ -58,7 +58,7 @@ def test_a_kernel_that_adds_atomically_into_an_output_not_declared_zero_is_refus
     run_build(_spec(tmp_path, folder, body, zero=True), tmp_path / "ok", [arch])
     m = M.read(tmp_path / "ok")
     assert [(o.name, o.zero) for o in m.ops[0].outputs] == [(name, True)]
-    assert m.schema_version == "3.1" and M.must_understand(m) == ("zero",)
+    assert m.schema_version == "3.2" and M.must_understand(m) == ("zero",)
 
 
 def test_the_patterns_bundle_ships_the_flydsl_atomic_colsum_with_a_zero_filled_output(patterns_bundle):

@@ -44,5 +44,5 @@ def test_the_built_manifest_records_the_batch_of_each_argument_and_output():
 
     arg = M.Arg(name="x", kind="tensor", rank=2, batch=True)
     data = M.to_json_obj(arg)
-    assert data["batch"] is True and M.SCHEMA_VERSION == "1.4"
+    assert data["batch"] is True and M.SCHEMA_VERSION == "1.5"
     assert M.to_json_obj(M.Output(name="o", shape=("x.shape[0]",), dtype="x"))["batch"] is False

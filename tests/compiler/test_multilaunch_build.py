@@ -26,7 +26,7 @@ SPEC_FILE = ROOT / "examples" / "triton" / "multilaunch.py"
 
 def test_every_launch_builds_for_each_target_with_its_layout_checked_against_its_own_metadata(multilaunch_bundle):
     m = M.read(multilaunch_bundle)
-    assert m.schema_version == "2.2"  # must-understand keys (docs/bundle-format.md)
+    assert m.schema_version == "2.3"  # must-understand keys (docs/bundle-format.md)
     files = rules.check_bundle_files(multilaunch_bundle, m)  # every code object against its launch
     op = m.op("rowsum_split")
     assert [s.name for s in op.specializations] == [n + g for n in ("f32", "bf16", "f16") for g in ("", "__generic")]
@@ -142,3 +142,57 @@ def test_a_launch_entry_must_list_its_parameters_as_names():
     p1, _ = _phase_kernels()
     with pytest.raises(SpecError, match="args must be a list of strings"):
         Launch(p1, args="x, partial", grid=("1",))
+
+
+LAUNCH_OPTIONS_SPEC = """
+import sys
+sys.path.insert(0, {folder!r})
+from tl_rowsum_split import rowsum_combine_kernel, rowsum_partial_kernel
+from flyship.compiler.spec import Constexpr, Launch, Output, Spec, Tensor, Value, Workspace, namespace, op
+namespace("t")
+op("rowsum", kernel=[Launch(rowsum_partial_kernel, args=["x", "partial", "n_cols", "x_row_stride", "chunk", "SPLIT",
+                                                         "BLOCK"], grid=("x.shape[0]", "SPLIT")),
+                     Launch(rowsum_combine_kernel, args=["partial", "y", "SPLIT"], grid=("x.shape[0]",),
+                            options={{"num_warps": 1}})],
+   args=[Tensor("x", rank=2), Output("y", shape=("x.shape[0]",), dtype="float32"),
+         Workspace("partial", shape=("x.shape[0]", "SPLIT")), Value("n_cols", "x.shape[1]"),
+         Value("x_row_stride", "x.stride[0]"), Value("chunk", "cdiv(x.shape[1], SPLIT)"), Constexpr("SPLIT"),
+         Constexpr("BLOCK")],
+   specs=[Spec("f32", dtypes={{"x": "float32"}}, shapes={{"x": (8, 64)}}, constexprs={{"SPLIT": 2, "BLOCK": 64}},
+               options={{"num_warps": 8, "specialize": "declared"}}, constraints=("x.stride[1] == 1",))])
+"""
+
+
+def test_each_launch_runs_with_its_own_num_warps_and_the_spec_s_is_the_default(tmp_path):
+    # Issue 34 item 2: every launch took the spec's num_warps (a copy kernel ran with 32 warps).
+    from ..conftest import run_build
+
+    spec = tmp_path / "spec.py"
+    spec.write_text(LAUNCH_OPTIONS_SPEC.format(folder=str(ROOT / "examples" / "triton")))
+    run_build(spec, tmp_path / "o", ["gfx942"])
+    (v,) = M.read(tmp_path / "o").op("rowsum").specializations[0].variants
+    assert v.launch.block == (8 * 64, 1, 1)  # the spec's num_warps=8, on a 64-wide wavefront
+    assert v.then[0].launch.block == (1 * 64, 1, 1)  # the Launch's own num_warps=1
+
+
+def test_a_launch_s_options_are_laid_over_the_spec_s_for_that_kernel_only():
+    from flyship.compiler.cache import task_key
+    from flyship.compiler.frontends.triton import planning as tp
+
+    p1, p2 = _phase_kernels()
+    spec = Spec("f32", dtypes={"x": "float32"}, shapes={"x": (8, 64)}, constexprs={"SPLIT": 2, "BLOCK": 64},
+                options={"num_warps": 8, "hip": {"num_stages": 1}})
+    own = [Launch(p1, args=["x", "partial", "n_cols", "x_row_stride", "chunk", "SPLIT", "BLOCK"],
+                  grid=("x.shape[0]", "SPLIT")),
+           Launch(p2, args=["partial", "y", "SPLIT"], grid=("x.shape[0]",), options={"gfx942": {"num_warps": 2}})]
+    decl = declare(kernel=own, args=ARGS, specs=[spec])
+    first, second = (tp.plan(decl.launch_view(k), decl.specs[0], "gfx942", decl) for k in decl.launches)
+    assert (first.num_warps, second.num_warps) == (8, 2) and second.options["num_stages"] == 1
+    assert tp.plan(decl.launch_view(decl.launches[1]), decl.specs[0], "sm_90", decl).num_warps == 8  # gfx942 only
+    plain = declare(kernel=launches(), args=ARGS, specs=[spec])
+    keys = {task_key(d, d.specs[0], "gfx942", {}, {}) for d in (decl, plain)}
+    assert len(keys) == 2  # a Launch's options are part of the build cache's key
+    with pytest.raises(SpecError, match=r"options sets \['specialize'\], which belong to the whole specialization"):
+        Launch(p2, args=["partial", "y", "SPLIT"], grid=("1",), options={"specialize": "jit"})
+    with pytest.raises(SpecError, match=r"options must be a dict of launch options"):
+        Launch(p2, args=["partial", "y", "SPLIT"], grid=("1",), options=[("num_warps", 2)])

@@ -105,7 +105,7 @@ def test_a_constexpr_that_differs_per_target_is_baked_into_each_targets_code_and
 def test_a_spec_over_gfx942s_lds_ships_for_gfx950_and_the_failure_is_recorded_with_its_reason(pertarget_build):
     out, r = pertarget_build
     m = M.read(out)
-    assert m.schema_version == M.SCHEMA_VERSION == "1.4"
+    assert m.schema_version == M.SCHEMA_VERSION == "1.5"
     assert [v.target for v in _specs(out)["f32_lds80k"].variants] == ["gfx950"]
     (f,) = m.failed
     assert (f.op, f.spec, f.target) == ("staged", "f32_lds80k", "gfx942")

@@ -56,11 +56,15 @@ def test_a_declared_stride_the_triton_kernel_never_reads_is_refused_naming_it_an
     assert r.returncode == 1, r.stdout + r.stderr
     assert "expected the kernel to read parameter 4 (w_stride), declared as the stride w.stride[0]" in r.stderr
     assert "w[::2] would reach the kernel" in r.stderr and "make the kernel index w with that stride" in r.stderr
+    # The constant it suggests is the example's own stride (100), which keeps Triton's JIT specialization; round 2
+    # suggested "0", divisible by 16 where the JIT saw 100 (test_the_suggested_constant_keeps_...).
+    assert "the example call's own stride as a constant instead of the Value (Value('w_stride', \"100\"))" in r.stderr
+    assert "so the binary stays the JIT's" in r.stderr
     assert not (tmp_path / "o").exists()
     ok = _build(tmp_path, "w_stride")  # the same kernel reading its stride builds
     assert ok.returncode == 0, ok.stdout + ok.stderr
     # The second fix the message names: a constant in place of the stride, and the loader keeps w row-major.
-    fixed = _build(tmp_path / "fixed", "n", value="0")
+    fixed = _build(tmp_path / "fixed", "n", value="100")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     from flyship.bundle import manifest as M
     from flyship.loader.plan import implied_layout_constraints
@@ -69,6 +73,27 @@ def test_a_declared_stride_the_triton_kernel_never_reads_is_refused_naming_it_an
     guards = implied_layout_constraints(M.read(tmp_path / "fixed" / "o").op("scale_rows"), spec.variants)
     assert guards["w"] == ["w.shape[0] <= 1 or w.stride[0] == w.shape[1]", "w.shape[1] <= 1 or w.stride[1] == 1"]
 
+
+def test_the_suggested_constant_keeps_the_jit_specialization_of_the_stride_and_zero_would_not(tmp_path):
+    # What triton.compile gets (signature, constants, attributes) for the JIT-like variant: the example's own stride
+    # as a constant is the declared stride's plan exactly; "0" (round 2's advice) adds tt.divisibility=16.
+    from flyship.compiler.frontends.triton import planning as tp
+    from flyship.compiler.worker import load_spec_file
+
+    def jit_plan(value: str):
+        folder = tmp_path / value.replace(".", "_").replace("[", "_").replace("]", "_")
+        folder.mkdir()
+        (folder / "kern.py").write_text(KERNELS.replace("WSTRIDE", "w_stride"))
+        spec = folder / "spec.py"
+        spec.write_text(textwrap.dedent(SPEC.format(folder=str(folder))).replace('"w.stride[0]"', repr(value)))
+        op = load_spec_file(str(spec)).ops[0]
+        jit = next(s for s in op.specs if s.options.get("specialize") == "jit")
+        p = tp.plan(op, jit, "sm_90")
+        return p.signature, p.constexprs, p.attrs
+
+    declared = jit_plan("w.stride[0]")
+    assert jit_plan("100") == declared
+    assert jit_plan("0") != declared
 
 
 def test_an_output_the_kernel_never_stores_through_is_refused_naming_it_and_zero_true(tmp_path):

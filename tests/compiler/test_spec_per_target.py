@@ -88,3 +88,16 @@ def test_an_fx_pointer_must_point_to_the_tensors_dtype_or_the_declared_pointee()
     check_pointee("!fly.ptr<i8, global>", Tensor("x", rank=2, pointee="uint8"), op, spec, "w")
     with pytest.raises(FrontendError, match="expected a global pointer"):
         check_pointee("!fly.ptr<f32, shared>", op.args[0], op, spec, "w")
+
+
+def test_an_output_dtype_given_per_target_is_refused_naming_the_limit_and_the_ways_around_it():
+    # Issue 34 item 2 (per-target Output dtypes are not supported yet): the refusal said "'out' names no input tensor".
+    op = OpDecl(name="quant", kernel=None, args=(Tensor("x", rank=1), Output("out", like="x", dtype="float8_e4m3fnuz"),
+                                                 Constexpr("BLOCK")),
+                specs=(Spec("bf16", dtypes={"x": "bfloat16"}, shapes={"x": (1000,)}, constexprs={"BLOCK": 256},
+                            per_target={"gfx950": dict(dtypes={"out": "float8_e4m3fn"})}),),
+                reference=None, doc="", grid=("x.numel",), frontend="triton")
+    with pytest.raises(SpecError, match=r"op quant \(per_target gfx950\) spec bf16: dtypes names output 'out'; an "
+                                        r"Output has one dtype per op in this flyship .* declare one op per dtype, "
+                                        r"each limited to its targets \(op\('quant_fnuz'"):
+        validate(op)

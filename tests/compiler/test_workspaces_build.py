@@ -64,8 +64,8 @@ def test_a_workspace_sized_by_the_device_is_a_must_understand_key_of_4x(ws_bundl
     # shape must not read the device"); written as 4.0, they refuse it with their version message instead.
     bundle, _ = ws_bundle
     m = M.read(bundle)
-    assert "device_workspaces" in M.must_understand(m) and m.schema_version == "4.0"
-    with pytest.raises(BundleError, match=r"expected 4\.0 for a bundle that uses device_workspaces, got '2\.2'"):
+    assert "device_workspaces" in M.must_understand(m) and m.schema_version == "4.1"
+    with pytest.raises(BundleError, match=r"expected 4\.1 for a bundle that uses device_workspaces, got '2\.2'"):
         rules.check_must_understand(dataclasses.replace(m, schema_version="2.2"))
 
 

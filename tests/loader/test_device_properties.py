@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from flyship.bundle.errors import BundleError
+from flyship.errors import ConfigError
 
 pytestmark = pytest.mark.cpu
 
@@ -75,3 +76,32 @@ def test_an_output_shape_that_reads_the_device_is_refused_at_load(bundle_copy, r
 
     with pytest.raises(BundleError, match="must not depend on which GPU"):
         recorded(bundle_copy(edit))
+
+
+def _divides_by_cu_count(data: dict) -> None:
+    """add.f32 guarded on an input that splits evenly over the CUs (a per-CU partition)."""
+    _, spec = _add_f32(data)
+    spec["guard"]["constraints"].append("x.shape[0] % device.cu_count == 0")
+
+
+def test_dispatch_without_cu_count_on_an_op_that_reads_it_says_so_and_how_to_pass_it(bundle_copy, recorded):
+    # Issue 34 item 2: dispatch(..., target="sm_90") on such a guard said "divides by zero" (it decided for 0 CUs).
+    ops = recorded(bundle_copy(_divides_by_cu_count))
+    x = torch.randn(304 * 4)
+    with pytest.raises(ConfigError, match=r"add.dispatch: expected cu_count= for target 'gfx942', got none: the op "
+                                          r"reads device.cu_count \(spec f32 guard\), which a dispatch without a "
+                                          r"device does not know .* e.g. cu_count=304 \(a usual gfx942 device\)"):
+        ops.add.dispatch(x, x, target="gfx942")
+    with pytest.raises(ConfigError, match=r"cu_count=132 \(a usual sm_90 device\)"):
+        ops.add.dispatch(x, x, target="sm_90")
+    assert ops.add.dispatch(x, x, target="gfx942", cu_count=304).spec == "f32"
+    d = ops.add.dispatch(x, x, target="gfx942", cu_count=80)  # 1216 is no multiple of 80
+    assert d.spec is None and "device.cu_count" in d.reason and "divides by zero" not in d.reason
+    with pytest.raises(ConfigError, match="expected cu_count to be an int >= 1 .*got 0"):
+        ops.add.dispatch(x, x, target="gfx942", cu_count=0)
+
+
+def test_dispatch_needs_no_cu_count_where_nothing_reads_the_device(bundle_copy, recorded):
+    ops = recorded(bundle_copy(lambda data: None))
+    x = torch.randn(4096)
+    assert ops.add.dispatch(x, x, target="gfx942").spec == "f32"

@@ -270,10 +270,10 @@ def test_a_bundle_with_following_launches_is_written_as_2_0_which_a_1_x_loader_r
     from flyship.errors import ManifestVersionError
 
     m = M.read(multilaunch_bundle)
-    assert m.schema_version == M.version_for(m) == "2.2"
+    assert m.schema_version == M.version_for(m) == "2.3"
     assert M.must_understand(m) == ("then", "workspaces")
     monkeypatch.setattr(M, "NEWEST_MINOR", {1: 2})  # a loader that knows only 1.x (as flyship before 2.0)
-    with pytest.raises(ManifestVersionError, match=r"schema version 2\.2 is not readable .* reads 1\.x \(up to 1\.2\)"):
+    with pytest.raises(ManifestVersionError, match=r"schema version 2\.3 is not readable .* reads 1\.x \(up to 1\.2\)"):
         M.read(multilaunch_bundle)
 
 
@@ -283,7 +283,7 @@ def test_a_1_x_manifest_that_uses_must_understand_keys_is_refused_saying_how_to_
     data = json.loads((root / "manifest.json").read_text())
     data["schema_version"] = "1.2"
     (root / "manifest.json").write_text(json.dumps(data))
-    with pytest.raises(BundleError, match=r"expected 2\.2 for a bundle that uses then, workspaces, got '1\.2': a 1\.x loader would ignore those keys.*"
+    with pytest.raises(BundleError, match=r"expected 2\.3 for a bundle that uses then, workspaces, got '1\.2': a 1\.x loader would ignore those keys.*"
                                           r"rebuild the bundle with this flyc-build"):
         M.read(root)
 
@@ -296,8 +296,8 @@ def test_only_bundles_with_must_understand_keys_get_2_0(multilaunch_bundle):
         dataclasses.replace(o, specializations=tuple(
             dataclasses.replace(s, variants=tuple(dataclasses.replace(v, then=(), workspaces=()) for v in s.variants))
             for s in o.specializations)) for o in m.ops))
-    assert M.must_understand(plain) == () and M.version_for(plain) == "1.4"
+    assert M.must_understand(plain) == () and M.version_for(plain) == "1.5"
     op = plain.ops[0]
     in_place = dataclasses.replace(plain, ops=(dataclasses.replace(
         op, args=(dataclasses.replace(op.args[0], mutable=True), *op.args[1:])),))
-    assert M.must_understand(in_place) == ("mutable",) and M.version_for(in_place) == "2.2"
+    assert M.must_understand(in_place) == ("mutable",) and M.version_for(in_place) == "2.3"

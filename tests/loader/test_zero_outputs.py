@@ -37,7 +37,7 @@ def test_the_manifest_says_which_outputs_start_from_zeros_and_the_plan_carries_i
     m = _m.read(_zeroed(bundle_copy))
     addsub = m.op("addsub")
     assert [(o.name, o.zero) for o in addsub.outputs] == [("sum", True), ("diff", False)]
-    assert _m.must_understand(m) == ("zero",) and _m.version_for(m) == "3.1"
+    assert _m.must_understand(m) == ("zero",) and _m.version_for(m) == "3.2"
     assert [o["zero"] for o in _plan.lower_op(addsub, m.namespace)["outputs"]] == [True, False]
 
 
@@ -45,7 +45,7 @@ def test_the_manifest_says_which_outputs_start_from_zeros_and_the_plan_carries_i
 def test_a_1_x_or_2_x_manifest_that_zero_fills_an_output_is_refused(bundle_copy, version):
     # flyship of schema 2.0 reads a newer 2.x minor leniently: zero-filled outputs need a major its readers refuse
     major = version.split(".")[0]
-    with pytest.raises(FlyshipError, match=rf"expected 3\.1 for a bundle that uses zero, got '{version}': a {major}\.x "
+    with pytest.raises(FlyshipError, match=rf"expected 3\.2 for a bundle that uses zero, got '{version}': a {major}\.x "
                                            "loader would ignore that key"):
         flyship.load(_zeroed(bundle_copy, version=version), namespace=f"flyship_z{uuid.uuid4().hex[:8]}")
 

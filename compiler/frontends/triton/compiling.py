@@ -147,7 +147,7 @@ def kernarg_layout(meta: KernelMetadata, p: TritonPlan, global_scratch: tuple[in
     fields = []
     for a, x in zip(explicit, p.params):
         fields.append(KernargField(offset=a.offset, size=x.size, kind=x.kind, type=x.field_type, arg=x.arg,
-                                   dim=x.dim, expr=x.expr, kernel_arg=x.name))
+                                   dim=x.dim, expr=x.expr, value=x.value, kernel_arg=x.name))
     g, prof = explicit[len(p.params)], explicit[len(p.params) + 1]
     size, align = global_scratch
     if size > 0:

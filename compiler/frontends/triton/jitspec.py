@@ -57,8 +57,9 @@ def jit_function(kernel: Any, where: str) -> Any:
 
 
 def int_params(op: OpDecl) -> list[Any]:
-    """The op's int kernel parameters (Values and int scalars)."""
-    return [a for a in op.args if isinstance(a, Value) or (isinstance(a, Scalar) and a.type == "int")]
+    """The op's int kernel parameters (int Values and int scalars; a float Value is an fp32 constant)."""
+    return [a for a in op.args if (isinstance(a, Value) and a.float_literal() is None)
+            or (isinstance(a, Scalar) and a.type == "int")]
 
 
 def example_ints(op: OpDecl, spec: Spec, target: Optional[str], scope: Optional[OpDecl], where: str) -> dict[str, int]:

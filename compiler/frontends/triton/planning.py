@@ -69,6 +69,7 @@ class RuntimeParam:
         arg: the op argument (tensor, output or scalar) for ``pointer`` / ``scalar`` / ``shape`` / ``stride``.
         dim: the dimension (>= 0) for ``shape`` / ``stride``.
         expr: the integer expression (constexprs substituted) for ``expr``.
+        value: the number a ``constant`` field holds (a float ``Value``, ``Value("eps", "1e-6", type="f32")``).
     """
 
     name: str
@@ -78,6 +79,7 @@ class RuntimeParam:
     arg: Optional[str] = None
     dim: Optional[int] = None
     expr: Optional[str] = None
+    value: Optional[float] = None
 
     @property
     def size(self) -> int:
@@ -140,12 +142,14 @@ def _range_constraints(text: str, type_: str, where: str = "") -> list[str]:
     return out
 
 
-def resolve_options(spec: Spec, target: _targets.TargetID, where: str) -> tuple[dict[str, Any], list[str], str]:
+def resolve_options(spec: Spec, target: _targets.TargetID, where: str,
+                    launch: Optional[dict[str, Any]] = None) -> tuple[dict[str, Any], list[str], str]:
     """Split ``Spec.options`` into Triton options for this target and this frontend's own keys.
 
     ``options`` may hold per-target overrides as nested dicts keyed by vendor (``"cuda"``, ``"hip"``) or by
     target ID (``"sm_90"``, ``"gfx942"``); the target ID wins. ``divisible_by_16`` and ``specialize`` may not be
-    overridden per target: the guard of a specialization is shared by all its targets.
+    overridden per target: the guard of a specialization is shared by all its targets. ``launch`` (one
+    :class:`~flyship.compiler.spec.Launch`'s own options, same grammar) is laid over the spec's for that kernel.
 
     Returns:
         (Triton options with ``num_warps`` set, names listed in ``divisible_by_16``, the ``specialize`` mode:
@@ -155,23 +159,8 @@ def resolve_options(spec: Spec, target: _targets.TargetID, where: str) -> tuple[
         FrontendError: a per-target ``divisible_by_16``, a non-list ``divisible_by_16``, or an option the
             bundle format cannot honour (``num_ctas`` != 1, cooperative or PDL launch).
     """
-    base = {k: v for k, v in spec.options.items() if not isinstance(v, dict)}
-    for key in (k for k, v in spec.options.items() if isinstance(v, dict) and k not in VENDOR_KEYS.values()):
-        try:
-            _targets.check_known(key)
-        except BundleError as e:
-            raise FrontendError(f"{where}: options[{key!r}] is a per-target override, but {key!r} is neither "
-                                f"{' nor '.join(repr(v) for v in VENDOR_KEYS.values())} nor a known target ID "
-                                f"such as 'sm_90' or 'gfx942' ({e})") from None
-    per_target: dict[str, Any] = {}
-    for key in (VENDOR_KEYS[target.vendor], target.processor, target.text):
-        over = spec.options.get(key)
-        if isinstance(over, dict):
-            for own in (k for k in OWN_OPTIONS if k in over):
-                raise FrontendError(f"{where}: options[{key!r}] sets {own}; it must be the same for every target "
-                                    "(the guard is per specialization), so set it at the top level")
-            per_target.update(over)
-    opts = {**base, **per_target}
+    opts = {**_for_target(spec.options, target, where, "options"),
+            **_for_target(launch or {}, target, where, "Launch options")}
     div = opts.pop("divisible_by_16", [])
     mode = opts.pop("specialize", "declared")
     if mode not in _jitspec.SPECIALIZE_MODES:
@@ -188,6 +177,28 @@ def resolve_options(spec: Spec, target: _targets.TargetID, where: str) -> tuple[
     if not isinstance(opts["num_warps"], int) or opts["num_warps"] < 1 or opts["num_warps"] & (opts["num_warps"] - 1):
         raise FrontendError(f"{where}: num_warps must be a power of two >= 1, got {opts['num_warps']!r}")
     return opts, list(div), mode
+
+
+def _for_target(options: dict[str, Any], target: _targets.TargetID, where: str, what: str) -> dict[str, Any]:
+    """``options`` as they apply to ``target``: the top-level keys, then the vendor's, the processor's and the
+    full target ID's nested dicts over them."""
+    base = {k: v for k, v in options.items() if not isinstance(v, dict)}
+    for key in (k for k, v in options.items() if isinstance(v, dict) and k not in VENDOR_KEYS.values()):
+        try:
+            _targets.check_known(key)
+        except BundleError as e:
+            raise FrontendError(f"{where}: {what}[{key!r}] is a per-target override, but {key!r} is neither "
+                                f"{' nor '.join(repr(v) for v in VENDOR_KEYS.values())} nor a known target ID "
+                                f"such as 'sm_90' or 'gfx942' ({e})") from None
+    per_target: dict[str, Any] = {}
+    for key in (VENDOR_KEYS[target.vendor], target.processor, target.text):
+        over = options.get(key)
+        if isinstance(over, dict):
+            for own in (k for k in OWN_OPTIONS if k in over):
+                raise FrontendError(f"{where}: {what}[{key!r}] sets {own}; it must be the same for every target "
+                                    "(the guard is per specialization), so set it at the top level")
+            per_target.update(over)
+    return {**base, **per_target}
 
 
 def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) -> TritonPlan:
@@ -214,7 +225,7 @@ def plan(op: OpDecl, spec: Spec, target: str, scope: Optional[OpDecl] = None) ->
     tid = _targets.parse_target(target)
     fn = jit_function(op.kernel, where)
     check_params(op, fn, scope, where)
-    options, divisible, mode = resolve_options(spec, tid, where)
+    options, divisible, mode = resolve_options(spec, tid, where, op.launch_options)
     _check_block(options["num_warps"], tid, where)
     slots = (scope or op).expression_slots()
     constexprs = _kernel_constexprs(op, spec, scope, where)
@@ -378,8 +389,18 @@ class _Signature:
                                 "Values, tensors and outputs can be specialized")
 
     def _value(self, i: int, a: Value) -> None:
+        if a.float_literal() is not None:  # Value("eps", "1e-6", type="f32"): an fp32 parameter, packed as a constant
+            if a.name in self.divisible:
+                raise FrontendError(f"{self.where}: divisible_by_16 names float Value {a.name!r}; only int scalars, "
+                                    "Values, tensors and outputs can be specialized")
+            # Triton's JIT passes a Python float as fp32 (specialize_impl), so the binary is the JIT's for the value.
+            k = self.knames[i]
+            self.signature[k] = "fp32"
+            self.params.append(RuntimeParam(k, "fp32", "constant", "f32", value=a.float_literal()))
+            return
         if a.type not in VALUE_TYPES:
-            raise FrontendError(f"{self.where}: Value {a.name} has type {a.type!r}; expected one of {VALUE_TYPES}")
+            raise FrontendError(f"{self.where}: Value {a.name} has type {a.type!r}; expected one of {VALUE_TYPES} "
+                                f"(or type='f32' with a float literal)")
         text = _expr.substitute(a.expr, self.int_constexprs)  # compiles: spec.validate checked it
         if a.name in self.ones:
             self._one(i, text)
