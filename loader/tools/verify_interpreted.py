@@ -18,7 +18,8 @@ hardware-specific effect does not.
 Where the kernel source comes from: the build's plan (:mod:`flyship.compiler.interpreting`, JSON), naming each
 launch's module file and function and the sha256 of every user file the kernel reaches. A file whose bytes changed
 since the build is refused, so what runs is the user's code as built. A bundle carries no kernel source, so
-``flyship verify --emulate BUNDLE`` alone does not interpret (:func:`cubin_statement` says what was not executed).
+``flyship verify --emulate BUNDLE`` alone does not interpret (:func:`flyship.loader.tools.cubins.statement` says what
+was not executed).
 """
 
 from __future__ import annotations
@@ -49,19 +50,6 @@ _UNPACK = {"i64": "<q", "u64": "<Q", "i32": "<i", "u32": "<I", "i16": "<h", "i8"
 
 class PlanError(Exception):
     """The plan or a kernel file it names cannot be used (unreadable, changed since the build, not a kernel)."""
-
-
-def triton_importable() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
-def cubin_statement() -> str:
-    """What ``flyship verify --emulate`` says of the sm_* code objects it did not run (the bundle carries no kernel
-    source, so no Triton interpreter runs there; ``flyc-build --verify`` runs it from the spec)."""
-    if not triton_importable():
-        return "sm_* cubins: not executed (no NVIDIA GPU; Triton not installed here for its interpreter)"
-    return ("sm_* cubins: not executed (no NVIDIA GPU; the bundle carries no kernel source for Triton's interpreter: "
-            "flyc-build --verify runs each Triton kernel's source under the interpreter, from the spec)")
 
 
 # -- the plan and the kernels it names -------------------------------------------------------------------------------
