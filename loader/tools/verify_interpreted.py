@@ -37,19 +37,23 @@ from typing import Any, Optional
 
 from flyship.bundle import manifest as _m
 from flyship.bundle import targets as _targets
+from flyship.errors import LoadError
 from flyship.loader.tools import verify as _verify
 from flyship.loader.tools import verify_emulated as _ve
 
 TARGET_LABEL = "interp"  # the report's target column: Triton's interpreter, not a device
 PLAN_FORMAT = "flyship-interpret-plan/1"
+PLAN_KIND = "InterpretPlanError"  # LoadError kinds: the plan or a kernel file it names cannot be used
+REPLAY_KIND = "NotReplayable"  # a recorded launch the interpreter cannot take (said as a skip)
 MAX_PLAN_BYTES = 16 << 20
 MAX_SOURCE_BYTES = 8 << 20
 _UNPACK = {"i64": "<q", "u64": "<Q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d", "f32": "<f",
            "f16": "<e", "ptr": "<Q"}
 
 
-class PlanError(Exception):
+def plan_error(message: str) -> LoadError:
     """The plan or a kernel file it names cannot be used (unreadable, changed since the build, not a kernel)."""
+    return LoadError(message, kind=PLAN_KIND)
 
 
 # -- the plan and the kernels it names -------------------------------------------------------------------------------
@@ -59,15 +63,15 @@ def read_plan(path: Path) -> dict[str, Any]:
         with open(path, "rb") as f:
             data = f.read(MAX_PLAN_BYTES + 1)
     except OSError as e:
-        raise PlanError(f"read the interpreter plan {path}: {e.strerror}") from None
+        raise plan_error(f"read the interpreter plan {path}: {e.strerror}") from None
     if len(data) > MAX_PLAN_BYTES:
-        raise PlanError(f"read the interpreter plan {path}: expected at most {MAX_PLAN_BYTES} bytes, got more")
+        raise plan_error(f"read the interpreter plan {path}: expected at most {MAX_PLAN_BYTES} bytes, got more")
     try:
         plan = json.loads(data)
     except ValueError as e:
-        raise PlanError(f"read the interpreter plan {path}: not JSON ({e})") from None
+        raise plan_error(f"read the interpreter plan {path}: not JSON ({e})") from None
     if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
-        raise PlanError(f"read the interpreter plan {path}: expected format {PLAN_FORMAT!r}, got "
+        raise plan_error(f"read the interpreter plan {path}: expected format {PLAN_FORMAT!r}, got "
                         f"{plan.get('format') if isinstance(plan, dict) else type(plan).__name__!r}")
     return plan
 
@@ -115,7 +119,7 @@ class Kernels:
 
     def __init__(self, plan: dict[str, Any]) -> None:
         if os.environ.get("TRITON_INTERPRET") != "1":
-            raise PlanError("interpret Triton kernels: expected TRITON_INTERPRET=1 in the environment before Triton "
+            raise plan_error("interpret Triton kernels: expected TRITON_INTERPRET=1 in the environment before Triton "
                             "is imported, got it unset; run this module as flyc-build --verify does")
         for p in plan.get("paths", []):
             if isinstance(p, str) and p not in sys.path:
@@ -133,7 +137,7 @@ class Kernels:
         for path, digest in entry.get("files", {}).items():
             data = _sha256_bounded(path)
             if data is None or hashlib.sha256(data).hexdigest() != digest:
-                raise PlanError(f"interpret {entry['qualname']}: expected {path} as the build hashed it (sha256 "
+                raise plan_error(f"interpret {entry['qualname']}: expected {path} as the build hashed it (sha256 "
                                 f"{digest[:12]}...), got {'no readable file' if data is None else 'other bytes'}; "
                                 "rebuild (the file changed since the build)")
         name, path = entry["module"], entry["file"]
@@ -141,7 +145,7 @@ class Kernels:
         if mod is None or Path(getattr(mod, "__file__", "") or "").resolve() != Path(path):
             spec = importlib.util.spec_from_file_location(name, path)
             if spec is None or spec.loader is None:
-                raise PlanError(f"interpret {entry['qualname']}: cannot import {path}")
+                raise plan_error(f"interpret {entry['qualname']}: cannot import {path}")
             mod = importlib.util.module_from_spec(spec)
             sys.modules[name] = mod
             spec.loader.exec_module(mod)
@@ -151,15 +155,16 @@ class Kernels:
         from triton.runtime.interpreter import InterpretedFunction
 
         if not isinstance(obj, InterpretedFunction):
-            raise PlanError(f"interpret {entry['qualname']}: expected a @triton.jit kernel in {path} turned "
+            raise plan_error(f"interpret {entry['qualname']}: expected a @triton.jit kernel in {path} turned "
                             f"interpreted by TRITON_INTERPRET=1, got {type(obj).__name__} (Triton imported before?)")
         return obj
 
 
 # -- one recorded launch, replayed -----------------------------------------------------------------------------------
 
-class Replay(Exception):
+def not_replayable(message: str) -> LoadError:
     """A recorded launch that cannot be replayed on the interpreter (said as a skip, with the reason)."""
+    return LoadError(message, kind=REPLAY_KIND)
 
 
 def _pointer_target(p: int, tensors: list[Any]) -> Any:
@@ -172,7 +177,7 @@ def _pointer_target(p: int, tensors: list[Any]) -> Any:
         base, item = st.data_ptr(), t.element_size()
         if base <= p < base + max(st.nbytes(), 1) and (p - base) % item == 0:
             return torch.empty(0, dtype=t.dtype).set_(st, (p - base) // item, (1,), (1,))
-    raise Replay(f"the launch passes pointer {p:#x}, inside none of the call's tensors (memory the loader allocated "
+    raise not_replayable(f"the launch passes pointer {p:#x}, inside none of the call's tensors (memory the loader allocated "
                  "itself: a workspace or scratch buffer, freed after the recorded call)")
 
 
@@ -194,17 +199,17 @@ def launch_arguments(kernel: Any, variant: _m.Variant, kernargs: bytes, constexp
         if f is None and params[name].default is not inspect.Parameter.empty:
             continue
         if f is None or f.type not in _UNPACK and f.type != "bf16":
-            raise Replay(f"kernel parameter {name!r} is neither a kernarg field of the {variant.target} variant nor "
+            raise not_replayable(f"kernel parameter {name!r} is neither a kernarg field of the {variant.target} variant nor "
                          "a constexpr of the build")
         raw = kernargs[f.offset:f.offset + f.size]
         if len(raw) != f.size:
-            raise Replay(f"kernel parameter {name!r}: the recorded kernargs end before its field at {f.offset}")
+            raise not_replayable(f"kernel parameter {name!r}: the recorded kernargs end before its field at {f.offset}")
         if f.type == "bf16":
             value: Any = struct.unpack("<f", b"\0\0" + raw)[0]
         else:
             value = struct.unpack(_UNPACK[f.type], raw)[0]
         if f.kind in ("workspace", "scratch"):
-            raise Replay(f"kernel parameter {name!r} is a {f.kind} pointer the loader allocated for the call")
+            raise not_replayable(f"kernel parameter {name!r} is a {f.kind} pointer the loader allocated for the call")
         args[name] = _pointer_target(value, tensors) if f.type == "ptr" else value
     return args
 
@@ -254,7 +259,9 @@ def _run_once(tg: Target, handle: Any, spec: _m.Specialization, inputs: list[Any
         kernel = tg.kernels.get(entry)
         try:
             args = launch_arguments(kernel, v, rec.kernargs, entry["constexprs"], tensors)
-        except Replay as e:
+        except LoadError as e:
+            if e.kind != REPLAY_KIND:
+                raise
             return (), [], "", f"launch {k + 1}: {e}"
         try:
             kernel[tuple(rec.grid)](**args)
@@ -415,7 +422,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         budget = float(argv[2]) if len(argv) == 3 else _ve.DEFAULT_BUDGET_S
         report = verify_interpreted(argv[0], read_plan(Path(argv[1])), budget_s=budget,
                                     echo=lambda line: print(line, flush=True))
-    except (PlanError, FlyshipError, ValueError) as e:
+    except (FlyshipError, ValueError) as e:
         print(f"verify --interpret: {e}", file=sys.stderr)
         return 1
     print(summary(report), flush=True)

@@ -52,7 +52,8 @@ def test_verify_passes_a_right_triton_op(tmp_path: Path) -> None:
 
 def test_a_kernel_file_changed_since_the_build_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flyship.compiler.interpreting import interpret_plan
-    from flyship.loader.tools.verify_interpreted import Kernels, PlanError
+    from flyship.errors import LoadError
+    from flyship.loader.tools.verify_interpreted import PLAN_KIND, Kernels
 
     plan = interpret_plan(str(DATA / "right.py"), ("sm_90",))
     assert plan is not None and plan["target"] == "sm_90"
@@ -62,9 +63,10 @@ def test_a_kernel_file_changed_since_the_build_is_refused(tmp_path: Path, monkey
     copy.write_bytes(Path(entry["file"]).read_bytes() + b"\n# changed after the build\n")
     changed = dict(entry, file=str(copy), files={str(copy): entry["files"][entry["file"]]})
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    with pytest.raises(PlanError, match=r"expected .*tl_rows.py as the build hashed it .* got other bytes; rebuild"):
+    with pytest.raises(LoadError, match=r"expected .*tl_rows.py as the build hashed it .* got other bytes; rebuild") as e:
         Kernels(json.loads(json.dumps(plan))).get(changed)
+    assert e.value.kind == PLAN_KIND
     monkeypatch.delenv("TRITON_INTERPRET")
-    with pytest.raises(PlanError, match="expected TRITON_INTERPRET=1"):
+    with pytest.raises(LoadError, match="expected TRITON_INTERPRET=1"):
         Kernels(plan)
     assert os.environ.get("TRITON_INTERPRET") is None
