@@ -1,6 +1,6 @@
-"""What ``flyship verify --emulate`` says of the sm_* code objects (cubins) it cannot run: no NVIDIA GPU executes them
-here, and the bundle carries no kernel source for Triton's interpreter (``flyc-build --verify`` runs each Triton kernel's
-source under it, from the spec: :mod:`flyship.loader.tools.verify_interpreted`)."""
+"""What ``flyship verify --emulate`` says of the sm_* code objects (cubins) it cannot run: no NVIDIA GPU executes
+them here, and the bundle carries no kernel source for Triton's interpreter (``flyc-build --verify`` runs each Triton
+kernel's source under it, from the spec: :mod:`flyship.loader.tools.verify_interpreted`)."""
 
 from __future__ import annotations
 

@@ -178,8 +178,8 @@ def _pointer_target(p: int, tensors: list[Any]) -> Any:
         base, item = st.data_ptr(), t.element_size()
         if base <= p < base + max(st.nbytes(), 1) and (p - base) % item == 0:
             return torch.empty(0, dtype=t.dtype).set_(st, (p - base) // item, (1,), (1,))
-    raise not_replayable(f"the launch passes pointer {p:#x}, inside none of the call's tensors (memory the loader allocated "
-                 "itself: a workspace or scratch buffer, freed after the recorded call)")
+    raise not_replayable(f"the launch passes pointer {p:#x}, inside none of the call's tensors (memory the loader "
+                         "allocated itself: a scratch buffer, freed after the recorded call)")
 
 
 def workspaces(op: _m.Op, variant: _m.Variant, inputs: list[Any], outputs: tuple[Any, ...],
@@ -224,8 +224,8 @@ def launch_arguments(kernel: Any, variant: _m.Variant, kernargs: bytes, constexp
         if f is None and params[name].default is not inspect.Parameter.empty:
             continue
         if f is None or f.type not in _UNPACK and f.type != "bf16":
-            raise not_replayable(f"kernel parameter {name!r} is neither a kernarg field of the {variant.target} variant nor "
-                         "a constexpr of the build")
+            raise not_replayable(f"kernel parameter {name!r} is neither a kernarg field of the {variant.target} "
+                                 "variant nor a constexpr of the build")
         raw = kernargs[f.offset:f.offset + f.size]
         if len(raw) != f.size:
             raise not_replayable(f"kernel parameter {name!r}: the recorded kernargs end before its field at {f.offset}")

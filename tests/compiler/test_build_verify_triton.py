@@ -63,7 +63,8 @@ def test_a_kernel_file_changed_since_the_build_is_refused(tmp_path: Path, monkey
     copy.write_bytes(Path(entry["file"]).read_bytes() + b"\n# changed after the build\n")
     changed = dict(entry, file=str(copy), files={str(copy): entry["files"][entry["file"]]})
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    with pytest.raises(LoadError, match=r"expected .*tl_rows.py as the build hashed it .* got other bytes; rebuild") as e:
+    hashed = r"expected .*tl_rows.py as the build hashed it .* got other bytes; rebuild"
+    with pytest.raises(LoadError, match=hashed) as e:
         Kernels(json.loads(json.dumps(plan))).get(changed)
     assert e.value.kind == PLAN_KIND
     monkeypatch.delenv("TRITON_INTERPRET")
