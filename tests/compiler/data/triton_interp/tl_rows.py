@@ -22,3 +22,21 @@ def scale_row_pairs_kernel(x, out, x_row_stride, out_row_stride, n_rows, n_cols,
         mask = (cols < n_cols) & (row < n_rows)
         v = tl.load(x + row * x_row_stride + cols, mask=mask, other=0.0)
         tl.store(out + row * out_row_stride + cols, v * 2.0 + 1.0, mask=mask)
+
+
+@triton.jit
+def row_partial_kernel(x, partial, n_cols, x_row_stride, chunk, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
+    """Phase 1 of a split row sum: program (row, part) writes the sum of its chunk of columns into the workspace."""
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    local = tl.arange(0, BLOCK)
+    cols = part * chunk + local
+    v = tl.load(x + row * x_row_stride + cols, mask=(local < chunk) & (cols < n_cols), other=0.0)
+    tl.store(partial + row * SPLIT + part, tl.sum(v, axis=0))
+
+
+@triton.jit
+def row_combine_kernel(partial, y, SPLIT: tl.constexpr):
+    """Phase 2: each row's SPLIT partial sums added."""
+    row = tl.program_id(0).to(tl.int64)
+    tl.store(y + row, tl.sum(tl.load(partial + row * SPLIT + tl.arange(0, SPLIT)), axis=0))
