@@ -109,7 +109,8 @@ def report_error(e: FlyshipError, verbose: bool) -> None:
                    "manifest (the loader falls back for them); exits 1.")
 @click.option("--verify", "verify", is_flag=True,
               help="After writing, run every AMD specialization on the emulated device against its reference "
-              "(`flyship verify --emulate`: boundary shapes, admitted layouts, both wave schedules); a mismatch "
+              "(`flyship verify --emulate`: boundary shapes, admitted layouts, both wave schedules), and every Triton "
+              "kernel's source under Triton's interpreter through the same cases' recorded launches; a mismatch "
               "refuses the build (the bundle is moved to OUT.refused). Needs torch and a C++ compiler here.")
 @click.option("--verify-budget", type=click.FloatRange(min=0.0), default=60.0, show_default=True,
               help="With --verify: seconds per specialization and target; cases past it are listed as skipped.")
@@ -138,6 +139,7 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
         rows = build(opts)
         if verify:
             _verify_emulated(out_dir, archs, verify_budget)
+            _verify_interpreted(spec, out_dir, archs, verify_budget)
         packed = _write_pack(out_dir, sign_key) if pack else None
     except PartialBuildError as e:  # the bundle of what built is written: show it, then every failure
         click.echo(format_table(e.rows, verbose or _env.verbose()))
@@ -160,7 +162,6 @@ def _verify_emulated(out_dir: str, archs: tuple[str, ...], budget: float) -> Non
         CompileError (kind "VerifyError"): a specialization disagreed with its reference on the emulated device, or
             the check could not run.
     """
-    import shutil
     import subprocess
 
     from flyship.errors import CompileError
@@ -168,7 +169,8 @@ def _verify_emulated(out_dir: str, archs: tuple[str, ...], budget: float) -> Non
     amd = [a.split(":", 1)[0] for a in archs if a.startswith("gfx")]
     others = [a for a in archs if not a.startswith("gfx")]
     if others:
-        click.echo(f"flyc-build --verify: {', '.join(others)} not executed (the emulator runs AMD code objects only)")
+        click.echo(f"flyc-build --verify: {', '.join(others)} code objects not executed (no NVIDIA GPU; the emulator "
+                   "runs AMD code objects only); Triton kernels run from their source under Triton's interpreter")
     if not amd:
         return
     cmd = [sys.executable, "-m", "flyship.loader.tools.cli", "verify", "--emulate", str(out_dir),
@@ -181,12 +183,58 @@ def _verify_emulated(out_dir: str, archs: tuple[str, ...], budget: float) -> Non
     words = (r.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("Error: ")
     if words.startswith("verify --emulate: expected") and ", got " in words:  # its own words, without repeating ours
         words = words.split(", got ", 1)[1]
-    refused = str(out_dir).rstrip("/") + ".refused"
-    shutil.rmtree(refused, ignore_errors=True)
-    os.replace(out_dir, refused)
+    refused = _refuse(out_dir)
     raise CompileError(f"flyc-build --verify: expected every AMD specialization to match its reference on the emulated "
                      f"device, got {words}; the bundle was moved to {refused} (not shipped); fix the kernel or its "
                      f"spec, or run `flyship verify --emulate {refused}` to see every case", kind="VerifyError")
+
+
+def _refuse(out_dir: str) -> str:
+    """Move a refused bundle to ``OUT.refused`` (nothing left at OUT to load); its new path."""
+    import shutil
+
+    refused = str(out_dir).rstrip("/") + ".refused"
+    shutil.rmtree(refused, ignore_errors=True)
+    os.replace(out_dir, refused)
+    return refused
+
+
+def _verify_interpreted(spec: str, out_dir: str, archs: tuple[str, ...], budget: float) -> None:
+    """``--verify`` for Triton ops: each kernel's source under Triton's interpreter, replaying the launches the
+    loader's recording driver makes for every case (:mod:`flyship.loader.tools.verify_interpreted`), in a child
+    process of this Python with ``TRITON_INTERPRET=1`` set before Triton is imported. The plan it replays (kernel
+    files, constexprs, file hashes) comes from the spec (:mod:`flyship.compiler.interpreting`).
+
+    Raises:
+        CompileError (kind "VerifyError"): a Triton specialization disagreed with its reference under the
+            interpreter, or the check could not run; the bundle is moved to ``OUT.refused``.
+    """
+    import subprocess
+    import tempfile
+
+    from flyship.compiler.interpreting import interpret_plan, write_plan
+    from flyship.errors import CompileError
+
+    plan = interpret_plan(spec, tuple(dict.fromkeys(archs)))
+    if plan is None:
+        return
+    click.echo("flyc-build --verify: running every Triton specialization's kernel source under Triton's interpreter "
+               f"(TRITON_INTERPRET=1), replaying the {plan['target']} launches")
+    with tempfile.TemporaryDirectory(prefix="flyship-interp-") as tmp:
+        plan_path = Path(tmp) / "plan.json"
+        write_plan(plan, plan_path)
+        env = {k: v for k, v in os.environ.items() if k != "FLYSHIP_FLAVOR"}
+        env["TRITON_INTERPRET"] = "1"
+        cmd = [sys.executable, "-m", "flyship.loader.tools.verify_interpreted", str(out_dir), str(plan_path),
+               str(budget)]
+        r = subprocess.run(cmd, stdout=None, stderr=subprocess.PIPE, text=True, env=env)
+    if r.returncode == 0:
+        return
+    words = (r.stderr.strip().splitlines() or [f"no output (exit status {r.returncode})"])[-1]
+    refused = _refuse(out_dir)
+    raise CompileError(f"flyc-build --verify: expected every Triton specialization to match its reference under "
+                       f"Triton's interpreter, got {words}; the bundle was moved to {refused} (not shipped); fix the "
+                       "kernel or its spec (grid, Values, guard constraints)", kind="VerifyError")
 
 
 def _write_pack(out_dir: str, sign_key: str | None = None) -> str:

@@ -96,6 +96,9 @@ class Report:
         if count["not executed"]:
             text += (f"; {count['not executed']} sm_* code objects NOT executed (the emulator runs AMD code objects "
                      "only; they were checked at load, not run)")
+            from flyship.loader.tools import cubins  # and whether Triton's interpreter stood in for them
+
+            text += "\n" + cubins.statement()
         return text
 
 
