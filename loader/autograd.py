@@ -33,6 +33,7 @@ from typing import Any
 
 from flyship.bundle import manifest as _m
 from flyship.loader import autograd_dirty as _dirty
+from flyship.loader import autograd_owners as _owners
 
 # Where the kernel goes: every backend whose tensors reach our ops (CUDA also carries ROCm's HIP tensors;
 # CPU runs the reference; Meta is what shape-only tracing uses).
@@ -56,6 +57,7 @@ class _Rule:
         self.bwd_outs = [o.name for o in bwd.outputs]
         self.consumed = b.consumed(bwd)  # backward input -> its source, for the buffers it overwrites
         self.private_saves = set(self.consumed.values()) & set(self.saved)
+        self.consumes_grads = any(src.startswith(_m.GRAD_PREFIX) for src in self.consumed.values())
         # Outputs whose gradient the backward does not read have no derivative: torch treats them as constants
         # (requires_grad False) instead of silently dropping a gradient that flows into them.
         sources = set(b.inputs.values())
@@ -73,11 +75,17 @@ class _Rule:
         if self.constant_outs:
             ctx.mark_non_differentiable(*(outs[i] for i in self.constant_outs))
 
-    def backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
+    def backward(self, ctx: Any, *grads: Any, held: frozenset[int] | None = None) -> tuple[Any, ...]:
+        # First: who else holds each incoming gradient's Python object (flyship.loader.autograd_owners; ``held`` is
+        # given when autograd_dirty's Function measured it on its own path).
+        counts = _owners.references(grads)
+        if held is None:
+            held = _owners.held(counts, "generated") if self.consumes_grads else frozenset(range(len(grads)))
+        del counts
         import torch
 
         if self.twice or not torch.is_grad_enabled():
-            return self._backward(ctx, *grads)
+            return self._backward(ctx, *grads, held=held)
         # create_graph=True: the gradients may be used, but a second derivative through them would silently miss
         # this op's part (the kernel's results carry no graph), so differentiating them again raises.
         anchors = [t for t in (*grads, *ctx.saved_tensors) if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -88,10 +96,10 @@ class _Rule:
                                "of this op cannot be taken with create_graph=True at all (nothing it saved carries "
                                "the inputs' graph), so compute it without create_graph")
         with torch.no_grad():
-            result = self._backward(ctx, *grads)
+            result = self._backward(ctx, *grads, held=held)
         return _first_order_only(result, anchors, self.namespace, self.fwd.name, self.bwd.name) if anchors else result
 
-    def _backward(self, ctx: Any, *grads: Any) -> tuple[Any, ...]:
+    def _backward(self, ctx: Any, *grads: Any, held: frozenset[int]) -> tuple[Any, ...]:
         import torch
 
         # An input the backward gives no gradient to must not silently get none.
@@ -110,12 +118,13 @@ class _Rule:
             if g is not None and key in self.consumed.values() and not g.is_contiguous():
                 fresh.add(key)  # .contiguous() copies: the copy is ours
             values[key] = g.contiguous() if g is not None else None
+        held_grads = {_m.GRAD_PREFIX + self.grad_names[i] for i in held if i < len(self.grad_names)}
         handed = {}
         for k, src in self.consumed.items():
             t = values[src]
             if t is None:  # an output with no gradient flowing in: the buffer starts at zero
                 t = _zeros_like_saved(self, src, values)
-            elif not (src in fresh or _private(t, grad=src.startswith(_m.GRAD_PREFIX))):
+            elif not (src in fresh or src not in held_grads and _private(t, grad=src.startswith(_m.GRAD_PREFIX))):
                 t = t.clone(memory_format=torch.contiguous_format)
             handed[k] = t
         args = []
@@ -195,15 +204,14 @@ def _zeros_like_saved(rule: _Rule, src: str, values: dict[str, Any]) -> Any:
     return torch.zeros_like(like, memory_format=torch.contiguous_format)
 
 
-# The owners a consumable tensor may have at backward time, counted by torch itself, as (storage owners, tensor
-# owners). A saved alias: its storage is held by that one tensor object plus the Python handle ``untyped_storage()``
-# makes to count it, and the tensor by the saved variable and its Python object. An incoming gradient: its storage by
-# itself and that handle, and the tensor by its Python object only; a second tensor owner is the engine's buffer of
-# another node that gets the same gradient (``a + b`` hands one tensor to both sides), which must not see it change.
-# Measured on torch 2.13 (tests/loader/test_training.py proves both directions: held -> copied, dropped -> consumed);
-# a torch that counts more owners only makes the check copy more, never less.
+# The owners a saved alias may have at backward time, counted by torch itself, as (storage owners, tensor owners):
+# its storage is held by that one tensor object plus the Python handle ``untyped_storage()`` makes to count it, and
+# the tensor by the saved variable and its Python object (tests/loader/test_training.py proves both directions: held
+# -> copied, dropped -> consumed). An incoming gradient's owners are judged at the backward's first line by
+# flyship.loader.autograd_owners, against counts measured on torch's own path: they differ between torch versions
+# (the engine keeps its own reference during the call on 2.11, not on 2.13), and a second tensor owner is the buffer
+# of another node that gets the same gradient (``a + b`` hands one tensor to both sides), which must not see it change.
 _SAVED_OWNERS = (2, 2)
-_GRAD_OWNERS = (2, 1)
 
 
 def _private(t: Any, grad: bool) -> bool:
@@ -215,7 +223,9 @@ def _private(t: Any, grad: bool) -> bool:
         return False
     if t.untyped_storage().nbytes() != t.numel() * t.element_size() or not t.is_contiguous():
         return False  # a part of a larger buffer, or a layout the kernel's guards may refuse: copy
-    most_storage, most_tensor = _GRAD_OWNERS if grad else _SAVED_OWNERS
+    if grad:  # its owners were judged at the backward's first line (autograd_owners), before anything took a reference
+        return True
+    most_storage, most_tensor = _SAVED_OWNERS
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata) <= most_storage and t._use_count() <= most_tensor
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from flyship.bundle import manifest as _m
 from flyship.errors import CallError
+from flyship.loader import autograd_owners as _owners
 
 _CREATION = {  # torch's CreationMeta names -> what the view is, for the refusal
     "MULTI_OUTPUT_NODE": "an output of a function that returns several views (chunk, split, unbind)",
@@ -98,6 +99,10 @@ def make_kernel(overload: Any, rule: Any) -> Any:
         return (*outs, *written)
 
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
+        # First: who else holds each incoming gradient (flyship.loader.autograd_owners, measured on this path).
+        counts = _owners.references(grads)
+        held = _owners.held(counts, "function") if rule.consumes_grads else frozenset(range(len(grads)))
+        del counts
         filled = []
         for name, g, (shape, dtype, device) in zip(rule.grad_names, grads, ctx.flyship_like):
             if g is not None and name in unread:
@@ -114,7 +119,7 @@ def make_kernel(overload: Any, rule: Any) -> Any:
             if g is None and name not in unread and _m.GRAD_PREFIX + name in rule.b.inputs.values():
                 g = torch.zeros(shape, dtype=dtype, device=device)
             filled.append(g)
-        return (*rule.backward(ctx, *filled), *([None] * n_outs))
+        return (*rule.backward(ctx, *filled, held=held), *([None] * n_outs))
 
     # Named after the op: autograd's messages say "output 0 of flyship_<op>Backward".
     pair = type(f"flyship_{rule.fwd.name}", (torch.autograd.Function,),

@@ -282,3 +282,81 @@ def test_on_the_recording_driver_the_forward_writes_the_callers_buffer_and_the_w
         before = q._version
         ops.rope_inplace(q, cos, sin)
     assert q._version == before + 1 and len(launches()) == 1
+
+
+# The backward's rope_bwd rotates its incoming gradient in place: it gets autograd's own tensor when nothing else holds
+# it (no copy: the GPU bench's RoPE step lost a DtoD copy of the gradient per step to that), and a copy when a Python
+# holder keeps the same tensor object (loader/autograd_owners.py), both on torch's generated path (rope_fwd) and on the
+# mark_dirty Function's (rope_inplace).
+@pytest.mark.parametrize("op", ["rope_fwd", "rope_inplace"])
+@pytest.mark.parametrize("keep", [False, True])
+def test_the_backward_takes_the_incoming_gradient_only_when_no_python_holder_keeps_it(
+        training_bundle, recorded, launches, op, keep):
+    ops = recorded(training_bundle, target="sm_90")
+    cos, sin = angles(64, 32)
+    w = leaf(64, 8, 64)
+    c = torch.randn(64, 8, 64)
+    q = w * 1
+    out = getattr(ops, op)(q, cos, sin)
+    out = q if op == "rope_inplace" else out
+    seen, kept = [], []
+    out.register_hook(lambda g: seen.append(g.data_ptr()) or (kept.append(g) if keep else None))
+    launches()
+    (out * c).sum().backward()
+    (bwd,) = launches()
+    assert bwd["symbol"] == "rope_bwd_kernel" and len(seen) == 1
+    assert (seen[0] in _pointers(bwd["kernargs"])) is not keep  # kept: a copy; else autograd's own buffer
+
+
+def test_a_gradient_the_caller_passes_and_holds_is_copied_before_the_backward_writes_it(
+        training_bundle, recorded, launches):
+    ops = recorded(training_bundle, target="sm_90")
+    cos, sin = angles(64, 32)
+    out = ops.rope_fwd(leaf(64, 8, 64) * 1, cos, sin)
+    g = torch.randn(64, 8, 64)
+    launches()
+    out.backward(g)
+    (bwd,) = launches()
+    assert g.data_ptr() not in _pointers(bwd["kernargs"])
+
+
+def test_the_reference_count_baselines_are_measured_on_both_paths():
+    from flyship.loader import autograd_owners as owners
+
+    for kind in ("generated", "function"):
+        base = owners.baseline(kind)
+        assert isinstance(base, tuple) and len(base) == 3 and min(base) >= 1, (kind, base)
+        more = [tuple(b + (i == k) for i, b in enumerate(base)) for k in range(3)]
+        assert owners.held((base, *more, None), kind) == frozenset({1, 2, 3, 4})
+
+
+@pytest.mark.parametrize("op", ["rope_fwd", "rope_inplace"])
+def test_an_incoming_gradient_nobody_touched_is_judged_private_and_handed_over(
+        training_bundle, recorded, launches, monkeypatch, op):
+    # No hook: the gradient (MulBackward's fresh tensor) reaches the backward as autograd made it. Its pointer cannot
+    # be read without holding it, so the verdict of the one judge (autograd._private) is read instead.
+    from flyship.loader import autograd as ag
+
+    real, verdicts = ag._private, []
+    monkeypatch.setattr(ag, "_private", lambda t, grad: verdicts.append((grad, r := real(t, grad))) or r)
+    ops = recorded(training_bundle, target="sm_90")
+    cos, sin = angles(64, 32)
+    q = leaf(64, 8, 64) * 1
+    out = getattr(ops, op)(q, cos, sin)
+    ((q if op == "rope_inplace" else out) * torch.randn(64, 8, 64)).sum().backward()
+    assert verdicts == [(True, True)]
+
+
+def test_a_gradient_that_also_feeds_another_node_is_not_handed_over(training_bundle, recorded, launches, monkeypatch):
+    # out + b: AddBackward hands one tensor to both sides; b's node reads it after (or before) ours, so it must not
+    # change: a C++ owner more than the probe's gradient had.
+    from flyship.loader import autograd as ag
+
+    real, verdicts = ag._private, []
+    monkeypatch.setattr(ag, "_private", lambda t, grad: verdicts.append((grad, r := real(t, grad))) or r)
+    ops = recorded(training_bundle, target="sm_90")
+    cos, sin = angles(64, 32)
+    b = leaf(64, 8, 64) * 2  # made first: autograd runs later nodes first, so ours runs while b's still waits
+    out = ops.rope_fwd(leaf(64, 8, 64) * 1, cos, sin)
+    ((out + b) * torch.randn(64, 8, 64)).sum().backward()
+    assert (True, True) not in verdicts
