@@ -47,6 +47,7 @@ class RunStats:
         waves: waves run.
         workgroups: workgroups run.
         seconds: wall time of the run.
+        cpu_seconds: CPU time of this process during the run (on a shared machine, the per-core cost).
         lds_conflicts: LDS byte addresses one wave wrote (or read) while another wave wrote (or read, for a write)
             with no barrier between; sorted.
         refused_unreached: mnemonics the kernel holds that the emulator does not model but no wave reached.
@@ -56,6 +57,7 @@ class RunStats:
     waves: int = 0
     workgroups: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     lds_conflicts: list[int] = dataclasses.field(default_factory=list)
     refused_unreached: list[str] = dataclasses.field(default_factory=list)
 
@@ -203,7 +205,7 @@ def _initial_sgprs(d: Descriptor, kernarg_addr: int, dispatch_addr: int, kernarg
 
 def run_kernel(image: bytes, symbol: str, grid, block, dynamic_lds: int, kernargs: bytes, memory: Memory,
                schedule: str, target: str | None, max_instructions: int) -> RunStats:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if schedule not in ("forward", "reverse"):
         raise refuse(f"run: expected schedule 'forward' or 'reverse', got {schedule!r}")
     grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
@@ -248,6 +250,7 @@ def run_kernel(image: bytes, symbol: str, grid, block, dynamic_lds: int, kernarg
     stats.lds_conflicts = sorted(conflicts)
     stats.refused_unreached = sorted(prog.refused)
     stats.seconds = time.perf_counter() - t0
+    stats.cpu_seconds = time.process_time() - c0
     return stats
 
 
@@ -343,7 +346,7 @@ def _run_batch(prog: Program, w: Wave, budget: list, limit: int) -> int:
         runnable = ~done & ~wait
         if not runnable.any():
             if not wait.any():
-                return total
+                return total - w.phantom
             wait[:] = False  # every live wave waits at a barrier: release them
             w.lds.epoch += 1
             runnable = ~done

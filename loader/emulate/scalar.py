@@ -325,6 +325,42 @@ _BRANCH_COND: dict[str, Callable[[Wave], np.ndarray]] = {
     "s_cbranch_execz": lambda w: (w.s[EXEC] | w.s[EXEC + 1]) == 0,
     "s_cbranch_execnz": lambda w: (w.s[EXEC] | w.s[EXEC + 1]) != 0,
 }
+# Instructions whose only effects are on lanes under EXEC (VGPRs, LDS, memory) in this emulator, so that a wave
+# whose EXEC is zero executes them as no-ops: the body of an ``s_cbranch_execz`` skip made only of these can be run
+# by the whole batch while some waves would have skipped it (see ``execz_skip``).
+_LANE_ONLY_PREFIXES = ("v_", "global_load_", "global_store_", "buffer_load_", "buffer_store_", "flat_load_",
+                       "flat_store_", "ds_read", "ds_write", "ds_load_", "ds_store_")
+_SGPR_WRITERS = ("v_cmp", "v_readlane", "v_readfirstlane", "v_writelane", "v_add_co_", "v_sub_co_", "v_subrev_co_",
+                 "v_addc_co_", "v_subb_co_", "v_subbrev_co_", "v_add_i32", "v_sub_i32", "v_mad_u64_u32",
+                 "v_mad_i64_i32", "v_div_scale_")
+
+
+def lane_only(mnemonic: str) -> bool:
+    """Whether ``mnemonic``'s effects in this emulator are all on lanes under EXEC (a no-op when EXEC is 0)."""
+    if mnemonic in ("s_nop", "s_waitcnt", "s_waitcnt_vscnt", "s_waitcnt_lgkmcnt", "s_waitcnt_vmcnt"):
+        return True
+    return mnemonic.startswith(_LANE_ONLY_PREFIXES) and not mnemonic.startswith(_SGPR_WRITERS)
+
+
+def execz_skip(target: int, nxt: int) -> Callable[[Wave], object]:
+    """``s_cbranch_execz`` over a straight block of lane-only instructions (``lane_only``): when the batch's waves
+    disagree, every wave falls through (the waves with EXEC = 0 execute the block as no-ops, the same state as
+    skipping it) and the block's instructions are taken off their count (``w.phantom``), so that the batch does not
+    split for a guarded tail."""
+    length = target - nxt
+
+    def branch(w: Wave):
+        taken = (w.s[EXEC] | w.s[EXEC + 1]) == 0
+        t = taken if w.all else taken[w.act]
+        if t.all():
+            return target
+        k = int(t.sum())
+        if k:
+            w.phantom += k * length
+        return None
+    return branch
+
+
 # Program-order and performance hints with no effect on results when memory operations complete in order.
 _NO_EFFECT = {"s_nop", "s_waitcnt", "s_waitcnt_vscnt", "s_setprio", "s_sleep", "s_dcache_wb", "s_dcache_inv",
               "s_icache_inv", "s_sched_barrier", "s_set_gpr_idx_off", "s_inst_prefetch", "s_waitcnt_lgkmcnt",

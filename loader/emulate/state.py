@@ -41,7 +41,7 @@ class Wave:
     is neither read nor written by vector instructions, and scalar writes (``write_s``, ``write_scc``) skip it.
     """
 
-    __slots__ = ("n", "V", "VF", "s", "scc", "mask", "full", "act", "all", "lds", "ids", "index", "mem")
+    __slots__ = ("n", "V", "VF", "s", "scc", "mask", "full", "act", "all", "lds", "ids", "index", "mem", "phantom", "lm")
 
     def __init__(self, n: int, lds, index: np.ndarray, mem) -> None:
         self.n = n
@@ -53,6 +53,8 @@ class Wave:
         self.ids = np.arange(n)
         self.index = index  # the batch's wave ids for the LDS race record (unique per wave)
         self.mem = mem
+        self.lm: dict[int, np.ndarray] = {}  # lanemask cache: SGPR pair index -> per-lane bools (never mutated)
+        self.phantom = 0  # wave-instructions counted for the batch that waves with EXEC = 0 skip (execz_skip)
         self.act = np.ones(n, bool)
         self.all = True
         self.set_exec(np.uint64(M64))
@@ -70,14 +72,23 @@ class Wave:
 
     def sync_exec(self) -> None:
         """Recompute the lane mask after a write to exec (or to ``act``)."""
-        bits = self.lanemask(EXEC)
+        bits = self.unpack(EXEC)  # not cached: exec is written often, and read through self.mask
         if not self.all:
-            bits &= self.act[:, None]
+            bits = bits & self.act[:, None]
         self.mask = bits
         self.full = self.all and bool(bits.all())
 
     def lanemask(self, index: int) -> np.ndarray:
-        """The 64-bit scalar pair at ``index`` (VCC, an SGPR pair) as a per-lane bool array [n, 64]."""
+        """The 64-bit scalar pair at ``index`` (VCC, an SGPR pair) as a per-lane bool array [n, 64] (shared with a
+        cache until the pair is written: callers do not modify it)."""
+        hit = self.lm.get(index)
+        if hit is not None:
+            return hit
+        bits = self.unpack(index)
+        self.lm[index] = bits
+        return bits
+
+    def unpack(self, index: int) -> np.ndarray:
         words = self.s[index:index + 2].T.astype(np.uint32, order="C")  # [n, 2]: low, high dword
         return np.unpackbits(words.view(np.uint8), axis=1, bitorder="little").view(np.bool_)
 
@@ -235,6 +246,8 @@ def write_s(w: Wave, idx: int, n: int, value, sync: bool = True) -> None:
     """Write ``n`` SGPRs of the active waves from a value per wave (uint64 array [n] or a scalar); EXEC's mask
     follows a write to exec. A one-register value is already a 32-bit value (every 32-bit result is)."""
     s = w.s
+    if w.lm:
+        forget(w, idx, n)
     if n == 1:
         if w.all:
             s[idx] = value
@@ -255,6 +268,12 @@ def write_s(w: Wave, idx: int, n: int, value, sync: bool = True) -> None:
                 np.copyto(s[idx + i], part, where=w.act, casting="unsafe")
     if sync and idx <= EXEC + 1 and idx + n > EXEC:
         w.sync_exec()
+
+
+def forget(w: Wave, idx: int, n: int) -> None:
+    """Drop the cached lane masks of pairs that overlap SGPRs [idx, idx + n)."""
+    for k in [k for k in w.lm if idx - 1 <= k < idx + n]:
+        del w.lm[k]
 
 
 def write_scc(w: Wave, value) -> None:

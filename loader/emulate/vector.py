@@ -17,7 +17,7 @@ import numpy as np
 from flyship.loader.emulate import alu, packed, sdwa
 from flyship.loader.emulate.decode import Inst
 from flyship.loader.emulate.errors import refuse
-from flyship.loader.emulate.state import (LANES, VCC, Wave, pack_mask, parse_reg, sreg, src, vdst,
+from flyship.loader.emulate.state import (EXEC, LANES, VCC, Wave, pack_mask, parse_reg, sreg, src, vdst,
                                           write_s, write_v, write_v64)
 
 LANE = np.arange(LANES)
@@ -333,6 +333,8 @@ def _vopc(name, inst, ops, where, dpp, denorm32):
             res = res & w.mask
         bits = pack_mask(res)
         write_s(w, d, 2, bits)
+        if w.all and d != EXEC:
+            w.lm[d] = res  # the lanes just packed: a v_cndmask reading them need not unpack
         if cmpx:
             w.set_exec(bits)
     return vopc

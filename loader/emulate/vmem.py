@@ -14,7 +14,7 @@ import numpy as np
 
 from flyship.loader.emulate.decode import Inst
 from flyship.loader.emulate.errors import refuse
-from flyship.loader.emulate.state import AGPR_BASE, EXEC, LANES, Wave, parse_reg
+from flyship.loader.emulate.state import AGPR_BASE, EXEC, LANES, Wave, forget, parse_reg
 from flyship.loader.emulate.scalar import ssrc
 
 # suffix -> (bytes, kind): kind "b" = whole dwords, "u"/"i" = zero/sign-extend, "d16" = low half kept high,
@@ -315,6 +315,8 @@ def compile_smem(inst: Inst, where: str) -> Callable[[Wave], None]:
         else:
             a = ((s[bidx][waves] | (s[bidx + 1][waves] << np.uint64(32))) + so) & np.uint64((1 << 64) - 4)
             vals = w.mem.read(a, nbytes, where).view(np.uint32).reshape(waves.size, n)
+        if w.lm:
+            forget(w, d, n)
         for i in range(n):
             s[d + i, waves] = vals[:, i]
         if d <= EXEC + 1 and d + n > EXEC:
