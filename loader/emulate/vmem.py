@@ -302,7 +302,7 @@ def compile_smem(inst: Inst, where: str) -> Callable[[Wave], None]:
         s = w.s
         waves = w.ids if w.all else np.flatnonzero(w.act)
         so = soff(w)
-        so = (so[waves] if np.ndim(so) else so) + np.uint64(extra)
+        so = (so[waves] if np.ndim(so) else np.full(waves.size, so, np.uint64)) + np.uint64(extra)
         if buffered:
             base = s[bidx][waves] | ((s[bidx + 1][waves] & np.uint64(0xFFFF)) << np.uint64(32))
             num = s[bidx + 2][waves]

@@ -107,3 +107,23 @@ def test_a_skipped_block_with_a_scalar_write_runs_only_for_the_waves_that_enter_
     np.testing.assert_array_equal(out[:128], np.repeat([7, 1], 64))
     np.testing.assert_array_equal(out[256:384], np.repeat([5, 1], 64))
     assert st.instructions == 2 * (N_PROLOGUE + 6 + 2 + N_STORES) + 2
+
+
+def test_s_buffer_load_with_a_constant_offset_reads_per_wave_within_num_records():
+    # A V# over in0 with num_records = 16 bytes: offset 8 reads in0[2]; offset 16 lies past it and reads 0.
+    body = """
+  s_mov_b32 s12, s6
+  s_and_b32 s13, s7, 0xffff
+  s_mov_b32 s14, 16
+  s_mov_b32 s15, 0x00027000
+  s_buffer_load_dword s20, s[12:15], 0x8
+  s_buffer_load_dword s21, s[12:15], 0x10
+  s_waitcnt lgkmcnt(0)
+  v_mov_b32 v4, s20
+  v_mov_b32 v5, s21
+"""
+    img = assemble(body + STORES, "gfx942", store=False)
+    inp = (np.arange(128) * 3 + 11).astype(np.uint32)
+    out, _ = run_lanes(img, inp, inp, block=128, out_words=512)
+    np.testing.assert_array_equal(out[:128], np.full(128, inp[2]))
+    np.testing.assert_array_equal(out[256:384], np.zeros(128, np.uint32))
