@@ -46,11 +46,12 @@ def bf16_to_f32(x):
 
 
 def f32_to_bf16(y):
-    """Round to nearest even; NaN stays a quiet NaN."""
-    b = U(y).astype(u64)
-    r = ((b + u64(0x7FFF) + ((b >> u64(16)) & u64(1))) >> u64(16)).astype(u32) & u32(0xFFFF)
-    nan = np.isnan(np.asarray(y, f32))
-    return np.where(nan, (np.asarray(U(y)) >> u32(16)) | u32(0x40), r).astype(u32)
+    """Round to nearest even; NaN stays a quiet NaN. In uint32: only NaN bit patterns can wrap, and they are
+    replaced."""
+    b = U(y)
+    r = ((b + u32(0x7FFF) + ((b >> u32(16)) & u32(1))) >> u32(16))
+    nan = (b & u32(0x7FFFFFFF)) > u32(0x7F800000)
+    return np.where(nan, (b >> u32(16)) | u32(0x40), r).astype(u32)
 
 
 def fma32(a, b, c):
