@@ -246,7 +246,8 @@ def write_s(w: Wave, idx: int, n: int, value, sync: bool = True) -> None:
     """Write ``n`` SGPRs of the active waves from a value per wave (uint64 array [n] or a scalar); EXEC's mask
     follows a write to exec. A one-register value is already a 32-bit value (every 32-bit result is)."""
     s = w.s
-    if w.lm:
+    lm = w.lm
+    if lm and (idx in lm or idx - 1 in lm or (n > 1 and idx + 1 in lm)):
         forget(w, idx, n)
     if n == 1:
         if w.all:
