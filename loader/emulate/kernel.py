@@ -237,7 +237,7 @@ def run_kernel(image: bytes, symbol: str, grid, block, dynamic_lds: int, kernarg
     conflicts: set[int] = set()
     budget = [max_instructions]
     groups = [(gx, gy, gz) for gz in range(grid[2]) for gy in range(grid[1]) for gx in range(grid[0])]
-    per_batch = max(1, MAX_BATCH_WAVES // nwaves)
+    per_batch = max(1, min(MAX_BATCH_WAVES // nwaves, MAX_BATCH_LDS // max(lds_bytes, 1)))
     for start in range(0, len(groups), per_batch):
         chunk = groups[start:start + per_batch]
         w = _batch(d, user, chunk, nwaves, nthreads, wi, lds_bytes, memory, schedule)
@@ -360,4 +360,7 @@ def _run_batch(prog: Program, w: Wave, budget: list, limit: int) -> int:
 
 
 _NEVER = 1 << 62
+# A batch holds whole workgroups: at most this many waves (VGPRs: 128 KiB a wave) and LDS bytes (plus 16 bytes of
+# race record per LDS byte).
 MAX_BATCH_WAVES = 256
+MAX_BATCH_LDS = 4 << 20

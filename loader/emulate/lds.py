@@ -19,6 +19,9 @@ from flyship.loader.emulate.vmem import load_to_regs, store_bytes
 LANE = np.arange(LANES)
 
 
+_WAVES = 1 << 20  # more than the waves of any batch: stamps of one epoch never reach the next
+
+
 class Lds:
     """The LDS of the workgroups of a batch (``groups`` allocations of ``nbytes``, one flat array), with the race
     record.
@@ -35,10 +38,10 @@ class Lds:
         self.data = np.zeros(self.stride * groups, np.uint8)
         self.base = wave_group.astype(np.int64) * self.stride  # per wave of the batch: its group's first byte
         nd = len(self.data)
-        self.writer = np.full(nd, -1, np.int32)
-        self.wepoch = np.full(nd, -1, np.int32)
-        self.reader = np.full(nd, -1, np.int32)
-        self.repoch = np.full(nd, -1, np.int32)
+        # per byte: the last writer's and reader's stamp, epoch * _WAVES + wave (-1: none); epochs only grow, so a
+        # stamp >= epoch * _WAVES was made in this epoch
+        self.wstamp = np.full(nd, -1, np.int64)
+        self.rstamp = np.full(nd, -1, np.int64)
         self.epoch = 0
         self.conflicts: set[int] = set()
 
@@ -53,21 +56,19 @@ class Lds:
 
     def note(self, flat: np.ndarray, size: int, waves: np.ndarray, write: bool) -> None:
         """Record an access of ``size`` bytes at each flat address by the wave ``waves`` (per address)."""
-        d = (flat[:, None] + np.arange(size)[None, :]).reshape(-1)
-        wid = np.repeat(waves.astype(np.int32), size) if size > 1 else waves.astype(np.int32)
-        e = self.epoch
-        other_w = (self.wepoch[d] == e) & (self.writer[d] != wid) & (self.writer[d] >= 0)
+        d = (flat[:, None] + np.arange(size)[None, :]).reshape(-1) if size > 1 else flat
+        base = self.epoch * _WAVES
+        mine = base + (np.repeat(waves, size) if size > 1 else waves).astype(np.int64)
+        sw = self.wstamp[d]
+        hit = (sw >= base) & (sw != mine)  # another wave wrote it in this epoch
         if write:
-            other_r = (self.repoch[d] == e) & (self.reader[d] != wid) & (self.reader[d] >= 0)
-            hit = other_w | other_r
-            self.writer[d] = wid
-            self.wepoch[d] = e
+            sr = self.rstamp[d]
+            hit |= (sr >= base) & (sr != mine)  # another wave read it in this epoch
+            self.wstamp[d] = mine
             if waves[0] != waves[-1]:  # several waves in this instruction: a byte two of them write
-                hit |= self.writer[d] != wid
+                hit |= self.wstamp[d] != mine
         else:
-            hit = other_w
-            self.reader[d] = wid
-            self.repoch[d] = e
+            self.rstamp[d] = mine
         if hit.any():
             self.conflicts.update(np.unique(d[hit] % self.stride).tolist())
 

@@ -127,3 +127,19 @@ def test_s_buffer_load_with_a_constant_offset_reads_per_wave_within_num_records(
     out, _ = run_lanes(img, inp, inp, block=128, out_words=512)
     np.testing.assert_array_equal(out[:128], np.full(128, inp[2]))
     np.testing.assert_array_equal(out[256:384], np.zeros(128, np.uint32))
+
+
+def test_a_launch_of_more_waves_than_one_batch_runs_every_workgroup():
+    # 300 one-wave workgroups (more than kernel.MAX_BATCH_WAVES): each writes its workgroup id to its 64 words.
+    body = """
+  s_mul_i32 s13, s2, 256
+  v_add_u32 v11, s13, v1
+  v_mov_b32 v4, s2
+  global_store_dword v11, v4, s[4:5]
+"""
+    from flyship.loader.emulate import kernel
+    groups = kernel.MAX_BATCH_WAVES + 44
+    img = assemble(body, "gfx942", store=False)
+    out, st = run_lanes(img, np.zeros(64, np.uint32), grid=groups, out_words=64 * groups)
+    np.testing.assert_array_equal(out, np.repeat(np.arange(groups), 64))
+    assert st.waves == groups and st.workgroups == groups
