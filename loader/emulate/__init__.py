@@ -3,8 +3,10 @@
 Decoding is LLVM's (``llvm-objdump``); every instruction either executes with the ISA's semantics over the 64
 lanes of a wave (numpy) or is refused by name (mnemonic, address, kernel), never skipped. Scratch, traps, GDS and
 anything else not modelled are refused with the reason. Global memory is only the explicit regions of a
-:class:`Memory`; LDS is per workgroup. Waves of a workgroup take turns between barriers in ``schedule`` order, so
-two runs in the two orders that disagree reveal an LDS race (also recorded in :attr:`RunStats.lds_conflicts`).
+:class:`Memory`; LDS is per workgroup. The waves of a launch run in lockstep batches (one numpy call per instruction
+for all waves at one PC; diverged waves rejoin, ``s_barrier`` waits for the workgroup); ``schedule`` orders the
+waves within a batch, so two runs that disagree reveal an LDS race, which :attr:`RunStats.lds_conflicts` also
+records (epoch-based, deterministic: see docs/emulator.md).
 
 An emulated run proves what the code computes on these inputs, not timing, the memory model beyond in-order
 LDS/global accesses, or hardware errata.
@@ -32,7 +34,8 @@ def run(image: bytes, symbol: str, *, grid: tuple[int, int, int], block: tuple[i
         dynamic_lds: bytes of dynamic LDS beyond the kernel's group segment.
         kernargs: the explicit kernel argument bytes (hidden arguments are filled as the HIP runtime does).
         memory: the global memory the kernel may touch.
-        schedule: ``"forward"`` or ``"reverse"``: the order waves of a workgroup take turns between barriers.
+        schedule: ``"forward"`` or ``"reverse"``: the order of the waves in the lockstep batch (whose write lands
+            last where two waves write one address in one instruction).
         target: the processor to pick from an offload bundle.
         max_instructions: refuse a launch that runs more wave-instructions than this (a loop that never ends).
 

@@ -46,11 +46,12 @@ def bf16_to_f32(x):
 
 
 def f32_to_bf16(y):
-    """Round to nearest even; NaN stays a quiet NaN."""
-    b = U(y).astype(u64)
-    r = ((b + u64(0x7FFF) + ((b >> u64(16)) & u64(1))) >> u64(16)).astype(u32) & u32(0xFFFF)
-    nan = np.isnan(np.asarray(y, f32))
-    return np.where(nan, (np.asarray(U(y)) >> u32(16)) | u32(0x40), r).astype(u32)
+    """Round to nearest even; NaN stays a quiet NaN. In uint32: only NaN bit patterns can wrap, and they are
+    replaced."""
+    b = U(y)
+    r = ((b + u32(0x7FFF) + ((b >> u32(16)) & u32(1))) >> u32(16))
+    nan = (b & u32(0x7FFFFFFF)) > u32(0x7F800000)
+    return np.where(nan, (b >> u32(16)) | u32(0x40), r).astype(u32)
 
 
 def fma32(a, b, c):
@@ -104,6 +105,8 @@ def perm_b32(a, b, sel):
     """v_perm_b32 (ISA "V_PERM_B32"): byte i of the result is chosen by byte i of the selector from the eight
     bytes {a, b} (b = bytes 0-3, a = bytes 4-7); 8-11 replicate the sign bit of bytes 1, 3, 5, 7; 12 gives 0x00,
     13-15 give 0xFF."""
+    if np.ndim(sel) == 0:  # a constant selector (as compilers emit it): one shift and mask per byte
+        return _perm_const(a, b, int(sel))
     shape = np.broadcast(np.asarray(a), np.asarray(b), np.asarray(sel)).shape
     a, b, sel = (np.ascontiguousarray(np.broadcast_to(np.asarray(x, u32), shape)).reshape(-1) for x in (a, b, sel))
     src = np.empty((16, a.size), np.uint8)
@@ -115,6 +118,21 @@ def perm_b32(a, b, sel):
     idx = np.minimum(sel.view(np.uint8).reshape(-1, 4).T, 15).astype(np.intp)  # [4, n]
     picked = np.take_along_axis(src, idx, axis=0)
     return np.ascontiguousarray(picked.T).view(u32).reshape(shape)
+
+
+def _perm_const(a, b, sel: int):
+    x = (np.asarray(a, u32).astype(u64) << u64(32)) | np.asarray(b, u32).astype(u64)
+    out = u64(0)
+    for i in range(4):
+        k = (sel >> (8 * i)) & 0xFF
+        if k < 8:
+            byte = (x >> u64(8 * k)) & u64(0xFF)
+        elif k < 12:
+            byte = ((x >> u64(8 * (2 * (k - 8) + 1) + 7)) & u64(1)) * u64(0xFF)
+        else:
+            byte = u64(0 if k == 12 else 0xFF)
+        out = out | (byte << u64(8 * i))
+    return np.asarray(out, u64).astype(u32)
 
 
 def bitop3(a, b, c, table: int):

@@ -47,6 +47,7 @@ class RunStats:
         waves: waves run.
         workgroups: workgroups run.
         seconds: wall time of the run.
+        cpu_seconds: CPU time of this process during the run (on a shared machine, the per-core cost).
         lds_conflicts: LDS byte addresses one wave wrote (or read) while another wave wrote (or read, for a write)
             with no barrier between; sorted.
         refused_unreached: mnemonics the kernel holds that the emulator does not model but no wave reached.
@@ -56,6 +57,7 @@ class RunStats:
     waves: int = 0
     workgroups: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     lds_conflicts: list[int] = dataclasses.field(default_factory=list)
     refused_unreached: list[str] = dataclasses.field(default_factory=list)
 
@@ -203,7 +205,7 @@ def _initial_sgprs(d: Descriptor, kernarg_addr: int, dispatch_addr: int, kernarg
 
 def run_kernel(image: bytes, symbol: str, grid, block, dynamic_lds: int, kernargs: bytes, memory: Memory,
                schedule: str, target: str | None, max_instructions: int) -> RunStats:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if schedule not in ("forward", "reverse"):
         raise refuse(f"run: expected schedule 'forward' or 'reverse', got {schedule!r}")
     grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
@@ -230,29 +232,25 @@ def run_kernel(image: bytes, symbol: str, grid, block, dynamic_lds: int, kernarg
     nwaves = (nthreads + LANES - 1) // LANES
     tid = np.arange(nwaves * LANES)
     wi = ((tid % block[0]) | (((tid // block[0]) % block[1]) << 10) | ((tid // (block[0] * block[1])) << 20))
-    wi = wi.astype(np.uint32)
+    wi = wi.astype(np.uint32).reshape(nwaves, LANES)
     lds_bytes = d.group_segment + dynamic_lds
     conflicts: set[int] = set()
     budget = [max_instructions]
-    for gz in range(grid[2]):
-        for gy in range(grid[1]):
-            for gx in range(grid[0]):
-                lds = Lds(lds_bytes)
-                waves = []
-                for k in range(nwaves):
-                    w = Wave(lds, (gx, gy, gz), k, memory)
-                    _setup(w, d, user, (gx, gy, gz), wi[k * LANES:(k + 1) * LANES],
-                           min(LANES, nthreads - k * LANES))
-                    waves.append(w)
-                # the hardware's float ops raise no exceptions: 1/0 is inf, inf-inf is NaN (numpy would warn)
-                with np.errstate(all="ignore"):
-                    stats.instructions += _run_group(prog, waves, schedule, budget, max_instructions)
-                conflicts |= lds.conflicts
-                stats.waves += nwaves
-                stats.workgroups += 1
+    groups = [(gx, gy, gz) for gz in range(grid[2]) for gy in range(grid[1]) for gx in range(grid[0])]
+    per_batch = max(1, min(MAX_BATCH_WAVES // nwaves, MAX_BATCH_LDS // max(lds_bytes, 1)))
+    for start in range(0, len(groups), per_batch):
+        chunk = groups[start:start + per_batch]
+        w = _batch(d, user, chunk, nwaves, nthreads, wi, lds_bytes, memory, schedule)
+        # the hardware's float ops raise no exceptions: 1/0 is inf, inf-inf is NaN (numpy would warn)
+        with np.errstate(all="ignore"):
+            stats.instructions += _run_batch(prog, w, budget, max_instructions)
+        conflicts |= w.lds.conflicts
+        stats.waves += w.n
+        stats.workgroups += len(chunk)
     stats.lds_conflicts = sorted(conflicts)
     stats.refused_unreached = sorted(prog.refused)
     stats.seconds = time.perf_counter() - t0
+    stats.cpu_seconds = time.process_time() - c0
     return stats
 
 
@@ -267,57 +265,102 @@ def _instructions(elf: bytes, sha: str, symbol: str, d: Descriptor):
     return insts
 
 
-def _setup(w: Wave, d: Descriptor, user: list, group, v0: np.ndarray, active: int) -> None:
+def _batch(d: Descriptor, user: list, chunk: list, nwaves: int, nthreads: int, wi: np.ndarray, lds_bytes: int,
+           memory: Memory, schedule: str) -> Wave:
+    """The waves of the workgroups ``chunk`` as one lockstep batch, in ``schedule`` order (``reverse``: the last
+    wave of the last workgroup first), with their initial registers."""
+    entries = [(g, k) for g in range(len(chunk)) for k in range(nwaves)]
+    if schedule == "reverse":
+        entries.reverse()
+    gi = np.array([g for g, _ in entries], np.int64)
+    ki = np.array([k for _, k in entries], np.int64)
+    w = Wave(len(entries), Lds(lds_bytes, len(chunk), gi), np.arange(len(entries)), memory)
     s = w.s
     for i, v in enumerate(user):
         s[i] = v
     k = d.user_sgprs
-    for bit, g in ((7, group[0]), (8, group[1]), (9, group[2])):
+    ids = np.array(chunk, np.uint64)[gi]  # [waves, 3]
+    for axis, bit in enumerate((7, 8, 9)):
         if (d.rsrc2 >> bit) & 1:
-            s[k] = g
+            s[k] = ids[:, axis]
             k += 1
     if (d.rsrc2 >> 10) & 1:
         raise refuse("workgroup info SGPR is not modelled")
-    w.V[0] = v0
-    w.set_exec((1 << active) - 1)
+    w.V[0] = wi[ki]
+    active = np.minimum(LANES, nthreads - ki * LANES)
+    w.set_exec(np.array([(1 << int(a)) - 1 for a in active], np.uint64))
+    return w
 
 
-def _run_group(prog: Program, waves: list[Wave], schedule: str, budget: list, limit: int) -> int:
-    """Run a workgroup's waves: each in turn (in ``schedule`` order) until it reaches s_barrier or s_endpgm, then
-    the next barrier epoch."""
+def _run_batch(prog: Program, w: Wave, budget: list, limit: int) -> int:
+    """Run a batch of waves in lockstep: every instruction executes once for all waves at the same PC (``w.act``).
+    When a branch's waves disagree, the waves at the lowest PC run first and the others join them when their PCs
+    meet (reconvergence); ``s_barrier`` holds a wave until no wave can run, then releases them all and starts a new
+    LDS epoch (a workgroup's waves all wait there, or ended). Returns the wave-instructions executed."""
     ops = prog.ops
+    n = w.n
+    pcs = np.zeros(n, np.int64)
+    done = np.zeros(n, bool)
+    wait = np.zeros(n, bool)
     total = 0
-    lds = waves[0].lds
-    order = waves if schedule == "forward" else waves[::-1]
+    pc = 0
+    stop = _NEVER  # the lowest PC of a runnable wave outside the active set: meeting it merges them
+    nact = n
     while True:
-        live = [w for w in order if not w.done]
-        if not live:
-            return total
-        for w in live:
-            pc = w.pc
-            n = 0
-            try:
-                while True:
-                    r = ops[pc](w)
-                    n += 1
-                    if r is None:
-                        pc += 1
-                    elif r >= 0:
-                        pc = r
-                        if n > budget[0]:
-                            raise refuse(f"kernel {prog.symbol}: ran past {limit} wave-instructions (a loop that "
-                                         "does not end?)")
-                    elif r == END:
-                        w.done = True
+        steps = 0
+        r = None
+        try:
+            while True:
+                r = ops[pc](w)
+                steps += 1
+                if r is None:
+                    pc += 1
+                    if pc >= stop:
                         break
-                    else:
-                        pc += 1
+                elif type(r) is int and r >= 0:
+                    pc = r
+                    if steps * nact > budget[0]:
+                        raise refuse(f"kernel {prog.symbol}: ran past {limit} wave-instructions (a loop that does "
+                                     "not end?)")
+                    if pc >= stop:
                         break
-            except LoadError:
-                raise
-            except Exception as e:  # a bug of the emulator: name the instruction it ran
-                raise refuse(f"{prog.where(pc)}: internal error {type(e).__name__}: {e}") from e
-            w.pc = pc
-            budget[0] -= n
-            total += n
-        lds.epoch += 1
+                else:
+                    break
+        except LoadError:
+            raise
+        except Exception as e:  # a bug of the emulator: name the instruction it ran
+            raise refuse(f"{prog.where(pc)}: internal error {type(e).__name__}: {e}") from e
+        act = w.act
+        if r is None or (type(r) is int and r >= 0):
+            pcs[act] = pc
+        elif type(r) is int:
+            if r == END:
+                done |= act
+            else:  # BARRIER
+                wait |= act
+                pcs[act] = pc + 1
+        else:  # a branch the active waves disagree on: each wave's next PC
+            pcs[act] = r[act]
+        total += steps * nact
+        budget[0] -= steps * nact
+        runnable = ~done & ~wait
+        if not runnable.any():
+            if not wait.any():
+                return total - w.phantom
+            wait[:] = False  # every live wave waits at a barrier: release them
+            w.lds.epoch += 1
+            runnable = ~done
+        lo = pcs[runnable].min()
+        act = runnable & (pcs == lo)
+        others = runnable & ~act
+        stop = int(pcs[others].min()) if others.any() else _NEVER
+        pc = int(lo)
+        nact = int(act.sum())
+        w.set_act(act)
+
+
+_NEVER = 1 << 62
+# A batch holds whole workgroups: at most this many waves (VGPRs: 128 KiB a wave) and LDS bytes (plus 16 bytes of
+# race record per LDS byte).
+MAX_BATCH_WAVES = 256
+MAX_BATCH_LDS = 4 << 20

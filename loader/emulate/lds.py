@@ -19,47 +19,64 @@ from flyship.loader.emulate.vmem import load_to_regs, store_bytes
 LANE = np.arange(LANES)
 
 
-class Lds:
-    """One workgroup's LDS bytes, with the race record."""
+_WAVES = 1 << 20  # more than the waves of any batch: stamps of one epoch never reach the next
 
-    def __init__(self, nbytes: int) -> None:
-        self.data = np.zeros(max(nbytes, 4), np.uint8)
+
+class Lds:
+    """The LDS of the workgroups of a batch (``groups`` allocations of ``nbytes``, one flat array), with the race
+    record.
+
+    Race record (epoch-based): per LDS byte, the last writer and reader wave and the barrier epoch they acted in
+    (the epoch advances when the waves are released from a barrier). A write or read by one wave of a byte another
+    wave wrote (or read, for a write) in the same epoch is an LDS conflict, and so is a byte two waves write in
+    the same lockstep instruction.
+    """
+
+    def __init__(self, nbytes: int, groups: int, wave_group: np.ndarray) -> None:
         self.nbytes = nbytes
+        self.stride = max(nbytes, 4)
+        self.data = np.zeros(self.stride * groups, np.uint8)
+        self.base = wave_group.astype(np.int64) * self.stride  # per wave of the batch: its group's first byte
         nd = len(self.data)
-        self.writer = np.full(nd, -1, np.int32)
-        self.wepoch = np.full(nd, -1, np.int32)
-        self.reader = np.full(nd, -1, np.int32)
-        self.repoch = np.full(nd, -1, np.int32)
+        # per byte: the last writer's and reader's stamp, epoch * _WAVES + wave (-1: none); epochs only grow, so a
+        # stamp >= epoch * _WAVES was made in this epoch
+        self.wstamp = np.full(nd, -1, np.int64)
+        self.rstamp = np.full(nd, -1, np.int64)
         self.epoch = 0
         self.conflicts: set[int] = set()
 
-    def check(self, addr: np.ndarray, size: int, where: str) -> None:
+    def locate(self, lanes: np.ndarray, addr: np.ndarray, size: int, where: str) -> np.ndarray:
+        """The flat byte index of each lane's LDS address (``lanes``: flat lane indices of the batch); refuses an
+        address past the allocation."""
         if addr.size and int(addr.max()) + size > self.nbytes:
             bad = int(addr[addr + size > self.nbytes][0])
             raise refuse(f"`{where}` touches LDS bytes [{bad}, {bad + size}) past the workgroup's {self.nbytes}-byte "
                          "allocation (group segment + dynamic LDS)")
+        return addr + self.base[lanes >> 6]
 
-    def note(self, addr: np.ndarray, size: int, wave: int, write: bool) -> None:
-        d = (addr[:, None] + np.arange(size)[None, :]).reshape(-1)  # repeats are harmless: one wave
-        e = self.epoch
-        other_w = (self.wepoch[d] == e) & (self.writer[d] != wave) & (self.writer[d] >= 0)
+    def note(self, flat: np.ndarray, size: int, waves: np.ndarray, write: bool) -> None:
+        """Record an access of ``size`` bytes at each flat address by the wave ``waves`` (per address)."""
+        d = (flat[:, None] + np.arange(size)[None, :]).reshape(-1) if size > 1 else flat
+        base = self.epoch * _WAVES
+        mine = base + (np.repeat(waves, size) if size > 1 else waves).astype(np.int64)
+        sw = self.wstamp[d]
+        hit = (sw >= base) & (sw != mine)  # another wave wrote it in this epoch
         if write:
-            other_r = (self.repoch[d] == e) & (self.reader[d] != wave) & (self.reader[d] >= 0)
-            hit = d[other_w | other_r]
-            self.writer[d] = wave
-            self.wepoch[d] = e
+            sr = self.rstamp[d]
+            hit |= (sr >= base) & (sr != mine)  # another wave read it in this epoch
+            self.wstamp[d] = mine
+            if waves[0] != waves[-1]:  # several waves in this instruction: a byte two of them write
+                hit |= self.wstamp[d] != mine
         else:
-            hit = d[other_w]
-            self.reader[d] = wave
-            self.repoch[d] = e
-        if hit.size:
-            self.conflicts.update(np.unique(hit).tolist())
+            self.rstamp[d] = mine
+        if hit.any():
+            self.conflicts.update(np.unique(d[hit] % self.stride).tolist())
 
-    def read(self, addr: np.ndarray, size: int) -> np.ndarray:
-        return self.data[addr[:, None] + np.arange(size)]
+    def read(self, flat: np.ndarray, size: int) -> np.ndarray:
+        return self.data[flat[:, None] + np.arange(size)]
 
-    def write(self, addr: np.ndarray, data: np.ndarray) -> None:
-        self.data[addr[:, None] + np.arange(data.shape[1])] = data
+    def write(self, flat: np.ndarray, data: np.ndarray) -> None:
+        self.data[flat[:, None] + np.arange(data.shape[1])] = data
 
 
 def _row(tok: str, where: str) -> int:
@@ -107,14 +124,13 @@ def compile_ds(inst: Inst, where: str) -> Callable[[Wave], None]:
             lanes = np.flatnonzero(w.mask)
             if not lanes.size:
                 return
-            addr = w.V[arow, lanes].astype(np.int64) + off
             lds = w.lds
-            lds.check(addr, size, where)
-            lds.note(addr, size, w.index, not load)
+            flat = lds.locate(lanes, w.VF[arow, lanes].astype(np.int64) + off, size, where)
+            lds.note(flat, size, w.index[lanes >> 6], not load)
             if load:
-                load_to_regs(w, drow, nregs, lds.read(addr, size), kind, lanes)
+                load_to_regs(w, drow, nregs, lds.read(flat, size), kind, lanes)
             else:
-                lds.write(addr, store_bytes(w, drow, size, kind, lanes))
+                lds.write(flat, store_bytes(w, drow, size, kind, lanes))
         return ds
     if m in ("ds_add_u32", "ds_add_f32", "ds_add_rtn_u32", "ds_add_rtn_f32", "ds_max_f32", "ds_min_f32",
              "ds_max_i32", "ds_min_i32", "ds_max_u32", "ds_min_u32"):
@@ -143,16 +159,16 @@ def _ds2(inst: Inst, where: str, pre: str, sfx: str) -> Callable[[Wave], None]:
         lanes = np.flatnonzero(w.mask)
         if not lanes.size:
             return
-        base = w.V[arow, lanes].astype(np.int64)
+        base = w.VF[arow, lanes].astype(np.int64)
         lds = w.lds
+        waves = w.index[lanes >> 6]
         for off, row in zip((o0, o1), rows):
-            addr = base + off
-            lds.check(addr, size, where)
-            lds.note(addr, size, w.index, not load)
+            flat = lds.locate(lanes, base + off, size, where)
+            lds.note(flat, size, waves, not load)
             if load:
-                load_to_regs(w, row, nregs, lds.read(addr, size), "b", lanes)
+                load_to_regs(w, row, nregs, lds.read(flat, size), "b", lanes)
             else:
-                lds.write(addr, store_bytes(w, row, size, "b", lanes))
+                lds.write(flat, store_bytes(w, row, size, "b", lanes))
     return ds2
 
 
@@ -167,12 +183,11 @@ def _ds_atomic(inst: Inst, where: str) -> Callable[[Wave], None]:
 
     def atomic(w: Wave) -> None:
         lds = w.lds
-        for lane in np.flatnonzero(w.mask).tolist():  # lane order
-            a = int(w.V[arow, lane]) + off
-            lds.check(np.array([a]), 4, where)
-            lds.note(np.array([a]), 4, w.index, True)
+        for lane in np.flatnonzero(w.mask).tolist():  # wave order, then lane order
+            a = int(lds.locate(np.array([lane]), np.array([int(w.VF[arow, lane]) + off]), 4, where)[0])
+            lds.note(np.array([a]), 4, w.index[lane >> 6:(lane >> 6) + 1], True)
             old = lds.data[a:a + 4].view(np.uint32)[0].copy()
-            v = w.V[drow, lane]
+            v = w.VF[drow, lane]
             if op.endswith("f32"):
                 fo, fv = np.float32(old.view(np.float32)), np.float32(v.view(np.float32))
                 new = {"add_f32": fo + fv, "max_f32": max(fo, fv), "min_f32": min(fo, fv)}[op]
@@ -186,7 +201,7 @@ def _ds_atomic(inst: Inst, where: str) -> Callable[[Wave], None]:
                 new = max(old, v) if op.startswith("max") else min(old, v)
             lds.data[a:a + 4] = np.array([new], np.uint32).view(np.uint8)
             if rrow is not None:
-                w.V[rrow, lane] = old
+                w.VF[rrow, lane] = old
     return atomic
 
 
@@ -207,7 +222,7 @@ def _swizzle(drow: int, srow: int, offset: int) -> Callable[[Wave], None]:
 
     def swizzle(w: Wave) -> None:
         # A lane whose source lane is inactive reads 0 (the crossbar sees no data from it).
-        v = np.where(w.mask[source], w.V[srow][source], np.uint32(0))
+        v = np.where(w.mask[:, source], w.V[srow][:, source], np.uint32(0))
         write_v(w, drow, v)
     return swizzle
 
@@ -215,12 +230,13 @@ def _swizzle(drow: int, srow: int, offset: int) -> Callable[[Wave], None]:
 def _permute(m: str, drow: int, arow: int, srow: int, off: int) -> Callable[[Wave], None]:
     def permute(w: Wave) -> None:
         idx = ((w.V[arow].astype(np.int64) + off) >> 2) & 63
+        waves = w.ids[:, None]
         if m == "ds_bpermute_b32":  # each lane reads lane idx (inactive source lanes give 0)
-            v = np.where(w.mask[idx], w.V[srow][idx], np.uint32(0))
+            v = np.where(w.mask[waves, idx], w.V[srow][waves, idx], np.uint32(0))
             write_v(w, drow, v)
         else:  # ds_permute_b32: each active lane writes its value to lane idx (the higher lane wins)
-            out = np.zeros(LANES, np.uint32)
-            act = np.flatnonzero(w.mask)
-            out[idx[act]] = w.V[srow][act]
+            out = np.zeros(w.mask.shape, np.uint32)
+            wv, ln = np.nonzero(w.mask)
+            out[wv, idx[wv, ln]] = w.V[srow][wv, ln]
             write_v(w, drow, out)
     return permute

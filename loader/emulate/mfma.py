@@ -59,8 +59,8 @@ _FP8 = {"gfx942": {"fp8": fp8_table("e4m3fnuz"), "bf8": fp8_table("e5m2fnuz")},
 
 
 def _elements(rows: np.ndarray, ty: str, target: str) -> np.ndarray:
-    """Registers [nregs, 64] (uint32) -> per-lane elements [64, n] as float64."""
-    raw = np.ascontiguousarray(rows.T).view(np.uint8)  # [64, 4*nregs], little-endian element order
+    """Registers [nregs, waves, 64] (uint32) -> per-lane elements [waves, 64, n] as float64."""
+    raw = np.ascontiguousarray(rows.transpose(1, 2, 0)).view(np.uint8)  # [waves, 64, 4*nregs], little-endian
     if ty == "f32":
         return raw.view(np.float32).astype(np.float64)
     if ty == "f16":
@@ -113,18 +113,22 @@ def compile_mfma(inst: Inst, where: str, target: str) -> Callable[[Wave], None]:
     drow_of = (r[:, None] // 4) * 4 * G + 4 * (lane[None, :] // N) + r[:, None] % 4  # [dn, 64]
     dcol_of = np.broadcast_to(lane % N, (dn, LANES))
 
-    def mfma(w: Wave) -> None:
-        A = np.zeros((M, K))
-        B = np.zeros((K, N))
-        A[i_of[:, None], k_of] = _elements(w.V[arow:arow + an], ta, target)
-        B[k_of, (lane % N)[:, None]] = _elements(w.V[brow:brow + bn], tb, target)
-        C = np.zeros((M, N))
+    # Each layout is a bijection between (lane, element) and the matrix's entries: gather with its inverse.
+    a_of = np.argsort((i_of[:, None] * K + k_of).reshape(-1))           # A[i, k] <- lane-major element a_of[i*K+k]
+    b_of = np.argsort((k_of * N + (lane % N)[:, None]).reshape(-1))     # B[k, j]
+    d_flat = (drow_of * N + dcol_of).reshape(-1)                        # D entry of register-major (r, lane)
+    c_of = np.argsort(d_flat)
+
+    def mfma(w: Wave) -> None:  # every wave of the batch at once: [waves, M, K] @ [waves, K, N]
+        n = w.n
+        A = _elements(w.V[arow:arow + an], ta, target).reshape(n, -1)[:, a_of].reshape(n, M, K)
+        B = _elements(w.V[brow:brow + bn], tb, target).reshape(n, -1)[:, b_of].reshape(n, K, N)
+        D = A @ B
         if crow >= 0:
-            C[drow_of, dcol_of] = w.V[crow:crow + cn].view(np.float32)
-        D = (A @ B + C).astype(np.float32)
-        out = D[drow_of, dcol_of].view(np.uint32)
+            D += w.V[crow:crow + cn].view(np.float32).transpose(1, 0, 2).reshape(n, -1)[:, c_of].reshape(n, M, N)
+        out = D.astype(np.float32).reshape(n, -1)[:, d_flat].view(np.uint32).reshape(n, dn, LANES)
         for q in range(dn):
-            write_v(w, drow + q, out[q])
+            write_v(w, drow + q, out[:, q])
     return mfma
 
 

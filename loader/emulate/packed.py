@@ -57,7 +57,7 @@ def compile_packed(name, inst, ops, where, dpp, denorm32):
                 pairs = [(lambda r: lambda w: alu.flush32(r(w)))(r) for r in pairs]
             post = alu.flush32 if flush and denorm32 in (0, 1) else None
 
-            def pk32_pair(w: Wave) -> None:  # both halves at once: [2, 64] arrays
+            def pk32_pair(w: Wave) -> None:  # both halves at once: [2, n, 64] arrays
                 r = fn(*[p(w) for p in pairs])
                 if post is not None:
                     r = post(r)
@@ -122,7 +122,7 @@ def _pk16(name, ops, where, drow, op_sel, op_sel_hi, neg_lo, neg_hi):
 
 
 def _pk32_pair(tok: str, sel_lo: int, sel_hi: int, neg_l: int, neg_h: int, where: str):
-    """A packed-f32 source as a [2, 64] (or [2, 1]) uint32 array: row 0 the dword op_sel picks for the low result,
+    """A packed-f32 source as a [2, n, 64] (or [2, n, 1], [2, 1, 1]) uint32 array: row 0 the dword op_sel picks for the low result,
     row 1 the one op_sel_hi picks for the high result, each negated by neg_lo / neg_hi; an inline constant feeds
     both."""
     r = parse_reg(tok)
@@ -130,12 +130,12 @@ def _pk32_pair(tok: str, sel_lo: int, sel_hi: int, neg_l: int, neg_h: int, where
         c = src(tok, "f", 32, where)
 
         def read(w):
-            return np.full((2, 1), c(w), u32)
+            return np.full((2, 1, 1), c(w), u32)
     elif r[0] == "s":
         idx = r[1]
 
         def read(w):
-            return np.array(((w.s[idx + sel_lo],), (w.s[idx + sel_hi],)), u32)
+            return w.s[[idx + sel_lo, idx + sel_hi]].astype(u32)[:, :, None]
     else:
         row = r[1] + (AGPR_BASE if r[0] == "a" else 0)
         if (sel_lo, sel_hi) == (0, 1):
@@ -148,7 +148,7 @@ def _pk32_pair(tok: str, sel_lo: int, sel_hi: int, neg_l: int, neg_h: int, where
                 return w.V[rows]
     if not (neg_l or neg_h):
         return read
-    sign = np.array(((neg_l << 31,), (neg_h << 31,)), u32)
+    sign = np.array(((neg_l << 31,), (neg_h << 31,)), u32)[:, :, None]
     return lambda w: read(w) ^ sign
 
 
@@ -160,7 +160,7 @@ def _pk32_reader(tok: str, where: str):
         return lambda w: (c(w), c(w))
     file, idx, _ = r
     if file == "s":
-        return lambda w: (np.uint32(w.s[idx]), np.uint32(w.s[idx + 1]))
+        return lambda w: (w.s[idx].astype(u32)[:, None], w.s[idx + 1].astype(u32)[:, None])
     row = idx + (AGPR_BASE if file == "a" else 0)
     return lambda w: (w.V[row], w.V[row + 1])
 

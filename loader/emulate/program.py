@@ -83,9 +83,24 @@ def build(insts: list[Inst], symbol: str, target: str, denorm32: int) -> Program
         except LoadError as e:
             refused.setdefault(inst.mnemonic, str(e))
             ops.append(_refusing(e))
+    _skips(insts, ops, index, refused)
     end = refuse(f"the wave ran past the last instruction of {symbol} without s_endpgm")
     ops.append(_refusing(end))
     return Program(symbol, target, insts, ops, refused)
+
+
+def _skips(insts: list[Inst], ops: list, index: dict[int, int], refused: dict[str, str]) -> None:
+    """Replace each forward ``s_cbranch_execz`` over a block of lane-only instructions by ``scalar.execz_skip``."""
+    for k, inst in enumerate(insts):
+        if inst.mnemonic != "s_cbranch_execz":
+            continue
+        imm = scalar._sx(int(inst.operands[0], 0) & 0xFFFF, 16)
+        target = index.get(inst.address + 4 + 4 * imm)
+        if target is None or target <= k + 1:
+            continue
+        body = insts[k + 1:target]
+        if all(scalar.lane_only(i.mnemonic) and i.mnemonic not in refused for i in body):
+            ops[k] = scalar.execz_skip(target, k + 1)
 
 
 _lock = threading.Lock()

@@ -1,9 +1,11 @@
-"""A wave's architectural state and the readers/writers its instructions' operands compile to.
+"""The architectural state of a batch of waves executed in lockstep, and the readers/writers its instructions'
+operands compile to.
 
-SGPRs live in a Python list of 32-bit ints (scalar code is int arithmetic); VGPRs and AGPRs in one numpy array
-``V[512, 64]`` of uint32 (AGPR ``aN`` is row ``256 + N``), one column per lane. Special scalar registers use their
-GFX9 operand codes as list indices: ``vcc`` = 106/107, ``m0`` = 124, ``exec`` = 126/127. Every vector write is
-masked by EXEC (``Wave.mask``, recomputed whenever EXEC is written).
+Every instruction runs once for the whole batch: SGPRs are numpy vectors with one entry per wave (``s[128, n]``,
+32-bit values in uint64, so scalar carries and 64-bit pairs need no Python ints); VGPRs and AGPRs one numpy array
+``V[512, n, 64]`` of uint32 (AGPR ``aN`` is row ``256 + N``), one column per lane. Special scalar registers use their
+GFX9 operand codes as row indices: ``vcc`` = 106/107, ``m0`` = 124, ``exec`` = 126/127. Every vector write is
+masked by EXEC and by the waves active at this PC (``Wave.mask``, recomputed whenever EXEC or ``act`` changes).
 """
 
 from __future__ import annotations
@@ -31,42 +33,73 @@ _INV_2PI = (0x3118, 0x3E22F983, 0x3FC45F306DC9C882)
 
 
 class Wave:
-    """One wavefront: registers, SCC, EXEC mask, its workgroup's LDS."""
+    """A batch of ``n`` wavefronts executed in lockstep: registers, SCC, EXEC masks, the LDS of their workgroups.
 
-    __slots__ = ("s", "V", "scc", "mask", "full", "lds", "group", "index", "pc", "done", "mem")
+    ``V[512, n, 64]`` (uint32; ``VF`` is the same memory as ``[512, n * 64]``, for flat lane indices), ``s[128, n]``
+    (uint64 holding 32-bit SGPR values), ``scc[n]``. ``act[n]`` marks the waves executing the current instruction
+    (the others sit at other PCs, at a barrier, or ended); ``mask[n, 64]`` is EXEC & act, so a wave outside ``act``
+    is neither read nor written by vector instructions, and scalar writes (``write_s``, ``write_scc``) skip it.
+    """
 
-    def __init__(self, lds, group: tuple[int, int, int], index: int, mem) -> None:
-        self.s = [0] * NUM_SGPR_SLOTS
-        self.V = np.zeros((2 * AGPR_BASE, LANES), np.uint32)
-        self.scc = 0
+    __slots__ = ("n", "V", "VF", "s", "scc", "mask", "full", "act", "all", "lds", "ids", "index", "mem", "phantom", "lm")
+
+    def __init__(self, n: int, lds, index: np.ndarray, mem) -> None:
+        self.n = n
+        self.V = np.zeros((2 * AGPR_BASE, n, LANES), np.uint32)
+        self.VF = self.V.reshape(2 * AGPR_BASE, n * LANES)
+        self.s = np.zeros((NUM_SGPR_SLOTS, n), np.uint64)
+        self.scc = np.zeros(n, np.uint64)
         self.lds = lds
-        self.group = group
-        self.index = index
-        self.pc = 0
-        self.done = False
+        self.ids = np.arange(n)
+        self.index = index  # the batch's wave ids for the LDS race record (unique per wave)
         self.mem = mem
-        self.set_exec((1 << LANES) - 1)
+        self.lm: dict[int, np.ndarray] = {}  # lanemask cache: SGPR pair index -> per-lane bools (never mutated)
+        self.phantom = 0  # wave-instructions counted for the batch that waves with EXEC = 0 skip (execz_skip)
+        self.act = np.ones(n, bool)
+        self.all = True
+        self.set_exec(np.uint64(M64))
 
-    def set_exec(self, value: int) -> None:
-        value &= (1 << 64) - 1
-        self.s[EXEC] = value & 0xFFFFFFFF
-        self.s[EXEC + 1] = value >> 32
-        self.mask = np.unpackbits(np.array([value], np.uint64).view(np.uint8), bitorder="little").view(np.bool_)
-        self.full = value == (1 << 64) - 1
+    def set_act(self, act: np.ndarray) -> None:
+        """Make ``act`` the waves that execute the next instructions."""
+        self.act = act
+        self.all = bool(act.all())
+        self.sync_exec()
+
+    def set_exec(self, value) -> None:
+        value = np.asarray(value, np.uint64)
+        write_s(self, EXEC, 2, value, sync=False)
+        self.sync_exec()
 
     def sync_exec(self) -> None:
-        """Recompute the lane mask after a write to exec_lo / exec_hi."""
-        self.set_exec(self.s[EXEC] | (self.s[EXEC + 1] << 32))
+        """Recompute the lane mask after a write to exec (or to ``act``)."""
+        bits = self.unpack(EXEC)  # not cached: exec is written often, and read through self.mask
+        if not self.all:
+            bits = bits & self.act[:, None]
+        self.mask = bits
+        self.full = self.all and bool(bits.all())
 
     def lanemask(self, index: int) -> np.ndarray:
-        """The 64-bit scalar pair at ``index`` (VCC, an SGPR pair) as a per-lane bool array."""
-        words = np.array((self.s[index], self.s[index + 1]), np.uint32)
-        return np.unpackbits(words.view(np.uint8), bitorder="little").view(np.bool_)
+        """The 64-bit scalar pair at ``index`` (VCC, an SGPR pair) as a per-lane bool array [n, 64] (shared with a
+        cache until the pair is written: callers do not modify it)."""
+        hit = self.lm.get(index)
+        if hit is not None:
+            return hit
+        bits = self.unpack(index)
+        self.lm[index] = bits
+        return bits
+
+    def unpack(self, index: int) -> np.ndarray:
+        words = self.s[index:index + 2].T.astype(np.uint32, order="C")  # [n, 2]: low, high dword
+        return np.unpackbits(words.view(np.uint8), axis=1, bitorder="little").view(np.bool_)
 
 
-def pack_mask(bits: np.ndarray) -> int:
-    """A per-lane bool array as a 64-bit int (lane i = bit i)."""
-    return int(np.packbits(bits, bitorder="little").view(np.uint64)[0])
+M64 = (1 << 64) - 1
+M32U = np.uint64(0xFFFFFFFF)
+
+
+def pack_mask(bits: np.ndarray) -> np.ndarray:
+    """A per-lane bool array [n, 64] as 64-bit values [n] (lane i = bit i)."""
+    return np.packbits(np.ascontiguousarray(bits), axis=-1, bitorder="little").view(np.uint64).reshape(-1)
 
 
 def parse_reg(tok: str) -> tuple[str, int, int] | None:
@@ -121,8 +154,8 @@ Reader = Callable[[Wave], object]
 
 def _sreg_reader(idx: int, n: int) -> Reader:
     if n == 1:
-        return lambda w: np.uint32(w.s[idx])
-    return lambda w: np.uint64(w.s[idx] | (w.s[idx + 1] << 32))
+        return lambda w: w.s[idx].astype(np.uint32)[:, None]
+    return lambda w: (w.s[idx] | (w.s[idx + 1] << np.uint64(32)))[:, None]
 
 
 def _vreg_reader(row: int, n: int) -> Reader:
@@ -132,8 +165,8 @@ def _vreg_reader(row: int, n: int) -> Reader:
 
 
 def src(tok: str, kind: str, bits: int, where: str) -> Reader:
-    """A vector instruction's source operand: a function of the wave returning uint32 (bits <= 32) or uint64
-    values, per lane (an array) or uniform (a numpy scalar). Float modifiers ``-x`` / ``|x|`` flip / clear the
+    """A vector instruction's source operand: a function of the wave batch returning uint32 (bits <= 32) or uint64
+    values, per lane (an array [n, 64]), per wave (an SGPR: [n, 1]) or uniform (a numpy scalar). Float modifiers ``-x`` / ``|x|`` flip / clear the
     sign bit of the operand's float format."""
     neg = absv = False
     t = tok
@@ -209,9 +242,44 @@ def write_v64(w: Wave, row: int, value: np.ndarray) -> None:
     write_v(w, row + 1, (value >> np.uint64(32)).astype(np.uint32))
 
 
-def write_s(w: Wave, idx: int, n: int, value: int) -> None:
-    """Write ``n`` SGPRs from an int; EXEC's mask follows a write to exec."""
-    for i in range(n):
-        w.s[idx + i] = (value >> (32 * i)) & 0xFFFFFFFF
-    if idx <= EXEC + 1 and idx + n > EXEC:
+def write_s(w: Wave, idx: int, n: int, value, sync: bool = True) -> None:
+    """Write ``n`` SGPRs of the active waves from a value per wave (uint64 array [n] or a scalar); EXEC's mask
+    follows a write to exec. A one-register value is already a 32-bit value (every 32-bit result is)."""
+    s = w.s
+    lm = w.lm
+    if lm and (idx in lm or idx - 1 in lm or (n > 1 and idx + 1 in lm)):
+        forget(w, idx, n)
+    if n == 1:
+        if w.all:
+            s[idx] = value
+        else:
+            np.copyto(s[idx], value, where=w.act, casting="unsafe")
+    elif n:
+        if type(value) is np.ndarray and value.dtype == np.uint64 and value.shape == (w.n,):
+            halves = value.view(np.uint32).reshape(w.n, 2)  # little-endian: [:, 0] low, [:, 1] high dword
+            parts = [halves[:, i] for i in range(2)] + [(value >> np.uint64(32 * i)) & M32U for i in range(2, n)]
+        else:
+            v = int(value) if np.ndim(value) == 0 else np.asarray(value, np.uint64)
+            parts = [(v >> (32 * i)) & 0xFFFFFFFF if isinstance(v, int) else (v >> np.uint64(32 * i)) & M32U
+                     for i in range(n)]
+        for i, part in enumerate(parts):
+            if w.all:
+                s[idx + i] = part
+            else:
+                np.copyto(s[idx + i], part, where=w.act, casting="unsafe")
+    if sync and idx <= EXEC + 1 and idx + n > EXEC:
         w.sync_exec()
+
+
+def forget(w: Wave, idx: int, n: int) -> None:
+    """Drop the cached lane masks of pairs that overlap SGPRs [idx, idx + n)."""
+    for k in [k for k in w.lm if idx - 1 <= k < idx + n]:
+        del w.lm[k]
+
+
+def write_scc(w: Wave, value) -> None:
+    """Write SCC of the active waves."""
+    if w.all:
+        w.scc[:] = value
+    else:
+        np.copyto(w.scc, value, where=w.act, casting="unsafe")

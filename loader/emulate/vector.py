@@ -17,7 +17,7 @@ import numpy as np
 from flyship.loader.emulate import alu, packed, sdwa
 from flyship.loader.emulate.decode import Inst
 from flyship.loader.emulate.errors import refuse
-from flyship.loader.emulate.state import (LANES, VCC, Wave, pack_mask, parse_reg, sreg, src, vdst,
+from flyship.loader.emulate.state import (EXEC, LANES, VCC, Wave, pack_mask, parse_reg, sreg, src, vdst,
                                           write_s, write_v, write_v64)
 
 LANE = np.arange(LANES)
@@ -72,8 +72,8 @@ class Dpp:
 
     def read(self, w: Wave) -> tuple[np.ndarray, np.ndarray]:
         """(src0 values per lane, lanes to write)."""
-        ok = self.valid & w.mask[self.source]
-        vals = w.V[self.row][self.source]
+        ok = self.valid & w.mask[:, self.source]
+        vals = w.V[self.row][:, self.source]
         write = w.mask & self.enabled
         if self.bound_ctrl:
             vals = np.where(ok, vals, np.uint32(0))
@@ -186,15 +186,15 @@ def _lanes(name, inst, ops, where, dpp, denorm32):
         d, _ = sreg(ops[0], where)
         row, _ = vdst(ops[1], where)
         lane = _lane_sel(ops[2], where)
-        return lambda w: write_s(w, d, 1, int(w.V[row, lane(w) & 63]))
+        return lambda w: write_s(w, d, 1, w.V[row, w.ids, lane(w) & 63])
     if name == "v_readfirstlane_b32":
         d, _ = sreg(ops[0], where)
         r = src(ops[1], "b", 32, where)
 
         def rfl(w: Wave) -> None:
-            act = np.flatnonzero(w.mask)
-            v = np.broadcast_to(r(w), (LANES,))
-            write_s(w, d, 1, int(v[act[0] if act.size else 0]))
+            first = np.argmax(w.mask, axis=1)  # the first active lane (lane 0 when none is)
+            v = np.broadcast_to(r(w), w.mask.shape)
+            write_s(w, d, 1, v[w.ids, first])
         return rfl
     if name == "v_writelane_b32":
         row, _ = vdst(ops[0], where)
@@ -202,7 +202,10 @@ def _lanes(name, inst, ops, where, dpp, denorm32):
         lane = _lane_sel(ops[2], where)
 
         def wl(w: Wave) -> None:  # ignores EXEC (ISA "V_WRITELANE_B32")
-            w.V[row, lane(w) & 63] = r(w)
+            v = np.broadcast_to(r(w), w.mask.shape)[:, 0]
+            ln = np.broadcast_to(np.asarray(lane(w)) & 63, v.shape).astype(np.intp)
+            sel = w.ids if w.all else w.ids[w.act]
+            w.V[row, sel, ln[sel]] = v[sel]
         return wl
     if name in ("v_fmac_f32", "v_mac_f32"):
         row, _ = vdst(ops[0], where)
@@ -227,12 +230,11 @@ def _lanes(name, inst, ops, where, dpp, denorm32):
         hi = name == "v_mbcnt_hi_u32_b32"
         # ISA "V_MBCNT_LO/HI_U32_B32": count the bits of S0 set below this lane (lo: mask bits 31:0 for lanes
         # 0-31, all 32 for lanes 32-63; hi: bits 63:32 below lane - 32), plus S1.
-        below = np.array([((1 << l) - 1) >> (32 if hi else 0) & 0xFFFFFFFF for l in range(LANES)], np.uint64)
+        below = np.array([((1 << l) - 1) >> (32 if hi else 0) & 0xFFFFFFFF for l in range(LANES)], np.uint32)
         drow = vdst(ops[0], where)[0]
 
         def mbcnt(w: Wave) -> None:
-            bits = np.broadcast_to(np.asarray(a(w), np.uint64), (LANES,)) & below
-            cnt = np.unpackbits(bits.astype(np.uint32).view(np.uint8).reshape(LANES, 4), axis=1).sum(axis=1)
+            cnt = np.bitwise_count(np.asarray(a(w), np.uint32) & below)
             write_v(w, drow, cnt.astype(np.uint32) + np.asarray(c(w), np.uint32))
         return mbcnt
     if name in ("v_fma_mix_f32", "v_fma_mixlo_f16", "v_fma_mixhi_f16"):
@@ -268,7 +270,7 @@ def _lane_sel(tok: str, where: str):
     r = parse_reg(tok)
     if r is not None and r[0] == "s":
         idx = r[1]
-        return lambda w: w.s[idx]
+        return lambda w: w.s[idx].astype(np.intp)
     k = int(tok, 0)
     return lambda w: k
 
@@ -289,7 +291,7 @@ def _permlane_swap(name, ops, where):
     def swap(w: Wave) -> None:
         A, B = w.V[a].copy(), w.V[b].copy()
         na, nb = A.copy(), B.copy()
-        na[da], nb[db] = B[db], A[da]
+        na[:, da], nb[:, db] = B[:, db], A[:, da]
         write_v(w, a, na)
         write_v(w, b, nb)
     return swap
@@ -328,9 +330,11 @@ def _vopc(name, inst, ops, where, dpp, denorm32):
             if flush:
                 a, b = alu.flush32(a), alu.flush32(b)
             res = fn(a, b)
-            res = (res & w.mask) if res.ndim else (w.mask if res else np.zeros(LANES, bool))
+            res = res & w.mask
         bits = pack_mask(res)
         write_s(w, d, 2, bits)
+        if w.all and d != EXEC:
+            w.lm[d] = res  # the lanes just packed: a v_cndmask reading them need not unpack
         if cmpx:
             w.set_exec(bits)
     return vopc
@@ -357,7 +361,7 @@ def _carry(name, inst, ops, where, dpp, denorm32):
                 r = y - x - c
             else:
                 r = x + y + c
-            out = np.broadcast_to((r < 0) | (r > 0xFFFFFFFF), (LANES,)) & w.mask
+            out = ((r < 0) | (r > 0xFFFFFFFF)) & w.mask
             write_v(w, drow, (r & 0xFFFFFFFF).astype(np.uint32))
             write_s(w, cd, 2, pack_mask(out))
         return carry
@@ -370,20 +374,19 @@ def _carry(name, inst, ops, where, dpp, denorm32):
 
         def mad64(w: Wave) -> None:
             x, y, z = a(w), b(w), c(w)
-            if signed:
-                prod = alu.I(x).astype(object) * alu.I(y).astype(object)
-                zz = np.asarray(z, np.uint64).view(np.int64).astype(object)
+            zz = np.asarray(z, np.uint64)
+            if signed:  # the 64-bit product of two i32 is exact in int64; the sum overflows iff signs say so
+                prod = alu.I(x).astype(np.int64) * alu.I(y).astype(np.int64)
+                zs = zz.view(np.int64) if zz.ndim else np.int64(zz.view(np.int64))
+                full = prod + zs
+                ovf = ((prod < 0) == (zs < 0)) & ((full < 0) != (prod < 0))
+                lo = full.view(np.uint64) if np.ndim(full) else np.uint64(full.view(np.uint64))
             else:
-                prod = np.asarray(x, np.uint64).astype(object) * np.asarray(y, np.uint64).astype(object)
-                zz = np.asarray(z, np.uint64).astype(object)
-            full = np.broadcast_to(prod + zz, (LANES,))
-            lo = np.array([int(v) & ((1 << 64) - 1) for v in full], np.uint64)
-            if signed:
-                ovf = np.array([not (-(1 << 63) <= int(v) < (1 << 63)) for v in full])
-            else:
-                ovf = np.array([int(v) >> 64 != 0 for v in full])
+                prod = np.asarray(x, np.uint32).astype(np.uint64) * np.asarray(y, np.uint32).astype(np.uint64)
+                lo = prod + zz
+                ovf = lo < zz
             write_v64(w, drow, lo)
-            write_s(w, cd, 2, pack_mask(ovf & w.mask))
+            write_s(w, cd, 2, pack_mask(np.broadcast_to(ovf, w.mask.shape) & w.mask))
         return mad64
     if name == "v_div_scale_f32":
         drow, _ = vdst(ops[0], where)
@@ -394,8 +397,8 @@ def _carry(name, inst, ops, where, dpp, denorm32):
             # No scaling: exact for numerator/denominator exponents well inside the binary32 range; refuse where
             # the hardware would scale (ISA "V_DIV_SCALE_F32").
             x, den, num = alu.F(s0(w)), alu.F(s1(w)), alu.F(s2(w))
-            e_d = np.frexp(np.broadcast_to(den, (LANES,)))[1]
-            e_n = np.frexp(np.broadcast_to(num, (LANES,)))[1]
+            e_d = np.frexp(np.broadcast_to(den, w.mask.shape))[1]
+            e_n = np.frexp(np.broadcast_to(num, w.mask.shape))[1]
             risky = w.mask & np.isfinite(den) & np.isfinite(num) & (den != 0) & (num != 0) & (
                 (np.abs(e_n - e_d) >= 96) | (e_d <= -125) | (e_d >= 126) | (e_n <= -103))
             if risky.any():

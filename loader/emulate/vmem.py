@@ -14,7 +14,7 @@ import numpy as np
 
 from flyship.loader.emulate.decode import Inst
 from flyship.loader.emulate.errors import refuse
-from flyship.loader.emulate.state import AGPR_BASE, LANES, Wave, parse_reg, write_s
+from flyship.loader.emulate.state import AGPR_BASE, EXEC, LANES, Wave, forget, parse_reg
 from flyship.loader.emulate.scalar import ssrc
 
 # suffix -> (bytes, kind): kind "b" = whole dwords, "u"/"i" = zero/sign-extend, "d16" = low half kept high,
@@ -42,24 +42,24 @@ def load_to_regs(w: Wave, row: int, nregs: int, data: np.ndarray, kind: str, lan
         words[:, :size] = data
         vals = words.view(np.uint32)
         for i in range(nregs):
-            w.V[row + i, lanes] = vals[:, i]
+            w.VF[row + i, lanes] = vals[:, i]
         return
     raw = data[:, 0].astype(np.uint32) if size == 1 else data.view(np.uint16)[:, 0].astype(np.uint32)
     bits = 8 * size
     if kind in ("i", "d16s", "d16s_hi"):
         raw = ((raw.astype(np.int32) << (32 - bits)) >> (32 - bits)).astype(np.uint32)
     if kind in ("u", "i"):
-        w.V[row, lanes] = raw
+        w.VF[row, lanes] = raw
     elif kind in ("d16", "d16s"):
-        w.V[row, lanes] = (w.V[row, lanes] & np.uint32(0xFFFF0000)) | (raw & np.uint32(0xFFFF))
+        w.VF[row, lanes] = (w.VF[row, lanes] & np.uint32(0xFFFF0000)) | (raw & np.uint32(0xFFFF))
     else:
-        w.V[row, lanes] = (w.V[row, lanes] & np.uint32(0xFFFF)) | (raw << np.uint32(16))
+        w.VF[row, lanes] = (w.VF[row, lanes] & np.uint32(0xFFFF)) | (raw << np.uint32(16))
 
 
 def store_bytes(w: Wave, row: int, size: int, kind: str, lanes: np.ndarray) -> np.ndarray:
     """The bytes a store writes per lane: ``size`` bytes from registers at ``row`` (``_d16_hi``: the high half)."""
     nregs = max(1, size // 4)
-    vals = np.ascontiguousarray(w.V[row:row + nregs][:, lanes].T)
+    vals = np.ascontiguousarray(w.VF[row:row + nregs][:, lanes].T)
     if kind == "hi" or kind == "d16_hi":
         vals = vals >> np.uint32(16)
     return vals.view(np.uint8).reshape(len(lanes), 4 * nregs)[:, :size].copy()
@@ -107,20 +107,20 @@ def compile_global(inst: Inst, where: str) -> Callable[[Wave], None]:
         sb = ssrc(saddr_tok, 64, where)
 
         def addr(w: Wave) -> np.ndarray:
-            return np.uint64(sb(w)) + w.V[arow].astype(np.uint64) + np.uint64(off & 0xFFFFFFFFFFFFFFFF)
+            return sb(w)[:, None] + w.V[arow].astype(np.uint64) + np.uint64(off & 0xFFFFFFFFFFFFFFFF)
 
     if load:
         def gload(w: Wave) -> None:
             lanes = np.flatnonzero(w.mask)
             if lanes.size:
-                data = w.mem.read(addr(w)[lanes], size, where)
+                data = w.mem.read(addr(w).reshape(-1)[lanes], size, where)
                 load_to_regs(w, drow, nregs, data, kind, lanes)
         return gload
 
     def gstore(w: Wave) -> None:
         lanes = np.flatnonzero(w.mask)
         if lanes.size:
-            w.mem.write(addr(w)[lanes], store_bytes(w, drow, size, kind, lanes), where)
+            w.mem.write(addr(w).reshape(-1)[lanes], store_bytes(w, drow, size, kind, lanes), where)
     return gstore
 
 
@@ -145,14 +145,14 @@ def _global_atomic(inst: Inst, where: str) -> Callable[[Wave], None]:
         if sb is None:
             a = w.V[arow].astype(np.uint64) | (w.V[arow + 1].astype(np.uint64) << np.uint64(32))
         else:
-            a = np.uint64(sb(w)) + w.V[arow].astype(np.uint64)
-        a = a + np.uint64(off & 0xFFFFFFFFFFFFFFFF)
+            a = sb(w)[:, None] + w.V[arow].astype(np.uint64)
+        a = (a + np.uint64(off & 0xFFFFFFFFFFFFFFFF)).reshape(-1)
         for lane in lanes.tolist():  # lane order: each lane's read-modify-write is atomic
             old = w.mem.read(a[lane:lane + 1], 4, where).view(np.uint32)[0, 0]
-            new = _rmw(op, old, w.V[drow, lane])
+            new = _rmw(op, old, w.VF[drow, lane])
             w.mem.write(a[lane:lane + 1], np.array([new], np.uint32).view(np.uint8).reshape(1, 4), where)
             if rrow is not None:
-                w.V[rrow, lane] = old
+                w.VF[rrow, lane] = old
     return atomic
 
 
@@ -223,13 +223,13 @@ def compile_buffer(inst: Inst, where: str) -> Callable[[Wave], None]:
             for k, lane in enumerate(lanes.tolist()):  # lane order; out-of-range lanes do nothing, return 0
                 if not ok[k, 0]:
                     if ret:
-                        w.V[drow, lane] = 0
+                        w.VF[drow, lane] = 0
                     continue
                 old = w.mem.read(addr[k, :1], 4, where).view(np.uint32)[0, 0]
-                new = _rmw(op, old, w.V[drow, lane])
+                new = _rmw(op, old, w.VF[drow, lane])
                 w.mem.write(addr[k, :1], np.array([new], np.uint32).view(np.uint8).reshape(1, 4), where)
                 if ret:
-                    w.V[drow, lane] = old
+                    w.VF[drow, lane] = old
         return batomic
 
     def bstore(w: Wave) -> None:
@@ -254,30 +254,34 @@ def _buffer_access(inst: Inst, where: str, size: int):
 
     def access(w: Wave) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s = w.s
-        base = s[rs] | ((s[rs + 1] & 0xFFFF) << 32)
-        stride = (s[rs + 1] >> 16) & 0x3FFF
-        num_records = s[rs + 2]
-        if (s[rs + 1] >> 31) & 1 or (s[rs + 3] >> 23) & 1:
-            raise refuse(f"`{where}`: swizzled or add-tid buffer descriptors are not modelled")
         lanes = np.flatnonzero(w.mask)
+        wv = lanes >> 6  # each lane's wave: descriptors and soffset are per wave
+        d1, d3 = s[rs + 1][wv], s[rs + 3][wv]
+        base = s[rs][wv] | ((d1 & np.uint64(0xFFFF)) << np.uint64(32))
+        stride = ((d1 >> np.uint64(16)) & np.uint64(0x3FFF)).astype(np.int64)
+        num_records = s[rs + 2][wv].astype(np.int64)
+        if ((d1 >> np.uint64(31)) & np.uint64(1)).any() or ((d3 >> np.uint64(23)) & np.uint64(1)).any():
+            raise refuse(f"`{where}`: swizzled or add-tid buffer descriptors are not modelled")
         voff = np.zeros(lanes.size, np.int64)
         vidx = np.zeros(lanes.size, np.int64)
         if idxen and offen:
-            vidx, voff = w.V[vrow, lanes].astype(np.int64), w.V[vrow + 1, lanes].astype(np.int64)
+            vidx, voff = w.VF[vrow, lanes].astype(np.int64), w.VF[vrow + 1, lanes].astype(np.int64)
         elif idxen:
-            vidx = w.V[vrow, lanes].astype(np.int64)
+            vidx = w.VF[vrow, lanes].astype(np.int64)
         elif offen:
-            voff = w.V[vrow, lanes].astype(np.int64)
-        offset = voff + ioff + soff(w)
+            voff = w.VF[vrow, lanes].astype(np.int64)
+        so = soff(w)
+        offset = voff + ioff + (so[wv] if np.ndim(so) else so).astype(np.int64)
         pieces = max(1, size // 4)
         psize = min(size, 4)
         poff = offset[:, None] + np.arange(pieces) * 4
-        if stride == 0 and not idxen:
-            whole = (offset + size <= num_records)[:, None]
-            ok = whole | (poff + psize <= num_records - 4)
-        else:
+        if idxen:
             ok = np.broadcast_to((vidx < num_records)[:, None], poff.shape)
-        addr = np.uint64(base) + (vidx * stride)[:, None].astype(np.uint64) + poff.astype(np.uint64)
+        else:
+            whole = (offset + size <= num_records)[:, None]
+            raw = whole | (poff + psize <= num_records[:, None] - 4)
+            ok = np.where((stride == 0)[:, None], raw, (vidx < num_records)[:, None])
+        addr = base[:, None] + (vidx * stride)[:, None].astype(np.uint64) + poff.astype(np.uint64)
         return lanes, addr, ok
     return access
 
@@ -296,20 +300,27 @@ def compile_smem(inst: Inst, where: str) -> Callable[[Wave], None]:
 
     def sload(w: Wave) -> None:
         s = w.s
+        waves = w.ids if w.all else np.flatnonzero(w.act)
+        so = soff(w)
+        so = (so[waves] if np.ndim(so) else np.full(waves.size, so, np.uint64)) + np.uint64(extra)
         if buffered:
-            base = s[bidx] | ((s[bidx + 1] & 0xFFFF) << 32)
-            num = s[bidx + 2]
-            o = (soff(w) + extra) & ~3
-            vals = np.zeros(n, np.uint32)
+            base = s[bidx][waves] | ((s[bidx + 1][waves] & np.uint64(0xFFFF)) << np.uint64(32))
+            num = s[bidx + 2][waves]
+            o = so & np.uint64(0xFFFFFFFC)
+            vals = np.zeros((waves.size, n), np.uint32)
             for i in range(n):
-                if o + 4 * i + 4 <= num:
-                    vals[i] = w.mem.read(np.array([base + o + 4 * i], np.uint64), 4, where).view(np.uint32)[0, 0]
+                ok = o + np.uint64(4 * i + 4) <= num
+                if ok.any():
+                    vals[ok, i] = w.mem.read(base[ok] + o[ok] + np.uint64(4 * i), 4, where).view(np.uint32)[:, 0]
         else:
-            a = ((s[bidx] | (s[bidx + 1] << 32)) + soff(w) + extra) & ~3
-            vals = w.mem.read(np.array([a], np.uint64), nbytes, where).view(np.uint32)[0]
+            a = ((s[bidx][waves] | (s[bidx + 1][waves] << np.uint64(32))) + so) & np.uint64((1 << 64) - 4)
+            vals = w.mem.read(a, nbytes, where).view(np.uint32).reshape(waves.size, n)
+        if w.lm:
+            forget(w, d, n)
         for i in range(n):
-            s[d + i] = int(vals[i])
-        write_s(w, d, 0, 0)
+            s[d + i, waves] = vals[:, i]
+        if d <= EXEC + 1 and d + n > EXEC:
+            w.sync_exec()
     return sload
 
 

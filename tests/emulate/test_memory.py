@@ -90,6 +90,8 @@ def test_global_load_ushort_and_sbyte_extend():
     np.testing.assert_array_equal(out[64:], ((IN >> 24).astype(np.int8)).astype(np.int32).view(np.uint32))
 
 
+# Two waves (block 128): each stores v4 at out[tid] and v5 at out[128 + tid] (the shared EPILOGUE's offset:256
+# would make wave 0's v5 and wave 1's v4 race on out[64:128], a global-memory race the hardware does not order).
 LDS_RACE = """
   v_lshrrev_b32 v6, 6, v0
   v_mov_b32 v7, 0
@@ -99,12 +101,15 @@ LDS_RACE = """
   ds_read_b32 v4, v7
   s_waitcnt lgkmcnt(0)
   v_mov_b32 v5, v6
+  s_mov_b64 exec, -1
+  global_store_dword v1, v4, s[4:5]
+  global_store_dword v1, v5, s[4:5] offset:512
 """
 
 
 def test_an_lds_race_shows_in_the_two_schedules_and_in_the_conflict_record():
     # Both waves write LDS[0] (their wave index) before the barrier: whichever runs last wins.
-    img = assemble(LDS_RACE, "gfx942", lds=64)
+    img = assemble(LDS_RACE, "gfx942", lds=64, store=False)
     fwd, st = run_lanes(img, np.r_[IN, IN], np.r_[IN, IN], block=128, out_words=256, schedule="forward")
     rev, _ = run_lanes(img, np.r_[IN, IN], np.r_[IN, IN], block=128, out_words=256, schedule="reverse")
     assert (fwd[:128] == 1).all() and (rev[:128] == 0).all()
@@ -112,7 +117,7 @@ def test_an_lds_race_shows_in_the_two_schedules_and_in_the_conflict_record():
 
 
 def test_lds_writes_by_one_wave_read_after_a_barrier_are_no_conflict():
-    img = assemble(LDS_RACE.replace("v_mov_b32 v7, 0", "v_lshlrev_b32 v7, 2, v6"), "gfx942", lds=64)
+    img = assemble(LDS_RACE.replace("v_mov_b32 v7, 0", "v_lshlrev_b32 v7, 2, v6"), "gfx942", lds=64, store=False)
     out, st = run_lanes(img, np.r_[IN, IN], np.r_[IN, IN], block=128, out_words=256)
     np.testing.assert_array_equal(out[:128], np.repeat([0, 1], 64))
     assert st.lds_conflicts == []
