@@ -399,12 +399,14 @@ def load_emulated(bundle: str | Path, target: str, namespace: Optional[str] = No
         return flyship.load(bundle, namespace=namespace or f"flyship_e{uuid.uuid4().hex[:10]}")
 
 
-def _base_inputs(op: _m.Op, spec: _m.Specialization, rows: int) -> list[Any]:
+def _base_inputs(op: _m.Op, spec: _m.Specialization, rows: int, example_layout: bool = True) -> list[Any]:
+    """The base case's inputs at ``rows`` rows, in the example's layout (else row-major)."""
     shapes = {k: tuple(v) for k, v in spec.example.shapes.items()}
     first = next((a.name for a in op.args if a.kind == "tensor" and len(shapes.get(a.name, ())) >= 1), None)
-    if first is None or rows == shapes[first][0]:
+    if first is None or (rows == shapes[first][0] and example_layout):
         return _verify.example_inputs(op, spec, "cpu")  # the example's own layout
-    return shaped_inputs(op, spec, _resize(shapes, tied(spec, (first, 0)), rows))
+    new = _resize(shapes, tied(spec, (first, 0)), rows)
+    return shaped_inputs(op, spec, new) if example_layout else _verify.example_inputs(op, spec, "cpu", shapes=new)
 
 
 def shaped_inputs(op: _m.Op, spec: _m.Specialization, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> list[Any]:
@@ -506,22 +508,29 @@ def _verify_spec(handle: Any, spec: _m.Specialization, reference: Any, target: s
         return result
 
     rows = base_inputs = None
-    candidates = base_rows(op, spec)
-    for k, n in enumerate(candidates):
-        inputs = _base_inputs(op, spec, n)
-        result = run(f"{n} rows, fresh outputs", inputs, True, quiet_refusal=k + 1 < len(candidates))
+    # In the example's layout; where the guard refuses every row count in it (a bare-pointer operand's guard asks
+    # for contiguous rows whatever the example's strides), row-major: the layout the guard admits, which the
+    # kernel must then compute right.
+    candidates = [(n, True) for n in base_rows(op, spec)]
+    if spec.example.strides:
+        candidates += [(n, False) for n in base_rows(op, spec)]
+    for k, (n, example_layout) in enumerate(candidates):
+        inputs = _base_inputs(op, spec, n, example_layout)
+        layout = "" if example_layout or not spec.example.strides else " (row-major, not the example's layout)"
+        result = run(f"{n} rows{layout}, fresh outputs", inputs, True, quiet_refusal=k + 1 < len(candidates))
         if result != "not admitted":
-            rows, base_inputs = n, inputs
+            rows, base, base_inputs, kept = n, f"{n} rows{layout}", inputs, example_layout
             break
     if base_inputs is None or rows is None:
         return
-    run(f"{rows} rows", base_inputs, False)
+    run(base, base_inputs, False)
     for label, other in _verify.other_layouts(op, base_inputs):
-        run(f"{rows} rows, {label}", other, False)
+        run(f"{base}, {label}", other, False)
     if not shapes:
         return
     for kind, alternatives in shape_groups(op, spec, rows):
         for k, (label, new) in enumerate(alternatives):
-            inputs = shaped_inputs(op, spec, new, seed=1)
+            inputs = (shaped_inputs(op, spec, new, seed=1) if kept
+                      else _verify.example_inputs(op, spec, "cpu", seed=1, shapes=new))
             if run(f"{kind}: {label}", inputs, False, quiet_refusal=k + 1 < len(alternatives)) != "not admitted":
                 break

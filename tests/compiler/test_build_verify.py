@@ -40,16 +40,19 @@ def test_verify_refuses_a_fixed_layout_a_fixed_token_stride_an_lds_race_and_rows
     failed = [line for line in r.stdout.splitlines() if " FAIL" in line]
     # each named by op, specialization, target and case (layout or shape), with the first wrong elements
     want = {"gemm_colb        f32_k16    gfx942   8 rows, b with padded columns (strides [1, 19])": "first [0, 1]",
+            "gemm_colb_ptr    f32_k16    gfx942   8 rows (row-major, not the example's layout), fresh outputs":
+                "384 of 384 elements wrong, first [0, 0]",
             "q_scale          f32        gfx942   8 rows, q with padded rows (strides [70, 35, 1])": "first [0, 1, 0]",
             "q_scale          f32        gfx942   8 rows, q with dims 0 and 1 swapped in memory": "first [0, 1, 0]",
             "lds_broadcast    f32        gfx942   8 rows, fresh outputs": "LDS race: LDS bytes two waves touched "
                                                                           "with no barrier between: ['0x0', '0x1'",
-            "wrap_512         f32        gfx942   past 512 rows: 513 rows": "64 of 32832 elements wrong, first [512, 0]"}
+            "wrap_512         f32        gfx942   past 512 rows: 513 rows":
+                "64 of 32832 elements wrong, first [512, 0]"}
     for head, words in want.items():
         assert any(line.startswith(head) and words in line for line in failed), (head, text)
     assert not any(line.startswith("wrap_512") for line in failed if "513 rows" not in line
                    and "1025 rows" not in line), text  # right on every shape up to 512 rows
-    assert ("got 14 failing; first: op 'gemm_colb', specialization 'f32_k16', gfx942, 8 rows, b with padded "
+    assert ("got 23 failing; first: op 'gemm_colb', specialization 'f32_k16', gfx942, 8 rows, b with padded "
             "columns (strides [1, 19]): forward: output 'out': ") in r.stderr, text
 
 

@@ -1,9 +1,9 @@
 """Issue 33 item 5's silent cases beyond tests/loader/test_emulated_verify.py's (tests/loader/data/silent/beyond.py),
-each right on its example and refused by `flyship verify --emulate` naming op, specialization, target, the layout
-or shape and the first wrong elements: a GEMM built for a column-major b fed a padded one, a fixed per-token stride
-fed a padded or dims-swapped q, an LDS race (named with its LDS addresses), rows wrong from 512. Plus what verify
-says about a wrong reference, a NaN the kernel wrote, the user's op names and the asked targets. Every result here
-is emulated (flyship.loader.emulate), never a GPU's."""
+each refused by `flyship verify --emulate` naming op, specialization, target, the layout or shape and the first
+wrong elements: a GEMM built for a column-major b fed a padded one or (b a bare pointer) a row-major one its guard
+admits, a fixed per-token stride fed a padded or dims-swapped q, an LDS race (named with its LDS addresses), rows
+wrong from 512. Plus what verify says about a wrong reference, a NaN the kernel wrote, the user's op names and the
+asked targets. Every result here is emulated (flyship.loader.emulate), never a GPU's."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def beyond(tmp_path_factory: pytest.TempPathFactory) -> Any:
     out = tmp_path_factory.mktemp("bundles") / "beyond"
     run_build(SILENT / "beyond.py", out, ["gfx942"])
     # the boundary shapes (up to 1025 rows: most of the cost) only where the case needs them
-    layouts = verify_emulated(out, ("gfx942",), shapes=False, ops=["gemm_colb", "q_scale", "lds_broadcast"])
+    layouts = verify_emulated(out, ("gfx942",), shapes=False,
+                              ops=["gemm_colb", "gemm_colb_ptr", "q_scale", "lds_broadcast"])
     rows = verify_emulated(out, ("gfx942",), ops=["wrap_512"])
     return out, Report(layouts.runs + rows.runs)
 
@@ -57,7 +58,16 @@ def test_a_gemm_built_for_a_column_major_b_is_refused_on_a_padded_b(beyond: Any)
     # the base case keeps the example's column-major b at 8 rows (it used to become row-major there)
     padded = _row(report, "gemm_colb", "8 rows, b with padded columns (strides [1, 19])")
     assert padded.result == "FAIL" and "output 'out':" in padded.note and "elements wrong, first [0, 1]" in padded.note
-    assert _row(report, "gemm_colb", "8 rows, b contiguous").result == "not admitted"  # FlyDSL's guard: b.stride[0] == 1
+    b_contiguous = _row(report, "gemm_colb", "8 rows, b contiguous")
+    assert b_contiguous.result == "not admitted"  # FlyDSL's guard: b.stride[0] == 1
+
+
+def test_a_gemm_whose_guard_admits_a_row_major_b_it_reads_as_column_major_is_refused(beyond: Any) -> None:
+    _, report = beyond
+    # b is a bare pointer: its guard asks for contiguous rows, so the column-major example itself is not admitted;
+    # verify runs the row-major layout the guard admits, and the kernel reads it as column-major
+    r = _row(report, "gemm_colb_ptr", "8 rows (row-major, not the example's layout), fresh outputs")
+    assert r.result == "FAIL" and "output 'out': 384 of 384 elements wrong, first [0, 0]" in r.note, report.table()
 
 
 def test_a_fixed_per_token_stride_is_refused_on_admitted_layouts(beyond: Any) -> None:

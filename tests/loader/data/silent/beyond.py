@@ -1,9 +1,9 @@
-"""flyship spec: issue 33's silent cases beyond silent.py and mixed.py (beyond_kernels.py): a fixed-layout GEMM, a
-flash-attention-style fixed per-token stride, an LDS race and rows wrong from 512. Each builds and passes the
-example-only `flyship verify`; `flyc-build --verify` and `flyship verify --emulate` refuse it
-(tests/loader/test_emulated_silent.py, tests/compiler/test_build_verify.py)."""
+"""flyship spec: issue 33's silent cases beyond silent.py and mixed.py (beyond_kernels.py): a GEMM built for a
+column-major b (fed a padded one; and, b a bare pointer, a row-major one its guard admits), a flash-attention-style
+fixed per-token stride, an LDS race and rows wrong from 512. Each builds; `flyc-build --verify` and
+`flyship verify --emulate` refuse it (tests/loader/test_emulated_silent.py, tests/compiler/test_build_verify.py)."""
 
-from beyond_kernels import gemm_colb, lds_broadcast, q_scale, wrap_512
+from beyond_kernels import gemm_colb, gemm_colb_ptr, lds_broadcast, q_scale, wrap_512
 
 from flyship.compiler.spec import Constexpr, Output, Spec, Tensor, namespace, op, references
 
@@ -14,6 +14,14 @@ op("gemm_colb", kernel=gemm_colb, reference="matmul",
    args=[Tensor("a", rank=2), Tensor("b", rank=2), Output("out", shape=("a.shape[0]", "b.shape[1]"), dtype="a"),
          Constexpr("K")],
    doc="out = a @ b (float32), b read as column-major whatever its strides (the spec pins none)",
+   specs=[Spec("f32_k16", dtypes={"a": "float32", "b": "float32"}, shapes={"a": (32, 16), "b": (16, 48)},
+               strides={"b": (1, 16)}, constexprs={"K": 16},
+               constraints=("a.shape[1] == K", "b.shape[0] == K", "b.shape[1] <= 64"))])
+
+op("gemm_colb_ptr", kernel=gemm_colb_ptr, reference="matmul",
+   args=[Tensor("a", rank=2), Tensor("b", rank=2), Output("out", shape=("a.shape[0]", "b.shape[1]"), dtype="a"),
+         Constexpr("K")],
+   doc="out = a @ b (float32), b a bare pointer read as column-major; the guard admits a row-major b",
    specs=[Spec("f32_k16", dtypes={"a": "float32", "b": "float32"}, shapes={"a": (32, 16), "b": (16, 48)},
                strides={"b": (1, 16)}, constexprs={"K": 16},
                constraints=("a.shape[1] == K", "b.shape[0] == K", "b.shape[1] <= 64"))])

@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """FlyDSL kernels right on their spec's example yet wrong on inputs the guard admits (issue 33 item 5, the cases
-silent_kernels.py and mixed_kernels.py leave out). Each builds, loads and passes the example-only `flyship verify`:
+silent_kernels.py and mixed_kernels.py leave out). Each builds and loads:
 
-* ``gemm_colb``: ``out = a @ b`` (float32, one thread per output element, K baked in) with b reaching the kernel
-  as a bare pointer read as column-major ``(K, N):(1, K)``: right for the column-major b of the example, wrong for
-  the row-major b the guard also admits (the spec pins no stride of b);
+* ``gemm_colb``: ``out = a @ b`` (float32, one thread per output element, K baked in) reading b through its data
+  pointer as column-major ``(K, N):(1, K)``, never its strides: right for the column-major b of the example, wrong for
+  a padded column-major b the guard also admits (FlyDSL's guard pins only ``b.stride[0] == 1``);
+* ``gemm_colb_ptr``: the same kernel with b a bare ``fx.Pointer`` of the launcher: flyship's guard for a pointer
+  operand asks for contiguous rows, so it admits a row-major b (and not the column-major example, so here the
+  example-only `flyship verify` on a GPU would report the example refused), read wrongly;
 * ``q_scale``: the Q load of a flash-attention kernel, ``out = q * 0.5`` for q ``(T, H, D)``, indexing q with the
   fixed per-token stride ``H * D`` and never reading q's strides, while the guard asks only ``q.stride[2] == 1``:
   a padded q (rows of D + pad) or q = k.transpose(0, 1) is read wrongly;
@@ -95,3 +98,13 @@ def wrap_512_kernel(X: fx.Tensor, Out: fx.Tensor):
 def wrap_512(x: fx.Tensor, out: fx.Tensor, stream: fx.Stream = fx.Stream(None)):
     M, N = x.shape.unpack()
     wrap_512_kernel(x, out).launch(grid=(M, 1, 1), block=(THREADS, 1, 1), stream=stream)
+
+
+@flyc.jit
+def gemm_colb_ptr(a: fx.Tensor, b: fx.Pointer, out: fx.Tensor, K: fx.Constexpr[int],
+                  stream: fx.Stream = fx.Stream(None)):
+    """gemm_colb with b a bare pointer viewed column-major ``(K, N):(1, K)``: the guard flyship derives for a
+    pointer operand admits contiguous (row-major) rows of b, which this kernel reads as column-major."""
+    M, N = out.shape.unpack()
+    bs = fx.Tensor(fx.make_view(b, fx.make_layout((K, ROWS_MAX), (1, K))))
+    gemm_colb_kernel(a, bs, out, K).launch(grid=(M, 1, 1), block=(THREADS, 1, 1), stream=stream)
