@@ -216,7 +216,8 @@ PyObject* fast_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, 
   if (f == nullptr) return call_python(self, args, nargsf, kwnames);
   PyObject* result =
       fast_attempt(*f, [&](PyObject** slot) { return fast_gather(*f, args, nargsf, kwnames, slot); });
-  return result != nullptr ? result : PyObject_Vectorcall(f->slow.ptr(), args, nargsf, kwnames);
+  if (result != nullptr || PyErr_Occurred()) return result;  // a result, or a launch refused (not run again)
+  return PyObject_Vectorcall(f->slow.ptr(), args, nargsf, kwnames);
 }
 
 PyObject* fast_new(PyTypeObject* type, PyObject*, PyObject*) {
@@ -297,6 +298,21 @@ bool fast_place(const FastOp& f, PyObject* key, PyObject* value, PyObject** slot
     slot[j] = PySequence_Fast_GET_ITEM(value, j - n_in);
   }
   return true;
+}
+
+void forget_launch_refusal() { launch_refused_here() = false; }
+
+bool raise_launch_refusal(const c10::Error& e) {
+  if (!launch_refused_here()) return false;
+  launch_refused_here() = false;
+  try {
+    raise_as_flyship(e);
+  } catch (py::error_already_set& err) {
+    err.restore();
+    return true;
+  } catch (const c10::Error&) {  // not one of the core's own refusals: the torch path raises it as torch does
+  }
+  return false;
 }
 
 bool fast_try(FastOp& f, PyObject** slot, PyObject** result) {

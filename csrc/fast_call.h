@@ -50,13 +50,22 @@ bool fast_place(const FastOp& f, PyObject* key, PyObject* value, PyObject** slot
 // *result is the new reference the call returns. Throws on errors raised before a launch.
 bool fast_try(FastOp& f, PyObject** slot, PyObject** result);
 
+// Clears the launch-refused mark (op.h launch_refused_here) before a fast call.
+void forget_launch_refusal();
+
+// For an error out of fast_try: when it is a launch the driver refused (op.h launch_refused_here), sets it as the
+// Python error the torch path would raise (flyship.errors.CallError) and returns true; else false.
+bool raise_launch_refusal(const c10::Error& e);
+
 // One eager call through the fast entry, for both entries (handles and torch.ops): `gather(slot)` puts the
 // call's arguments into kMaxSlots slots (false when the fast entry does not take such a call), then fast_try runs
 // it. Returns the call's result (a new reference; counted in f.taken), or nullptr with no Python error set
 // (counted in f.handed) when the caller must take its own path: that path runs the call again, so an error raised
-// before any launch is the one it raises.
+// before any launch is the one it raises. A launch the driver refused (the emulator's refusal of an instruction,
+// a GPU's launch error) is not run again: nullptr with that error set (callers return it).
 template <class Gather>
 PyObject* fast_attempt(FastOp& f, Gather&& gather) {
+  forget_launch_refusal();
   try {
     PyObject* slot[kMaxSlots];
     PyObject* result = nullptr;
@@ -65,6 +74,8 @@ PyObject* fast_attempt(FastOp& f, Gather&& gather) {
       return result;
     }
   } catch (pybind11::error_already_set&) {
+  } catch (const c10::Error& e) {
+    if (raise_launch_refusal(e)) return nullptr;
   } catch (const std::exception&) {
   }
   PyErr_Clear();

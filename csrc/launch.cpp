@@ -12,6 +12,11 @@
 
 namespace flyship {
 
+bool& launch_refused_here() {
+  thread_local bool refused = false;
+  return refused;
+}
+
 // The driver's device index: torch's for a GPU tensor; 0 for a CPU tensor (the recording driver).
 int device_index(const c10::Device& d) { return d.has_index() ? d.index() : 0; }
 
@@ -182,6 +187,7 @@ void Launcher::enqueue(Call& c, DeviceState& ds, const VariantPlan& v, LoadedKer
   const driver::Regions regions = driver::host_tensors() ? host_regions(plan_, v, c, scratch) : driver::Regions();
   driver::Status s = driver::launch(dev, k.function, grid32, v.block.data(), static_cast<uint32_t>(dyn), stream, buf,
                                     static_cast<size_t>(v.kernarg_size), regions);
+  if (!s.ok()) launch_refused_here() = true;
   FLYSHIP_CHECK(s.ok(), label(), ": launching ", v.label, " on device ", dev, " (", ds.info.target, ") failed: ",
               s.message, " [grid ", g[0], "x", g[1], "x", g[2], ", block ", v.block[0], "x", v.block[1], "x",
               v.block[2], "]");

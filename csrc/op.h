@@ -27,6 +27,10 @@ class BundleCore;
 // restore it); any other c10 error is rethrown as it is. Takes the GIL.
 [[noreturn]] void raise_as_flyship(const c10::Error& e);
 
+// Set (on this thread) when the driver refused a launch the core made (Launcher::enqueue): the error being raised
+// is the launch's own, and running the call again would launch again. fast_attempt clears and reads it.
+bool& launch_refused_here();
+
 // The driver's device index of a tensor's device (CPU tensors, for the recording driver: 0).
 int device_index(const c10::Device& d);
 

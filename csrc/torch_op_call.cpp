@@ -85,7 +85,7 @@ PyObject* torch_op_tp_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   FastOp* f = fast_binding(binding.ptr());
   if (f != nullptr) {
     PyObject* result = fast_attempt(*f, [&](PyObject** slot) { return gather(*f, args, kwargs, slot); });
-    if (result != nullptr) return result;
+    if (result != nullptr || PyErr_Occurred()) return result;  // a result, or a launch refused (not run again)
   }
   return torch_call(self, args, kwargs);
 }

@@ -302,10 +302,13 @@ def _unwritten_note(op: _m.Op, spec: _m.Specialization, handle: Any, reference: 
 
 def other_layouts(op: _m.Op, inputs: list[Any]) -> list[tuple[str, list[Any]]]:
     """The example inputs again, with one tensor at a time in another layout holding the same values: ``x with
-    padded rows`` (rank >= 2: each row followed by unused elements), ``x transposed`` (rank >= 2: column-major
-    storage), ``x[::2]`` (rank 1: every other element of a buffer twice as long). Whether the guard admits each
-    is for the specialization to say (a refused one falls back and is skipped). Layouts equal to the example's
-    are left out."""
+    padded rows`` (rank >= 2: each line along the contiguous dim followed by unused elements, in the tensor's own
+    dim order, so a column-major input gets padded columns), ``x transposed`` (rank >= 2: column-major storage),
+    ``x with dims 0 and 1 swapped in memory`` (rank >= 3: ``t.transpose(0, 1)`` of a contiguous tensor, the last dim
+    still contiguous: a per-token stride that is not ``H * D``), ``x contiguous`` (an input whose example is not
+    row-major), ``x[::2]`` (rank 1: every other element of a buffer twice as long). Whether the guard admits each
+    is for the specialization to say (a refused one falls back and is skipped). Layouts equal to the input's are
+    left out."""
     import torch
 
     out: list[tuple[str, list[Any]]] = []
@@ -314,10 +317,15 @@ def other_layouts(op: _m.Op, inputs: list[Any]) -> list[tuple[str, list[Any]]]:
             continue
         shape = tuple(t.shape)
         if t.dim() >= 2:
-            padded = torch.empty((*shape[:-1], shape[-1] + 3), dtype=t.dtype, device=t.device)[..., :shape[-1]]
-            order = tuple(reversed(range(t.dim())))
-            transposed = torch.empty(tuple(shape[d] for d in order), dtype=t.dtype, device=t.device).permute(order)
-            views = [(f"{a.name} with padded rows", padded), (f"{a.name} transposed", transposed)]
+            inner = min(range(t.dim()), key=lambda d: (t.stride(d), -d))  # the contiguous dim
+            lines = "rows" if inner == t.dim() - 1 else "columns" if t.dim() == 2 else f"lines along dim {inner}"
+            views = [(f"{a.name} with padded {lines}", _padded(t)),
+                     (f"{a.name} transposed", _in_order(t, tuple(reversed(range(t.dim())))))]
+            if t.dim() >= 3:
+                views.append((f"{a.name} with dims 0 and 1 swapped in memory",
+                              _in_order(t, (1, 0, *range(2, t.dim())))))
+            if not t.is_contiguous():
+                views.append((f"{a.name} contiguous", torch.empty(shape, dtype=t.dtype, device=t.device)))
         elif t.dim() == 1:
             views = [(f"{a.name}[::2]", torch.empty(2 * shape[0], dtype=t.dtype, device=t.device)[::2])]
         else:
@@ -326,3 +334,23 @@ def other_layouts(op: _m.Op, inputs: list[Any]) -> list[tuple[str, list[Any]]]:
             if v.stride() != t.stride():
                 out.append((f"{label} (strides {list(v.stride())})", [*inputs[:i], v.copy_(t), *inputs[i + 1:]]))
     return out
+
+
+def _in_order(t: Any, order: tuple[int, ...]) -> Any:
+    """An empty tensor of ``t``'s shape whose dims lie in memory outermost-first in ``order`` (dense)."""
+    import torch
+
+    store = torch.empty(tuple(t.shape[d] for d in order), dtype=t.dtype, device=t.device)
+    return store.permute(tuple(order.index(d) for d in range(t.dim())))
+
+
+def _padded(t: Any) -> Any:
+    """An empty tensor of ``t``'s shape in ``t``'s dim order (by stride) with 3 unused elements after each line
+    along its innermost dim."""
+    import torch
+
+    order = tuple(sorted(range(t.dim()), key=lambda d: (-t.stride(d), d)))
+    store = [t.shape[d] for d in order]
+    store[-1] += 3
+    base = torch.empty(tuple(store), dtype=t.dtype, device=t.device)[..., :t.shape[order[-1]]]
+    return base.permute(tuple(order.index(d) for d in range(t.dim())))

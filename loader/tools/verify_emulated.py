@@ -5,18 +5,25 @@ For each AMD target (gfx942 and gfx950 by default) the bundle is loaded on the e
 tensors and each launch runs on flyship's CDNA emulator. Every specialization with a code object for the target runs:
 
 * a base case (the first row count of :func:`base_rows` the guard admits: 8, 16, ... 256 below the example's rows,
-  else the example), once into fresh outputs (a user's call) and once into outputs filled with a sentinel (an
-  element left holding it was never written);
-* each other layout of the base inputs (:func:`flyship.loader.tools.verify.other_layouts`: padded rows, a transposed
-  view, every other element) and boundary shapes (:func:`shape_groups`: one row, row and column tails, the guard's
-  largest column count, more than 256 rows and more than the base's grid covers, the example itself), whenever the
-  guard admits them (a shape or layout it refuses falls back to the reference and is listed as not admitted);
-* each of those in both wave schedules (``forward``, ``reverse``): outputs that differ between them are a race.
+  else the example; inputs in the example's dim order, :func:`shaped_inputs`), once into fresh outputs (a user's
+  call) and once into outputs filled with a sentinel (an element left holding it was never written; a second
+  sentinel tells those from NaNs the kernel wrote);
+* each other layout of the base inputs (:func:`flyship.loader.tools.verify.other_layouts`: padded lines, a
+  transposed view, leading dims swapped in memory, contiguous, every other element) and boundary shapes
+  (:func:`flyship.loader.tools.verify_shapes.shape_groups`: one row, row and column tails, the guard's largest
+  column count, more than 256 rows and more than the base's grid covers, 513 and 1025 rows where affordable, the
+  example itself), whenever the guard admits them (a shape or layout it refuses falls back to the reference and is
+  listed as not admitted);
+* each of those in both wave schedules (``forward``, ``reverse``): outputs that differ between them are a race, and
+  a wrong result while two waves touched LDS with no barrier between names those LDS addresses.
+
+A reference that raises on admitted inputs or returns outputs unlike the op's declared ones is reported as the
+reference's fault. Notes name ops by the bundle's declared namespace, never the private one verify loads under.
 
 Every tensor sits in its own buffer with a guard zone of :data:`RED_ZONE` bytes on each side, filled with
 :data:`RED_BYTE` and outside the memory the launch may touch (the emulator refuses an access there); a changed guard
-zone is reported too. sm_* code objects (Triton's cubins) are not executed: the emulator runs AMD code objects only,
-and each such specialization says so.
+zone is reported too. sm_* code objects (Triton's cubins) are not executed: the emulator runs AMD code objects only;
+with no targets asked each such specialization says so, with targets asked the summary counts them once.
 """
 
 from __future__ import annotations
@@ -24,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import time
 import uuid
 from pathlib import Path
@@ -33,6 +39,8 @@ from typing import Any, Iterator, Optional, Sequence
 from flyship.bundle import manifest as _m
 from flyship.bundle import targets as _targets
 from flyship.loader.tools import verify as _verify
+from flyship.loader.tools.verify_shapes import (LARGE_ROWS, LARGE_ROWS_ELEMENTS, _resize, base_rows,  # noqa: F401
+                                                shape_groups, tied, upper_bound)
 
 TARGETS = ("gfx942", "gfx950")
 SCHEDULES = ("forward", "reverse")
@@ -40,8 +48,8 @@ RED_ZONE = 256  # bytes of guard zone before and after every tensor (a multiple 
 RED_BYTE = 0x5A
 PAD_BYTE = 0x7B  # every byte an input's strides skip (padding): finite in every float dtype (1.3e36 as f32, 61280 as
 # f16), so a kernel that reads padding computes wrong numbers rather than the outputs' NaN sentinel
+SECOND_SENTINEL_BYTE = 0xA5  # a float output's second sentinel (-2.9e-16 as f32, -0.0227 as f16): not NaN
 DEFAULT_BUDGET_S = 120.0  # emulated seconds per specialization and target before the rest is skipped for time
-_EQUAL_DIMS = re.compile(r"^(\w+)\.shape\[(\d+)\] == (\w+)\.shape\[(\d+)\]$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +75,10 @@ class Run:
 
 @dataclasses.dataclass(frozen=True)
 class Report:
+    """The lines, and how many sm_* code objects were left out because only AMD targets were asked for."""
+
     runs: tuple[Run, ...]
+    unasked_cubins: int = 0
 
     @property
     def ok(self) -> bool:
@@ -93,8 +104,9 @@ class Report:
         text = (f"emulated device: {count['ok']} ok, {count['FAIL']} failed, {count['not admitted']} not admitted by "
                 f"the guard, {count['skipped']} skipped; {instructions} instructions emulated in {seconds:.1f} s "
                 "(each case in both wave schedules; emulated, not run on a GPU)")
-        if count["not executed"]:
-            text += (f"; {count['not executed']} sm_* code objects NOT executed (the emulator runs AMD code objects "
+        cubins = count["not executed"] + self.unasked_cubins
+        if cubins:
+            text += (f"; {cubins} sm_* code objects NOT executed (the emulator runs AMD code objects "
                      "only; they were checked at load, not run)")
             from flyship.loader.tools import cubins  # and whether Triton's interpreter stood in for them
 
@@ -113,10 +125,13 @@ class Arena:
     def __init__(self) -> None:
         self._buffers: list[tuple[Any, int, str]] = []
 
-    def place(self, shape: Sequence[int], strides: Sequence[int], dtype: Any, name: str, fill: Any = None) -> Any:
+    def place(self, shape: Sequence[int], strides: Sequence[int], dtype: Any, name: str, fill: Any = None,
+              second: bool = False) -> Any:
         """A tensor of ``shape``, ``strides`` and ``dtype`` between guard zones. Without ``fill`` (an output) its
-        bytes hold the dtype's sentinel (NaN, or bytes 0xA5: an element left so was never written); with it (an
-        input) ``fill`` is copied in and the bytes its strides skip hold :data:`PAD_BYTE`."""
+        bytes hold the dtype's sentinel (NaN, or bytes 0xA5: an element left so was never written; with ``second``,
+        every byte :data:`SECOND_SENTINEL_BYTE`, finite in every float dtype: it tells an element the kernel set to
+        NaN from one it never wrote); with it (an input) ``fill`` is copied in and the bytes its strides skip hold
+        :data:`PAD_BYTE`."""
         import torch
 
         item = torch.empty((), dtype=dtype).element_size()
@@ -127,6 +142,8 @@ class Arena:
         buf = torch.full((span + 2 * RED_ZONE,), RED_BYTE, dtype=torch.uint8)
         if fill is not None:
             buf[RED_ZONE:RED_ZONE + span] = PAD_BYTE
+        elif second and span:
+            buf[RED_ZONE:RED_ZONE + span] = SECOND_SENTINEL_BYTE
         elif dtype != torch.bool and span:
             buf[RED_ZONE:RED_ZONE + span].view(dtype).fill_(_verify._sentinel(dtype))
         t = torch.as_strided(buf.view(dtype), tuple(shape), tuple(strides), RED_ZONE // item)
@@ -145,80 +162,6 @@ class Arena:
             if bool((buf[:RED_ZONE] != RED_BYTE).any()) or bool((buf[RED_ZONE + span:] != RED_BYTE).any()):
                 out.append(name)
         return out
-
-
-# -- which shapes and layouts ----------------------------------------------------------------------------------------
-
-def tied(spec: _m.Specialization, start: tuple[str, int]) -> set[tuple[str, int]]:
-    """The (argument, dim) pairs the guard's equality constraints (``y.shape[0] == x.shape[0]``) tie to ``start``."""
-    group = {start}
-    pairs = [m.groups() for c in spec.guard.constraints if (m := _EQUAL_DIMS.match(c.strip()))]
-    grown = True
-    while grown:
-        grown = False
-        for a, i, b, j in pairs:
-            x, y = (a, int(i)), (b, int(j))
-            if (x in group) != (y in group):
-                group |= {x, y}
-                grown = True
-    return group
-
-
-def upper_bound(spec: _m.Specialization, group: set[tuple[str, int]]) -> Optional[int]:
-    """The smallest ``name.shape[d] <= N`` bound of the guard over ``group`` (None when there is none)."""
-    bounds = [int(m.group(3)) for c in spec.guard.constraints
-              if (m := re.match(r"^(\w+)\.shape\[(\d+)\] <= (\d+)$", c.strip())) and (m.group(1), int(m.group(2))) in group]
-    return min(bounds) if bounds else None
-
-
-def _resize(shapes: dict[str, tuple[int, ...]], group: set[tuple[str, int]], n: int) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(n if (k, d) in group else s for d, s in enumerate(v)) for k, v in shapes.items()}
-
-
-def shape_groups(op: _m.Op, spec: _m.Specialization, b: int) -> list[tuple[str, list[tuple[str, dict[str, tuple[int, ...]]]]]]:
-    """The shapes to run beyond the smallest admitted one, cheapest first: each a (kind, alternatives) pair where the
-    first alternative the guard admits runs. Rows are dim 0 of the first tensor input and every dim the guard ties to
-    it; columns its last dim and theirs. With B the base case's rows (``b``, the first of :func:`base_rows` the guard
-    admits): one row; B + 1 rows (a tail no
-    block of rows divides); the columns + 1 (a tail no vector width divides); the largest column count a ``<= N``
-    bound allows (up to 65536), one row; more than 256 rows and more than the base's grid covers
-    (max(2B + 3, 259), else max(3B, 384)); the example itself."""
-    shapes = {k: tuple(v) for k, v in spec.example.shapes.items()}
-    first = next((a.name for a in op.args if a.kind == "tensor" and len(shapes.get(a.name, ())) >= 1), None)
-    if first is None:
-        return []
-    rows_group = tied(spec, (first, 0))
-    base = _resize(shapes, rows_group, b)
-    groups: list[tuple[str, list[tuple[str, dict[str, tuple[int, ...]]]]]] = [
-        ("one row", [("1 row", _resize(shapes, rows_group, 1))]),
-        ("a row tail", [(f"{b + 1} rows", _resize(base, rows_group, b + 1))]),
-    ]
-    rank = len(shapes[first])
-    if rank >= 2:
-        cols_group = tied(spec, (first, rank - 1))
-        if not cols_group & rows_group:
-            c = shapes[first][-1]
-            groups.append(("a column tail", [(f"{b} rows x {c + 1} columns", _resize(base, cols_group, c + 1))]))
-            top = upper_bound(spec, cols_group)
-            if top is not None and c < top <= 65536:
-                groups.append(("the largest columns", [(f"1 row x {top} columns (the guard's bound)",
-                                                        _resize(_resize(shapes, rows_group, 1), cols_group, top))]))
-    big = [max(2 * b + 3, 259), max(3 * b, 384)]
-    groups.append(("past the base's grid", [(f"{n} rows", _resize(shapes, rows_group, n)) for n in big]))
-    if shapes != base:
-        groups.append(("the example", [("the example's shape", shapes)]))
-    return groups
-
-
-def base_rows(op: _m.Op, spec: _m.Specialization) -> list[int]:
-    """Row counts to try for the base case (layouts and outputs checked there), smallest first: 8 to 256 below the
-    example's rows, then the example's (the emulator's cost grows with the rows)."""
-    shapes = spec.example.shapes
-    first = next((a.name for a in op.args if a.kind == "tensor" and len(shapes.get(a.name, ())) >= 1), None)
-    if first is None:
-        return [0]
-    rows = int(shapes[first][0])
-    return [n for n in (8, 16, 32, 64, 128, 256) if n < rows] + [rows]
 
 
 # -- one case, both schedules ----------------------------------------------------------------------------------------
@@ -248,7 +191,7 @@ _conflicts: set[int] = set()  # LDS addresses the emulator saw two waves touch w
 
 
 def _run_once(handle: Any, spec: _m.Specialization, inputs: list[Any], want: tuple[Any, ...], order: str,
-              fresh: bool) -> tuple[tuple[Any, ...], list[str], int, float, str]:
+              fresh: bool, second: bool = False) -> tuple[tuple[Any, ...], list[str], int, float, str]:
     """The specialization on copies of ``inputs`` inside guard zones, outputs sentinel-filled (or fresh), waves in
     ``order``: (outputs and mutated inputs, problems found, instructions, emulated seconds, and why the guard does
     not admit the inputs, or "")."""
@@ -257,7 +200,7 @@ def _run_once(handle: Any, spec: _m.Specialization, inputs: list[Any], want: tup
     op = handle.manifest
     arena = Arena()
     mine = [arena.place_like(t, a.name) if a.kind == "tensor" else t for a, t in zip(op.args, inputs)]
-    outs = () if fresh else tuple(arena.place(tuple(w.shape), tuple(w.stride()), w.dtype, o.name)
+    outs = () if fresh else tuple(arena.place(tuple(w.shape), tuple(w.stride()), w.dtype, o.name, second=second)
                                   for o, w in zip(op.outputs, want))
     with emulated_device.schedule(order), emulated_device.stats() as log:
         try:
@@ -265,6 +208,10 @@ def _run_once(handle: Any, spec: _m.Specialization, inputs: list[Any], want: tup
         except RuntimeError as e:
             if "do not fit specialization" in str(e):
                 return (), [], 0, 0.0, str(e).splitlines()[0]
+            if "expected out tensor" in str(e):  # outputs shaped as the reference returned them: its fault
+                return (), [f"{order} schedule: the reference's result does not fit the op's declared output "
+                            f"({_launch_words(e)}): the reference is wrong, not the kernel; fix the reference (or "
+                            "the Output)"], 0, 0.0, ""
             return (), [f"{order} schedule: {_launch_words(e)}"], sum(s.instructions for s in log), \
                 sum(s.seconds for s in log), ""
     got = tuple(got) + tuple(mine[i] for i, a in enumerate(op.args) if a.mutable)
@@ -290,8 +237,14 @@ def run_case(handle: Any, spec: _m.Specialization, reference: Any, inputs: list[
     op = handle.manifest
     ref_inputs = [_verify._same_layout_copy(t) if isinstance(t, torch.Tensor) and a.mutable else t
                   for a, t in zip(op.args, inputs)]
-    want = reference(*ref_inputs)
+    try:
+        want = reference(*ref_inputs)
+    except Exception as e:  # noqa: BLE001 - the user's reference, whatever it raises, is named as the culprit
+        return _reference_raised(handle, spec, inputs, e)
     want = (want,) if isinstance(want, torch.Tensor) else () if want is None else tuple(want)
+    bad = _reference_misfit(op, want)
+    if bad:
+        return "FAIL", bad, 0, 0.0
     want += tuple(ref_inputs[i] for i, a in enumerate(op.args) if a.mutable)
     results, problems, instructions, seconds = {}, [], 0, 0.0
     _conflicts.clear()
@@ -306,15 +259,17 @@ def run_case(handle: Any, spec: _m.Specialization, reference: Any, inputs: list[
         results[order] = got
         for k, (g, w) in enumerate(zip(got, want)):
             name = op.outputs[k].name if k < len(op.outputs) else f"in-place {k - len(op.outputs)}"
-            if g.shape != w.shape:
-                problems.append(f"{order}: output {name!r} has shape {list(g.shape)}, the reference {list(w.shape)}")
+            if g.shape != w.shape or g.dtype != w.dtype:
+                problems.append(f"{order}: output {name!r} has shape {list(g.shape)} and dtype "
+                                f"{str(g.dtype).removeprefix('torch.')}, the reference returned shape "
+                                f"{list(w.shape)} and dtype {str(w.dtype).removeprefix('torch.')}: the reference "
+                                "does not match the op's declared output; fix the reference (or the Output)")
                 continue
             if not fresh and k < len(op.outputs) and not op.outputs[k].zero:
-                left = int(_verify.unwritten_mask(g, w).sum())
-                if left:
-                    first = [int(i) for i in _verify.unwritten_mask(g, w).nonzero()[0]]
-                    problems.append(f"{order}: output {name!r}: {left} of {g.numel()} elements never written "
-                                    f"(first at {first})")
+                mask = _verify.unwritten_mask(g, w)
+                if bool(mask.any()):
+                    problems.append(f"{order}: output {name!r}: "
+                                    + _unwritten(handle, spec, inputs, want, order, k, g, mask))
                     continue
             wrong = _first_wrong(g, w)
             if wrong:
@@ -322,23 +277,102 @@ def run_case(handle: Any, spec: _m.Specialization, reference: Any, inputs: list[
         if problems:
             break
     if not problems and len(results) == 2:
-        for k, (f, r) in enumerate(zip(results["forward"], results["reverse"])):
-            same = torch.equal(f.contiguous().view(torch.uint8), r.contiguous().view(torch.uint8)) \
-                if f.dtype != torch.bool else torch.equal(f, r)
-            if not same:
-                diff = (f.double() - r.double()).abs().nan_to_num(float("inf"))
-                idx = [int(i) for i in (diff > 0).nonzero()[0]] if bool((diff > 0).any()) else []
-                lds = sorted(_conflicts)
-                where = (f"; LDS bytes two waves touched with no barrier between: {[hex(a) for a in lds[:8]]}"
-                         f"{f' and {len(lds) - 8} more' if len(lds) > 8 else ''}" if lds else "")
-                problems.append(f"race: output {k} differs between the forward and reverse wave schedules (first at "
-                                f"{idx}): a result that depends on wave order, e.g. LDS read before another wave's "
-                                f"write with no barrier between{where}")
+        problems += _schedule_differences(results)
+    elif problems and _conflicts:  # a wrong result with an LDS race under it: the race is the likely cause
+        problems.append(_race_words())
     if not problems and _conflicts:  # the same outputs either way: listed, not failed (the order did not matter here)
         lds = sorted(_conflicts)
         return "ok", (f"{len(lds)} LDS bytes two waves touched with no barrier between, same outputs in both orders: "
                       f"{[hex(a) for a in lds[:4]]}"), instructions, seconds
     return ("FAIL" if problems else "ok"), "; ".join(problems), instructions, seconds
+
+
+def _race_words() -> str:
+    lds = sorted(_conflicts)
+    more = f" and {len(lds) - 8} more" if len(lds) > 8 else ""
+    return (f"LDS race: LDS bytes two waves touched with no barrier between: {[hex(a) for a in lds[:8]]}{more} "
+            "(a barrier, s_barrier / fx.barrier(), between the write and the other waves' reads is missing)")
+
+
+def _schedule_differences(results: dict[str, tuple[Any, ...]]) -> list[str]:
+    import torch
+
+    problems = []
+    for k, (f, r) in enumerate(zip(results["forward"], results["reverse"])):
+        same = torch.equal(f.contiguous().view(torch.uint8), r.contiguous().view(torch.uint8)) \
+            if f.dtype != torch.bool else torch.equal(f, r)
+        if not same:
+            diff = (f.double() - r.double()).abs().nan_to_num(float("inf"))
+            idx = [int(i) for i in (diff > 0).nonzero()[0]] if bool((diff > 0).any()) else []
+            where = f"; {_race_words()}" if _conflicts else ""
+            problems.append(f"race: output {k} differs between the forward and reverse wave schedules (first at "
+                            f"{idx}): a result that depends on wave order, e.g. LDS read before another wave's "
+                            f"write with no barrier between{where}")
+    return problems
+
+
+def _unwritten(handle: Any, spec: _m.Specialization, inputs: list[Any], want: tuple[Any, ...], order: str, k: int,
+               got: Any, mask: Any) -> str:
+    """Words for the elements of output ``k`` left holding the NaN sentinel where the reference holds a number: for
+    a float output the case runs once more into outputs holding :data:`SECOND_SENTINEL_BYTE`; an element holding it
+    again was never written, one NaN again is a NaN the kernel computed."""
+    import torch
+
+    n = got.numel()
+    if not got.dtype.is_floating_point:
+        first = [int(i) for i in mask.nonzero()[0]]
+        return f"{int(mask.sum())} of {n} elements never written (first at {first})"
+    again, _f, _n, _s, _r = _run_once(handle, spec, inputs, want[:len(handle.manifest.outputs)], order, False,
+                                      second=True)
+    if not again:
+        first = [int(i) for i in mask.nonzero()[0]]
+        return f"{int(mask.sum())} of {n} elements never written (first at {first})"
+    g2 = again[k]
+    filler = torch.full((g2.element_size(),), SECOND_SENTINEL_BYTE, dtype=torch.uint8).view(g2.dtype)
+    never = mask & (g2 == filler[0])  # a finite value: compared as a number
+    nan = mask & ~never & g2.isnan()
+    parts = []
+    if bool(never.any()):
+        parts.append(f"{int(never.sum())} of {n} elements never written (first at "
+                     f"{[int(i) for i in never.nonzero()[0]]})")
+    if bool(nan.any()):
+        parts.append(f"the kernel wrote NaN at {int(nan.sum())} of {n} elements where the reference holds numbers "
+                     f"(first at {[int(i) for i in nan.nonzero()[0]]}); they were written, not left unwritten")
+    rest = mask & ~never & ~nan
+    if bool(rest.any()):
+        parts.append(f"{int(rest.sum())} of {n} elements differ between two runs (first at "
+                     f"{[int(i) for i in rest.nonzero()[0]]}): the kernel reads what it writes")
+    return "; ".join(parts)
+
+
+def _reference_misfit(op: _m.Op, want: tuple[Any, ...]) -> str:
+    """Why the reference's result cannot be the op's outputs (a count or a non-tensor), or ""."""
+    import torch
+
+    if len(want) != len(op.outputs) or not all(isinstance(w, torch.Tensor) for w in want):
+        kinds = ", ".join(type(w).__name__ for w in want) or "nothing"
+        return (f"the reference returned {len(want)} value(s) ({kinds}), the op declares {len(op.outputs)} output(s) "
+                f"({', '.join(o.name for o in op.outputs)}): the reference is wrong, not the kernel; make it return "
+                "one tensor per declared output")
+    return ""
+
+
+def _reference_raised(handle: Any, spec: _m.Specialization, inputs: list[Any], e: BaseException
+                      ) -> tuple[str, str, int, float]:
+    """The reference raised on ``inputs``: not admitted when the guard refuses them anyway (checked by a launch into
+    fresh outputs), else a failure naming the reference."""
+    try:
+        handle.run_specialization(spec.name, *[_verify._same_layout_copy(t) if hasattr(t, "stride") else t
+                                              for t in inputs])
+    except RuntimeError as refused:
+        if "do not fit specialization" in str(refused):
+            return "not admitted", str(refused).splitlines()[0], 0, 0.0
+    except Exception:  # noqa: BLE001 - the kernel's own failure is not what this case reports
+        pass
+    words = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+    return "FAIL", (f"the reference raised {words} on inputs the guard admits: the reference is wrong (or does not "
+                    "take these inputs), not the kernel; fix the reference, or constrain the spec so these inputs "
+                    "fall back"), 0, 0.0
 
 
 # -- the whole bundle ------------------------------------------------------------------------------------------------
@@ -368,24 +402,48 @@ def load_emulated(bundle: str | Path, target: str, namespace: Optional[str] = No
         return flyship.load(bundle, namespace=namespace or f"flyship_e{uuid.uuid4().hex[:10]}")
 
 
-def _base_inputs(op: _m.Op, spec: _m.Specialization, rows: int) -> list[Any]:
+def _base_inputs(op: _m.Op, spec: _m.Specialization, rows: int, example_layout: bool = True) -> list[Any]:
+    """The base case's inputs at ``rows`` rows, in the example's layout (else row-major)."""
     shapes = {k: tuple(v) for k, v in spec.example.shapes.items()}
     first = next((a.name for a in op.args if a.kind == "tensor" and len(shapes.get(a.name, ())) >= 1), None)
-    if first is None or rows == shapes[first][0]:
+    if first is None or (rows == shapes[first][0] and example_layout):
         return _verify.example_inputs(op, spec, "cpu")  # the example's own layout
-    return _verify.example_inputs(op, spec, "cpu", shapes=_resize(shapes, tied(spec, (first, 0)), rows))
+    new = _resize(shapes, tied(spec, (first, 0)), rows)
+    return shaped_inputs(op, spec, new) if example_layout else _verify.example_inputs(op, spec, "cpu", shapes=new)
+
+
+def shaped_inputs(op: _m.Op, spec: _m.Specialization, shapes: dict[str, tuple[int, ...]], seed: int = 0) -> list[Any]:
+    """Inputs of ``shapes`` (:func:`flyship.loader.tools.verify.example_inputs`), each tensor whose example has
+    strides laid out densely in the example's dim order (a column-major example stays column-major at another
+    shape): the layout the code was built for, so the other layouts are :func:`verify.other_layouts`' to try."""
+    import torch
+
+    out = _verify.example_inputs(op, spec, "cpu", seed=seed, shapes=shapes)
+    for i, a in enumerate(op.args):
+        strides = spec.example.strides.get(a.name) if a.kind == "tensor" else None
+        if strides is None or len(strides) != out[i].dim():
+            continue
+        order = tuple(sorted(range(len(strides)), key=lambda d: (-int(strides[d]), d)))
+        t = out[i]
+        store = torch.empty(tuple(t.shape[d] for d in order), dtype=t.dtype)
+        out[i] = store.permute(tuple(order.index(d) for d in range(t.dim()))).copy_(t)
+    return out
+
+
+def _bundle_root(bundle: str | Path) -> Path:
+    """The folder holding ``bundle``'s manifest (a pack is opened as ``flyship.load`` opens it)."""
+    from flyship.bundle import pack as _pack
+
+    root = Path(bundle)
+    return _pack.open_pack(root) if _pack.is_pack(root) else root
 
 
 def bundle_targets(bundle: str | Path) -> tuple[str, ...]:
     """The AMD processors ``bundle`` has code objects for and the emulator models (``verify --emulate``'s default),
     read from its manifest (a pack is opened as ``flyship.load`` opens it)."""
-    from flyship.bundle import pack as _pack
     from flyship.loader.emulate.kernel import MODELLED_TARGETS
 
-    root = Path(bundle)
-    if _pack.is_pack(root):
-        root = _pack.open_pack(root)
-    names = dict.fromkeys(t.split(":", 1)[0] for t in _m.read(root).targets)
+    names = dict.fromkeys(t.split(":", 1)[0] for t in _m.read(_bundle_root(bundle)).targets)
     return tuple(n for n in names if n in MODELLED_TARGETS)
 
 
@@ -398,15 +456,19 @@ def verify_emulated(bundle: str | Path, targets: Optional[Sequence[str]] = None,
     line as it is decided."""
     runs: list[Run] = []
     cubins: set[tuple[str, str, str]] = set()  # (op, specialization, target) of every non-AMD code object
+    asked = bool(targets)  # only these targets' lines; the sm_* code objects are counted in the summary
     targets = tuple(targets) if targets else bundle_targets(bundle) or TARGETS  # none of its own: said per spec
+    private = f"flyship_e{uuid.uuid4().hex[:10]}"  # the namespace this process loads under (never the user's)
+    declared = _m.read(_bundle_root(bundle)).namespace
 
     def add(r: Run) -> None:
+        r = dataclasses.replace(r, note=r.note.replace(f"{private}::", f"{declared}::"))  # the user's op names
         runs.append(r)
         if echo is not None:
             echo(Report((r,)).table().splitlines()[1])
 
     for target in targets:
-        loaded = load_emulated(bundle, target)
+        loaded = load_emulated(bundle, target, namespace=private)
         loaded.check()
         for handle in loaded:
             op = handle.manifest
@@ -424,6 +486,8 @@ def verify_emulated(bundle: str | Path, targets: Optional[Sequence[str]] = None,
                     add(Run(op.name, spec.name, target, "-", "FAIL", "no reference to compare with"))
                     continue
                 _verify_spec(handle, spec, reference, target, shapes, budget_s, add)
+    if asked:
+        return Report(tuple(runs), unasked_cubins=len(cubins))
     for op_name, spec_name, cubin in sorted(cubins):  # said once each, whatever the targets emulated
         add(Run(op_name, spec_name, cubin, "-", "not executed", "the emulator runs AMD code objects only; this one "
                 "was checked at load (rules, code object), not run"))
@@ -447,22 +511,29 @@ def _verify_spec(handle: Any, spec: _m.Specialization, reference: Any, target: s
         return result
 
     rows = base_inputs = None
-    candidates = base_rows(op, spec)
-    for k, n in enumerate(candidates):
-        inputs = _base_inputs(op, spec, n)
-        result = run(f"{n} rows, fresh outputs", inputs, True, quiet_refusal=k + 1 < len(candidates))
+    # In the example's layout; where the guard refuses every row count in it (a bare-pointer operand's guard asks
+    # for contiguous rows whatever the example's strides), row-major: the layout the guard admits, which the
+    # kernel must then compute right.
+    candidates = [(n, True) for n in base_rows(op, spec)]
+    if spec.example.strides:
+        candidates += [(n, False) for n in base_rows(op, spec)]
+    for k, (n, example_layout) in enumerate(candidates):
+        inputs = _base_inputs(op, spec, n, example_layout)
+        layout = "" if example_layout or not spec.example.strides else " (row-major, not the example's layout)"
+        result = run(f"{n} rows{layout}, fresh outputs", inputs, True, quiet_refusal=k + 1 < len(candidates))
         if result != "not admitted":
-            rows, base_inputs = n, inputs
+            rows, base, base_inputs, kept = n, f"{n} rows{layout}", inputs, example_layout
             break
     if base_inputs is None or rows is None:
         return
-    run(f"{rows} rows", base_inputs, False)
+    run(base, base_inputs, False)
     for label, other in _verify.other_layouts(op, base_inputs):
-        run(f"{rows} rows, {label}", other, False)
+        run(f"{base}, {label}", other, False)
     if not shapes:
         return
     for kind, alternatives in shape_groups(op, spec, rows):
         for k, (label, new) in enumerate(alternatives):
-            inputs = _verify.example_inputs(op, spec, "cpu", seed=1, shapes=new)
+            inputs = (shaped_inputs(op, spec, new, seed=1) if kept
+                      else _verify.example_inputs(op, spec, "cpu", seed=1, shapes=new))
             if run(f"{kind}: {label}", inputs, False, quiet_refusal=k + 1 < len(alternatives)) != "not admitted":
                 break

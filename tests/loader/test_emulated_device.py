@@ -92,11 +92,17 @@ def test_an_emulator_error_fails_the_call_with_its_words(example_bundle: Path, e
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
+    from flyship.errors import CallError
+
     ops = _load(example_bundle, emulate_ext, GFX942, monkeypatch)
     probe.fail = "emulate: v_bogus_b32 is not modelled"
-    with pytest.raises(RuntimeError, match=r"emulated launch: ValueError: emulate: v_bogus_b32 is not modelled"):
-        ops.add(torch.randn(8, 16), torch.randn(8, 16))
-    assert probe  # (a failed eager call is tried again on the torch op's path: fast_call.h fast_attempt)
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    torch_op = getattr(torch.ops, ops.namespace).add  # torch.ops.<ns>.add: its own fast entry (torch_op_call.cpp)
+    for call in (lambda: ops.add(x, y), lambda: ops.add.out(x, y, out=torch.empty(8, 16)), lambda: torch_op(x, y)):
+        before = len(probe)
+        with pytest.raises(CallError, match=r"emulated launch: ValueError: emulate: v_bogus_b32 is not modelled"):
+            call()
+        assert len(probe) == before + 1  # refused once: a launch the driver refused is not run again
     probe.fail = ""
     before = len(probe)
     ops.add(torch.randn(8, 16), torch.randn(8, 16))  # the process goes on

@@ -56,6 +56,21 @@ def test_other_layouts_hold_the_same_values_in_padded_transposed_and_every_other
         assert torch.equal(args[0], x) and torch.equal(args[1], w) and args[2] == 1e-6
 
 
+def test_other_layouts_follow_the_inputs_own_dim_order_and_swap_leading_dims():
+    op = type("Op", (), {})()
+    op.args = [type("A", (), {"kind": "tensor", "name": "b"})(), type("A", (), {"kind": "tensor", "name": "q"})()]
+    b = torch.randn(5, 4).t()  # column-major (4, 5): strides (1, 4)
+    q = torch.randn(6, 2, 8)  # (T, H, D)
+    got = {label.split(" (")[0]: args for label, args in V.other_layouts(op, [b, q])}
+    assert list(got) == ["b with padded columns", "b contiguous", "q with padded rows", "q transposed",
+                         "q with dims 0 and 1 swapped in memory"]
+    assert got["b with padded columns"][0].stride() == (1, 7) and got["b contiguous"][0].stride() == (5, 1)
+    assert got["q with padded rows"][1].stride() == (22, 11, 1)  # each token H * (D + 3) apart
+    assert got["q with dims 0 and 1 swapped in memory"][1].stride() == (8, 48, 1)  # q.transpose(0, 1) storage
+    for args in got.values():
+        assert torch.equal(args[0], b) and torch.equal(args[1], q)
+
+
 def _row(ops, name):
     handle = ops[name]
     spec = handle.manifest.specializations[0]
