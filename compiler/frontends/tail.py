@@ -195,15 +195,16 @@ def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layo
         (arg, param), = bad.items()
         raise FrontendError(
             f"{where}: the kernel stores through {param}, bound to input tensor {arg!r}, which the spec declares "
-            f"neither an Output nor mutable; declare Tensor({arg!r}, ..., mutable=True) if the kernel writes it in "
-            f"place (the schema then says Tensor(a!) {arg} and torch.compile sees the write), or make the kernel "
-            "not write it")
+            f"neither an Output nor mutable; declare Tensor({arg!r}, ..., mutable=True) (or op(..., "
+            f"mutable=[{arg!r}])) if the kernel writes it in place (the schema then says Tensor(a!) {arg} and "
+            "torch.compile sees the write), or make the kernel not write it")
     if bad:
         raise FrontendError(
             f"{where}: the kernel stores through {len(bad)} input tensors the spec declares neither an Output nor "
-            f"mutable: {'; '.join(f'{arg!r} ({param})' for arg, param in bad.items())}; declare each "
-            f"{', '.join(f'Tensor({arg!r}, ..., mutable=True)' for arg in bad)} if the kernel writes it in place "
-            "(the schema then says Tensor(a!) and torch.compile sees the write), or make the kernel not write it")
+            f"mutable: {'; '.join(f'{arg!r} ({param})' for arg, param in bad.items())}; if the kernel writes them "
+            f"in place, declare them all at once: op(..., mutable=[{', '.join(map(repr, bad))}]) (the same as "
+            "Tensor(..., mutable=True) on each; the schema then says Tensor(a!) and torch.compile sees the write), "
+            "or make the kernel not write them")
 
 
 def _bound_params(params: frozenset[int], meta: KernelMetadata, layout: KernargLayout) -> dict[str, tuple[int, str]]:

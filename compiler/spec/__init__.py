@@ -124,7 +124,7 @@ def _detect_frontend(kernel: Any) -> str:
 def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], reference: Optional[str] = None,
        doc: str = "", grid: Optional[Sequence[str]] = None, backward: Optional[Backward] = None,
        configs: Optional[Sequence[Any]] = None, key: Optional[Sequence[str]] = None,
-       prune: Optional[Callable[..., Any]] = None) -> OpDecl:
+       prune: Optional[Callable[..., Any]] = None, mutable: Sequence[str] = ()) -> OpDecl:
     """Declare an op.
 
     Args:
@@ -152,10 +152,14 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
             the autotuned kernel names one); ``flyship tune`` keys its table by their values.
         prune: ``prune(configs, named_args) -> configs``, called per target before compiling
             (``named_args`` holds the example call and the target's limits).
+        mutable: the input tensors the kernel writes in place, all at once (``mutable=["KeyCache",
+            "ValueCache"]``): the same as ``Tensor(..., mutable=True)`` on each, which the write check's refusal
+            names in this form.
 
     Raises:
         SpecError: naming the op and what is inconsistent.
     """
+    args = _mark_mutable(name, args, mutable)
     kernel, specs, space = _config_space(name, kernel, args, specs, configs, key, prune)
     kernel = builder_entry(name, kernel)  # a builder's wrapper around a launcher is the entry it is
     frontend = _detect_frontend(kernel)
@@ -179,6 +183,20 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
                         "specs=[...]")
     sf.ops.append(decl)
     return decl
+
+
+def _mark_mutable(name: str, args: Sequence[Param], mutable: Sequence[str]) -> Sequence[Param]:
+    """``args`` with each input Tensor that ``op(..., mutable=[...])`` names declared ``mutable=True``."""
+    if isinstance(mutable, (str, bool)) or not all(isinstance(n, str) for n in mutable):
+        raise SpecError(f"op {name}: mutable: expected a list of the input tensors the kernel writes in place "
+                        f"(mutable=[\"KeyCache\", \"ValueCache\"]), got {mutable!r}")
+    tensors = {a.name for a in args if isinstance(a, Tensor)}
+    unknown = [n for n in mutable if n not in tensors]
+    if unknown:
+        raise SpecError(f"op {name}: mutable={list(mutable)!r}: expected names of the op's input Tensors "
+                        f"({', '.join(sorted(tensors)) or 'none'}), got {', '.join(map(repr, unknown))}; an Output is "
+                        "written by definition, and only a tensor can be written in place")
+    return [dataclasses.replace(a, mutable=True) if isinstance(a, Tensor) and a.name in mutable else a for a in args]
 
 
 def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence[Spec],

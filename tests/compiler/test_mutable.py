@@ -71,6 +71,25 @@ def test_a_flydsl_kernel_that_writes_an_input_it_did_not_declare_fails_naming_it
     # Declared, the same kernel builds, and the manifest says so.
     run_build(_spec(tmp_path, "flydsl", ADD_INTO.replace("MUT", "True")), tmp_path / "ok", ["gfx942"])
     assert M.read(tmp_path / "ok").op("add_into").mutable == ("y",)
+    assert "op(..., mutable=['y'])" in err
+
+
+def test_op_mutable_declares_every_written_input_at_once_as_the_refusal_says(tmp_path):
+    # Issue 34 item 4: upstream's KV-cache writers write two caches; the refusal names the one-line fix for both.
+    body = ADD_INTO.replace("MUT", "False").replace('op("add_into", kernel=add_into,',
+                                                    'op("add_into", kernel=add_into, mutable=["y"],')
+    run_build(_spec(tmp_path, "flydsl", body), tmp_path / "ok", ["gfx942"])
+    op = M.read(tmp_path / "ok").op("add_into")
+    assert op.mutable == ("y",) and [a.name for a in op.args if a.mutable] == ["y"]
+
+
+@pytest.mark.parametrize("value, says", [('["out"]', "expected names of the op's input Tensors (x, y), got 'out'"),
+                                         ("True", "expected a list of the input tensors the kernel writes in place")])
+def test_op_mutable_naming_no_input_tensor_is_refused_before_compiling(tmp_path, value, says):
+    body = ADD_INTO.replace("MUT", "False").replace('op("add_into", kernel=add_into,',
+                                                    f'op("add_into", kernel=add_into, mutable={value},')
+    err = _refused(tmp_path, _spec(tmp_path, "flydsl", body), "gfx942")
+    assert "op add_into: mutable" in err and says in err, err
 
 
 FUSED_TRITON = """
