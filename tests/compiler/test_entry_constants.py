@@ -1,0 +1,78 @@
+"""Issue 34 item 4: constants an entry takes or passes, as upstream FlyDSL's builders do, build as written.
+
+- A literal ``Value`` named after one of the entry's positional parameters is that parameter (the caller passes
+  the constant: upstream's sliding-window attention ``_launch(Q, K, V, O, Q_stride1, ...)``), no longer a constant
+  the entry was assumed to pass its launcher itself (which left the parameter without an argument).
+- An int the entry passes its launcher that is the default of a keyword the caller did not give (upstream's
+  flash attention ``_launch(..., *, block_table_stride=0)`` passes it on as ``block_table_stride``) is that constant, with no ``Value`` to declare; a
+  value the entry computes otherwise is still refused, naming the declaration.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flyship.bundle import manifest as M
+
+from ..conftest import ROOT, run_build
+
+pytestmark = pytest.mark.compile
+
+
+def _build(tmp_path: Path, body: str, check: bool = True):
+    spec = tmp_path / "spec.py"
+    spec.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / 'examples' / 'flydsl')!r})
+        from flyship.compiler.spec import Output, Spec, Tensor, Value, entry, namespace, op
+        from rows import add_one_rows
+        namespace("t")
+    """) + textwrap.dedent(body))
+    return run_build(spec, tmp_path / "o", ["gfx942"], check=check)
+
+
+def _m_field(tmp_path: Path, name: str) -> str:
+    (v,) = M.read(tmp_path / "o").op(name).specializations[0].variants
+    (m,) = [f for f in v.kernargs.fields if f.kind == "expr"]
+    assert v.proof.method == "flydsl-binary" and v.proof.differences == ()
+    return m.expr
+
+
+def test_a_literal_value_named_after_an_entry_parameter_is_passed_to_the_entry(tmp_path):
+    _build(tmp_path, """
+        def f(x, out, m):
+            return add_one_rows(x, out, m, N=1024)
+
+        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "7")],
+           specs=[Spec("r", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))])
+    """)
+    assert _m_field(tmp_path, "r") == "7"
+    assert [a.name for a in M.read(tmp_path / "o").op("r").args] == ["x"]  # a constant: no schema argument
+
+
+def test_an_int_the_entry_passes_from_a_keyword_default_is_that_constant_with_nothing_declared(tmp_path):
+    _build(tmp_path, """
+        def f(x, out, *, m=7):
+            return add_one_rows(x, out, m, N=1024)
+
+        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x")],
+           specs=[Spec("r", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))])
+    """)
+    assert _m_field(tmp_path, "r") == "7"
+
+
+def test_an_int_the_entry_computes_is_still_refused_naming_the_value_to_declare(tmp_path):
+    # m defaults to None and the entry picks 7 itself: no default says it is a constant
+    r = _build(tmp_path, """
+        def f(x, out, *, m=None):
+            return add_one_rows(x, out, 7 if m is None else m, N=1024)
+
+        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x")],
+           specs=[Spec("r", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))])
+    """, check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "entry 'f' passes launcher parameter 'm' the value 7, which is none of the op's scalar arguments" in r.stderr
+    assert "is declared Value('m', '7') in args=" in r.stderr
