@@ -160,7 +160,7 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
         SpecError: naming the op and what is inconsistent.
     """
     args = _mark_mutable(name, args, mutable)
-    kernel, specs, space = _config_space(name, kernel, args, specs, configs, key, prune)
+    kernel, specs, space, args = _config_space(name, kernel, args, specs, configs, key, prune)
     kernel = builder_entry(name, kernel)  # a builder's wrapper around a launcher is the entry it is
     frontend = _detect_frontend(kernel)
     if inspect.isfunction(kernel):  # a plain wrapper the frontend itself accepts: called as the user calls it
@@ -201,9 +201,11 @@ def _mark_mutable(name: str, args: Sequence[Param], mutable: Sequence[str]) -> S
 
 def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence[Spec],
                   configs: Optional[Sequence[Any]], key: Optional[Sequence[str]],
-                  prune: Optional[Callable[..., Any]]) -> tuple[Any, Sequence[Spec], Any]:
+                  prune: Optional[Callable[..., Any]]) -> tuple[Any, Sequence[Spec], Any, Sequence[Param]]:
     """An op's config space (``configs=``, or an autotuned kernel's): the kernel unwrapped, each spec x each config
-    as a specialization, and the :class:`~flyship.compiler.tuning.ConfigSpace` (None without configs)."""
+    as a specialization, the :class:`~flyship.compiler.tuning.ConfigSpace` (None without configs), and ``args``
+    with the compile-time launcher parameters an autotuned FlyDSL kernel's configs set declared
+    (:func:`_tuned_constexprs`)."""
     space = None
     tuned = _tuning.from_autotuner(kernel)
     if tuned is not None:
@@ -214,6 +216,7 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
                             "configs to build: op(..., configs=[Config(...), ...])")
         if configs is None:
             configs = pairs
+        args, names = _tuned_constexprs(kernel, args, names, configs)
         key = key if key is not None else (_tuning.key_from_names(names, args) if names else None)
         prune = prune or auto_prune
     if configs is not None:
@@ -236,7 +239,34 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
         space = ConfigSpace(key=key, configs=table, prune=prune)
     elif key or prune:
         raise SpecError(f"op {name}: key= and prune= go with configs= (a config space); add configs=[Config(...)]")
-    return kernel, specs, space
+    return kernel, specs, space, args
+
+
+def _tuned_constexprs(kernel: Any, args: Sequence[Param], names: Sequence[str],
+                      configs: Sequence[Any]) -> tuple[Sequence[Param], Sequence[str]]:
+    """An autotuned FlyDSL launcher as its autotuner calls it: a compile-time parameter (``fx.Constexpr``) that a
+    config sets and ``args`` does not declare is declared ``Constexpr`` (each config gives its value: upstream's
+    ``Config(BLOCK_THREADS=256)``), and one the key names that neither ``args`` nor a config gives keeps the
+    launcher's default, the same in every call, so it leaves the key (upstream's RMSNorm keys on
+    ``weight_dtype_str``, default ``""``). Returns (args, key names)."""
+    if _detect_frontend(kernel) != "flydsl":
+        return args, names
+    from flyship.compiler.frontends.flydsl.signature import _is_compile_time
+
+    try:
+        params = inspect.signature(getattr(kernel, "func", kernel)).parameters
+    except (TypeError, ValueError):
+        return args, names
+    declared = {a.name for a in args}
+    baked = {n for n, p in params.items() if n not in declared and _is_compile_time(p.annotation)}
+    set_by: set[str] = set()
+    for c in configs:
+        c = c[0] if isinstance(c, tuple) else c
+        c = c if isinstance(c, Config) else _tuning.from_native_config(c)
+        set_by |= set(c.values) if c is not None else set()
+    extra = [n for n in params if n in baked and n in set_by]
+    defaulted = {n for n in baked - set(extra) if params[n].default is not inspect.Parameter.empty}
+    return [*args, *(Constexpr(n) for n in extra)], [n for n in (names or ()) if n not in defaulted]
 
 
 def composite(name: str, *, function: str, args: Sequence[Param], returns: Sequence[str], doc: str = "") -> None:
