@@ -27,12 +27,8 @@ BOTH = ["gfx942", "gfx950"]
 
 # As written: each op names upstream's builder or tuner as upstream's caller does and declares the arguments that
 # caller passes (flat views as flat Tensors, ints as Values), nothing else.
-BUILT = """
+RMS_AUTOTUNED = """
     from kernels.norm.rmsnorm_autotune import _SEARCH_CONFIGS, _rmsnorm_tuner
-    from kernels.attention.swa_gfx950 import build_gqa_attn
-    from kernels.attention.flash_attn_gfx950 import build_flash_attn_dualwave_swp_module
-    from kernels.conv.conv3d_implicit_fp8 import compile_conv3d_implicit_fp8
-    from flydsl.runtime.device import get_rocm_arch
 
     # rmsnorm_autotuned(x, g, out, M) calls _rmsnorm_tuner(x, g, out, M, N=..., dtype_str=..., weight_dtype_str=...);
     # the tuner's configs are a function of the call, so configs= lists them (docs/spec-api.md, "Config spaces").
@@ -43,6 +39,13 @@ BUILT = """
        specs=[Spec("bf16", dtypes={"Input": "bfloat16", "Gamma": "bfloat16"}, shapes={"Input": (M_, N_), "Gamma": (N_,)},
                    constexprs={"N": N_, "dtype_str": "bf16"},
                    constraints=(f"Input.shape[1] == {N_}", f"Gamma.shape[0] == {N_}"))])
+"""
+
+BUILT = RMS_AUTOTUNED + """
+    from kernels.attention.swa_gfx950 import build_gqa_attn
+    from kernels.attention.flash_attn_gfx950 import build_flash_attn_dualwave_swp_module
+    from kernels.conv.conv3d_implicit_fp8 import compile_conv3d_implicit_fp8
+    from flydsl.runtime.device import get_rocm_arch
 
     # test_swa_gfx950.py: launch(q.reshape(-1), k.reshape(-1), v.reshape(-1), out.reshape(-1), H * D, H_KV * D,
     # H_KV * D, H * D, N, N); batch, heads and head_dim are baked in. gfx950 only (upstream's test skips elsewhere).
