@@ -34,34 +34,38 @@ def _build(tmp_path: Path, body: str, check: bool = True):
     return run_build(spec, tmp_path / "o", ["gfx942"], check=check)
 
 
-def _m_field(tmp_path: Path, name: str) -> str:
-    (v,) = M.read(tmp_path / "o").op(name).specializations[0].variants
-    (m,) = [f for f in v.kernargs.fields if f.kind == "expr"]
+def _m_field(m: M.Manifest, name: str) -> str:
+    (v,) = m.op(name).specializations[0].variants
+    (field,) = [f for f in v.kernargs.fields if f.kind == "expr"]
     assert v.proof.method == "flydsl-binary" and v.proof.differences == ()
-    return m.expr
+    return field.expr
 
 
-def test_a_literal_value_named_after_an_entry_parameter_is_passed_to_the_entry(tmp_path):
-    _build(tmp_path, """
-        def f(x, out, m):
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> M.Manifest:
+    tmp = tmp_path_factory.mktemp("entry_constants")
+    _build(tmp, """
+        def by_position(x, out, m):
             return add_one_rows(x, out, m, N=1024)
 
-        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x"), Value("m", "7")],
-           specs=[Spec("r", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))])
-    """)
-    assert _m_field(tmp_path, "r") == "7"
-    assert [a.name for a in M.read(tmp_path / "o").op("r").args] == ["x"]  # a constant: no schema argument
-
-
-def test_an_int_the_entry_passes_from_a_keyword_default_is_that_constant_with_nothing_declared(tmp_path):
-    _build(tmp_path, """
-        def f(x, out, *, m=7):
+        def by_default(x, out, *, m=7):
             return add_one_rows(x, out, m, N=1024)
 
-        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x")],
-           specs=[Spec("r", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))])
+        SPEC = Spec("r", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))
+        op("positional", kernel=entry(by_position), args=[Tensor("x", rank=2), Output("out", like="x"),
+                                                         Value("m", "7")], specs=[SPEC])
+        op("defaulted", kernel=entry(by_default), args=[Tensor("x", rank=2), Output("out", like="x")], specs=[SPEC])
     """)
-    assert _m_field(tmp_path, "r") == "7"
+    return M.read(tmp / "o")
+
+
+def test_a_literal_value_named_after_an_entry_parameter_is_passed_to_the_entry(built):
+    assert _m_field(built, "positional") == "7"
+    assert [a.name for a in built.op("positional").args] == ["x"]  # a constant: no schema argument
+
+
+def test_an_int_the_entry_passes_from_a_keyword_default_is_that_constant_with_nothing_declared(built):
+    assert _m_field(built, "defaulted") == "7"
 
 
 def test_an_int_the_entry_computes_is_still_refused_naming_the_value_to_declare(tmp_path):
