@@ -80,3 +80,30 @@ def test_an_int_the_entry_computes_is_still_refused_naming_the_value_to_declare(
     assert r.returncode == 1, r.stdout + r.stderr
     assert "entry 'f' passes launcher parameter 'm' the value 7, which is none of the op's scalar arguments" in r.stderr
     assert "is declared Value('m', '7') in args=" in r.stderr
+
+
+def test_every_int_an_entry_passes_that_flyship_cannot_bind_is_named_in_one_refusal(tmp_path):
+    # upstream's gfx950 flash attention passes six such ints; one per build cost six builds
+    r = _build(tmp_path, """
+        import flydsl.compiler as flyc
+        import flydsl.expr as fx
+        from rows import ROWS_MAX, TILE_N, add_one_rows_kernel
+
+        @flyc.jit
+        def two_ints(x: fx.Tensor, out: fx.Tensor, m: fx.Int32, k: fx.Int32, N: fx.Constexpr[int],
+                     stream: fx.Stream = fx.Stream(None)):
+            xs = fx.Tensor(fx.make_view(fx.get_iter(x), fx.make_layout((ROWS_MAX, N), (N, 1))))
+            os_ = fx.Tensor(fx.make_view(fx.get_iter(out), fx.make_layout((ROWS_MAX, N), (N, 1))))
+            add_one_rows_kernel(xs, os_, m, N).launch(grid=(m * ((N + TILE_N - 1) // TILE_N), 1, 1),
+                                                      block=(TILE_N, 1, 1), stream=stream)
+
+        def f(x, out, *, m=None):
+            return two_ints(x, out, 7, 9, N=1024)
+
+        op("r", kernel=entry(f), args=[Tensor("x", rank=2), Output("out", like="x")],
+           specs=[Spec("r", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))])
+    """, check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ("entry 'f' passes 2 launcher parameters a value flyship cannot bind to a declared argument: m=7, k=9; "
+            "each needs its own declaration, as for the first: entry 'f' passes launcher parameter 'm' the value 7"
+            ) in r.stderr, r.stderr

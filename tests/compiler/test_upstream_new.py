@@ -63,7 +63,7 @@ BUILT = RMS_AUTOTUNED + """
 
     # flash_attn_interface: exe(q_flat, k_flat, v_flat, o_flat, B, Sq). EDITED: the entry turns its None defaults
     # into ints (stride_q_n = H * D, ...) and passes them on; one example cannot tell flyship whether such an int
-    # is a constant or a size, so they are declared (the refusal names each, one per build).
+    # is a constant or a size, so they are declared (one refusal names all six).
     # The builder itself raises off gfx950 ("requires gfx950+ (uses ds_read_tr16_b64)"): declared only where the
     # target's import can call it (docs/spec-api.md, "Specs that read the target at import").
     if str(get_rocm_arch()) == "gfx950":

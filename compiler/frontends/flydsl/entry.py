@@ -116,6 +116,7 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
     values = op.example_values(spec, example_device(spec, target))
     constants = [(a, values[a.name]) for a in op.args if launcher_constant(a, op)]
     mapped: list = []
+    unbound: list[tuple[str, Any, str]] = []
     for name, value in bound.arguments.items():
         ann = sig.parameters[name].annotation
         if _is_stream(ann) or (ann is not inspect.Parameter.empty and _is_compile_time(ann)):
@@ -146,7 +147,11 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                                     "launcher sees it (a flat 1-D Tensor with rules on its numel, or the dtype the "
                                     "launcher reads) so the entry passes it unchanged")
         elif isinstance(value, (bool, int, float)):
-            hit = [_bind_scalar(op, declared, pos, constants, name, value, where)]
+            try:
+                hit = [_bind_scalar(op, declared, pos, constants, name, value, where)]
+            except FrontendError as e:  # every unbound scalar in one refusal: each fix would cost a rebuild
+                unbound.append((name, value, str(e)))
+                hit = [None]
         else:
             raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
                                 f"{type(value).__module__}.{type(value).__qualname__}, expected a torch tensor (or "
@@ -154,6 +159,14 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                                 "flyship binds only the op's tensors and scalars the entry passes through: pass the "
                                 "tensor itself, or name the launcher in op(kernel=...)")
         mapped.append(hit[0])
+    if len(unbound) == 1:
+        raise FrontendError(unbound[0][2])
+    if unbound:
+        first = unbound[0][2].split(": ", 1)[1]
+        raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes {len(unbound)} launcher parameters a value "
+                            f"flyship cannot bind to a declared argument: "
+                            f"{', '.join(f'{n}={v!r}' for n, v, _ in unbound)}; each needs its own declaration, as "
+                            f"for the first: {first}")
     consts = tuple(a for a in op.args if not isinstance(a, (Tensor, Output, Scalar, Value, Workspace)))
     return op.call_view(tuple(mapped) + consts)
 
