@@ -158,6 +158,7 @@ class CompiledVariant:
         seconds: wall time of the compile.
         then: the launches after this one (each a CompiledVariant without then or workspaces of its own).
         workspaces: the workspaces the launches share, their shapes over the inputs (constexprs written in).
+        writes: the op's input tensors this launch stores through, as the write check found them.
     """
 
     target: str
@@ -178,6 +179,7 @@ class CompiledVariant:
     seconds: float = 0.0
     then: tuple["CompiledVariant", ...] = ()
     workspaces: tuple[Workspace, ...] = ()
+    writes: tuple[str, ...] = ()  # the op's input tensors the kernel stores through (for op(..., mutable=True))
 
 
 class Frontend(abc.ABC):

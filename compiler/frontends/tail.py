@@ -120,6 +120,11 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         raise FrontendError(str(e)) from None
     if build.written is not None:
         check_writes(op, build.written, meta, layout, where)
+    elif op.mutable_written:
+        raise FrontendError(f"{where}: op(..., mutable=True): expected the frontend to tell which tensors the kernel "
+                            "stores through, got nothing it could read; name them: op(..., mutable=[...])")
+    tensors = {a.name for a in op.args if isinstance(a, Tensor)}
+    writes = tuple(n for n in _bound_params(build.written or frozenset(), meta, layout) if n in tensors)
     constraints = (*build.constraints, *op.constraints(spec))
     grid, shapes, scalars = example_grid(op, spec, build.launch.grid, constraints, where,
                                          target=build.target)
@@ -136,7 +141,7 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         target=build.target, code_object=build.code_object, format=build.format, symbol=build.symbol,
         code_object_version=co_version, metadata=meta, kernargs=layout, launch=build.launch, proof=build.proof,
         toolchain=build.toolchain, example_grid=build.example_grid, constraints=build.constraints,
-        alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa)
+        alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa, writes=writes)
 
 
 def check_unread(launches: list[tuple[KernelBuild, CompiledVariant, str]]) -> None:
@@ -183,6 +188,8 @@ def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layo
     """
     explicit = [a for a in meta.args if not a.hidden]
     by_offset = {f.offset: f for f in layout.fields if f.kind == "pointer"}
+    if op.mutable_written:
+        return  # op(..., mutable=True): every input it stores through is mutable (the variant's writes)
     read_only = {a.name for a in op.args if isinstance(a, Tensor) and not a.mutable}
     bad: dict[str, str] = {}  # every undeclared tensor at once: each fix would otherwise cost a rebuild
     for i in sorted(written):

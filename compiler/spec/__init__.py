@@ -124,7 +124,7 @@ def _detect_frontend(kernel: Any) -> str:
 def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], reference: Optional[str] = None,
        doc: str = "", grid: Optional[Sequence[str]] = None, backward: Optional[Backward] = None,
        configs: Optional[Sequence[Any]] = None, key: Optional[Sequence[str]] = None,
-       prune: Optional[Callable[..., Any]] = None, mutable: Sequence[str] = ()) -> OpDecl:
+       prune: Optional[Callable[..., Any]] = None, mutable: Sequence[str] | bool = ()) -> OpDecl:
     """Declare an op.
 
     Args:
@@ -154,12 +154,14 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
             (``named_args`` holds the example call and the target's limits).
         mutable: the input tensors the kernel writes in place, all at once (``mutable=["KeyCache",
             "ValueCache"]``): the same as ``Tensor(..., mutable=True)`` on each, which the write check's refusal
-            names in this form.
+            names in this form; ``mutable=True``: every input tensor the compiled kernel stores through, as the
+            write check finds them (the union over specs and targets), is mutable in the manifest.
 
     Raises:
         SpecError: naming the op and what is inconsistent.
     """
-    args = _mark_mutable(name, args, mutable)
+    written = mutable is True
+    args = _mark_mutable(name, args, () if written else mutable)
     kernel, specs, space, args = _config_space(name, kernel, args, specs, configs, key, prune)
     kernel = builder_entry(name, kernel)  # a builder's wrapper around a launcher is the entry it is
     frontend = _detect_frontend(kernel)
@@ -170,7 +172,7 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
     decl = OpDecl(name=name, kernel=kernel, args=tuple(args), specs=tuple(specs), reference=reference,
                   doc=doc or (getattr(getattr(first, "fn", first), "__doc__", "") or "").strip().split("\n")[0],
                   grid=tuple(grid) if grid else None, frontend=frontend, backward=_backward(name, backward),
-                  tuning=space)
+                  tuning=space, mutable_written=written)
     validate(decl)
     expanded = _frontends_get(frontend).expand_specs(decl)
     if expanded != decl.specs:  # e.g. Triton's JIT variant + the generic one (docs/triton.md)
@@ -189,7 +191,8 @@ def _mark_mutable(name: str, args: Sequence[Param], mutable: Sequence[str]) -> S
     """``args`` with each input Tensor that ``op(..., mutable=[...])`` names declared ``mutable=True``."""
     if isinstance(mutable, (str, bool)) or not all(isinstance(n, str) for n in mutable):
         raise SpecError(f"op {name}: mutable: expected a list of the input tensors the kernel writes in place "
-                        f"(mutable=[\"KeyCache\", \"ValueCache\"]), got {mutable!r}")
+                        f"(mutable=[\"KeyCache\", \"ValueCache\"]) or True (every one the kernel writes), got "
+                        f"{mutable!r}")
     tensors = {a.name for a in args if isinstance(a, Tensor)}
     unknown = [n for n in mutable if n not in tensors]
     if unknown:

@@ -26,6 +26,7 @@ class OpDecl:
     frontend: str
     backward: Optional[Backward] = None
     tuning: Any = None  # flyship.compiler.tuning.ConfigSpace when declared with configs= (docs/tuning.md)
+    mutable_written: bool = False  # op(..., mutable=True): every input tensor the kernel writes is mutable
 
     @property
     def key(self) -> tuple[str, ...]:
