@@ -42,8 +42,9 @@ ROPE = """
              *(f"{c}.shape[2] == {KH}" for c in ("KeyCache", "ValueCache")),
              *(f"{c}.shape[3] == {D}" for c in ("KeyCache", "ValueCache")),
              *(f"{c}.shape[1] == {D // 2}" for c in ("CosCache", "SinCache")))
-    # upstream's kernel writes both caches in place: declared at once (Tensor(..., mutable=True) on each is the same)
-    op("rope_cache", mutable=["KeyCache", "ValueCache"], kernel=build_fused_rope_cache_module(head_dim=D, num_q_heads=QH, num_kv_heads=KH,
+    # upstream's kernel writes both caches in place: mutable=True makes mutable what the kernel writes (the write
+    # check finds both caches; mutable=["KeyCache", "ValueCache"] or Tensor(..., mutable=True) on each is the same)
+    op("rope_cache", mutable=True, kernel=build_fused_rope_cache_module(head_dim=D, num_q_heads=QH, num_kv_heads=KH,
                                                          block_size=BLOCK, is_neox=True, flash_layout=True,
                                                          dtype_str="bf16"),
        args=[Tensor("Q", rank=3), Tensor("K", rank=3), Tensor("V", rank=3), Tensor("Positions", rank=1),
@@ -145,7 +146,8 @@ def test_upstream_rope_kv_cache_as_written_without_mutable_is_refused_naming_bot
         tmp_path, upstream):
     # Writing a KV cache in place must be declared (the schema says Tensor(a!), torch.compile sees the write); the
     # refusal names both caches and the one-line fix, which the test above uses.
-    body = ROPE.replace('op("rope_cache", mutable=["KeyCache", "ValueCache"],', 'op("rope_cache",')
+    body = ROPE.replace('op("rope_cache", mutable=True,', 'op("rope_cache",')
+    assert body != ROPE
     spec = tmp_path / "spec.py"
     spec.write_text(textwrap.dedent(f"""
         import sys
