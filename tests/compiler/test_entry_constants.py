@@ -1,8 +1,9 @@
 """Issue 34 item 4: constants an entry takes or passes, as upstream FlyDSL's builders do, build as written.
 
-- A literal ``Value`` named after one of the entry's positional parameters is that parameter (the caller passes
-  the constant: upstream's sliding-window attention ``_launch(Q, K, V, O, Q_stride1, ...)``), no longer a constant
-  the entry was assumed to pass its launcher itself (which left the parameter without an argument).
+- A literal ``Value`` declared where the entry's positional parameter of its name falls is that parameter (the
+  caller passes the constant: upstream's sliding-window attention ``_launch(Q, K, V, O, Q_stride1, ...)``), no
+  longer a constant the entry was assumed to pass its launcher itself (which left the parameter without an
+  argument); elsewhere it is still such a constant, as before.
 - An int the entry passes its launcher that is the default of a keyword the caller did not give (upstream's
   flash attention ``_launch(..., *, block_table_stride=0)`` passes it on as ``block_table_stride``) is that constant, with no ``Value`` to declare; a
   value the entry computes otherwise is still refused, naming the declaration.
@@ -51,10 +52,15 @@ def built(tmp_path_factory) -> M.Manifest:
         def by_default(x, out, *, m=7):
             return add_one_rows(x, out, m, N=1024)
 
+        def passes_on(x, out, tile=256, m=7):  # Value("m", "7") third falls on tile: a constant, as before
+            return add_one_rows(x, out, m, N=1024)
+
         SPEC = Spec("r", dtypes={"x": "float32"}, shapes={"x": (64, 1024)}, constraints=("x.shape[1] == 1024",))
         op("positional", kernel=entry(by_position), args=[Tensor("x", rank=2), Output("out", like="x"),
                                                          Value("m", "7")], specs=[SPEC])
         op("defaulted", kernel=entry(by_default), args=[Tensor("x", rank=2), Output("out", like="x")], specs=[SPEC])
+        op("passed_on", kernel=entry(passes_on), args=[Tensor("x", rank=2), Output("out", like="x"),
+                                                      Value("m", "7")], specs=[SPEC])
     """)
     return M.read(tmp / "o")
 
@@ -66,6 +72,10 @@ def test_a_literal_value_named_after_an_entry_parameter_is_passed_to_the_entry(b
 
 def test_an_int_the_entry_passes_from_a_keyword_default_is_that_constant_with_nothing_declared(built):
     assert _m_field(built, "defaulted") == "7"
+
+
+def test_a_literal_value_off_its_parameters_position_stays_a_constant_the_entry_passes(built):
+    assert _m_field(built, "passed_on") == "7"
 
 
 def test_an_int_the_entry_computes_is_still_refused_naming_the_value_to_declare(tmp_path):
