@@ -282,6 +282,12 @@ class Frontend(abc.ABC):
         """
         return None
 
+    def compile_time_parameters(self, kernel: Any) -> dict[str, bool]:
+        """The parameters of ``kernel`` (a bare launcher, as :meth:`read_autotuner` returns it) that the DSL bakes
+        into the code, each with whether it has a default (an autotuned launcher's config may set one the op does
+        not declare: :func:`flyship.compiler.spec._tuned_constexprs`). Default: none."""
+        return {}
+
     def read_config(self, config: Any) -> Optional[Config]:
         """``config`` as a :class:`~flyship.compiler.configs.Config` when it is this DSL's own config object
         (``op(configs=[<DSL config>, ...])``), else None. Default: None.

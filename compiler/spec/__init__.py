@@ -247,28 +247,23 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
 
 def _tuned_constexprs(kernel: Any, args: Sequence[Param], names: Sequence[str],
                       configs: Sequence[Any]) -> tuple[Sequence[Param], Sequence[str]]:
-    """An autotuned FlyDSL launcher as its autotuner calls it: a compile-time parameter (``fx.Constexpr``) that a
+    """An autotuned launcher as its autotuner calls it (the frontend says which parameters are compile-time:
+    FlyDSL's ``fx.Constexpr``; Triton's, none here): a compile-time parameter that a
     config sets and ``args`` does not declare is declared ``Constexpr`` (each config gives its value: upstream's
     ``Config(BLOCK_THREADS=256)``), and one the key names that neither ``args`` nor a config gives keeps the
     launcher's default, the same in every call, so it leaves the key (upstream's RMSNorm keys on
     ``weight_dtype_str``, default ``""``). Returns (args, key names)."""
-    if _detect_frontend(kernel) != "flydsl":
+    baked = {n: d for n, d in _frontends_get(_detect_frontend(kernel)).compile_time_parameters(kernel).items()
+             if n not in {a.name for a in args}}
+    if not baked:
         return args, names
-    from flyship.compiler.frontends.flydsl.signature import _is_compile_time
-
-    try:
-        params = inspect.signature(getattr(kernel, "func", kernel)).parameters
-    except (TypeError, ValueError):
-        return args, names
-    declared = {a.name for a in args}
-    baked = {n for n, p in params.items() if n not in declared and _is_compile_time(p.annotation)}
     set_by: set[str] = set()
     for c in configs:
         c = c[0] if isinstance(c, tuple) else c
         c = c if isinstance(c, Config) else _tuning.from_native_config(c)
         set_by |= set(c.values) if c is not None else set()
-    extra = [n for n in params if n in baked and n in set_by]
-    defaulted = {n for n in baked - set(extra) if params[n].default is not inspect.Parameter.empty}
+    extra = [n for n in baked if n in set_by]
+    defaulted = {n for n, has_default in baked.items() if has_default and n not in extra}
     return [*args, *(Constexpr(n) for n in extra)], [n for n in (names or ()) if n not in defaulted]
 
 
