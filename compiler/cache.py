@@ -190,6 +190,8 @@ def task_key(op: Any, spec: Any, target: str, context: dict[str, Any], sources: 
     """
     decl = {"name": op.name, "frontend": op.frontend, "grid": op.grid,
             "args": [{"kind": type(a).__name__, **dataclasses.asdict(a)} for a in op.args]}
+    if getattr(op, "mutable_written", False):  # op(..., mutable=True): the write check does not refuse
+        decl["mutable_written"] = True
     if getattr(op, "launches", ()):  # a multi-launch op: each kernel's parameters and grid
         decl["launches"] = [{"args": list(k.args), "grid": list(k.grid), "options": k.options} for k in op.launches]
     return digest({"format": CACHE_FORMAT, "context": context, "target": target, "op": decl,

@@ -158,6 +158,7 @@ class CompiledVariant:
         seconds: wall time of the compile.
         then: the launches after this one (each a CompiledVariant without then or workspaces of its own).
         workspaces: the workspaces the launches share, their shapes over the inputs (constexprs written in).
+        writes: the op's input tensors this launch stores through, as the write check found them.
     """
 
     target: str
@@ -178,6 +179,7 @@ class CompiledVariant:
     seconds: float = 0.0
     then: tuple["CompiledVariant", ...] = ()
     workspaces: tuple[Workspace, ...] = ()
+    writes: tuple[str, ...] = ()  # the op's input tensors the kernel stores through (for op(..., mutable=True))
 
 
 class Frontend(abc.ABC):
@@ -279,6 +281,12 @@ class Frontend(abc.ABC):
             SpecError: an autotuner whose configs flyship cannot build.
         """
         return None
+
+    def compile_time_parameters(self, kernel: Any) -> dict[str, bool]:
+        """The parameters of ``kernel`` (a bare launcher, as :meth:`read_autotuner` returns it) that the DSL bakes
+        into the code, each with whether it has a default (an autotuned launcher's config may set one the op does
+        not declare: :func:`flyship.compiler.spec._tuned_constexprs`). Default: none."""
+        return {}
 
     def read_config(self, config: Any) -> Optional[Config]:
         """``config`` as a :class:`~flyship.compiler.configs.Config` when it is this DSL's own config object

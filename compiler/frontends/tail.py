@@ -121,6 +121,11 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         raise FrontendError(str(e)) from None
     if build.written is not None:
         check_writes(op, build.written, meta, layout, where)
+    elif op.mutable_written:
+        raise FrontendError(f"{where}: op(..., mutable=True): expected the frontend to tell which tensors the kernel "
+                            "stores through, got nothing it could read; name them: op(..., mutable=[...])")
+    tensors = {a.name for a in op.args if isinstance(a, Tensor)}
+    writes = tuple(n for n in _bound_params(build.written or frozenset(), meta, layout) if n in tensors)
     constraints = (*build.constraints, *op.constraints(spec))
     grid, shapes, scalars = example_grid(op, spec, build.launch.grid, constraints, where,
                                          target=build.target)
@@ -137,7 +142,7 @@ def _finish_one(fe: Frontend, op: OpDecl, spec: Spec, build: KernelBuild, where:
         target=build.target, code_object=build.code_object, format=build.format, symbol=build.symbol,
         code_object_version=co_version, metadata=meta, kernargs=layout, launch=build.launch, proof=build.proof,
         toolchain=build.toolchain, example_grid=build.example_grid, constraints=build.constraints,
-        alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa)
+        alignment=dict(build.alignment), tensor_abi=dict(build.tensor_abi), isa=build.isa, writes=writes)
 
 
 def check_unread(launches: list[tuple[KernelBuild, CompiledVariant, str]],
@@ -185,6 +190,8 @@ def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layo
     """
     explicit = [a for a in meta.args if not a.hidden]
     by_offset = {f.offset: f for f in layout.fields if f.kind == "pointer"}
+    if op.mutable_written:
+        return  # op(..., mutable=True): every input it stores through is mutable (the variant's writes)
     read_only = {a.name for a in op.args if isinstance(a, Tensor) and not a.mutable}
     bad: dict[str, str] = {}  # every undeclared tensor at once: each fix would otherwise cost a rebuild
     for i in sorted(written):
@@ -197,15 +204,16 @@ def check_writes(op: OpDecl, written: frozenset[int], meta: KernelMetadata, layo
         (arg, param), = bad.items()
         raise FrontendError(
             f"{where}: the kernel stores through {param}, bound to input tensor {arg!r}, which the spec declares "
-            f"neither an Output nor mutable; declare Tensor({arg!r}, ..., mutable=True) if the kernel writes it in "
-            f"place (the schema then says Tensor(a!) {arg} and torch.compile sees the write), or make the kernel "
-            "not write it")
+            f"neither an Output nor mutable; declare Tensor({arg!r}, ..., mutable=True) (or op(..., "
+            f"mutable=[{arg!r}])) if the kernel writes it in place (the schema then says Tensor(a!) {arg} and "
+            "torch.compile sees the write), or make the kernel not write it")
     if bad:
         raise FrontendError(
             f"{where}: the kernel stores through {len(bad)} input tensors the spec declares neither an Output nor "
-            f"mutable: {'; '.join(f'{arg!r} ({param})' for arg, param in bad.items())}; declare each "
-            f"{', '.join(f'Tensor({arg!r}, ..., mutable=True)' for arg in bad)} if the kernel writes it in place "
-            "(the schema then says Tensor(a!) and torch.compile sees the write), or make the kernel not write it")
+            f"mutable: {'; '.join(f'{arg!r} ({param})' for arg, param in bad.items())}; if the kernel writes them "
+            f"in place, declare them all at once: op(..., mutable=[{', '.join(map(repr, bad))}]) (the same as "
+            "Tensor(..., mutable=True) on each; the schema then says Tensor(a!) and torch.compile sees the write), "
+            "or make the kernel not write them")
 
 
 def _bound_params(params: frozenset[int], meta: KernelMetadata, layout: KernargLayout) -> dict[str, tuple[int, str]]:

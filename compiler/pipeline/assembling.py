@@ -94,11 +94,14 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
                                           variants=tuple(sorted(g["variants"], key=lambda x: x.target))))
     if not op.key:  # a config space's candidates share a guard by design: a tuning table picks among them
         check_reachable(op.name, specs)
+    # op(..., mutable=True): the inputs some launch of some variant stores through (the write check's finding)
+    written = {n for (o, _s, _t), v in results.items() if o == op.name for step in (v, *v.then)
+               for n in getattr(step, "writes", ())} if op.mutable_written else set()
     args = []
     for a in op.args:
         if isinstance(a, Tensor):
             args.append(M.Arg(name=a.name, kind="tensor", rank=a.rank, dtypes=tuple(sorted(dtypes_seen[a.name])),
-                              mutable=a.mutable, batch=bool(a.batch)))
+                              mutable=a.mutable or a.name in written, batch=bool(a.batch)))
         elif isinstance(a, Scalar):
             args.append(M.Arg(name=a.name, kind=a.type, default=a.default))
     outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o), batch=op.output_batch(o),

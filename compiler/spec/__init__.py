@@ -124,7 +124,7 @@ def _detect_frontend(kernel: Any) -> str:
 def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], reference: Optional[str] = None,
        doc: str = "", grid: Optional[Sequence[str]] = None, backward: Optional[Backward] = None,
        configs: Optional[Sequence[Any]] = None, key: Optional[Sequence[str]] = None,
-       prune: Optional[Callable[..., Any]] = None) -> OpDecl:
+       prune: Optional[Callable[..., Any]] = None, mutable: Sequence[str] | bool = ()) -> OpDecl:
     """Declare an op.
 
     Args:
@@ -152,11 +152,17 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
             the autotuned kernel names one); ``flyship tune`` keys its table by their values.
         prune: ``prune(configs, named_args) -> configs``, called per target before compiling
             (``named_args`` holds the example call and the target's limits).
+        mutable: the input tensors the kernel writes in place, all at once (``mutable=["KeyCache",
+            "ValueCache"]``): the same as ``Tensor(..., mutable=True)`` on each, which the write check's refusal
+            names in this form; ``mutable=True``: every input tensor the compiled kernel stores through, as the
+            write check finds them (the union over specs and targets), is mutable in the manifest.
 
     Raises:
         SpecError: naming the op and what is inconsistent.
     """
-    kernel, specs, space = _config_space(name, kernel, args, specs, configs, key, prune)
+    written = mutable is True
+    args = _mark_mutable(name, args, () if written else mutable)
+    kernel, specs, space, args = _config_space(name, kernel, args, specs, configs, key, prune)
     kernel = builder_entry(name, kernel)  # a builder's wrapper around a launcher is the entry it is
     frontend = _detect_frontend(kernel)
     if inspect.isfunction(kernel):  # a plain wrapper the frontend itself accepts: called as the user calls it
@@ -166,7 +172,7 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
     decl = OpDecl(name=name, kernel=kernel, args=tuple(args), specs=tuple(specs), reference=reference,
                   doc=doc or (getattr(getattr(first, "fn", first), "__doc__", "") or "").strip().split("\n")[0],
                   grid=tuple(grid) if grid else None, frontend=frontend, backward=_backward(name, backward),
-                  tuning=space)
+                  tuning=space, mutable_written=written)
     validate(decl)
     expanded = _frontends_get(frontend).expand_specs(decl)
     if expanded != decl.specs:  # e.g. Triton's JIT variant + the generic one (docs/triton.md)
@@ -181,11 +187,28 @@ def op(name: str, *, kernel: Any, args: Sequence[Param], specs: Sequence[Spec], 
     return decl
 
 
+def _mark_mutable(name: str, args: Sequence[Param], mutable: Sequence[str]) -> Sequence[Param]:
+    """``args`` with each input Tensor that ``op(..., mutable=[...])`` names declared ``mutable=True``."""
+    if isinstance(mutable, (str, bool)) or not all(isinstance(n, str) for n in mutable):
+        raise SpecError(f"op {name}: mutable: expected a list of the input tensors the kernel writes in place "
+                        f"(mutable=[\"KeyCache\", \"ValueCache\"]) or True (every one the kernel writes), got "
+                        f"{mutable!r}")
+    tensors = {a.name for a in args if isinstance(a, Tensor)}
+    unknown = [n for n in mutable if n not in tensors]
+    if unknown:
+        raise SpecError(f"op {name}: mutable={list(mutable)!r}: expected names of the op's input Tensors "
+                        f"({', '.join(sorted(tensors)) or 'none'}), got {', '.join(map(repr, unknown))}; an Output is "
+                        "written by definition, and only a tensor can be written in place")
+    return [dataclasses.replace(a, mutable=True) if isinstance(a, Tensor) and a.name in mutable else a for a in args]
+
+
 def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence[Spec],
                   configs: Optional[Sequence[Any]], key: Optional[Sequence[str]],
-                  prune: Optional[Callable[..., Any]]) -> tuple[Any, Sequence[Spec], Any]:
+                  prune: Optional[Callable[..., Any]]) -> tuple[Any, Sequence[Spec], Any, Sequence[Param]]:
     """An op's config space (``configs=``, or an autotuned kernel's): the kernel unwrapped, each spec x each config
-    as a specialization, and the :class:`~flyship.compiler.tuning.ConfigSpace` (None without configs)."""
+    as a specialization, the :class:`~flyship.compiler.tuning.ConfigSpace` (None without configs), and ``args``
+    with the compile-time launcher parameters an autotuned FlyDSL kernel's configs set declared
+    (:func:`_tuned_constexprs`)."""
     space = None
     tuned = _tuning.from_autotuner(kernel)
     if tuned is not None:
@@ -196,6 +219,7 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
                             "configs to build: op(..., configs=[Config(...), ...])")
         if configs is None:
             configs = pairs
+        args, names = _tuned_constexprs(kernel, args, names, configs)
         key = key if key is not None else (_tuning.key_from_names(names, args) if names else None)
         prune = prune or auto_prune
     if configs is not None:
@@ -218,7 +242,29 @@ def _config_space(name: str, kernel: Any, args: Sequence[Param], specs: Sequence
         space = ConfigSpace(key=key, configs=table, prune=prune)
     elif key or prune:
         raise SpecError(f"op {name}: key= and prune= go with configs= (a config space); add configs=[Config(...)]")
-    return kernel, specs, space
+    return kernel, specs, space, args
+
+
+def _tuned_constexprs(kernel: Any, args: Sequence[Param], names: Sequence[str],
+                      configs: Sequence[Any]) -> tuple[Sequence[Param], Sequence[str]]:
+    """An autotuned launcher as its autotuner calls it (the frontend says which parameters are compile-time:
+    FlyDSL's ``fx.Constexpr``; Triton's, none here): a compile-time parameter that a
+    config sets and ``args`` does not declare is declared ``Constexpr`` (each config gives its value: upstream's
+    ``Config(BLOCK_THREADS=256)``), and one the key names that neither ``args`` nor a config gives keeps the
+    launcher's default, the same in every call, so it leaves the key (upstream's RMSNorm keys on
+    ``weight_dtype_str``, default ``""``). Returns (args, key names)."""
+    baked = {n: d for n, d in _frontends_get(_detect_frontend(kernel)).compile_time_parameters(kernel).items()
+             if n not in {a.name for a in args}}
+    if not baked:
+        return args, names
+    set_by: set[str] = set()
+    for c in configs:
+        c = c[0] if isinstance(c, tuple) else c
+        c = c if isinstance(c, Config) else _tuning.from_native_config(c)
+        set_by |= set(c.values) if c is not None else set()
+    extra = [n for n in baked if n in set_by]
+    defaulted = {n for n, has_default in baked.items() if has_default and n not in extra}
+    return [*args, *(Constexpr(n) for n in extra)], [n for n in (names or ()) if n not in defaulted]
 
 
 def composite(name: str, *, function: str, args: Sequence[Param], returns: Sequence[str], doc: str = "",

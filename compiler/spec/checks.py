@@ -4,6 +4,8 @@ example shapes, launches)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, Callable
 
 from flyship.bundle import expr as _expr
@@ -48,6 +50,12 @@ def validate(d: OpDecl) -> None:
         except BundleError as e:
             raise SpecError(f"{e}; a key is an integer expression over the inputs") from None
     head = manifest_head(d)
+    if d.mutable_written:  # which inputs the kernel writes is known after compiling: judge the head as if it may
+        if d.backward is not None:  # write any of them (the manifest's rules judge what it does write)
+            raise SpecError(f"{w}: mutable=True with a backward: an op that writes an input cannot be the forward of "
+                            "an autograd pair; declare the op's writes as Outputs, or drop backward=")
+        head = dataclasses.replace(head, args=tuple(dataclasses.replace(a, mutable=a.kind == "tensor")
+                                                    for a in head.args))
     _by_rule_book(lambda: _rules.check_op_head(head, w))
     _validate_workspaces(d, w)
     from flyship.compiler import frontends

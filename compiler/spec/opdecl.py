@@ -27,6 +27,7 @@ class OpDecl:
     backward: Optional[Backward] = None
     tuning: Any = None  # flyship.compiler.tuning.ConfigSpace when declared with configs= (docs/tuning.md)
     launch_options: Any = None  # in a launch_view: that Launch's own options, over the spec's (Launch.options)
+    mutable_written: bool = False  # op(..., mutable=True): every input tensor the kernel writes is mutable
 
     @property
     def key(self) -> tuple[str, ...]:

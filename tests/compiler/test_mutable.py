@@ -71,6 +71,29 @@ def test_a_flydsl_kernel_that_writes_an_input_it_did_not_declare_fails_naming_it
     # Declared, the same kernel builds, and the manifest says so.
     run_build(_spec(tmp_path, "flydsl", ADD_INTO.replace("MUT", "True")), tmp_path / "ok", ["gfx942"])
     assert M.read(tmp_path / "ok").op("add_into").mutable == ("y",)
+    assert "op(..., mutable=['y'])" in err
+
+
+def test_op_mutable_declares_every_written_input_at_once_as_the_refusal_says(tmp_path):
+    # Issue 34 item 4: upstream's KV-cache writers write two caches; the refusal names the one-line fix for both.
+    # mutable=True: the inputs the write check finds the kernel storing through (y, not x) are the mutable ones.
+    one = ADD_INTO.replace("MUT", "False")
+    body = one.replace('op("add_into", kernel=add_into,', 'op("listed", kernel=add_into, mutable=["y"],') + \
+        one.split("\n", 2)[2].replace('op("add_into", kernel=add_into,', 'op("found", kernel=add_into, mutable=True,')
+    run_build(_spec(tmp_path, "flydsl", body), tmp_path / "ok", ["gfx942"])
+    for name in ("listed", "found"):
+        op = M.read(tmp_path / "ok").op(name)
+        assert op.mutable == ("y",) and [a.name for a in op.args if a.mutable] == ["y"], name
+
+
+@pytest.mark.parametrize("value, says", [('["out"]', "expected names of the op's input Tensors (x, y), got 'out'"),
+                                         ('"y"', "expected a list of the input tensors the kernel writes in place "
+                                                 '(mutable=["KeyCache", "ValueCache"]) or True')])
+def test_op_mutable_naming_no_input_tensor_is_refused_before_compiling(tmp_path, value, says):
+    body = ADD_INTO.replace("MUT", "False").replace('op("add_into", kernel=add_into,',
+                                                    f'op("add_into", kernel=add_into, mutable={value},')
+    err = _refused(tmp_path, _spec(tmp_path, "flydsl", body), "gfx942")
+    assert "op add_into: mutable" in err and says in err, err
 
 
 FUSED_TRITON = """

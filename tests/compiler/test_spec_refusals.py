@@ -54,7 +54,7 @@ def test_the_write_check_names_every_undeclared_tensor_a_kernel_writes_in_one_bu
     assert r.returncode == 1, r.stdout + r.stderr
     assert ("the kernel stores through 2 input tensors the spec declares neither an Output nor mutable: 'x' "
             "(parameter 0 (x, offset 0)); 'w' (parameter 1 (w, offset 8))") in r.stderr, r.stderr
-    assert "Tensor('x', ..., mutable=True), Tensor('w', ..., mutable=True)" in r.stderr
+    assert "declare them all at once: op(..., mutable=['x', 'w'])" in r.stderr
 
 
 def test_an_output_like_an_input_with_its_own_dtype_is_built_with_that_dtype(tmp_path):

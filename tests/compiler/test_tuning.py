@@ -258,3 +258,30 @@ def test_an_autotuner_key_naming_a_constexpr_gives_no_key_expression():
     with pytest.raises(SpecError, match="autotune key 'eps': expected an input tensor, a Value, an int Scalar or a "
                                         "Constexpr of the op, got Scalar"):
         T.key_from_names(["eps"], args)
+
+
+def test_an_autotuned_flydsl_launcher_declares_the_constexprs_its_configs_set_and_keys_past_its_defaults():
+    """upstream rmsnorm_autotune as written: Config(BLOCK_THREADS=...) sets a launcher Constexpr the call does not
+    pass, and the key names weight_dtype_str, a Constexpr left at its default: the first is declared from the
+    configs, the second leaves the key (one value in every call); both were refused (issue 34 item 4)."""
+    flydsl = pytest.importorskip("flydsl", reason="needs FlyDSL 0.5.0; it would read flydsl.autotune")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "examples" / "flydsl"))
+    from elementwise import add
+
+    tuned = flydsl.autotune(configs=[flydsl.Config(VEC=4), flydsl.Config(VEC=8)], key=["x", "VEC"])(add)
+    args = FLY_ARGS[:3]  # x, y, out: VEC undeclared
+
+    def run():
+        S.namespace("tuned_cx")
+        S.op("add", kernel=tuned, args=args, specs=[FLY_BASE])
+
+    op = S.run_spec_file("t.py", run).ops[0]
+    assert [(type(a).__name__, a.name) for a in op.args][3:] == [("Constexpr", "VEC")]
+    assert [s.constexprs for s in op.specs] == [{"VEC": 4}, {"VEC": 8}] and op.key == ("x.shape[0]", "x.shape[1]")
+    # the defaulted Constexpr in the key, with no config setting it: out of the key, not refused
+    tuned = flydsl.autotune(configs=[flydsl.Config(waves_per_eu=1), flydsl.Config(waves_per_eu=2)],
+                            key=["x", "VEC"])(add)
+    op = S.run_spec_file("t.py", run).ops[0]
+    assert [a.name for a in op.args] == ["x", "y", "out"] and op.key == ("x.shape[0]", "x.shape[1]")

@@ -42,12 +42,14 @@ ROPE = """
              *(f"{c}.shape[2] == {KH}" for c in ("KeyCache", "ValueCache")),
              *(f"{c}.shape[3] == {D}" for c in ("KeyCache", "ValueCache")),
              *(f"{c}.shape[1] == {D // 2}" for c in ("CosCache", "SinCache")))
-    op("rope_cache", kernel=build_fused_rope_cache_module(head_dim=D, num_q_heads=QH, num_kv_heads=KH,
+    # upstream's kernel writes both caches in place: mutable=True makes mutable what the kernel writes (the write
+    # check finds both caches; mutable=["KeyCache", "ValueCache"] or Tensor(..., mutable=True) on each is the same)
+    op("rope_cache", mutable=True, kernel=build_fused_rope_cache_module(head_dim=D, num_q_heads=QH, num_kv_heads=KH,
                                                          block_size=BLOCK, is_neox=True, flash_layout=True,
                                                          dtype_str="bf16"),
        args=[Tensor("Q", rank=3), Tensor("K", rank=3), Tensor("V", rank=3), Tensor("Positions", rank=1),
              Tensor("CosCache", rank=2), Tensor("SinCache", rank=2), Tensor("SlotMapping", rank=1),
-             Tensor("KeyCache", rank=4, mutable=True), Tensor("ValueCache", rank=4, mutable=True),
+             Tensor("KeyCache", rank=4), Tensor("ValueCache", rank=4),
              Output("Q_out", like="Q"), Output("K_out", like="K"), Value("num_tokens", "Q.shape[0]"),
              Tensor("KScale", rank=1), Tensor("VScale", rank=1)],
        specs=[Spec("bf16", dtypes={"Q": "bfloat16", "K": "bfloat16", "V": "bfloat16", "Positions": "int32",
@@ -62,12 +64,13 @@ ROPE = """
 """
 
 # flydsl_flash_attn_func calls exe(q, k, v, out, B, S) on BSHD tensors; the builder returns _guarded(*args,
-# **kwargs), which passes Out for the unused LSE / cu_seqlens / block-table slots and 0 as the block-table stride.
+# **kwargs), which passes Out for the unused LSE / cu_seqlens / block-table slots and its keyword default
+# block_table_stride=0 as the block-table stride: declared as written, those six arguments and nothing else.
 FLASH = """
     from kernels.attention.flash_attn_generic import build_flash_attn_func_module
     B, S, H, D = 2, 256, 8, 128
     ARGS = [Tensor("Q", rank=4), Tensor("K", rank=4), Tensor("V", rank=4), Output("O", like="Q"),
-            Value("batch_size", "Q.shape[0]"), Value("seq_len", "Q.shape[1]"), Value("block_table_stride", "0")]
+            Value("batch_size", "Q.shape[0]"), Value("seq_len", "Q.shape[1]")]
     F16 = {"Q": "float16", "K": "float16", "V": "float16"}
     SHAPES = {"Q": (B, S, H, D), "K": (B, S, H, D), "V": (B, S, H, D)}
     # K and V match Q; the heads and head_dim are baked into the build; the returned function refuses seq_len < 1.
@@ -134,3 +137,25 @@ def test_upstream_flash_attention_builders_taking_star_args_build_causal_and_not
         assert text[("fa_causal", arch)] != text[("fa", arch)], arch
     guard = m.op("fa").specializations[0].guard
     assert "Q.shape[1] % 64 == 0" in guard.constraints
+    # the block-table stride the entry passes from its keyword default is a constant 0 in the kernargs
+    for v in m.op("fa").specializations[0].variants:
+        assert ("i32", "0") in [(f.type, f.expr) for f in v.kernargs.fields if f.kind == "expr"]
+
+
+def test_upstream_rope_kv_cache_as_written_without_mutable_is_refused_naming_both_caches_in_one_line(
+        tmp_path, upstream):
+    # Writing a KV cache in place must be declared (the schema says Tensor(a!), torch.compile sees the write); the
+    # refusal names both caches and the one-line fix, which the test above uses.
+    body = ROPE.replace('op("rope_cache", mutable=True,', 'op("rope_cache",')
+    assert body != ROPE
+    spec = tmp_path / "spec.py"
+    spec.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(upstream)!r})
+        from flyship.compiler.spec import Output, Spec, Tensor, Value, namespace, op
+        namespace("upstream")
+    """) + textwrap.dedent(body))
+    r = run_build(spec, tmp_path / "o", ["gfx942"], check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "the kernel stores through 2 input tensors the spec declares neither an Output nor mutable" in r.stderr
+    assert "declare them all at once: op(..., mutable=['KeyCache', 'ValueCache'])" in r.stderr

@@ -12,7 +12,7 @@ from flyship.bundle.manifest import DTYPES
 from flyship.compiler.frontends.base import FrontendError, example_device
 from flyship.compiler.frontends.flydsl.signature import (_is_compile_time, _is_stream, entry_arguments,
                                                          launcher_constant, launcher_name)
-from flyship.compiler.spec import OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
+from flyship.compiler.spec import Entry, OpDecl, Output, Scalar, Spec, Tensor, Value, Workspace
 
 
 def _torch_dtype(name: str) -> Any:
@@ -114,8 +114,9 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
     bound = sig.bind(*args, **kwargs)
     declared = entry_arguments(op)
     values = op.example_values(spec, example_device(spec, target))
-    constants = [(a, values[a.name]) for a in op.args if launcher_constant(a)]
+    constants = [(a, values[a.name]) for a in op.args if launcher_constant(a, op)]
     mapped: list = []
+    unbound: list[tuple[str, Any, str]] = []
     for name, value in bound.arguments.items():
         ann = sig.parameters[name].annotation
         if _is_stream(ann) or (ann is not inspect.Parameter.empty and _is_compile_time(ann)):
@@ -146,7 +147,11 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                                     "launcher sees it (a flat 1-D Tensor with rules on its numel, or the dtype the "
                                     "launcher reads) so the entry passes it unchanged")
         elif isinstance(value, (bool, int, float)):
-            hit = [_bind_scalar(op, declared, pos, constants, name, value, where)]
+            try:
+                hit = [_bind_scalar(op, declared, pos, constants, name, value, where)]
+            except FrontendError as e:  # every unbound scalar in one refusal: each fix would cost a rebuild
+                unbound.append((name, value, str(e)))
+                hit = [None]
         else:
             raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes launcher parameter {name!r} a "
                                 f"{type(value).__module__}.{type(value).__qualname__}, expected a torch tensor (or "
@@ -154,6 +159,14 @@ def _entry_binding(op: OpDecl, spec: Spec, jit: Any, args: tuple, kwargs: dict, 
                                 "flyship binds only the op's tensors and scalars the entry passes through: pass the "
                                 "tensor itself, or name the launcher in op(kernel=...)")
         mapped.append(hit[0])
+    if len(unbound) == 1:
+        raise FrontendError(unbound[0][2])
+    if unbound:
+        first = unbound[0][2].split(": ", 1)[1]
+        raise FrontendError(f"{where}: entry {op.kernel.__name__!r} passes {len(unbound)} launcher parameters a value "
+                            f"flyship cannot bind to a declared argument: "
+                            f"{', '.join(f'{n}={v!r}' for n, v, _ in unbound)}; each needs its own declaration, as "
+                            f"for the first: {first}")
     consts = tuple(a for a in op.args if not isinstance(a, (Tensor, Output, Scalar, Value, Workspace)))
     return op.call_view(tuple(mapped) + consts)
 
@@ -171,6 +184,8 @@ def _bind_scalar(op: OpDecl, declared: list, pos: list, constants: list, name: s
         # else the one named as the launcher's parameter; never a guess by value
         hit = ([a for a, v in zip(declared, pos) if v is value and a in hit]
                or [a for a in hit if a.name == name] or hit)
+    if not hit and (default := _entry_default(op, name, value)) is not None:
+        return default
     if len(hit) != 1:
         shape = _shape_hint(op, pos, name, value) if not hit else ""
         constant = (f"; {'else ' if shape else ''}a constant the entry passes itself (a fixed size, pinned "
@@ -189,6 +204,48 @@ def _bind_scalar(op: OpDecl, declared: list, pos: list, constants: list, name: s
                             f"value {value!r}, which is {'none' if not hit else 'more than one'} of the op's "
                             f"scalar arguments{several}{constant}")
     return hit[0]
+
+
+def _entry_default(op: OpDecl, name: str, value: Any) -> Value | None:
+    """The constant ``Value(name, "<value>")`` when the int ``value`` the entry passes launcher parameter ``name``
+    is the default of a keyword of that name the caller did not pass (upstream's flash attention:
+    ``_launch(..., *, block_table_stride=0)`` passes ``block_table_stride`` on to its launcher): a default is fixed
+    when the entry is defined, so the kernel may take it as a constant. Looked up in the entry and the functions
+    it closes over (a wrapper around the function that has the default), a few levels deep; None when no such
+    default, or several that disagree."""
+    import inspect
+
+    if type(value) is not int or not isinstance(op.kernel, Entry):
+        return None
+    seen: set[int] = set()
+    found: list[Any] = []
+    level = [op.kernel.fn]
+    for _ in range(4):  # the entry, what it wraps, and two levels below: upstream's builders nest two
+        nxt = []
+        for fn in level:
+            if id(fn) in seen or len(seen) >= 32:
+                continue
+            seen.add(id(fn))
+            try:
+                p = inspect.signature(fn).parameters.get(name)
+            except (TypeError, ValueError):
+                p = None
+            if p is not None and p.default is not inspect.Parameter.empty:
+                found.append(p.default)
+            cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _filled(c)]
+            nxt += [f for f in (*cells, getattr(fn, "__wrapped__", None)) if inspect.isfunction(f)]
+        level = nxt
+    if found and all(type(d) is int and d == value for d in found):
+        return Value(name, str(value))
+    return None
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell (a closure variable not yet assigned)
+        return False
+    return True
 
 
 def _wrapped_tensor(value: Any) -> Any:

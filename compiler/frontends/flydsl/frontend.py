@@ -29,8 +29,8 @@ from flyship.compiler.frontends.base import BuildContext, Frontend, KernelBuild,
 from flyship.compiler.frontends.flydsl import assemble as _assemble
 from flyship.compiler.frontends.flydsl import versions as _versions
 from flyship.compiler.frontends.flydsl.launches import _artefacts, _launch_builds, _layout
-from flyship.compiler.frontends.flydsl.signature import (COMPILE_HINT_OPTIONS, check_options, check_signature,
-                                                         reaches_launcher)
+from flyship.compiler.frontends.flydsl.signature import (COMPILE_HINT_OPTIONS, _is_compile_time, check_options,
+                                                         check_signature, reaches_launcher)
 from flyship.compiler.frontends.flydsl.trace import LauncherCall, _trace
 from flyship.compiler.spec import Entry, OpDecl, Spec
 
@@ -99,6 +99,14 @@ class FlydslFrontend(Frontend):
             return None
         return Autotuned(kernel.fn, native_pairs(kernel, self.read_config, "flydsl"), list(kernel.key),
                          kernel.prune_configs_by)
+
+    def compile_time_parameters(self, kernel: Any) -> dict[str, bool]:
+        try:
+            params = inspect.signature(getattr(kernel, "func", kernel)).parameters
+        except (TypeError, ValueError):
+            return {}
+        return {n: p.default is not inspect.Parameter.empty for n, p in params.items()
+                if _is_compile_time(p.annotation)}
 
     def read_config(self, config: Any) -> Config | None:
         # FlyDSL 0.5.0 flydsl.autotune.Config: kwargs and num_warps are keywords of the launcher (Constexprs of

@@ -11,17 +11,49 @@ from flyship.compiler.frontends.base import FrontendError
 from flyship.compiler.spec import Constexpr, Entry, OpDecl, Output, Scalar, Tensor, Value, Workspace
 
 
-def launcher_constant(a: Any) -> bool:
+def _literal(a: Any) -> bool:
+    return isinstance(a, Value) and (a.expr.strip().lstrip("+-").isdigit() or a.float_literal() is not None)
+
+
+def launcher_constant(a: Any, op: OpDecl | None = None) -> bool:
     """A ``Value`` whose expression is an integer literal (``Value("block", "128")``): in an entry's
     declaration, the constant the entry itself passes to a launcher (``launcher(x, out, 128)``), not one of the
-    entry's parameters."""
-    return isinstance(a, Value) and (a.expr.strip().lstrip("+-").isdigit() or a.float_literal() is not None)
+    entry's parameters. Given ``op``, a literal ``Value`` that falls where the entry's positional parameter of its
+    name is (``Value("Q_stride1", "4096")`` fifth for ``_launch(Q, K, V, O, Q_stride1, ...)``) is that parameter, a
+    constant the caller passes, not one the entry passes itself (:func:`entry_arguments`)."""
+    if not _literal(a):
+        return False
+    return op is None or not any(b is a for b in entry_arguments(op))
+
+
+def _entry_positional(op: OpDecl) -> list[str]:
+    """The names of the op's entry's positional parameters in order (those flyship can pass a declared argument);
+    none when the kernel is no entry."""
+    import inspect
+
+    if not isinstance(op.kernel, Entry):
+        return []
+    try:
+        params = inspect.signature(op.kernel.fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def entry_arguments(op: OpDecl) -> list[Tensor | Output | Scalar | Value]:
     """What flyship passes an entry, in order: its declared Tensor/Output/Scalar/Value parameters, but not the
-    constants the entry passes its launchers itself (:func:`launcher_constant`)."""
-    return [a for a in op.args if isinstance(a, (Tensor, Output, Scalar, Value)) and not launcher_constant(a)]
+    constants the entry passes its launchers itself: a literal ``Value`` is passed only where it falls on the
+    entry's positional parameter of its name (so a spec whose constants the entry passes on itself reads as
+    before)."""
+    names = _entry_positional(op)
+    out: list = []
+    for a in op.args:
+        if not isinstance(a, (Tensor, Output, Scalar, Value)):
+            continue
+        if _literal(a) and not (len(out) < len(names) and names[len(out)] == a.name):
+            continue
+        out.append(a)
+    return out
 
 
 def pointer_parameters(kernel: Any) -> set[str]:
