@@ -173,8 +173,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", default=str(ROOT / "artifacts" / "training"), help="the training bundle")
     ap.add_argument("--out", default="/tmp/out", help="folder for inplace_pair.json / .md")
-    ap.add_argument("--calls", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cpu: the bench's mechanics on the references (no measurement)")
     a = ap.parse_args(argv)
