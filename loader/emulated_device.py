@@ -23,7 +23,7 @@ from typing import Any, Iterator, Sequence
 from flyship.bundle.frozen import frozen
 from flyship.errors import ConfigError
 
-SCHEDULES = ("forward", "reverse")
+SCHEDULES = ("forward", "reverse", "serial")  # flyship.loader.emulate.kernel.SCHEDULES
 DEFAULT_TARGET = "gfx942:sramecc+:xnack-"
 
 
@@ -54,7 +54,8 @@ _state = _State()
 @contextlib.contextmanager
 def schedule(order: str) -> Iterator[None]:
     """Run the launches of this thread inside the block with waves of a workgroup ordered ``order`` between
-    barriers: ``"forward"`` (wave 0 first) or ``"reverse"``. A result that changes with the order is a race."""
+    barriers: ``"forward"`` / ``"reverse"`` (lockstep, wave 0 or the last wave first) or ``"serial"`` (one wave at a
+    time, the last first). A result that changes with the order is a race."""
     if order not in SCHEDULES:
         raise ConfigError(f"emulated_device.schedule: expected one of {', '.join(SCHEDULES)}, got {order!r}")
     before, _state.schedule = _state.schedule, order

@@ -35,7 +35,9 @@ def run(image: bytes, symbol: str, *, grid: tuple[int, int, int], block: tuple[i
         kernargs: the explicit kernel argument bytes (hidden arguments are filled as the HIP runtime does).
         memory: the global memory the kernel may touch.
         schedule: ``"forward"`` or ``"reverse"``: the order of the waves in the lockstep batch (whose write lands
-            last where two waves write one address in one instruction).
+            last where two waves write one address in one instruction); ``"serial"``: one wave at a time, last wave
+            first, each alone until it waits at a barrier or ends (slow: a wave-instruction per step; it shows an
+            LDS race that lockstep hides, a read of bytes another wave writes later in program order).
         target: the processor to pick from an offload bundle.
         max_instructions: refuse a launch that runs more wave-instructions than this (a loop that never ends).
 

@@ -206,8 +206,8 @@ def _initial_sgprs(d: Descriptor, kernarg_addr: int, dispatch_addr: int, kernarg
 def run_kernel(image: bytes, symbol: str, grid, block, dynamic_lds: int, kernargs: bytes, memory: Memory,
                schedule: str, target: str | None, max_instructions: int) -> RunStats:
     t0, c0 = time.perf_counter(), time.process_time()
-    if schedule not in ("forward", "reverse"):
-        raise refuse(f"run: expected schedule 'forward' or 'reverse', got {schedule!r}")
+    if schedule not in SCHEDULES:
+        raise refuse(f"run: expected schedule one of {', '.join(SCHEDULES)}, got {schedule!r}")
     grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
     if len(grid) != 3 or len(block) != 3 or min(grid + block) < 1 or block[0] * block[1] * block[2] > 1024:
         raise refuse(f"run: expected 3 positive grid (workgroups) and block (work-items, at most 1024) extents, "
@@ -243,7 +243,7 @@ def run_kernel(image: bytes, symbol: str, grid, block, dynamic_lds: int, kernarg
         w = _batch(d, user, chunk, nwaves, nthreads, wi, lds_bytes, memory, schedule)
         # the hardware's float ops raise no exceptions: 1/0 is inf, inf-inf is NaN (numpy would warn)
         with np.errstate(all="ignore"):
-            stats.instructions += _run_batch(prog, w, budget, max_instructions)
+            stats.instructions += _run_batch(prog, w, budget, max_instructions, schedule == "serial")
         conflicts |= w.lds.conflicts
         stats.waves += w.n
         stats.workgroups += len(chunk)
@@ -270,7 +270,7 @@ def _batch(d: Descriptor, user: list, chunk: list, nwaves: int, nthreads: int, w
     """The waves of the workgroups ``chunk`` as one lockstep batch, in ``schedule`` order (``reverse``: the last
     wave of the last workgroup first), with their initial registers."""
     entries = [(g, k) for g in range(len(chunk)) for k in range(nwaves)]
-    if schedule == "reverse":
+    if schedule in ("reverse", "serial"):
         entries.reverse()
     gi = np.array([g for g, _ in entries], np.int64)
     ki = np.array([k for _, k in entries], np.int64)
@@ -292,11 +292,14 @@ def _batch(d: Descriptor, user: list, chunk: list, nwaves: int, nthreads: int, w
     return w
 
 
-def _run_batch(prog: Program, w: Wave, budget: list, limit: int) -> int:
+def _run_batch(prog: Program, w: Wave, budget: list, limit: int, serial: bool = False) -> int:
     """Run a batch of waves in lockstep: every instruction executes once for all waves at the same PC (``w.act``).
     When a branch's waves disagree, the waves at the lowest PC run first and the others join them when their PCs
     meet (reconvergence); ``s_barrier`` holds a wave until no wave can run, then releases them all and starts a new
-    LDS epoch (a workgroup's waves all wait there, or ended). Returns the wave-instructions executed."""
+    LDS epoch (a workgroup's waves all wait there, or ended). ``serial``: one wave at a time instead, the first
+    runnable in batch order running alone until it waits at a barrier or ends (the ``serial`` schedule: an order in
+    which one wave's LDS writes land before or after another's whole turn, which lockstep never shows). Returns the
+    wave-instructions executed."""
     ops = prog.ops
     n = w.n
     pcs = np.zeros(n, np.int64)
@@ -306,6 +309,11 @@ def _run_batch(prog: Program, w: Wave, budget: list, limit: int) -> int:
     pc = 0
     stop = _NEVER  # the lowest PC of a runnable wave outside the active set: meeting it merges them
     nact = n
+    if serial and n > 1:
+        first = np.zeros(n, bool)
+        first[0] = True
+        w.set_act(first)
+        nact = 1
     while True:
         steps = 0
         r = None
@@ -350,15 +358,21 @@ def _run_batch(prog: Program, w: Wave, budget: list, limit: int) -> int:
             wait[:] = False  # every live wave waits at a barrier: release them
             w.lds.epoch += 1
             runnable = ~done
-        lo = pcs[runnable].min()
-        act = runnable & (pcs == lo)
-        others = runnable & ~act
-        stop = int(pcs[others].min()) if others.any() else _NEVER
-        pc = int(lo)
+        if serial:
+            act = np.zeros(n, bool)
+            act[int(np.flatnonzero(runnable)[0])] = True
+            stop = _NEVER
+        else:
+            act = runnable & (pcs == pcs[runnable].min())
+            others = runnable & ~act
+            stop = int(pcs[others].min()) if others.any() else _NEVER
+        pc = int(pcs[act][0])
         nact = int(act.sum())
         w.set_act(act)
 
 
+# forward / reverse: lockstep, the batch in wave order or last wave first; serial: one wave at a time (last first)
+SCHEDULES = ("forward", "reverse", "serial")
 _NEVER = 1 << 62
 # A batch holds whole workgroups: at most this many waves (VGPRs: 128 KiB a wave) and LDS bytes (plus 16 bytes of
 # race record per LDS byte).

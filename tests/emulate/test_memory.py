@@ -116,6 +116,39 @@ def test_an_lds_race_shows_in_the_two_schedules_and_in_the_conflict_record():
     assert st.lds_conflicts == [0, 1, 2, 3]
 
 
+LDS_BROADCAST_RACE = """
+  v_lshrrev_b32 v6, 6, v0
+  v_mov_b32 v7, 0
+  v_mov_b32 v8, 7
+  v_cmp_eq_u32 vcc, 0, v6
+  s_and_saveexec_b64 s[20:21], vcc
+  ds_write_b32 v7, v8
+  s_waitcnt lgkmcnt(0)
+  s_or_b64 exec, exec, s[20:21]
+  ds_read_b32 v4, v7
+  s_waitcnt lgkmcnt(0)
+  v_mov_b32 v5, v6
+  s_mov_b64 exec, -1
+  global_store_dword v1, v4, s[4:5]
+  global_store_dword v1, v5, s[4:5] offset:512
+"""
+
+
+def test_a_read_before_another_waves_write_shows_only_when_waves_take_whole_turns():
+    # Wave 0 writes LDS[0] = 7 and every wave reads it with no barrier between. In lockstep the write (earlier in
+    # program order) always lands first, so both lockstep orders read 7; the serial schedule runs the last wave's whole
+    # turn first, which reads the 0 that was there, as hardware may. The conflict record names the bytes either way.
+    img = assemble(LDS_BROADCAST_RACE, "gfx942", lds=64, store=False)
+    for order in ("forward", "reverse"):
+        out, st = run_lanes(img, np.r_[IN, IN], np.r_[IN, IN], block=128, out_words=256, schedule=order)
+        assert (out[:128] == 7).all(), order
+        assert st.lds_conflicts == [0, 1, 2, 3], order
+    out, st = run_lanes(img, np.r_[IN, IN], np.r_[IN, IN], block=128, out_words=256, schedule="serial")
+    np.testing.assert_array_equal(out[:128], np.repeat([7, 0], 64))
+    np.testing.assert_array_equal(out[128:], np.repeat([0, 1], 64))
+    assert st.lds_conflicts == [0, 1, 2, 3]
+
+
 def test_lds_writes_by_one_wave_read_after_a_barrier_are_no_conflict():
     img = assemble(LDS_RACE.replace("v_mov_b32 v7, 0", "v_lshlrev_b32 v7, 2, v6"), "gfx942", lds=64, store=False)
     out, st = run_lanes(img, np.r_[IN, IN], np.r_[IN, IN], block=128, out_words=256)

@@ -81,7 +81,7 @@ def test_a_fixed_per_token_stride_is_refused_on_admitted_layouts(beyond: Any) ->
 def test_an_lds_race_is_named_with_its_lds_addresses(beyond: Any) -> None:
     _, report = beyond
     base = _row(report, "lds_broadcast", "8 rows, fresh")
-    assert base.result == "FAIL" and base.note.startswith("reverse: output 'out': 512 of 1024 elements wrong"), base
+    assert base.result == "FAIL" and base.note.startswith("serial: output 'out': 512 of 1024 elements wrong"), base
     assert "LDS race: LDS bytes two waves touched with no barrier between: ['0x0', '0x1'" in base.note, base.note
 
 
