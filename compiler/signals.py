@@ -3,12 +3,17 @@
 * SIGTERM unwinds as Ctrl-C does (every layer handles KeyboardInterrupt: the pools are stopped, the scratch folder
   removed) and the program then exits 143 (128 + SIGTERM), as a shell reports a process that SIGTERM ended; Ctrl-C
   exits 1 ("Aborted!", click's word). A KeyboardInterrupt that reaches the program's top is reported in one line.
-* Neither lands in the middle of a DSL's native import. A Python signal handler runs between bytecodes, so one
-  that raises while FlyDSL's MLIR libraries are being imported leaves a half-initialized extension module behind
-  whose static state the exit handlers and destructors then touch: SIGTERM during the spec file's import crashed
-  the build in 5 of 36 runs (SIGSEGV inside the MLIR libraries, once SIGABRT; issue 32). While a module of
-  :data:`DEFERRED` executes, SIGTERM and SIGINT are blocked (``pthread_sigmask``) for the importing thread; one that
-  arrives meanwhile stays pending and is handled the moment the import ends, so it is deferred, never lost.
+* Neither lands in the middle of a native library's import. A Python signal handler runs between bytecodes, so one
+  that raises while torch's or FlyDSL's native modules are being imported raises inside code those modules call
+  back (pybind11 turns it into a C++ exception that nothing catches: ``terminate called after throwing an instance
+  of 'pybind11::error_already_set'``, SIGABRT, seen in torch.distributed's import), leaves a half-initialized
+  extension module whose static state the exit handlers then touch (SIGSEGV), or is swallowed by the library (the
+  build ran on and wrote its bundle): 5 of 36 runs in issue 32's trial, 3 of 80 in round 4's
+  (scripts/sigterm_trial.py). While a module of :data:`DEFERRED` executes: SIGTERM and SIGINT are blocked
+  (``pthread_sigmask``) for the importing thread, so its system calls are not interrupted; and since the kernel
+  then hands a process-directed signal to another thread (torch starts one at import), whose C handler still asks
+  the main thread to run the Python handler between two bytecodes of the import, that handler only records it
+  while the main thread is in such a block (:func:`deferred`); the block's end raises it. Deferred, never lost.
 * A second Ctrl-C or SIGTERM, while the first still unwinds, ends the process at once and quietly (one line on
   stderr, no traceback): the workers die with it (``PR_SET_PDEATHSIG``), and the next build removes what is left
   (:func:`flyship.compiler.hygiene.sweep_leftovers`).
@@ -22,24 +27,34 @@ import importlib.machinery
 import os
 import signal
 import sys
+import threading
 from typing import Any, Iterator, Optional, Sequence
 
 # Top-level packages whose imports load native libraries a signal must not interrupt (FlyDSL's MLIR bindings,
 # Triton's libtriton). Their submodules are covered as they execute inside the package's import, or on their own.
-DEFERRED = ("flydsl", "triton")
+DEFERRED = ("torch", "flydsl", "triton")
 _SIGNALS = {signal.SIGTERM, signal.SIGINT}
 _received: list[int] = []  # the signals that ended the build, in order (empty: none)
+_depth = [0]  # how many deferred blocks the main thread is in
+_held = [False]  # a first signal arrived while the main thread was in one: raised when the outermost one ends
 
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """SIGTERM and SIGINT held back for this thread while the block runs, then delivered (their handlers run the
-    moment the block ends). Nested blocks keep them blocked until the outermost one ends."""
+    """SIGTERM and SIGINT held back while the block runs, then delivered: blocked for this thread, and, in the main
+    thread (where Python runs its handlers), recorded instead of raised when another thread took one; the outermost
+    block's end raises it (module docstring)."""
+    main = threading.current_thread() is threading.main_thread()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    _depth[0] += main
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _depth[0] -= main
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # one pending for this thread is handled from here on
+        if main and _depth[0] == 0 and _held[0]:
+            _held[0] = False
+            raise KeyboardInterrupt
 
 
 class _DeferringLoader(importlib.abc.Loader):
@@ -88,6 +103,9 @@ def _terminated(signum: int, frame: object) -> None:
     _received.append(signum)
     if len(_received) == 1 and not _unwinding[0]:
         return  # the build is over and its exit is under way: only the status changes
+    if len(_received) == 1 and _depth[0]:
+        _held[0] = True  # the main thread is inside a native import: raised when it ends (:func:`deferred`)
+        return
     if len(_received) > 1:
         name = signal.Signals(signum).name
         try:

@@ -169,6 +169,37 @@ except KeyboardInterrupt:
     assert r.stdout.strip() == "after import, module whole: False", r.stdout + r.stderr
 
 
+def test_a_signal_another_thread_takes_during_a_deferred_import_is_raised_after_it(tmp_path):
+    """torch starts a thread at import: the kernel then hands SIGTERM to that thread (the importing one blocks it),
+    and Python would run the handler in the main thread between two bytecodes of the import. It must only record it
+    there (raised inside torch's import, it became an uncaught C++ exception: SIGABRT, or was swallowed: a build
+    that ran on; issue 32, scripts/sigterm_trial.py)."""
+    pkg = tmp_path / "flyship_deferred_thr"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "import builtins, os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "end = time.monotonic() + 0.5\n"
+        "while time.monotonic() < end:  # bytecodes, between which Python runs handlers\n"
+        "    pass\n"
+        "builtins.FLYSHIP_WHOLE = True\n")
+    code = f"""
+import sys, threading, time
+sys.path.insert(0, {str(tmp_path)!r})
+from flyship.compiler import signals
+signals.install(("flyship_deferred_thr",))
+threading.Thread(target=time.sleep, args=(5,), daemon=True).start()  # started unblocked, as torch's is
+try:
+    import flyship_deferred_thr
+    print("no signal")
+except KeyboardInterrupt:
+    import builtins
+    print("after import, module whole:", getattr(builtins, "FLYSHIP_WHOLE", False))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "after import, module whole: True", r.stdout + r.stderr
+
+
 def test_deferring_blocks_sigterm_and_sigint_for_the_block_only():
     with signals.deferred():
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
