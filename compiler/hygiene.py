@@ -346,7 +346,8 @@ def scratch_dir() -> Iterator[Path]:
     clean_stale(tmp, SCRATCH_PREFIX)
     path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=tmp))
     try:
-        yield path
+        with _signals.on_abort(lambda: shutil.rmtree(path, ignore_errors=True)):
+            yield path
     finally:
         # Whole, even when SIGTERM or Ctrl-C arrives meanwhile (it is handled right after): a removal cut short
         # leaves a half-removed folder (1 of 50 SIGTERMs at random points of a build did, issue 32).
@@ -484,7 +485,8 @@ def output_lock(out_dir: Path) -> Iterator[None]:
             break
         os.close(fd)  # our file was removed by the build before us after we opened it: lock the path's own file
     try:
-        yield
+        with _signals.on_abort(lambda: os.unlink(path)):  # still held: the process ends right after
+            yield
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)  # while still holding the lock: see above
