@@ -19,10 +19,13 @@ Guarantees (docs/compile-stage.md, "What a build leaves behind"):
 * ``--force`` swaps the new bundle in atomically (``renameat2(RENAME_EXCHANGE)`` on Linux); where the
   kernel or file system cannot exchange, two renames with a window between them, after which a later
   build restores the old bundle if a crash fell in that window.
-* Concurrent builds into one path: the first holds a file lock next to the output; the others fail at
-  once, saying so. The lock file is removed when the build ends (:func:`output_lock` says why that is safe).
+* Concurrent builds into one path: the first holds a file lock next to the output and writes its pid, host and
+  start time into it (:class:`LockHolder`); the others fail at once, naming it. The lock file is removed when the
+  build ends (:func:`output_lock` says why that is safe).
 * What a killed build leaves (its scratch folder, its staging siblings, a ``--force``'s included, its lock file) the
-  next build removes first, whatever its output, once the owner is gone (:func:`sweep_leftovers`).
+  next build removes first, whatever its output, once the owner is gone (:func:`sweep_leftovers`); a lock file
+  still held by a process the killed build forked counts as gone when its record names a process of this host
+  that has ended and the kernel names no live process as its locker (:func:`_holder_gone`).
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ import ctypes.util
 import errno
 import fcntl
 import io
+import json
 import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -320,22 +325,106 @@ def sweep_leftovers(out_dir: Path) -> list[Path]:
 
 
 def _unlink_unheld_lock(path: Path) -> bool:
-    """Unlink the lock file ``path`` when no process holds it (a killed build's): taken without waiting, checked to
-    be the file the path names, unlinked while held."""
+    """Unlink the lock file ``path`` when no process holds it (a killed build's), or when the build that took it is
+    gone (:func:`_holder_gone`): taken without waiting (or found held by no live process), checked to be the file
+    the path names, unlinked."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not _holder_gone(fd):
+                return False
         if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
             os.unlink(path)
             return True
         return False
-    except OSError:  # held by a running build (BlockingIOError), or gone meanwhile
+    except OSError:  # gone meanwhile
         return False
     finally:
         os.close(fd)
+
+
+# --- who holds a build's lock ---------------------------------------------------------------------------------------
+
+_MAX_LOCK_RECORD = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class LockHolder:
+    """What a build writes into the lock file it holds: its pid, host and start (clock ticks since boot, with the
+    pid naming one process; and the wall-clock time, for people)."""
+
+    pid: int
+    host: str
+    start: Optional[int]
+    started: str
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host}, since {self.started}"
+
+    def gone(self) -> bool:
+        """Whether the process that took the lock has ended: only answerable on its own host (False elsewhere); a
+        live process with its pid but another start time is another process."""
+        if self.host != socket.gethostname():
+            return False
+        if not pid_alive(self.pid):
+            return True
+        return self.start is not None and start_time(self.pid) not in (None, self.start)
+
+
+def _lock_record() -> bytes:
+    me = os.getpid()
+    return json.dumps({"pid": me, "host": socket.gethostname(), "start": start_time(me),
+                       "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}, sort_keys=True).encode()
+
+
+def lock_holder(fd: int) -> Optional[LockHolder]:
+    """The holder recorded in the open lock file ``fd`` (read bounded, from its start); None when it holds no whole
+    record (a flyship before round 4 wrote none; a build that has just taken the lock may not have written it yet)."""
+    try:
+        raw = os.pread(fd, _MAX_LOCK_RECORD + 1, 0)
+        doc = json.loads(raw) if 0 < len(raw) <= _MAX_LOCK_RECORD else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or type(doc.get("pid")) is not int or doc["pid"] <= 0 \
+            or not isinstance(doc.get("host"), str) or not isinstance(doc.get("started"), str) \
+            or not (doc.get("start") is None or type(doc.get("start")) is int):
+        return None
+    return LockHolder(doc["pid"], doc["host"][:255], doc["start"], doc["started"][:64])
+
+
+def _lockers(st: os.stat_result) -> Optional[set[int]]:
+    """The pids the kernel names as holding a lock on the file ``st`` (``/proc/locks``: for ``flock``, the process
+    that took it, even when only a child that inherited the descriptor still holds it); None where unreadable."""
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", "rb") as f:
+            lines = f.read(1 << 22).decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    pids = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] != "->" and fields[5] == key:
+            with contextlib.suppress(ValueError):
+                pids.add(int(fields[4]))
+    return pids
+
+
+def _holder_gone(fd: int) -> bool:
+    """Whether the lock file ``fd``, which some process holds, is held only because its build left it behind: the
+    record names a process of this host that has ended, and the kernel names no live process as taking the lock
+    (so never a build that has just taken it and not yet written its record). That happens when a process the build
+    forked inherited the descriptor and outlived a ``kill -9``."""
+    holder = lock_holder(fd)
+    if holder is None or not holder.gone():
+        return False
+    pids = _lockers(os.fstat(fd))
+    return pids is not None and all(not pid_alive(p) or p == holder.pid for p in pids if p > 0)
 
 
 @contextlib.contextmanager
@@ -471,9 +560,21 @@ def output_lock(out_dir: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
+            holder = lock_holder(fd)
+            try:
+                if _holder_gone(fd) and os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
+                    os.unlink(path)  # left held by a process the killed build forked: the lock is this path's
+                    continue
+            except FileNotFoundError:  # removed meanwhile: lock the path's new file
+                continue
+            except OSError:
+                pass  # cannot remove it: refused below, naming the holder
+            finally:
+                os.close(fd)
+            who = f" ({holder})" if holder is not None else ""
             raise CompileError(f"flyc-build: expected to be the only build writing {out_dir}, but another "
-                                  "flyc-build is writing it now; wait for it to finish, or choose another -o") from None
+                               f"flyc-build is writing it now{who}; wait for it to finish, or choose another "
+                               f"-o") from None
         except BaseException:
             os.close(fd)
             raise
@@ -482,6 +583,9 @@ def output_lock(out_dir: Path) -> Iterator[None]:
         except OSError:  # unlinked by the build that held it, and nothing new there yet
             same = False
         if same:
+            with contextlib.suppress(OSError):  # who holds it, for the message of a build refused meanwhile
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, _lock_record(), 0)
             break
         os.close(fd)  # our file was removed by the build before us after we opened it: lock the path's own file
     try:
