@@ -13,6 +13,7 @@ import click
 
 from flyship import env as _env
 from flyship.compiler import hygiene as _hygiene
+from flyship.compiler import outlock as _outlock
 from flyship.compiler import signals as _signals
 from flyship.errors import FlyshipError, bug_details
 
@@ -134,7 +135,7 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
                         code_object_version=int(code_object_version) if code_object_version else None,
                         cache=not no_cache, executor=executor, keep_going=keep_going)
     try:
-        _hygiene.sweep_leftovers(Path(out_dir).resolve())  # what killed builds left, before anything else
+        _outlock.sweep_leftovers(Path(out_dir).resolve())  # what killed builds left, before anything else
         rows = build(opts)
         if verify:
             _verify_emulated(out_dir, archs, verify_budget)

@@ -20,7 +20,7 @@
   folder) holds a first signal and raises it at the block's end.
 * A second Ctrl-C or SIGTERM, while the first still unwinds, ends the process at once and quietly (one line on
   stderr, no traceback): the workers die with it (``PR_SET_PDEATHSIG``), and the next build removes what is left
-  (:func:`flyship.compiler.hygiene.sweep_leftovers`).
+  (:func:`flyship.compiler.outlock.sweep_leftovers`).
 """
 
 from __future__ import annotations

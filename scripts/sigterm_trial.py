@@ -8,8 +8,8 @@ runs 10 % past it, so the very end is hit too: assembly, proofs, the bundle's wr
 and records the exit status, the stderr tail and what is left: entries of the private TMPDIR (``flyc-build-*``
 scratch, tracebacks), the lock file and staging siblings beside OUT, a half-written OUT, processes of the build's
 session still alive. A run passes when it exits 143 (or is ended by SIGTERM's default action, before the program
-installs its handler: a shell reports 143 for that too; or exits 0, when the signal came after the build's end: then OUT must
-be a whole bundle) with nothing left and no traceback on stderr.
+installs its handler: a shell reports 143 for that too; or exits 0, when the signal came after the build's end: then
+OUT must be a whole bundle) with nothing left and no traceback on stderr.
 
     .venv-flydsl/bin/python scripts/sigterm_trial.py --runs 50 [--seed N] [--load N] [--group] [--at 9.1 ...]
 

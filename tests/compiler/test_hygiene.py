@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle import manifest as M
-from flyship.compiler import hygiene, pools, toolchain
+from flyship.compiler import hygiene, outlock, pools, toolchain
 from flyship.errors import CompileError
 
 from ..conftest import wait_for
@@ -83,15 +83,15 @@ def test_a_crash_between_the_two_fallback_renames_is_undone_by_the_next_build(tm
 
 def test_the_output_lock_excludes_a_second_build_and_removes_its_file_when_the_build_ends(tmp_path):
     out = tmp_path / "out"
-    with hygiene.output_lock(out):
+    with outlock.output_lock(out):
         assert [p.name for p in tmp_path.iterdir()] == [".out.flyc-build.lock"]
         with pytest.raises(CompileError, match="another flyc-build is writing it now"):
-            with hygiene.output_lock(out):
+            with outlock.output_lock(out):
                 pass
-        assert hygiene.lock_path(out).exists()  # the refused build leaves the holder's lock alone
+        assert outlock.lock_path(out).exists()  # the refused build leaves the holder's lock alone
     assert list(tmp_path.iterdir()) == []
     (tmp_path / ".out.flyc-build.lock").write_text("")  # left by a build killed with kill -9
-    with hygiene.output_lock(out):
+    with outlock.output_lock(out):
         pass
     assert list(tmp_path.iterdir()) == []
 
@@ -104,7 +104,7 @@ def test_a_lock_file_removed_by_the_previous_holder_after_we_opened_it_is_not_th
     import fcntl
 
     out = tmp_path / "out"
-    path = hygiene.lock_path(out)
+    path = outlock.lock_path(out)
     real_flock = fcntl.flock
     calls = []
 
@@ -115,9 +115,9 @@ def test_a_lock_file_removed_by_the_previous_holder_after_we_opened_it_is_not_th
         calls.append(op)
         return real_flock(fd, op)
 
-    monkeypatch.setattr(hygiene.fcntl, "flock", flock)
-    with hygiene.output_lock(out):
-        monkeypatch.setattr(hygiene.fcntl, "flock", real_flock)
+    monkeypatch.setattr(outlock.fcntl, "flock", flock)
+    with outlock.output_lock(out):
+        monkeypatch.setattr(outlock.fcntl, "flock", real_flock)
         fd = os.open(path, os.O_RDWR)
         try:
             with pytest.raises(BlockingIOError):  # the file at the path is the one locked
@@ -218,10 +218,10 @@ def test_the_lock_file_names_its_holder_and_a_refused_build_says_who(tmp_path):
     import socket
 
     out = tmp_path / "out"
-    with hygiene.output_lock(out):
-        fd = os.open(hygiene.lock_path(out), os.O_RDONLY)
+    with outlock.output_lock(out):
+        fd = os.open(outlock.lock_path(out), os.O_RDONLY)
         try:
-            holder = hygiene.lock_holder(fd)
+            holder = outlock.lock_holder(fd)
         finally:
             os.close(fd)
         assert (holder.pid, holder.host, holder.start) == (os.getpid(), socket.gethostname(),
@@ -229,7 +229,7 @@ def test_the_lock_file_names_its_holder_and_a_refused_build_says_who(tmp_path):
         assert not holder.gone()
         with pytest.raises(CompileError, match=rf"another flyc-build is writing it now \(pid {os.getpid()} on "
                                                rf"{socket.gethostname()}, since 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC\)"):
-            with hygiene.output_lock(out):
+            with outlock.output_lock(out):
                 pass
 
 
@@ -263,7 +263,7 @@ def test_a_lock_still_held_after_its_build_is_gone_is_removed_by_pid_on_this_hos
     from ..conftest import ROOT
 
     out = tmp_path / "out"
-    path = hygiene.lock_path(out)
+    path = outlock.lock_path(out)
     r = subprocess.run([sys.executable, "-c", _INHERITED.format(root=str(ROOT), path=str(path))],
                        capture_output=True, text=True, timeout=60)
     build_pid, orphan = map(int, r.stdout.split())
@@ -272,12 +272,12 @@ def test_a_lock_still_held_after_its_build_is_gone_is_removed_by_pid_on_this_hos
         with pytest.raises(BlockingIOError):
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # still held, by the orphan
         if who == "sweep":
-            assert hygiene.sweep_leftovers(out) == [path]
+            assert outlock.sweep_leftovers(out) == [path]
         else:
-            with hygiene.output_lock(out):
+            with outlock.output_lock(out):
                 assert path.exists() and not os.path.samestat(os.fstat(fd), path.stat())  # a new lock file
             assert not path.exists()
-        assert hygiene.lock_holder(fd).pid == build_pid and hygiene.lock_holder(fd).gone()
+        assert outlock.lock_holder(fd).pid == build_pid and outlock.lock_holder(fd).gone()
     finally:
         os.close(fd)
         os.kill(orphan, signal.SIGKILL)
