@@ -148,7 +148,7 @@ def _terminated(signum: int, frame: object) -> None:
     if len(_received) == 1 and _importing[0]:
         _abort(signum)
     if len(_received) == 1 and _depth[0]:
-        _held[0] = True  # the main thread is inside a native import: raised when it ends (:func:`deferred`)
+        _held[0] = True  # the main thread is inside a deferred block: raised when it ends (:func:`deferred`)
         return
     if len(_received) > 1:
         name = signal.Signals(signum).name
@@ -170,7 +170,7 @@ def install(packages: Sequence[str] = DEFERRED, stop_processes: Optional[Callabl
     """For the flyc-build program only (never a process that calls build() as a library): the SIGTERM and SIGINT
     handlers above, the deferral of native imports, and a thread to take the signals meanwhile (started before any
     native import: a thread starts with its creator's signal mask, so one torch starts inside its deferred import
-    blocks them too). ``stop_processes``: the last thing a stop inside a native import does before the build's own
+    blocks them too). ``stop_processes``: what a stop inside a native import does first, before the build's own
     undoing (:func:`on_abort`), so that no process it started writes into what is being removed."""
     signal.signal(signal.SIGTERM, _terminated)
     signal.signal(signal.SIGINT, _terminated)
