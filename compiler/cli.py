@@ -206,7 +206,7 @@ def run() -> None:
     Every exit handler still runs first (multiprocessing's, the DSLs', the user's), and the exit code is main's."""
     # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the pools are stopped, the scratch folder removed;
     # neither lands inside a DSL's native import; a second one exits at once (compiler/signals.py).
-    _signals.install(stop_processes=_hygiene.sweep_descendants)
+    _signals.install(stop_processes=lambda: (_hygiene.sweep_descendants(), _hygiene.release_semaphores()))
     _workers_skip_main()
     _hygiene.adopt_orphans()  # what the spec file starts and detaches, here or in a worker, stays ours to stop
     code: object = 1

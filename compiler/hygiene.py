@@ -243,6 +243,18 @@ def sweep_descendants(seconds: float = 2.0) -> list[Stopped]:
     return stopped
 
 
+def release_semaphores() -> None:
+    """Unlink and unregister this process's multiprocessing semaphores (its pools' queues) as their finalizers do at
+    an ordinary exit, for an exit that skips them (``os._exit`` in :mod:`flyship.compiler.signals`): else the resource
+    tracker unlinks them and prints "There appear to be 5 leaked semaphore objects" on the build's stderr."""
+    from multiprocessing import synchronize, util
+
+    for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
+        if getattr(finalizer, "_callback", None) is synchronize.SemLock._cleanup:
+            with contextlib.suppress(Exception):
+                finalizer()
+
+
 # --- scratch folders ---------------------------------------------------------------------------------------------
 
 def pid_alive(pid: int) -> bool:
