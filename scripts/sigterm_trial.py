@@ -112,8 +112,10 @@ def one_run(work: Path, point: float | None, group: bool, env_extra: dict[str, s
     # whole OUT with 143 then. One that a build kept running long after was lost on the way.
     if rc != 0 and whole and point is not None and seconds - point > LOST_AFTER_S:
         problems.append(f"the build ran on {seconds - point:.1f} s after SIGTERM and wrote OUT (signal lost)")
-    if "Traceback" in err or "Fatal Python error" in err:
+    if "Traceback" in err or "Fatal Python error" in err or "terminate called" in err:
         problems.append("traceback on stderr")
+    if "leaked semaphore" in err:  # the resource tracker cleaned up after an exit that skipped the finalizers
+        problems.append("leaked semaphores")
     if left:
         problems.append(f"left {left}")
     if alive:
