@@ -1,12 +1,12 @@
 """SIGTERM at the phases of a real FlyDSL build where it used to go wrong (issue 32), each one found by watching the
-build rather than by a time: the phases move by seconds with the machine's load. The 50-point trial over the whole
-build is scripts/sigterm_trial.py (docs/compile-stage.md, "Signals").
+build rather than by a time: the phases move by seconds with the machine's load. The middle of the build (workers
+compiling) is tests/compiler/test_signals.py's; the 50-point trial over the whole build is scripts/sigterm_trial.py
+(docs/compile-stage.md, "Signals").
 
 * ``torch``: the planning import, right after torch's native library is mapped: SIGTERM raised inside torch's import
   went through pybind11 as a C++ exception (SIGABRT: ``terminate called after throwing an instance of
   'pybind11::error_already_set'``) or was swallowed (the build ran on and wrote its bundle).
 * ``mlir``: FlyDSL's MLIR libraries being loaded (SIGSEGV in issue 32's trial).
-* ``planned``: the workers compile, the build process waits.
 * ``last kernel``: the last kernel's assembly and proof, the bundle's write, the workers' shutdown.
 * ``wrote``: after the command returned: the signal only sets the status (143), the bundle stays whole.
 
@@ -48,7 +48,6 @@ def _logged(log: Path, words: str) -> bool:
 PHASES = {
     "torch": lambda pid, log: _mapped(pid, "libtorch_cpu.so"),
     "mlir": lambda pid, log: _mapped(pid, "_mlir_libs/"),
-    "planned": lambda pid, log: _logged(log, " kernels ("),
     "last kernel": lambda pid, log: _logged(log, "[9/9]"),
     "wrote": lambda pid, log: _logged(log, "\nwrote "),
 }
