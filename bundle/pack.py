@@ -229,6 +229,7 @@ def _check_sizes(z: zipfile.ZipFile, where: str) -> None:
                               f"0x{_FLAGS_OK:04x}, version needed 1.0, 2.0 or 4.5), got {zi.filename[:80]!r} with "
                               f"flags 0x{zi.flag_bits:04x} and version needed {zi.extract_version / 10:.1f} "
                               f"(encrypted, or written by another tool); refusing to extract it, {_REDO}")
+        _check_local_header(z, zi, where)
         if zi.compress_type != zipfile.ZIP_STORED or zi.compress_size != zi.file_size:
             raise BundleError(f"open packed bundle {where}: expected every member stored (uncompressed), got "
                               f"{zi.filename!r} compressed ({zi.compress_size} bytes for {zi.file_size}); refusing to "
@@ -241,6 +242,41 @@ def _check_sizes(z: zipfile.ZipFile, where: str) -> None:
     if total > _MAX_MEMBER:
         raise BundleError(f"open packed bundle {where}: members total {total} bytes, over the limit of {_MAX_MEMBER}; "
                           "refusing to extract it")
+
+
+_LOCAL = struct.Struct("<4sHHHHHIIIHH")  # a local file header (APPNOTE 4.3.7), 30 bytes, then the name
+
+
+def _check_local_header(z: zipfile.ZipFile, zi: zipfile.ZipInfo, where: str) -> None:
+    """Refuse a member whose local file header disagrees with its central directory entry (zipfile reads the data by
+    the directory and checks only the local name): flags, "version needed", method, and, without a data descriptor,
+    CRC and sizes; the name byte for byte. A reader that walks the local headers (``unzip``, a streaming reader)
+    would otherwise see another archive than the one whose members were hashed and signed. The directory's own
+    flags and version are checked by the caller, so equal local ones carry no unknown or encryption bit either."""
+    try:
+        z.fp.seek(zi.header_offset)
+        raw = z.fp.read(_LOCAL.size)
+        sig, version, flags, method, _t, _d, crc, csize, usize, nlen, _xlen = _LOCAL.unpack(raw)
+        name = z.fp.read(nlen)
+    except (struct.error, OSError, ValueError, OverflowError) as e:
+        raise BundleError(f"open packed bundle {where}: expected a local file header for member {zi.filename[:80]!r} "
+                          f"at offset {zi.header_offset}, got {type(e).__name__}: {e}; the file is damaged, "
+                          f"{_REDO}") from None
+    central_name = zi.orig_filename.encode("utf-8" if zi.flag_bits & 0x0800 else "cp437", "surrogateescape")
+    got = {"signature": sig, "flags": flags, "version needed": version, "method": method, "name": name}
+    expected = {"signature": zipfile.stringFileHeader, "flags": zi.flag_bits, "version needed": zi.extract_version,
+                "method": zi.compress_type, "name": central_name}
+    if not flags & 0x0008:  # sizes and CRC in the header, not in a data descriptor after the data
+        got.update({"CRC": crc, "compressed size": csize, "size": usize})
+        expected.update({"CRC": zi.CRC, "compressed size": zi.compress_size, "size": zi.file_size})
+    wrong = [k for k in expected if got[k] != expected[k]]
+    if wrong:
+        k, also = wrong[0], f" (also {', '.join(wrong[1:])})" if wrong[1:] else ""
+        show = (lambda v: f"0x{v:04x}") if k == "flags" else (lambda v: repr(v[:80]) if isinstance(v, bytes) else v)
+        raise BundleError(f"open packed bundle {where}: expected member {zi.filename[:80]!r}'s local header to agree "
+                          f"with the central directory, got {k} {show(got[k])} where the directory says "
+                          f"{show(expected[k])}{also}; the file "
+                          f"is damaged or was altered, {_REDO}")
 
 
 def _read_member(z: zipfile.ZipFile, name: str, where: str) -> bytes:

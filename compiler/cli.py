@@ -13,6 +13,7 @@ import click
 
 from flyship import env as _env
 from flyship.compiler import hygiene as _hygiene
+from flyship.compiler import outlock as _outlock
 from flyship.compiler import signals as _signals
 from flyship.errors import FlyshipError, bug_details
 
@@ -135,7 +136,7 @@ def main(spec, out_dir, archs, jobs, force, keep_ir, llvm_bin, offload_bundle, p
                         code_object_version=int(code_object_version) if code_object_version else None,
                         cache=not no_cache, executor=executor, keep_going=keep_going)
     try:
-        _hygiene.sweep_leftovers(Path(out_dir).resolve())  # what killed builds left, before anything else
+        _outlock.sweep_leftovers(Path(out_dir).resolve())  # what killed builds left, before anything else
         rows = build(opts)
         if verify:
             _verify_emulated(out_dir, archs, verify_budget)
@@ -253,11 +254,11 @@ def run() -> None:
     Every exit handler still runs first (multiprocessing's, the DSLs', the user's), and the exit code is main's."""
     # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C: the pools are stopped, the scratch folder removed;
     # neither lands inside a DSL's native import; a second one exits at once (compiler/signals.py).
-    _signals.install()
-    _workers_skip_main()
-    _hygiene.adopt_orphans()  # what the spec file starts and detaches, here or in a worker, stays ours to stop
     code: object = 1
-    try:
+    try:  # (a signal may land right after the handlers are installed: the outer handler catches it)
+        _signals.install(stop_processes=lambda: (_hygiene.sweep_descendants(), _hygiene.release_semaphores()))
+        _workers_skip_main()
+        _hygiene.adopt_orphans()  # what the spec file starts and detaches, here or in a worker, stays ours to stop
         try:
             main()  # click's standalone mode ends in SystemExit, with the command's code
             code = 0
@@ -266,7 +267,7 @@ def run() -> None:
         except KeyboardInterrupt:  # one that click's own handling did not catch (raised outside the command)
             print("\nflyc-build: interrupted", file=sys.stderr)
         _signals.finishing()  # (a signal may land at this call's entry: the handler below catches it)
-    except KeyboardInterrupt:  # a signal between the command's end and the line above
+    except KeyboardInterrupt:  # a signal before the command (right after install) or between its end and the line above
         _signals.finishing()
     if isinstance(code, str):  # as the interpreter does with SystemExit("message")
         print(code, file=sys.stderr)

@@ -19,10 +19,14 @@ Guarantees (docs/compile-stage.md, "What a build leaves behind"):
 * ``--force`` swaps the new bundle in atomically (``renameat2(RENAME_EXCHANGE)`` on Linux); where the
   kernel or file system cannot exchange, two renames with a window between them, after which a later
   build restores the old bundle if a crash fell in that window.
-* Concurrent builds into one path: the first holds a file lock next to the output; the others fail at
-  once, saying so. The lock file is removed when the build ends (:func:`output_lock` says why that is safe).
+* Concurrent builds into one path: the first holds a file lock next to the output and writes its pid, host and
+  start time into it; the others fail at once, naming it. The lock file is removed when the build ends
+  (:mod:`flyship.compiler.outlock` says why that is safe).
 * What a killed build leaves (its scratch folder, its staging siblings, a ``--force``'s included, its lock file) the
-  next build removes first, whatever its output, once the owner is gone (:func:`sweep_leftovers`).
+  next build removes first, whatever its output, once the owner is gone
+  (:func:`flyship.compiler.outlock.sweep_leftovers`); a lock file still held by a process the killed build forked
+  counts as gone when its record names a process of this host that has ended and the kernel names no live process
+  as its locker.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ import ctypes
 import dataclasses
 import ctypes.util
 import errno
-import fcntl
 import io
 import os
 import re
@@ -46,7 +49,6 @@ from pathlib import Path
 from typing import Iterator, Mapping, NoReturn, Optional
 
 from flyship.compiler import signals as _signals
-from flyship.errors import CompileError
 
 SCRATCH_PREFIX = "flyc-build-"
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -241,6 +243,18 @@ def sweep_descendants(seconds: float = 2.0) -> list[Stopped]:
     return stopped
 
 
+def release_semaphores() -> None:
+    """Unlink and unregister this process's multiprocessing semaphores (its pools' queues) as their finalizers do at
+    an ordinary exit, for an exit that skips them (``os._exit`` in :mod:`flyship.compiler.signals`): else the resource
+    tracker unlinks them and prints "There appear to be 5 leaked semaphore objects" on the build's stderr."""
+    from multiprocessing import synchronize, util
+
+    for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
+        if getattr(finalizer, "_callback", None) is synchronize.SemLock._cleanup:
+            with contextlib.suppress(Exception):
+                finalizer()
+
+
 # --- scratch folders ---------------------------------------------------------------------------------------------
 
 def pid_alive(pid: int) -> bool:
@@ -287,57 +301,6 @@ def clean_stale(folder: Path, prefix: str) -> list[Path]:
     return removed
 
 
-_STAGING = re.compile(r"^\..+\." + re.escape(SCRATCH_PREFIX) + r"(\d+)-")  # .<bundle>.flyc-build-<pid>-XXXX
-_LOCK = re.compile(r"^\..+\.flyc-build\.lock$")  # .<bundle>.flyc-build.lock
-
-
-def sweep_leftovers(out_dir: Path) -> list[Path]:
-    """At the start of a build, before anything else: remove what killed builds left, whatever output they wrote
-    and whether or not this build compiles anything (a build the cache answers never makes a scratch folder): the
-    scratch folders ``<tmp>/flyc-build-<pid>-*`` and the staging siblings ``.<bundle>.flyc-build-<pid>-*`` (a killed
-    ``--force`` included) beside ``out_dir`` whose owner process is gone, and the lock files
-    ``.<bundle>.flyc-build.lock`` there that no process holds (taken, checked and unlinked while held, the protocol
-    :func:`output_lock` keeps, so a build that is opening one meanwhile locks the path's new file).
-
-    Returns:
-        The paths removed.
-    """
-    removed = clean_stale(Path(tempfile.gettempdir()), SCRATCH_PREFIX)
-    parent = out_dir.parent
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return removed
-    for p in entries:
-        m = _STAGING.match(p.name)
-        if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))) and p.is_dir() \
-                and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
-        elif _LOCK.match(p.name) and _unlink_unheld_lock(p):
-            removed.append(p)
-    return removed
-
-
-def _unlink_unheld_lock(path: Path) -> bool:
-    """Unlink the lock file ``path`` when no process holds it (a killed build's): taken without waiting, checked to
-    be the file the path names, unlinked while held."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False)):
-            os.unlink(path)
-            return True
-        return False
-    except OSError:  # held by a running build (BlockingIOError), or gone meanwhile
-        return False
-    finally:
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def scratch_dir() -> Iterator[Path]:
     """A private scratch folder ``<tmp>/flyc-build-<pid>-XXXX``, removed on exit; first removes the scratch
@@ -346,7 +309,8 @@ def scratch_dir() -> Iterator[Path]:
     clean_stale(tmp, SCRATCH_PREFIX)
     path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=tmp))
     try:
-        yield path
+        with _signals.on_abort(lambda: shutil.rmtree(path, ignore_errors=True)):
+            yield path
     finally:
         # Whole, even when SIGTERM or Ctrl-C arrives meanwhile (it is handled right after): a removal cut short
         # leaves a half-removed folder (1 of 50 SIGTERMs at random points of a build did, issue 32).
@@ -436,59 +400,6 @@ def replace_dir(new: Path, out_dir: Path, exchange: bool = True) -> str:
     new.rename(out_dir)
     shutil.rmtree(old, ignore_errors=True)
     return "two-renames"
-
-
-# --- one writer per output ---------------------------------------------------------------------------------------
-
-def lock_path(out_dir: Path) -> Path:
-    """The lock file a build into ``out_dir`` holds, beside it: ``.<name>.flyc-build.lock``."""
-    return out_dir.with_name(f".{out_dir.name}.flyc-build.lock")
-
-
-@contextlib.contextmanager
-def output_lock(out_dir: Path) -> Iterator[None]:
-    """Hold ``.<name>.flyc-build.lock`` beside ``out_dir`` for a whole build (``flock``); a second build fails at
-    once. The lock file is removed when the build ends, so a build leaves only the bundle.
-
-    Removing a lock file is safe only with the check made here: the holder unlinks the file *while it still holds
-    the lock*, and a build that locks a file checks, once it holds it, that the path still names that file; if it
-    does not (the file was unlinked after this build opened it), it lets go and locks the path's new file. So two
-    builds never hold locks on two different files of one path.
-
-    Raises:
-        CompileError: another build holds the lock, or the lock file cannot be created (e.g. the output's folder
-            is not writable).
-    """
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    path = lock_path(out_dir)
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError as e:
-            raise CompileError(f"flyc-build: cannot create the lock file {path}: {e.strerror}; choose an -o in a "
-                               "folder you can write") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise CompileError(f"flyc-build: expected to be the only build writing {out_dir}, but another "
-                                  "flyc-build is writing it now; wait for it to finish, or choose another -o") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            same = os.path.samestat(os.fstat(fd), os.stat(path))
-        except OSError:  # unlinked by the build that held it, and nothing new there yet
-            same = False
-        if same:
-            break
-        os.close(fd)  # our file was removed by the build before us after we opened it: lock the path's own file
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)  # while still holding the lock: see above
-        os.close(fd)
 
 
 def end_process(status: int) -> NoReturn:

@@ -23,6 +23,7 @@ from typing import Callable
 from flyship.compiler import cache as _cache
 from flyship.compiler import executors as _executors
 from flyship.compiler import hygiene as _hygiene
+from flyship.compiler import outlock as _outlock
 from flyship.compiler.pipeline.assembling import assemble_manifest, frontend_versions, offload_bundles, summary_rows
 from flyship.compiler.pipeline.checking import (check_reachable, check_reference_outputs, check_references_module,
                                                 guard_constraints, _example_tensor)
@@ -56,7 +57,7 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
     targets = check_request(opts)
     out_dir = Path(opts.out_dir)
     cache = _cache.open_cache(opts.cache, progress)
-    with _hygiene.output_lock(out_dir.resolve()):
+    with _outlock.output_lock(out_dir.resolve()):
         check_output(out_dir, opts.force)
         bkey = build_key(opts, cache) if cache else ""
         if cache and (rows := reuse_bundle(cache, bkey, out_dir, opts.force, progress)) is not None:

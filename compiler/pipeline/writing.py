@@ -30,29 +30,30 @@ def write_bundle(m: M.Manifest | bytes, files: dict[str, bytes], out_dir: Path, 
     out_dir = out_dir.resolve()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{_hygiene.staging_prefix(out_dir)}{os.getpid()}-", dir=out_dir.parent))
-    try:
-        # mkdtemp makes the folder private (0700); a bundle is shipped and read by other users (a container's
-        # runtime user), so give it the permissions an ordinary folder gets under this umask.
-        os.chmod(tmp, 0o777 & ~_files.umask())
-        for name, data in sorted(files.items()):
-            (tmp / name).write_bytes(data)
-        if isinstance(m, bytes):  # from the build cache: its blobs were sha256-checked when read
-            (tmp / M.MANIFEST_NAME).write_bytes(m)
-        else:
-            M.write(m, tmp / M.MANIFEST_NAME)
-        written = M.read(tmp)  # what we wrote, fresh or cached, must read back (the rule book's own refusal) ...
-        try:  # ... and pass every check the loader applies to the files
-            _rules.check_bundle(tmp, written)
-        except M.BundleError as e:
-            raise CompileError(f"flyc-build: the bundle would be refused at load: {e}") from e
-        if out_dir.exists() and not force:
-            raise CompileError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
-        check_replaceable(out_dir)
-        _hygiene.replace_dir(tmp, out_dir)
-    except BaseException:
-        with _signals.deferred():  # whole, even when a second signal arrives (compiler/signals.py)
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with _signals.on_abort(lambda: shutil.rmtree(tmp, ignore_errors=True)):  # a stop inside a native import
+        try:
+            # mkdtemp makes the folder private (0700); a bundle is shipped and read by other users (a container's
+            # runtime user), so give it the permissions an ordinary folder gets under this umask.
+            os.chmod(tmp, 0o777 & ~_files.umask())
+            for name, data in sorted(files.items()):
+                (tmp / name).write_bytes(data)
+            if isinstance(m, bytes):  # from the build cache: its blobs were sha256-checked when read
+                (tmp / M.MANIFEST_NAME).write_bytes(m)
+            else:
+                M.write(m, tmp / M.MANIFEST_NAME)
+            written = M.read(tmp)  # what we wrote, fresh or cached, must read back (the rule book's own refusal) ...
+            try:  # ... and pass every check the loader applies to the files
+                _rules.check_bundle(tmp, written)
+            except M.BundleError as e:
+                raise CompileError(f"flyc-build: the bundle would be refused at load: {e}") from e
+            if out_dir.exists() and not force:
+                raise CompileError(f"flyc-build: output folder {out_dir} exists; pass --force to replace it")
+            check_replaceable(out_dir)
+            _hygiene.replace_dir(tmp, out_dir)
+        except BaseException:
+            with _signals.deferred():  # whole, even when a second signal arrives (compiler/signals.py)
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def build_key(opts: BuildOptions, cache: _cache.BuildCache) -> str:

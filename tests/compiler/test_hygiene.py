@@ -6,6 +6,7 @@ into the same path, a failed build) are in test_hygiene_build.py (compile tier).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle import manifest as M
-from flyship.compiler import hygiene, pools, toolchain
+from flyship.compiler import hygiene, outlock, pools, toolchain
 from flyship.errors import CompileError
 
 from ..conftest import wait_for
@@ -82,15 +83,15 @@ def test_a_crash_between_the_two_fallback_renames_is_undone_by_the_next_build(tm
 
 def test_the_output_lock_excludes_a_second_build_and_removes_its_file_when_the_build_ends(tmp_path):
     out = tmp_path / "out"
-    with hygiene.output_lock(out):
+    with outlock.output_lock(out):
         assert [p.name for p in tmp_path.iterdir()] == [".out.flyc-build.lock"]
         with pytest.raises(CompileError, match="another flyc-build is writing it now"):
-            with hygiene.output_lock(out):
+            with outlock.output_lock(out):
                 pass
-        assert hygiene.lock_path(out).exists()  # the refused build leaves the holder's lock alone
+        assert outlock.lock_path(out).exists()  # the refused build leaves the holder's lock alone
     assert list(tmp_path.iterdir()) == []
     (tmp_path / ".out.flyc-build.lock").write_text("")  # left by a build killed with kill -9
-    with hygiene.output_lock(out):
+    with outlock.output_lock(out):
         pass
     assert list(tmp_path.iterdir()) == []
 
@@ -103,7 +104,7 @@ def test_a_lock_file_removed_by_the_previous_holder_after_we_opened_it_is_not_th
     import fcntl
 
     out = tmp_path / "out"
-    path = hygiene.lock_path(out)
+    path = outlock.lock_path(out)
     real_flock = fcntl.flock
     calls = []
 
@@ -114,9 +115,9 @@ def test_a_lock_file_removed_by_the_previous_holder_after_we_opened_it_is_not_th
         calls.append(op)
         return real_flock(fd, op)
 
-    monkeypatch.setattr(hygiene.fcntl, "flock", flock)
-    with hygiene.output_lock(out):
-        monkeypatch.setattr(hygiene.fcntl, "flock", real_flock)
+    monkeypatch.setattr(outlock.fcntl, "flock", flock)
+    with outlock.output_lock(out):
+        monkeypatch.setattr(outlock.fcntl, "flock", real_flock)
         fd = os.open(path, os.O_RDWR)
         try:
             with pytest.raises(BlockingIOError):  # the file at the path is the one locked
@@ -211,3 +212,72 @@ def test_flyships_tool_runner_starts_its_tools_marked():
     tool = toolchain.Tool("sh", ("sh", "-c", f'printf "%s" "${hygiene.TOOL_MARK}"', "sh"), "0")
     assert toolchain.run_tool(tool, [], operation="print the mark").stdout == "1"
     assert os.environ.get(hygiene.TOOL_MARK) is None  # only the tool's environment holds it
+
+
+def test_the_lock_file_names_its_holder_and_a_refused_build_says_who(tmp_path):
+    import socket
+
+    out = tmp_path / "out"
+    with outlock.output_lock(out):
+        fd = os.open(outlock.lock_path(out), os.O_RDONLY)
+        try:
+            holder = outlock.lock_holder(fd)
+        finally:
+            os.close(fd)
+        assert (holder.pid, holder.host, holder.start) == (os.getpid(), socket.gethostname(),
+                                                            hygiene.start_time(os.getpid()))
+        assert not holder.gone()
+        with pytest.raises(CompileError, match=rf"another flyc-build is writing it now \(pid {os.getpid()} on "
+                                               rf"{socket.gethostname()}, since 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC\)"):
+            with outlock.output_lock(out):
+                pass
+
+
+_INHERITED = """
+import fcntl, json, os, socket, sys, time
+sys.path[:0] = [{root!r}]
+from flyship.compiler import hygiene
+fd = os.open({path!r}, os.O_RDWR | os.O_CREAT, 0o644)  # without O_CLOEXEC: a child keeps it
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.pwrite(fd, json.dumps({{"pid": os.getpid(), "host": socket.gethostname(), "start": hygiene.start_time(os.getpid()),
+                          "started": "2026-12-06 07:00:00 UTC"}}).encode(), 0)  # the record a build writes
+child = os.fork()
+if child == 0:
+    for out in (1, 2):  # not the test's pipes
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out)
+    time.sleep(60)  # a process the build forked, holding the lock after the build is gone
+    os._exit(0)
+print(os.getpid(), child, flush=True)
+os._exit(0)  # the build, killed
+"""
+
+
+@pytest.mark.parametrize("who", ["sweep", "next build"])
+def test_a_lock_still_held_after_its_build_is_gone_is_removed_by_pid_on_this_host(tmp_path, who):
+    """kill -9 of a build whose forked child inherited the lock's descriptor: the lock stays held by the child. The
+    record names the build (gone), the kernel names it as the locker: the sweep and the next build remove it; a lock
+    whose holder lives (the other tests) is never touched."""
+    import fcntl
+    import subprocess
+
+    from ..conftest import ROOT
+
+    out = tmp_path / "out"
+    path = outlock.lock_path(out)
+    r = subprocess.run([sys.executable, "-c", _INHERITED.format(root=str(ROOT), path=str(path))],
+                       capture_output=True, text=True, timeout=60)
+    build_pid, orphan = map(int, r.stdout.split())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # still held, by the orphan
+        if who == "sweep":
+            assert outlock.sweep_leftovers(out) == [path]
+        else:
+            with outlock.output_lock(out):
+                assert path.exists() and not os.path.samestat(os.fstat(fd), path.stat())  # a new lock file
+            assert not path.exists()
+        assert outlock.lock_holder(fd).pid == build_pid and outlock.lock_holder(fd).gone()
+    finally:
+        os.close(fd)
+        os.kill(orphan, signal.SIGKILL)

@@ -10,7 +10,11 @@ A case is one to three edits of the base archive, each one of:
   "version needed", an offset or a size past the end...);
 * ``name``: a member name replaced (invalid UTF-8 with the UTF-8 flag set, ``../x``, a slash, a NUL, another length);
 * ``bytes``: a byte flipped inside a header, the archive cut at or near a header boundary, bytes inserted, a
-  central directory entry given twice (counts adjusted), garbage or a second archive appended.
+  central directory entry given twice (counts adjusted), garbage or a second archive appended;
+* ``local``: a local file header made to disagree with its central directory entry while the directory stays
+  valid (zipfile reads the data by the directory and checks only the local name, so nothing else notices): its
+  flags (an encryption or unknown bit, the data-descriptor bit alone), its "version needed", its method, its CRC or
+  sizes, or its name (the same length, other bytes; flagged UTF-8 or not).
 
 Every case is kind ``zip``: the reader must refuse it with a flyship error, or extract exactly the members.
 """
@@ -108,14 +112,42 @@ def _bytes(blob: bytearray, rng: random.Random) -> bytearray:
     return blob + tail
 
 
+_LOCAL_EDITS = {  # field -> values that disagree with a stored pack member's central entry
+    "flags": [0x0001, 0x0041, 0x0008, 0x0020, 0x2000, 0x0002, 0x0004, 0x0800, 0x8000, 0x0010],
+    "version": [0, 10, 45, 46, 51, 63, 0xFF, 0x0314],
+    "method": [8, 12, 14, 93, 99, 1, 0xFFFF],
+    "crc": [0, 1, 0xFFFFFFFF],
+    "csize": [0, 1, 0xFFFFFFFF],
+    "usize": [0, 1, 0xFFFFFFFF],
+}
+
+
+def _local(blob: bytearray, rng: random.Random) -> bytearray:
+    at = rng.choice([a for k, a in headers(bytes(blob)) if k == "local"])
+    field = rng.choice([*_LOCAL_EDITS, "name"])
+    if field == "name":
+        nlen = struct.unpack_from("<H", blob, at + 26)[0]
+        new = bytes(rng.choice(b"abcXYZ._-\xff\xc3") for _ in range(nlen))
+        if rng.random() < 0.5:
+            struct.pack_into("<H", blob, at + 6, struct.unpack_from("<H", blob, at + 6)[0] ^ 0x0800)
+        return blob[:at + 30] + new + blob[at + 30 + nlen:]
+    _, off, size = next(f for f in LOCAL if f[0] == field)
+    fmt = "<H" if size == 2 else "<I"
+    old = struct.unpack_from(fmt, blob, at + off)[0]
+    struct.pack_into(fmt, blob, at + off, rng.choice([v for v in _LOCAL_EDITS[field] if v != old] or [old ^ 1]))
+    return blob
+
+
 def case(base: bytes, rng: random.Random) -> tuple[str, bytes]:
     """One case: ("zip", bytes)."""
     blob = bytearray(base)
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
         r = rng.random()
         try:
-            if r < 0.6:
+            if r < 0.45:
                 _field(blob, rng)
+            elif r < 0.6:
+                blob = _local(blob, rng)
             elif r < 0.75:
                 blob = _name(blob, rng)
             else:
