@@ -274,6 +274,8 @@ OPS: dict[str, tuple[tuple[str, ...], str, object]] = {
     "v_mul_f16": (("f16", "f16"), "b32", lambda a, b: UH(H(a) * H(b))),
     "v_cvt_pkrtz_f16_f32": (("f32", "f32"), "b32", lambda a, b: _pkrtz(a) | (_pkrtz(b) << u32(16))),
     "v_cvt_pk_bf16_f32": (("f32", "f32"), "b32", lambda a, b: f32_to_bf16(F(a)) | (f32_to_bf16(F(b)) << u32(16))),
+    "v_cvt_pk_f16_f32": (("f32", "f32"), "b32", lambda a, b: UH(F(a).astype(np.float16)) | (
+        UH(F(b).astype(np.float16)) << u32(16))),  # gfx950: round to nearest even
     "v_pack_b32_f16": (("b32", "b32"), "b32", lambda a, b: (np.asarray(a, u32) & u32(0xFFFF)) | (
         np.asarray(b, u32) << u32(16))),
     "v_and_b32": (("b32", "b32"), "b32", lambda a, b: np.asarray(a, u32) & b),

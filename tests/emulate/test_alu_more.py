@@ -109,3 +109,16 @@ def test_16_bit_vop2_use_the_low_halves_and_zero_the_high_half():
     sdwa = (((a >> 8) & 0xFF) * b16) & 0xFFFF
     np.testing.assert_array_equal(out[:64], (lshr ^ mul).astype(np.uint32))
     np.testing.assert_array_equal(out[64:], ((ashr | (sub << 16)) ^ sdwa).astype(np.uint32))
+
+
+def test_gfx950_cvt_pk_f16_f32_rounds_to_nearest_even():
+    # binary16 bit patterns by hand: 1.0 = 0x3c00; 1 + 2**-11 is a tie between 0x3c00 and 0x3c01 -> even 0x3c00;
+    # 1 + 3 * 2**-11 ties between 0x3c01 and 0x3c02 -> 0x3c02; 65520 rounds up past 65504 -> inf 0x7c00;
+    # -2**-24 is the smallest negative denormal 0x8001; 2**-26 rounds to +0.
+    a = np.array([1.0, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 65520.0] * 16, np.float32)
+    b = np.array([-2.0 ** -24, 2.0 ** -26, -1.5, 0.5] * 16, np.float32)
+    img = assemble("  v_cvt_pk_f16_f32 v4, v2, v3\n", "gfx950")
+    out, _ = run_lanes(img, a, b)
+    lo = np.array([0x3C00, 0x3C00, 0x3C02, 0x7C00] * 16)
+    hi = np.array([0x8001, 0x0000, 0xBE00, 0x3800] * 16)
+    np.testing.assert_array_equal(out[:64], (lo | (hi << 16)).astype(np.uint32))
