@@ -1,8 +1,8 @@
 """Upstream FlyDSL's gfx950-only attention kernels, declared as tests/compiler/test_upstream_new.py declares them
 (the sliding window narrowed to (128, 0) so that a 256-row call crosses it), executed on the emulated device
 against torch references written here: sliding-window GQA attention (``v_med3_i32``, ``buffer_load_dwordx4 ...
-lds``, ``ds_read_b64_tr_b16``) and the dual-wave causal flash attention. fp8 conv3d (built by the same spec) is not
-run: no reference for its packed weight layout is written yet. Needs ``FLYSHIP_UPSTREAM_FLYDSL`` and the FlyDSL build
+lds``, ``ds_read_b64_tr_b16``), the dual-wave causal flash attention and the fp8 implicit-GEMM conv3d (16-bit VOP2 and
+SDWA, ``buffer_load_dwordx4 ... lds``; its operands packed as upstream's ``_conv3d_impl_fp8`` packs them). Needs ``FLYSHIP_UPSTREAM_FLYDSL`` and the FlyDSL build
 Python; skips saying so otherwise. Emulated runs, not GPU runs."""
 
 from __future__ import annotations
@@ -71,3 +71,22 @@ def test_upstream_dualwave_causal_flash_attention_matches_torch(built):
     want = F.scaled_dot_product_attention(*(t.float().transpose(1, 2) for t in (q, k, v)),
                                           is_causal=True).transpose(1, 2)
     torch.testing.assert_close(out.float(), want, atol=3e-2, rtol=2e-2)
+
+
+def test_upstream_fp8_conv3d_matches_torch(built):
+    bundle, manifest = built
+    N, C, Dd, Hh, Ww, K = 2, 32, 4, 8, 8, 64  # the spec's baked sizes; 3x3x3 filter, stride 1, padding 1, bias
+    crs = C * 27
+    crs_pad = max(256, (crs + 127) // 128 * 128)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(N, C, Dd, Hh, Ww, generator=g).to(torch.float8_e4m3fn)
+    w = torch.randn(K, C, 3, 3, 3, generator=g).to(torch.float8_e4m3fn)
+    bias = torch.randn(K, generator=g)
+    # upstream's _conv3d_impl_fp8: activations NDHWC, the weight KTRSC zero-padded to (K, crs_pad), bias f32
+    w_packed = torch.zeros(K, crs_pad, dtype=torch.float8_e4m3fn)
+    w_packed[:, :crs] = w.permute(0, 2, 3, 4, 1).reshape(K, crs)
+    y = torch.full((N * K * Dd * Hh * Ww,), float("nan")).to(torch.bfloat16)
+    launch(bundle, _variant(manifest, "conv3d_fp8"), {"y": y, "x": x.permute(0, 2, 3, 4, 1).contiguous().view(-1),
+                                                       "weight": w_packed.view(-1), "bias": bias}, {}, {"y"})
+    want = F.conv3d(x.float(), w.float(), bias, padding=1)  # OCP E4M3FN operands (gfx950), f32 accumulation
+    torch.testing.assert_close(y.float().view(N, K, Dd, Hh, Ww), want, atol=1e-1, rtol=1e-2)  # bf16 output
