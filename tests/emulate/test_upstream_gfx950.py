@@ -2,12 +2,15 @@
 (the sliding window narrowed to (128, 0) so that a 256-row call crosses it), executed on the emulated device
 against torch references written here: sliding-window GQA attention (``v_med3_i32``, ``buffer_load_dwordx4 ...
 lds``, ``ds_read_b64_tr_b16``), the dual-wave causal flash attention and the fp8 implicit-GEMM conv3d (16-bit VOP2 and
-SDWA, ``buffer_load_dwordx4 ... lds``; its operands packed as upstream's ``_conv3d_impl_fp8`` packs them). Needs ``FLYSHIP_UPSTREAM_FLYDSL`` and the FlyDSL build
+SDWA, ``buffer_load_dwordx4 ... lds``; its operands packed as upstream's ``_conv3d_impl_fp8`` packs them), and the
+4-wave MXFP4 GEMM (block-scaled ``v_mfma_scale_f32_16x16x128_f8f6f4`` with fp4 operands; built here at 256x256x2048,
+its B and scales shuffled as upstream's test shuffles them). Needs ``FLYSHIP_UPSTREAM_FLYDSL`` and the FlyDSL build
 Python; skips saying so otherwise. Emulated runs, not GPU runs."""
 
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
 import torch
@@ -21,6 +24,16 @@ from tests.emulate.bundle_launch import launch
 pytestmark = pytest.mark.cpu
 H, H_KV, D = 32, 16, 128  # swa's baked heads and head_dim (batch 2)
 LEFT = 128
+FM, FN, FK = 256, 256, 2048  # the MXFP4 GEMM's baked sizes (one 256x256 tile; K = 8 steps of 256)
+FP4_GEMM = f"""
+from kernels.gemm.fp4_gemm_4wave import compile_fp4_gemm_4w
+op("fp4_gemm_4w", kernel=compile_fp4_gemm_4w(K={FK}, MN=({FM}, {FN})),
+   args=[Tensor("A", rank=1), Tensor("B_T", rank=1), Output("C", shape=("{FM * FN}",), dtype="bfloat16"),
+         Tensor("A_scale", rank=1), Tensor("B_scale", rank=1), Value("c_m", "{FM}"), Value("c_n", "{FN}")],
+   specs=[Spec("mxfp4", dtypes={{"A": "uint8", "B_T": "uint8", "A_scale": "uint8", "B_scale": "uint8"}},
+               shapes={{"A": ({FM * FK // 2},), "B_T": ({FN * FK // 2},), "A_scale": ({FM * FK // 32},),
+                       "B_scale": ({FN * FK // 32},)}}, targets=("gfx950",))])
+"""
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +43,7 @@ def built(tmp_path_factory):
     body = BUILT.replace(RMS_AUTOTUNED, "")
     assert "sliding_window=(512, 0)" in body
     body = body.replace("sliding_window=(512, 0)", f"sliding_window=({LEFT}, 0)")
+    body += textwrap.indent(FP4_GEMM, "    ")  # BUILT's indentation (the spec writer dedents the whole body)
     tmp = tmp_path_factory.mktemp("upstream-gfx950")
     run_build(_write(tmp, root, body), tmp / "o", ["gfx950"], "-j", "1")
     return tmp / "o", json.loads((tmp / "o" / "manifest.json").read_text())
@@ -90,3 +104,31 @@ def test_upstream_fp8_conv3d_matches_torch(built):
                                                        "weight": w_packed.view(-1), "bias": bias}, {}, {"y"})
     want = F.conv3d(x.float(), w.float(), bias, padding=1)  # OCP E4M3FN operands (gfx950), f32 accumulation
     torch.testing.assert_close(y.float().view(N, K, Dd, Hh, Ww), want, atol=1e-1, rtol=1e-2)  # bf16 output
+
+
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def _mx_dequant(q, scale):
+    """Two OCP E2M1 values per byte (low nibble first) times 2**(e8m0 - 127) per 32-wide block of a row."""
+    v = torch.stack([E2M1[(q & 15).long()], E2M1[(q >> 4).long()]], -1).reshape(q.shape[0], -1)
+    return v * torch.pow(2.0, scale.float() - 127).repeat_interleave(32, dim=1)
+
+
+def test_upstream_mxfp4_gemm_matches_torch(built):
+    bundle, manifest = built
+    g = torch.Generator().manual_seed(3)
+    a = torch.randint(0, 256, (FM, FK // 2), generator=g, dtype=torch.uint8)
+    b = torch.randint(0, 256, (FN, FK // 2), generator=g, dtype=torch.uint8)
+    sa = torch.randint(124, 131, (FM, FK // 32), generator=g, dtype=torch.uint8)
+    sb = torch.randint(124, 131, (FN, FK // 32), generator=g, dtype=torch.uint8)
+    # upstream's test inputs: B as shuffle_weight_w4(b, 16) ([N/16, 16, K/128, 4, 16] -> [N/16, K/128, 4, 16, 16]),
+    # both scales as shuffle_scale_w4(s, 1) ([N/32, 2, 16, K/256, 2, 4] -> [N/32, K/256, 4, 16, 2, 2])
+    b_sh = b.view(FN // 16, 16, FK // 128, 4, 16).permute(0, 2, 3, 1, 4).contiguous()
+    sh = lambda s, n: s.view(n // 32, 2, 16, FK // 256, 2, 4).permute(0, 3, 5, 2, 4, 1).contiguous()  # noqa: E731
+    c = torch.full((FM * FN,), float("nan")).to(torch.bfloat16)
+    launch(bundle, _variant(manifest, "fp4_gemm_4w"), {"A": a.view(-1), "B_T": b_sh.view(-1), "C": c,
+                                                       "A_scale": sh(sa, FM).view(-1), "B_scale": sh(sb, FN).view(-1)},
+           {}, {"C"})
+    want = _mx_dequant(a, sa) @ _mx_dequant(b, sb).T
+    torch.testing.assert_close(c.float().view(FM, FN), want, atol=1e-1, rtol=1e-2)  # bf16 output
