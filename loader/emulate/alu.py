@@ -175,9 +175,22 @@ def minimum3(a, b, c):
     return U(np.minimum(np.minimum(F(a), F(b)), F(c)))
 
 
+def med3(x, y, z, mx=np.maximum):
+    """V_MED3_* (ISA pseudo-code): if max3(S0, S1, S2) == S0, max(S1, S2); elif it == S1, max(S0, S2); else
+    max(S0, S1). ``x, y, z`` are values (ints or floats), ``mx`` the type's max."""
+    m = mx(mx(x, y), z)
+    return np.where(m == x, mx(y, z), np.where(m == y, mx(x, z), mx(x, y)))
+
+
+def med3_float(x, y, z):
+    """V_MED3_F32/F16: the integer rule, except that a NaN operand gives min3(S0, S1, S2) (IEEE min: the
+    smaller of the non-NaN operands)."""
+    nan = np.isnan(x) | np.isnan(y) | np.isnan(z)
+    return np.where(nan, np.fmin(np.fmin(x, y), z), med3(x, y, z, np.fmax)).astype(np.result_type(x, y, z))
+
+
 def med3_f32(a, b, c):
-    x, y, z = F(a), F(b), F(c)
-    return U(np.fmax(np.fmin(x, y), np.fmin(np.fmax(x, y), z)))
+    return U(med3_float(F(a), F(b), F(c)))
 
 
 def _sh(x, n):
@@ -261,6 +274,8 @@ OPS: dict[str, tuple[tuple[str, ...], str, object]] = {
     "v_mul_f16": (("f16", "f16"), "b32", lambda a, b: UH(H(a) * H(b))),
     "v_cvt_pkrtz_f16_f32": (("f32", "f32"), "b32", lambda a, b: _pkrtz(a) | (_pkrtz(b) << u32(16))),
     "v_cvt_pk_bf16_f32": (("f32", "f32"), "b32", lambda a, b: f32_to_bf16(F(a)) | (f32_to_bf16(F(b)) << u32(16))),
+    "v_cvt_pk_f16_f32": (("f32", "f32"), "b32", lambda a, b: UH(F(a).astype(np.float16)) | (
+        UH(F(b).astype(np.float16)) << u32(16))),  # gfx950: round to nearest even
     "v_pack_b32_f16": (("b32", "b32"), "b32", lambda a, b: (np.asarray(a, u32) & u32(0xFFFF)) | (
         np.asarray(b, u32) << u32(16))),
     "v_and_b32": (("b32", "b32"), "b32", lambda a, b: np.asarray(a, u32) & b),
@@ -315,12 +330,37 @@ OPS: dict[str, tuple[tuple[str, ...], str, object]] = {
     "v_max3_i32": (("i32", "i32", "i32"), "i32", lambda a, b, c: np.maximum(np.maximum(I(a), I(b)), I(c)).view(u32)),
     "v_min3_i32": (("i32", "i32", "i32"), "i32", lambda a, b, c: np.minimum(np.minimum(I(a), I(b)), I(c)).view(u32)),
     "v_max3_u32": (("u32", "u32", "u32"), "u32", lambda a, b, c: np.maximum(np.maximum(np.asarray(a, u32), b), c)),
+    "v_med3_i32": (("i32", "i32", "i32"), "i32", lambda a, b, c: med3(I(a), I(b), I(c)).astype(np.int32).view(u32)),
+    "v_med3_u32": (("u32", "u32", "u32"), "u32", lambda a, b, c: med3(
+        np.asarray(a, u32), np.asarray(b, u32), np.asarray(c, u32)).astype(u32)),
     "v_min3_u32": (("u32", "u32", "u32"), "u32", lambda a, b, c: np.minimum(np.minimum(np.asarray(a, u32), b), c)),
     "v_lshl_add_u64": (("u64", "u32", "u64"), "u64", lambda a, b, c: (np.asarray(a, u64) << (
         np.asarray(b, u32) & u32(63)).astype(u64)) + np.asarray(c, u64)),
     "v_lshlrev_b16": (("u32", "b32"), "b32", lambda a, b: (np.asarray(b, u32) << (np.asarray(a, u32) & u32(15))
                                                           ) & u32(0xFFFF)),
+    # 16-bit VOP2 (GFX9: the low halves of the sources; the result zero-extended, as LLVM's zeroesHigh16BitsOfDest
+    # says of GFX9). Typed u32 so that SDWA's source selects apply.
+    "v_lshrrev_b16": (("u32", "u32"), "u32", lambda a, b: (np.asarray(b, u32) & u32(0xFFFF)) >> (
+        np.asarray(a, u32) & u32(15))),
+    "v_ashrrev_i16": (("u32", "u32"), "u32", lambda a, b: _lo16((_s16(b) >> (np.asarray(a, u32) & u32(15)
+                                                                         ).astype(np.int32)))),
+    "v_add_u16": (("u32", "u32"), "u32", lambda a, b: _lo16(np.asarray(a, u32) + b)),
+    "v_sub_u16": (("u32", "u32"), "u32", lambda a, b: _lo16(np.asarray(a, u32) - b)),
+    "v_subrev_u16": (("u32", "u32"), "u32", lambda a, b: _lo16(np.asarray(b, u32) - a)),
+    "v_mul_lo_u16": (("u32", "u32"), "u32", lambda a, b: _lo16(np.asarray(a, u32) * b)),
+    "v_max_u16": (("u32", "u32"), "u32", lambda a, b: np.maximum(_lo16(a), _lo16(b))),
+    "v_min_u16": (("u32", "u32"), "u32", lambda a, b: np.minimum(_lo16(a), _lo16(b))),
+    "v_max_i16": (("u32", "u32"), "u32", lambda a, b: _lo16(np.maximum(_s16(a), _s16(b)))),
+    "v_min_i16": (("u32", "u32"), "u32", lambda a, b: _lo16(np.minimum(_s16(a), _s16(b)))),
 }
+
+
+def _lo16(x):
+    return (np.asarray(x).astype(np.int64) & 0xFFFF).astype(u32)
+
+
+def _s16(x):
+    return (np.asarray(x, u32) & u32(0xFFFF)).astype(np.uint16).view(np.int16).astype(np.int32)
 
 
 def _pkrtz(a):
@@ -364,3 +404,16 @@ def cmp_fn(rel: str, ty: str):
 
 def class_fn(ty: str):
     return (lambda a, b: _class(a, b, ty == "f64"))
+
+
+# 16-bit three-operand ops (VOP3 with op_sel): name -> (operand kind, fn over numpy values of the type).
+OPS16 = {
+    "v_med3_f16": ("f", med3_float), "v_med3_i16": ("i", med3), "v_med3_u16": ("u", med3),
+    "v_max3_f16": ("f", lambda x, y, z: np.fmax(np.fmax(x, y), z)),
+    "v_min3_f16": ("f", lambda x, y, z: np.fmin(np.fmin(x, y), z)),
+    "v_max3_i16": ("i", lambda x, y, z: np.maximum(np.maximum(x, y), z)),
+    "v_min3_i16": ("i", lambda x, y, z: np.minimum(np.minimum(x, y), z)),
+    "v_max3_u16": ("u", lambda x, y, z: np.maximum(np.maximum(x, y), z)),
+    "v_min3_u16": ("u", lambda x, y, z: np.minimum(np.minimum(x, y), z)),
+}
+HALF_TYPES = {"f": np.float16, "i": np.int16, "u": np.uint16}

@@ -103,6 +103,8 @@ def compile_ds(inst: Inst, where: str) -> Callable[[Wave], None]:
                         int(inst.modifier("offset", "0"), 0))
     if inst.modifier("gds") is not None:
         raise refuse(f"`{where}`: GDS is not modelled")
+    if m == "ds_read_b64_tr_b16":
+        return _read_tr_b16(_row(ops[0], where), _row(ops[1], where), int(inst.modifier("offset", "0"), 0), where)
     m2 = m.replace("ds_read_addtid", "").replace("ds_load_", "ds_read_").replace("ds_store_", "ds_write_")
     for pre in ("ds_read2st64_", "ds_write2st64_", "ds_read2_", "ds_write2_"):
         if m2.startswith(pre):
@@ -240,3 +242,30 @@ def _permute(m: str, drow: int, arow: int, srow: int, off: int) -> Callable[[Wav
             out[wv, idx[wv, ln]] = w.V[srow][wv, ln]
             write_v(w, drow, out)
     return permute
+
+
+# ds_read_b64_tr_b16 (CDNA4 "MFMA Transpose Load from LDS"): each lane reads 64 bits (four 16-bit elements) at its
+# address; within each group of 16 lanes, destination lane l's element n is source lane (l & ~15) + ((l >> 2) & 3)
+# + 4n's element (l & 3) (a 4 x 16-lane transpose: the layout Triton's gfx950 lowering draws and that ROCm's
+# rocjitsu tests against hardware, rocm-systems PR 10175).
+_TR16_SRC = np.array([[(l & ~15) + ((l >> 2) & 3) + 4 * n for n in range(4)] for l in range(64)])
+_TR16_HALF = (np.arange(64) & 3)[:, None]
+
+
+def _read_tr_b16(drow: int, arow: int, off: int, where: str) -> Callable[[Wave], None]:
+    def tr(w: Wave) -> None:
+        groups = w.mask.reshape(w.n, 4, 16)
+        if (groups.any(axis=2) != groups.all(axis=2)).any():
+            raise refuse(f"`{where}`: ds_read_b64_tr_b16 with part of a 16-lane group off in EXEC is not modelled")
+        lanes = np.flatnonzero(w.mask)
+        if not lanes.size:
+            return
+        lds = w.lds
+        flat = lds.locate(lanes, w.VF[arow, lanes].astype(np.int64) + off, 8, where)
+        lds.note(flat, 8, w.index[lanes >> 6], False)
+        src = np.zeros((w.n * 64, 4), np.uint16)
+        src[lanes] = lds.read(flat, 8).view(np.uint16)
+        out = src.reshape(w.n, 64, 4)[:, _TR16_SRC, _TR16_HALF].astype(np.uint32)  # [n, 64 lanes, 4 elements]
+        write_v(w, drow, out[..., 0] | (out[..., 1] << np.uint32(16)))
+        write_v(w, drow + 1, out[..., 2] | (out[..., 3] << np.uint32(16)))
+    return tr

@@ -104,8 +104,12 @@ def compile_vector(inst: Inst, where: str, denorm32: int) -> Callable[[Wave], No
         f = special(name, inst, ops, where, dpp, denorm32)
         if f is not None:
             return f
+    if name in alu.OPS16:
+        return _op16(name, inst, ops, where, dpp)
     if name not in alu.OPS:
         return None
+    if inst.modifier("op_sel") is not None:
+        raise refuse(f"`{where}`: op_sel on {name} (a 16-bit half select) is not modelled")
     stypes, dty, fn = alu.OPS[name]
     readers = [src(t, *_kind_bits(ty), where) for t, ty in zip(ops[1:], stypes)]
     if len(ops) - 1 != len(stypes):
@@ -417,3 +421,49 @@ def _carry(name, inst, ops, where, dpp, denorm32):
             write_v(w, drow, alu.fma32(s0(w), s1(w), s2(w)))
         return div_fmas
     return None
+
+
+def _op16(name, inst, ops, where, dpp):
+    """16-bit VOP3 ops with op_sel (GFX9 VOP3 "OPSEL": bit i picks the high half of source i, bit 3 writes the
+    result to the destination's high half). The other half of the destination keeps its value: LLVM never relies
+    on these ops zeroing it (GCNSubtarget::zeroesHigh16BitsOfDest does not list them)."""
+    kind, fn = alu.OPS16[name]
+    if dpp is not None or inst.modifier("clamp") is not None or len(ops) != 4:
+        raise refuse(f"`{where}`: {name} with DPP, clamp or other than three sources is not modelled")
+    sel = [int(b) for b in inst.modifier("op_sel", "[0,0,0,0]").strip("[]").split(",")]
+    sel += [0] * (4 - len(sel))
+    readers = [_half(t, kind, bool(sel[i]), where) for i, t in enumerate(ops[1:])]
+    drow, _ = vdst(ops[0], where)
+    ty = alu.HALF_TYPES[kind]
+    hi = bool(sel[3])
+    keep = np.uint32(0xFFFF if hi else 0xFFFF0000)
+
+    def op16(w: Wave) -> None:
+        x, y, z = (np.asarray(r(w), np.uint32).astype(np.uint16).view(ty) for r in readers)
+        r = np.asarray(fn(x, y, z), ty).view(np.uint16).astype(np.uint32)
+        write_v(w, drow, (w.V[drow] & keep) | (r << np.uint32(16) if hi else r))
+    return op16
+
+
+def _half(tok: str, kind: str, hi: bool, where: str):
+    """A 16-bit source: the low or (op_sel) high half of a register, or a constant; ``-x`` / ``|x|`` act on the
+    selected half's sign bit (binary16 operands only)."""
+    neg = absv = False
+    t = tok
+    if kind == "f" and t.startswith("-") and not t[1:2].isdigit():
+        neg, t = True, t[1:]
+    if kind == "f" and t.startswith("|") and t.endswith("|"):
+        absv, t = True, t[1:-1]
+    if hi and parse_reg(t) is None:
+        raise refuse(f"`{where}`: op_sel high half of the constant {tok!r} is not modelled")
+    base = src(t, kind, 16, where)
+    shift = np.uint32(16 if hi else 0)
+
+    def rd(w: Wave):
+        x = (np.asarray(base(w), np.uint32) >> shift) & np.uint32(0xFFFF)
+        if absv:
+            x = x & np.uint32(0x7FFF)
+        if neg:
+            x = x ^ np.uint32(0x8000)
+        return x
+    return rd

@@ -14,7 +14,7 @@ import numpy as np
 
 from flyship.loader.emulate.decode import Inst
 from flyship.loader.emulate.errors import refuse
-from flyship.loader.emulate.state import AGPR_BASE, EXEC, LANES, Wave, forget, parse_reg
+from flyship.loader.emulate.state import AGPR_BASE, EXEC, LANES, M0, Wave, forget, parse_reg
 from flyship.loader.emulate.scalar import ssrc
 
 # suffix -> (bytes, kind): kind "b" = whole dwords, "u"/"i" = zero/sign-extend, "d16" = low half kept high,
@@ -189,8 +189,11 @@ def compile_buffer(inst: Inst, where: str) -> Callable[[Wave], None]:
     """buffer_load/store_* through a buffer resource descriptor (V#) in four SGPRs."""
     m = inst.mnemonic
     ops = inst.operands
+    if inst.modifier("lds") is not None and m in _LDS_LOADS:
+        return _buffer_lds(inst, where, _LDS_LOADS[m])
     if inst.modifier("lds") is not None or "_format_" in m:
-        raise refuse(f"`{where}`: {m} (buffer format conversion and direct-to-LDS loads are not modelled)")
+        raise refuse(f"`{where}`: {m} (buffer format conversion and direct-to-LDS loads other than "
+                     f"{'/'.join(_LDS_LOADS)} are not modelled)")
     atomic = "_atomic_" in m
     if atomic:
         op = m.split("_atomic_")[1]
@@ -242,10 +245,38 @@ def compile_buffer(inst: Inst, where: str) -> Callable[[Wave], None]:
     return bstore
 
 
-def _buffer_access(inst: Inst, where: str, size: int):
+_LDS_LOADS = {"buffer_load_dword": 4, "buffer_load_dwordx4": 16}
+
+
+def _buffer_lds(inst: Inst, where: str, size: int) -> Callable[[Wave], None]:
+    """buffer_load_dword / _dwordx4 ... lds (CDNA3/CDNA4 ISA "Memory Buffer Load to LDS"): the memory address is
+    the usual one (V#, voffset/vindex, soffset, inst_offset, num_records: out of range reads 0), and lane ``t`` of
+    the wave writes its ``size`` bytes to LDS at M0 + inst_offset + t * size (4 for a dword, 16 for gfx950's
+    dwordx4) in its workgroup's LDS; no VGPR is written. Lanes off in EXEC write nothing."""
+    access = _buffer_access(inst, where, size, ("lds",) + tuple(inst.operands))  # LLVM prints no vdata here
+    ioff = int(inst.modifier("offset", "0"), 0)
+    pieces = size // 4
+
+    def bload_lds(w: Wave) -> None:
+        lanes, addr, ok = access(w)
+        if not lanes.size:
+            return
+        data = np.zeros((lanes.size, pieces, 4), np.uint8)
+        if ok.any():
+            data[ok] = w.mem.read(addr[ok], 4, where)
+        wv = lanes >> 6
+        dst = w.s[M0][wv].astype(np.int64) + ioff + (lanes & 63) * size
+        lds = w.lds
+        flat = lds.locate(lanes, dst, size, where)
+        lds.note(flat, size, w.index[wv], True)
+        lds.write(flat, data.reshape(lanes.size, size))
+    return bload_lds
+
+
+def _buffer_access(inst: Inst, where: str, size: int, ops=None):
     """The per-wave addressing of a buffer instruction: wave -> (active lanes, addresses [lanes, pieces], in range
     [lanes, pieces]); a piece is a dword (or the whole access when it is smaller)."""
-    ops = inst.operands
+    ops = inst.operands if ops is None else ops
     offen, idxen = inst.modifier("offen") is not None, inst.modifier("idxen") is not None
     ioff = int(inst.modifier("offset", "0"), 0)
     vrow = None if ops[1] == "off" else _vrow(ops[1], where)[0]

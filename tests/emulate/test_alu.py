@@ -302,10 +302,10 @@ def test_gfx950_f8f6f4_mfma_16x16x128_rows_columns_and_output_layout(cbsz, fmt_a
     np.testing.assert_array_equal(out.view(np.float32), want)
 
 
-def test_gfx950_f8f6f4_mfma_with_fp4_operands_is_refused_by_name():
-    img = assemble("  v_mfma_f32_16x16x128_f8f6f4 v[30:33], v[10:13], v[20:23], 0 cbsz:4 blgp:4\n  s_nop 7\n"
+def test_gfx950_f8f6f4_mfma_with_fp6_operands_is_refused_by_name():
+    img = assemble("  v_mfma_f32_16x16x128_f8f6f4 v[30:33], v[10:15], v[20:25], 0 cbsz:2 blgp:2\n  s_nop 7\n"
                    "  s_nop 7\n  v_mov_b32 v4, v30\n", "gfx950")
-    with pytest.raises(emulate.EmulationError, match="v_mfma_f32_16x16x128_f8f6f4 with formats cbsz:4 blgp:4"):
+    with pytest.raises(emulate.EmulationError, match="v_mfma_f32_16x16x128_f8f6f4 with formats cbsz:2 blgp:2"):
         run_lanes(img, LANE)
 
 

@@ -2,8 +2,7 @@
 the tuner named as upstream's ``rmsnorm_autotuned`` calls it, every config of its search space), executed on the
 emulated device for gfx942 and gfx950 against a torch reference written here, 3 rows. Each distinct code object runs
 once (configs that differ only in a ``waves_per_eu`` the compiler could not honour share one). The gfx950-only new
-kernels (sliding-window attention, dual-wave flash attention, fp8 conv3d) are not run: the emulator refuses their
-first unmodelled instruction (docs/emulator.md). Needs ``FLYSHIP_UPSTREAM_FLYDSL`` and the FlyDSL build Python; skips
+attention kernels run in tests/emulate/test_upstream_gfx950.py; fp8 conv3d is not run (docs/emulator.md). Needs ``FLYSHIP_UPSTREAM_FLYDSL`` and the FlyDSL build Python; skips
 saying so otherwise. Emulated runs, not GPU runs."""
 
 from __future__ import annotations
