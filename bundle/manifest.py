@@ -62,6 +62,7 @@ from flyship.bundle.model import (  # noqa: F401  (re-exported)
     Workspace,
     composite_head,
     must_understand,
+    output_dtype,
     slots,
     version_for,
 )

@@ -11,11 +11,12 @@ import dataclasses
 from typing import Optional
 
 from flyship.bundle import expr as _expr
+from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
 from flyship.bundle.frozen import frozen
 # The schema version and the must-understand keys, re-exported: readers and writers ask them as model.X.
-from flyship.bundle.versions import (MUST_UNDERSTAND, NEWEST_MINOR, SCHEMA_MAJOR, SCHEMA_MINOR,  # noqa: F401
-                                     SCHEMA_VERSION, must_understand, version_for)
+from flyship.bundle.versions import (MUST_UNDERSTAND, NEWEST_MINOR, OMITTED_WHEN_EMPTY, SCHEMA_MAJOR,  # noqa: F401
+                                     SCHEMA_MINOR, SCHEMA_VERSION, must_understand, version_for)
 
 FORMAT_NAME = "flyship-bundle"
 MANIFEST_NAME = "manifest.json"
@@ -77,6 +78,11 @@ class Output:
             call returns it viewed as ``(B, S, ...)``.
         zero: the kernel accumulates into the output (atomic adds), so the loader allocates it zero-filled and
             zero-fills an ``out=`` tensor before the launch (schema 1.3; a must-understand key).
+        target_dtypes: (schema 6.0) a processor (``"gfx942"``) or full target ID -> the output's dtype on a device
+            of that target, as ``dtype`` spells it (an fp8 output that is ``float8_e4m3fnuz`` on gfx942 and
+            ``float8_e4m3fn`` on gfx950); ``dtype`` serves every other device and the host (CPU calls on a
+            machine without a GPU). Chosen as code objects are (:func:`output_dtype`); a must-understand key,
+            written only when not empty (``OMITTED_WHEN_EMPTY``). Default ``{}``.
     """
 
     name: str
@@ -84,6 +90,19 @@ class Output:
     dtype: str
     batch: bool = False
     zero: bool = False
+    target_dtypes: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def output_dtype(o: Output, target: Optional[str]) -> str:
+    """The dtype rule of output ``o`` on a device of ``target`` (None: the host): the ``target_dtypes`` entry
+    that the device would pick as a code object's target (a full target ID's over its processor's,
+    :func:`flyship.bundle.targets.select`), else ``o.dtype``. The one owner of the choice: the loader's
+    allocation, fake kernel, ``out=`` checks and dry runs all take it from here."""
+    if target is None or not o.target_dtypes:
+        return o.dtype
+    keys = sorted(o.target_dtypes)
+    i = _targets.select(keys, target)
+    return o.dtype if i is None else o.target_dtypes[keys[i]]
 
 
 @frozen
