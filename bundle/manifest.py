@@ -25,6 +25,7 @@ from flyship.bundle.manifest_json import (  # noqa: F401  (re-exported)
     to_json_obj,
     write,
 )
+from flyship.bundle.targets import output_dtype  # noqa: F401  (re-exported)
 from flyship.bundle.model import (  # noqa: F401  (re-exported)
     CODE_OBJECT_FORMATS,
     DTYPES,
@@ -62,7 +63,6 @@ from flyship.bundle.model import (  # noqa: F401  (re-exported)
     Workspace,
     composite_head,
     must_understand,
-    output_dtype,
     slots,
     version_for,
 )

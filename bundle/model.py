@@ -11,7 +11,6 @@ import dataclasses
 from typing import Optional
 
 from flyship.bundle import expr as _expr
-from flyship.bundle import targets as _targets
 from flyship.bundle.errors import BundleError
 from flyship.bundle.frozen import frozen
 # The schema version and the must-understand keys, re-exported: readers and writers ask them as model.X.
@@ -73,16 +72,10 @@ class Output:
         name: output name.
         shape: one expression per dimension over the inputs (see :mod:`flyship.bundle.expr`).
         dtype: an input tensor's name (same dtype as that input) or a torch dtype name.
-        batch: the output gets the batched inputs' leading dimensions back (schema 1.2): its first dimension
-            is a batched input's flattened first dimension (``shape[0]`` is ``"<input>.shape[0]"``) and the
-            call returns it viewed as ``(B, S, ...)``.
-        zero: the kernel accumulates into the output (atomic adds), so the loader allocates it zero-filled and
-            zero-fills an ``out=`` tensor before the launch (schema 1.3; a must-understand key).
-        target_dtypes: (schema 6.0) a processor (``"gfx942"``) or full target ID -> the output's dtype on a device
-            of that target, as ``dtype`` spells it (an fp8 output that is ``float8_e4m3fnuz`` on gfx942 and
-            ``float8_e4m3fn`` on gfx950); ``dtype`` serves every other device and the host (CPU calls on a
-            machine without a GPU). Chosen as code objects are (:func:`output_dtype`); a must-understand key,
-            written only when not empty (``OMITTED_WHEN_EMPTY``). Default ``{}``.
+        batch: (1.2) the batched inputs' leading dims come back: ``shape[0]`` is a batched input's flattened first
+            dimension (``"<input>.shape[0]"``) and the call returns the output viewed as ``(B, S, ...)``.
+        zero: (1.3, must-understand) the kernel accumulates into it (atomic adds): allocated zero-filled, out= too.
+        target_dtypes: (6.0) target -> dtype rule there (:func:`flyship.bundle.targets.output_dtype`); ``{}``.
     """
 
     name: str
@@ -91,18 +84,6 @@ class Output:
     batch: bool = False
     zero: bool = False
     target_dtypes: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-def output_dtype(o: Output, target: Optional[str]) -> str:
-    """The dtype rule of output ``o`` on a device of ``target`` (None: the host): the ``target_dtypes`` entry
-    that the device would pick as a code object's target (a full target ID's over its processor's,
-    :func:`flyship.bundle.targets.select`), else ``o.dtype``. The one owner of the choice: the loader's
-    allocation, fake kernel, ``out=`` checks and dry runs all take it from here."""
-    if target is None or not o.target_dtypes:
-        return o.dtype
-    keys = sorted(o.target_dtypes)
-    i = _targets.select(keys, target)
-    return o.dtype if i is None else o.target_dtypes[keys[i]]
 
 
 @frozen

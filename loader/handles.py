@@ -17,6 +17,7 @@ from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
 from flyship.loader import plancache as _plancache
 from flyship.loader import selection as _selection
+from flyship.loader import target_dtypes as _target_dtypes
 from flyship.loader.selection import Decision, device_index, failures_for, fallback_flag
 from flyship.loader import opschema as _opschema
 
@@ -237,8 +238,8 @@ class OpHandle:
             raise ConfigError(f"{self.qualname}.dispatch: target=: {e}; ops.device_target(0) gives a GPU's") from None
         if isinstance(out, torch.Tensor):  # one out tensor, as .out(..., out=t) takes it
             out = (out,)
-        if out is not None:
-            self._check_out_target(target)
+        if out is not None:  # an output whose dtype differs per target (loader/target_dtypes.py)
+            _target_dtypes.check_dispatch_out(self.qualname, self._ops._declared.ops[self._index], self._head, target)
         misfit = _opschema.call_misfit(self._head, args, kwargs, ())  # the op call's own words, before the C++ core
         if misfit is None:
             misfit = next((f"expected out tensor {i} to be {w}" for i, t in enumerate(out or ())
@@ -251,19 +252,6 @@ class OpHandle:
         if spec < 0:
             return Decision(None, None, reason)
         return Decision(self.specializations[spec], self._ops._plan.spec_targets[self._index][spec][variant], "")
-
-    def _check_out_target(self, target: str) -> None:
-        """An output whose dtype differs per target is allocated, and its ``out=`` tensor checked, with the dtype
-        of this process's devices (:mod:`flyship.loader.target_dtypes`): deciding ``.out`` for a target that needs
-        another dtype would judge the out tensor by the wrong one, so it is refused."""
-        declared = self._ops._declared.ops[self._index]
-        for o, r in zip(declared.outputs, self._head.outputs):
-            want = _m.output_dtype(o, target)
-            if want != r.dtype:
-                raise ConfigError(f"{self.qualname}.dispatch: output {o.name}'s dtype is {want} on {target} and "
-                                  f"{r.dtype} on this process's devices (it differs per target, and out= tensors are "
-                                  f"checked against this process's); dispatch without out= for {target}, or use "
-                                  f"flyship.dry_run(bundle, target={target!r}) to run .out as on such a device")
 
     def _dispatch_cu_count(self, target: str, cu_count: Optional[int]) -> int:
         if cu_count is None and self._device_reads is None:

@@ -3,7 +3,7 @@ that is ``float8_e4m3fnuz`` on gfx942 and ``float8_e4m3fn`` on gfx950.
 
 A process's ops are registered once, and torch's fake kernels (torch.compile) see no device target, so the dtype
 is fixed per process at load by the target of its devices (:func:`resolve`): each such output's rule becomes the
-one :func:`flyship.bundle.model.output_dtype` gives for that target, and everything downstream (the C++ output
+one :func:`flyship.bundle.targets.output_dtype` gives for that target, and everything downstream (the C++ output
 rules and ``out=`` checks, the fake kernels, the CPU path) reads that one rule. A process with no GPU (the host)
 keeps the output's ``dtype``; a dry run (:func:`flyship.dry_run`) takes its ``target``'s. A process whose GPUs
 need different dtypes for one output is refused at load. The reference computes in the output's ``dtype``;
@@ -17,6 +17,7 @@ import functools
 from typing import Any, Callable, Optional
 
 from flyship.bundle import model as _m
+from flyship.bundle import targets as _targets
 from flyship.errors import ConfigError
 from flyship.loader import extension as _extension
 from flyship.loader import plancache as _plancache
@@ -52,7 +53,7 @@ def resolve(plan: _plancache.BundlePlan, targets_of: Callable[[], list[str]]
     for op in plan.head.ops:
         outputs = []
         for o in op.outputs:
-            rules = {t: _m.output_dtype(o, t) for t in targets}
+            rules = {t: _targets.output_dtype(o, t) for t in targets}
             if len(set(rules.values())) > 1:
                 listed = ", ".join(f"{t}: {r}" for t, r in rules.items())
                 raise ConfigError(f"load bundle: op {op.name} output {o.name}: expected one dtype on every GPU of the "
@@ -98,3 +99,20 @@ def convert_reference(ref: Optional[Callable[..., Any]], declared: _m.Op, resolv
         return outs[0] if single else type(out)(outs)
 
     return converted
+
+
+def check_dispatch_out(qualname: str, declared: _m.Op, resolved: _m.Op, target: str) -> None:
+    """``dispatch(..., target=, out=)``: out= tensors are checked against the dtype of this process's devices
+    (:func:`resolve`), so deciding ``.out`` for a target whose per-target dtype differs would judge them by the
+    wrong one; refused.
+
+    Raises:
+        ConfigError: naming the output, both dtypes and what to do.
+    """
+    for o, r in zip(declared.outputs, resolved.outputs):
+        want = _targets.output_dtype(o, target)
+        if want != r.dtype:
+            raise ConfigError(f"{qualname}.dispatch: output {o.name}'s dtype is {want} on {target} and {r.dtype} on "
+                              "this process's devices (it differs per target, and out= tensors are checked against "
+                              f"this process's); dispatch without out= for {target}, or use "
+                              f"flyship.dry_run(bundle, target={target!r}) to run .out as on such a device")
