@@ -145,3 +145,17 @@ def test_a_loader_that_reads_up_to_5_x_refuses_the_bundle_with_its_version_messa
     monkeypatch.setattr(_m, "NEWEST_MINOR", newest)  # as a flyship before target_dtypes (5.0), or before 5.0
     with pytest.raises(ManifestVersionError, match=r"schema version 6\.0 is not readable .* rebuild the bundle"):
         _m.read(bundle)
+
+
+@pytest.mark.parametrize("target, want", [(GFX942, FNUZ), (GFX950, FN)])
+def test_torch_compile_traces_the_targets_dtype(bundle_copy, recorded, target, want):
+    ops = recorded(per_target(bundle_copy), target=target)
+    seen = []
+
+    def backend(gm, example_inputs):  # the graph dynamo traced through the op's fake kernel
+        seen.extend(n.meta["example_value"].dtype for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    cf = torch.compile(lambda x, y: ops.add(x, y), backend=backend, fullgraph=True)
+    assert cf(torch.randn(1000), torch.randn(1000)).dtype == want and seen == [want]
