@@ -79,7 +79,7 @@ class Output:
     per_target: Any = ()
 
     def __post_init__(self) -> None:
-        pt = self.per_target
+        pt = {} if self.per_target is None else self.per_target
         if isinstance(pt, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in pt):
             pt = dict(pt)
         if not isinstance(pt, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
