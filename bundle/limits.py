@@ -46,6 +46,8 @@ MAX_SPECIALIZATIONS = 256
 """Specializations of one op."""
 MAX_VARIANTS = 64
 """Variants (targets) of one specialization."""
+MAX_TARGET_DTYPES = MAX_VARIANTS
+"""Per-target dtypes of one output (schema 1.6, ``outputs[].target_dtypes``)."""
 MAX_LAUNCHES = 16
 """Kernel launches of one call (a variant and its ``then``; schema 1.2)."""
 MAX_WORKSPACES = 16

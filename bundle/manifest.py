@@ -25,6 +25,7 @@ from flyship.bundle.manifest_json import (  # noqa: F401  (re-exported)
     to_json_obj,
     write,
 )
+from flyship.bundle.targets import output_dtype  # noqa: F401  (re-exported)
 from flyship.bundle.model import (  # noqa: F401  (re-exported)
     CODE_OBJECT_FORMATS,
     DTYPES,

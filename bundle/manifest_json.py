@@ -20,13 +20,16 @@ from typing import Any, Callable
 from flyship.bundle import files as _files
 from flyship.bundle import limits as _limits
 from flyship.bundle.errors import BundleError
-from flyship.bundle.model import FORMAT_NAME, Manifest
+from flyship.bundle.model import FORMAT_NAME, OMITTED_WHEN_EMPTY, Manifest
 
 
 def to_json_obj(obj: Any) -> Any:
-    """A manifest dataclass as plain JSON data (tuples as lists, every field present)."""
+    """A manifest dataclass as plain JSON data (tuples as lists, every field present but an empty one of
+    ``OMITTED_WHEN_EMPTY``)."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_json_obj(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        name = type(obj).__name__
+        return {f.name: to_json_obj(v) for f in dataclasses.fields(obj)
+                if (v := getattr(obj, f.name)) or (name, f.name) not in OMITTED_WHEN_EMPTY}
     if isinstance(obj, (list, tuple)):
         return [to_json_obj(x) for x in obj]
     if isinstance(obj, dict):

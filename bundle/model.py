@@ -14,8 +14,8 @@ from flyship.bundle import expr as _expr
 from flyship.bundle.errors import BundleError
 from flyship.bundle.frozen import frozen
 # The schema version and the must-understand keys, re-exported: readers and writers ask them as model.X.
-from flyship.bundle.versions import (MUST_UNDERSTAND, NEWEST_MINOR, SCHEMA_MAJOR, SCHEMA_MINOR,  # noqa: F401
-                                     SCHEMA_VERSION, must_understand, version_for)
+from flyship.bundle.versions import (MUST_UNDERSTAND, NEWEST_MINOR, OMITTED_WHEN_EMPTY, SCHEMA_MAJOR,  # noqa: F401
+                                     SCHEMA_MINOR, SCHEMA_VERSION, must_understand, version_for)
 
 FORMAT_NAME = "flyship-bundle"
 MANIFEST_NAME = "manifest.json"
@@ -72,11 +72,10 @@ class Output:
         name: output name.
         shape: one expression per dimension over the inputs (see :mod:`flyship.bundle.expr`).
         dtype: an input tensor's name (same dtype as that input) or a torch dtype name.
-        batch: the output gets the batched inputs' leading dimensions back (schema 1.2): its first dimension
-            is a batched input's flattened first dimension (``shape[0]`` is ``"<input>.shape[0]"``) and the
-            call returns it viewed as ``(B, S, ...)``.
-        zero: the kernel accumulates into the output (atomic adds), so the loader allocates it zero-filled and
-            zero-fills an ``out=`` tensor before the launch (schema 1.3; a must-understand key).
+        batch: (1.2) the batched inputs' leading dims come back: ``shape[0]`` is a batched input's flattened first
+            dimension (``"<input>.shape[0]"``) and the call returns the output viewed as ``(B, S, ...)``.
+        zero: (1.3, must-understand) the kernel accumulates into it (atomic adds): allocated zero-filled, out= too.
+        target_dtypes: (6.0) target -> dtype rule there (:func:`flyship.bundle.targets.output_dtype`); ``{}``.
     """
 
     name: str
@@ -84,6 +83,7 @@ class Output:
     dtype: str
     batch: bool = False
     zero: bool = False
+    target_dtypes: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @frozen

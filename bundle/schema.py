@@ -70,7 +70,7 @@ def _define(cls: Any, defs: dict[str, Any]) -> None:
         "type": "object",
         "description": (cls.__doc__ or "").strip().split("\n")[0],
         "properties": props,
-        "required": sorted(props),
+        "required": sorted(k for k in props if (cls.__name__, k) not in M.OMITTED_WHEN_EMPTY),
         "additionalProperties": False,
     }
 

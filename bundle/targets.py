@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from typing import Any
 
 from flyship.bundle.errors import BundleError
 from flyship.bundle.frozen import frozen
@@ -226,3 +227,15 @@ def select(candidates: list[str], device: str) -> int | None:
             if best_rank is None or r > best_rank:
                 best, best_rank = i, r
     return best
+
+
+def output_dtype(o: Any, target: str | None) -> str:
+    """The dtype rule of a manifest output ``o`` (``dtype``, ``target_dtypes``: schema 6.0) on a device of
+    ``target`` (None: the host): the ``target_dtypes`` entry the device would pick as a code object's target (a full
+    target ID's over its processor's, :func:`select`), else ``o.dtype``. The one owner of the choice: the loader's
+    allocation, fake kernel, ``out=`` checks and dry runs all take it from here."""
+    if target is None or not o.target_dtypes:
+        return o.dtype
+    keys = sorted(o.target_dtypes)
+    i = select(keys, target)
+    return o.dtype if i is None else o.target_dtypes[keys[i]]

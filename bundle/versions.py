@@ -18,15 +18,20 @@ SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 # "Must-understand keys"): later launches of a call, workspaces and inputs written in place came with 2.x, outputs
 # allocated zero-filled with 3.x, backward ops that overwrite saved tensors and composite ops with 4.x, the forward of
 # an autograd pair that writes an input in place (``dirty``, as ctx.mark_dirty) and composites that receive
-# workspaces (schema 1.5) with 5.x. A bundle is written with the lowest major that covers every such key it uses, so a
+# workspaces (schema 1.5) with 5.x, outputs whose dtype differs per target (``outputs[].target_dtypes``) with 6.x.
+# A bundle is written with the lowest major that covers every such key it uses, so a
 # loader that would ignore one refuses the bundle's major with its version message instead of running it wrongly.
 # Every other bundle is written as 1.5.
 MUST_UNDERSTAND = {"then": 2, "workspaces": 2, "mutable": 2, "zero": 3, "consumes": 4, "composites": 4,
-                   "device_workspaces": 4, "dirty": 5, "composite_workspaces": 5}
+                   "device_workspaces": 4, "dirty": 5, "composite_workspaces": 5, "target_dtypes": 6}
 # major -> the newest minor this flyship knows; a newer minor of a known major is read leniently (unknown keys
 # ignored), an unknown major is refused. Each major's newest minor has the keys of 1.x's newest (1.5: every
 # composite writes its `workspaces`, which a 4.0 reader would refuse as an unknown key; it reads 4.1 leniently).
-NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 3, 3: 2, 4: 1, 5: 0}
+# 6.0 has them and one more, ``outputs[].target_dtypes``, the one key written only when not empty (so every
+# bundle that does not use it keeps its bytes and its version), which no older reader knows.
+NEWEST_MINOR = {1: SCHEMA_MINOR, 2: 3, 3: 2, 4: 1, 5: 0, 6: 0}
+# Keys written only when they hold something (class name, field name): readers give them their default when absent.
+OMITTED_WHEN_EMPTY = frozenset({("Output", "target_dtypes")})
 
 
 def must_understand(m: Manifest) -> tuple[str, ...]:
@@ -38,7 +43,8 @@ def must_understand(m: Manifest) -> tuple[str, ...]:
     book refuses it as a shape that must not read the device, which blames the bundle instead of the loader),
     ``dirty`` (the forward of an autograd pair writes an input in place: a 4.x rule book refuses the pair, and a
     4.x loader would not rebase the input's autograd history), ``composite_workspaces`` (a composite that receives
-    workspaces: an older loader would call its function without them)."""
+    workspaces: an older loader would call its function without them), ``target_dtypes`` (an output whose dtype
+    differs per target: an older loader would allocate every target's output with one dtype)."""
     found = []
     variants = [v for op in m.ops for s in op.specializations for v in s.variants]
     if any(v.then for v in variants):
@@ -61,6 +67,8 @@ def must_understand(m: Manifest) -> tuple[str, ...]:
         found.append("dirty")
     if any(c.workspaces for c in m.composites):
         found.append("composite_workspaces")
+    if any(o.target_dtypes for op in m.ops for o in op.outputs):
+        found.append("target_dtypes")
     return tuple(found)
 
 

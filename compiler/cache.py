@@ -189,7 +189,8 @@ def task_key(op: Any, spec: Any, target: str, context: dict[str, Any], sources: 
         sources: :func:`kernel_sources` of ``op.kernel``.
     """
     decl = {"name": op.name, "frontend": op.frontend, "grid": op.grid,
-            "args": [{"kind": type(a).__name__, **dataclasses.asdict(a)} for a in op.args]}
+            "args": [{"kind": type(a).__name__, **{k: v for k, v in dataclasses.asdict(a).items()
+                                                    if k != "per_target" or v}} for a in op.args]}  # keys as before
     if getattr(op, "mutable_written", False):  # op(..., mutable=True): the write check does not refuse
         decl["mutable_written"] = True
     if getattr(op, "launches", ()):  # a multi-launch op: each kernel's parameters and grid

@@ -253,6 +253,7 @@ def run_task(op_name: str, spec_name: str) -> TaskResult:
                                "ops or specs on each import for this target: make its declarations depend only on "
                                "the target (FLYDSL_GPU_ARCH), not on other state")
         spec = decl.for_target(cfg.target)
+        op = op.for_target(cfg.target)  # each output's dtype on this target (Output(per_target=...))
         workdir = Path(tempfile.mkdtemp(prefix=f"{op_name}.{spec_name}.", dir=cfg.scratch_root))
         slot = _TRACE_SLOTS if _TRACE_SLOTS is not None else contextlib.nullcontext()
         ctx = BuildContext(workdir=workdir, toolchain=cfg.toolchain, code_object_version=cfg.code_object_version,

@@ -41,6 +41,7 @@ from flyship.loader import plan as _plan
 from flyship.loader import plancache as _plancache
 from flyship.loader import references as _references
 from flyship.loader import opschema as _opschema
+from flyship.loader import target_dtypes as _target_dtypes
 from flyship.loader.handles import Ops, _CodeObjects
 from flyship.loader.selection import device_index, fallback_flag, make_selector, warn_not_built
 
@@ -280,18 +281,22 @@ def _load_new(path: str | Path, root: Path, plan: _plancache.BundlePlan, ns: str
         emulated_device.install(ext)
     if table is not None:
         plan, tuning_status = _tuned_plan(plan, table, tuning_device, ext)
+    declared = plan.head
+    plan, _target = _target_dtypes.resolve(plan, lambda: _target_dtypes.device_targets(ext))
     code_objects = _CodeObjects(root, plan)
     heads = [_plan.lower_op(op, ns, [len(t) for t in plan.spec_targets[k]], sum(plan.spec_ids[k]))
              for k, op in enumerate(plan.head.ops)]
     # The fallback paths run each reference guarded against falling back into itself; ops.reference()
     # gives the reference as it was given.
-    guarded = [_references.guarded(r, f"{ns}::{op.name}") for r, op in zip(refs, plan.head.ops)]
+    guarded = [_references.guarded(_target_dtypes.convert_reference(r, d, op), f"{ns}::{op.name}")
+               for r, d, op in zip(refs, declared.ops, plan.head.ops)]
     lowered = _plan.lower_bundle(heads, ns, guarded, plan.specs, code_objects, lambda k, *why: _blame(plan.op(k), *why))
     core = ext.Bundle(lowered, make_selector(plan), env.fallback_enabled() if fallback is None else fallback)
     library, cpu_kernels = _register(plan.head, ns, core, guarded, cpu_in_core=host,
                                      full_op=plan.op)
     ops = Ops(root, plan, ns, core, library, ext, refs, digest, cpu_kernels, code_objects)
     ops._composites = _register_composites(library, ns, root, plan.head, ext)
+    ops._declared = declared  # the outputs' per-target dtypes, for dispatch(target=) on another target
     ops.tuning = tuning_status
     warn_not_built(plan.head, root)
     if env.verbose():

@@ -17,6 +17,7 @@ from flyship.loader import cpu as _cpu
 from flyship.loader import plan as _plan
 from flyship.loader import plancache as _plancache
 from flyship.loader import selection as _selection
+from flyship.loader import target_dtypes as _target_dtypes
 from flyship.loader.selection import Decision, device_index, failures_for, fallback_flag
 from flyship.loader import opschema as _opschema
 
@@ -237,6 +238,8 @@ class OpHandle:
             raise ConfigError(f"{self.qualname}.dispatch: target=: {e}; ops.device_target(0) gives a GPU's") from None
         if isinstance(out, torch.Tensor):  # one out tensor, as .out(..., out=t) takes it
             out = (out,)
+        if out is not None:  # an output whose dtype differs per target (loader/target_dtypes.py)
+            _target_dtypes.check_dispatch_out(self.qualname, self._ops._declared.ops[self._index], self._head, target)
         misfit = _opschema.call_misfit(self._head, args, kwargs, ())  # the op call's own words, before the C++ core
         if misfit is None:
             misfit = next((f"expected out tensor {i} to be {w}" for i, t in enumerate(out or ())
@@ -303,6 +306,7 @@ class Ops:
                  code_objects: "_CodeObjects") -> None:
         self.path = path
         self._plan = plan
+        self._declared = plan.head  # outputs as the manifest declares them (per-target dtypes: flyship.load sets it)
         self.namespace = namespace
         self.flavor = ext.flavor()
         self._ext = ext

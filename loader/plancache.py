@@ -27,6 +27,7 @@ cold path.
 from __future__ import annotations
 
 import bisect
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -99,6 +100,14 @@ class BundlePlan:
                    lambda k, s: m.ops[k].specializations[s], lambda k: _plan.lower_specs(m.ops[k]),
                    [[sum(1 + len(v.then) for v in s.variants) for s in op.specializations] for op in m.ops],
                    None if data is None else data["ops"])
+
+    def with_head(self, head: _m.Manifest) -> "BundlePlan":
+        """This plan with another head of the same ops and specializations (outputs resolved for the device's
+        target, :mod:`flyship.loader.target_dtypes`); the plan itself is unchanged (a cached plan is shared)."""
+        new = copy.copy(self)
+        new.head, new._op_data, new._manifest = head, None, None
+        new._ops, new._lock = {}, threading.Lock()
+        return new
 
     # -- what load reads lazily ----------------------------------------------------------------------------
 

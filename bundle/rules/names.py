@@ -7,6 +7,8 @@ import re
 from flyship.bundle import expr as _expr
 from flyship.bundle import limits as L
 from flyship.bundle import model as _m
+from flyship.bundle import targets as _targets
+from flyship.bundle.errors import BundleError
 from flyship.bundle.rules.common import fail as _fail
 
 # torch's own operator namespaces (torch/_ops.py, torch/library.py, torch/_refs, torch/_prims, c10d and
@@ -71,16 +73,40 @@ def check_names(op: _m.Op, where: str) -> None:
                            f"through it ({_expr.DEVICE}.cu_count); rename the argument")
     tensor_in = {a.name for a in op.args if a.kind == "tensor"}
     for i, o in enumerate(op.outputs):
-        ow = f"{where}.outputs[{i}].dtype"
-        if o.dtype in names and o.dtype not in tensor_in:
-            raise _fail(ow, f"output {o.name} takes its dtype from {o.dtype!r}, which is a scalar or an output, "
-                            "expected an input tensor's name or a dtype name")
-        if o.dtype in tensor_in and o.dtype in _m.DTYPES:
-            raise _fail(ow, f"output {o.name} dtype rule {o.dtype!r} is ambiguous: it is both an input tensor and a "
-                            "dtype name; rename the input")
-        if o.dtype not in _m.DTYPES and o.dtype not in tensor_in:
-            raise _fail(ow, f"output {o.name} dtype {o.dtype!r} is neither a dtype nor an input tensor "
-                            f"({', '.join(sorted(tensor_in)) or 'none'})")
+        check_dtype_rule(o.name, o.dtype, names, tensor_in, f"{where}.outputs[{i}].dtype")
+        check_target_dtypes(o, names, tensor_in, f"{where}.outputs[{i}].target_dtypes")
+
+
+def check_dtype_rule(output: str, rule: str, names: list[str], tensor_in: set[str], ow: str) -> None:
+    """One output dtype rule: an input tensor's name or a dtype name, never both, never a scalar or an output."""
+    if rule in names and rule not in tensor_in:
+        raise _fail(ow, f"output {output} takes its dtype from {rule!r}, which is a scalar or an output, "
+                        "expected an input tensor's name or a dtype name")
+    if rule in tensor_in and rule in _m.DTYPES:
+        raise _fail(ow, f"output {output} dtype rule {rule!r} is ambiguous: it is both an input tensor and a "
+                        "dtype name; rename the input")
+    if rule not in _m.DTYPES and rule not in tensor_in:
+        raise _fail(ow, f"output {output} dtype {rule!r} is neither a dtype nor an input tensor "
+                        f"({', '.join(sorted(tensor_in)) or 'none'})")
+
+
+def check_target_dtypes(o: _m.Output, names: list[str], tensor_in: set[str], ow: str) -> None:
+    """(1.6) An output's per-target dtypes: at most ``MAX_TARGET_DTYPES`` entries, each keyed by a target flyship
+    knows (a processor or a full target ID, as a code object's target) and each a dtype rule as ``dtype`` is
+    (:func:`check_dtype_rule`); an entry must differ from ``dtype`` (else it says nothing, and an older loader
+    would be refused for no reason)."""
+    if len(o.target_dtypes) > L.MAX_TARGET_DTYPES:
+        raise _fail(ow, f"expected at most {L.MAX_TARGET_DTYPES} targets, got {len(o.target_dtypes)}")
+    for key, rule in o.target_dtypes.items():
+        try:
+            _targets.check_known(key)
+        except BundleError as e:
+            raise _fail(f"{ow}.{key[:40]}", f"expected a known target ID or processor as the key, got {key[:40]!r}: "
+                                            f"{e}") from None
+        check_dtype_rule(o.name, rule, names, tensor_in, f"{ow}.{key}")
+        if rule == o.dtype:
+            raise _fail(f"{ow}.{key}", f"output {o.name}'s dtype on {key} is {rule!r}, its dtype everywhere "
+                                       "(dtype) too; expected only the targets where it differs")
 
 
 # ---------------------------------------------------------------------------------------------

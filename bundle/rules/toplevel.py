@@ -55,7 +55,8 @@ def check_must_understand(m: _m.Manifest) -> None:
     Raises:
         BundleError: ``then``, ``workspaces`` or ``mutable`` under 1.x, ``zero`` under 1.x or 2.x, ``consumes``,
             ``composites`` or a workspace sized by the device under 1.x to 3.x, ``dirty`` (the forward of an
-            autograd pair that writes an input in place) under 1.x to 4.x.
+            autograd pair that writes an input in place) under 1.x to 4.x, ``target_dtypes`` (an output whose dtype
+            differs per target) under 1.x to 5.x.
     """
     major = int(m.schema_version.split(".")[0])
     late = [k for k in _m.must_understand(m) if _m.MUST_UNDERSTAND[k] > major]

@@ -104,8 +104,9 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
                               mutable=a.mutable or a.name in written, batch=bool(a.batch)))
         elif isinstance(a, Scalar):
             args.append(M.Arg(name=a.name, kind=a.type, default=a.default))
+    built = sorted({v.target for s in specs for v in s.variants})
     outputs = tuple(M.Output(name=o.name, shape=op.output_shape(o), dtype=op.output_dtype(o), batch=op.output_batch(o),
-                             zero=o.zero)
+                             zero=o.zero, target_dtypes=op.output_target_dtypes(o, built))
                     for o in op.outputs)
     return M.Op(name=op.name, frontend=op.frontend, doc=op.doc, args=tuple(args), outputs=outputs,
                 reference=op.reference, specializations=tuple(specs), backward=op.backward,

@@ -98,12 +98,10 @@ def _validate_spec(d: OpDecl, s: Spec, w: str, slots: dict, tensors: set[str]) -
         if key == "dtypes" and set(unknown) & outputs:
             o = sorted(set(unknown) & outputs)[0]
             raise SpecError(
-                f"{w} spec {s.name}: dtypes names output {o!r}; an Output has one dtype per op in this flyship "
-                f"(Output(dtype=...), or an input's: dtype='<input>'), so it cannot differ per target or per spec "
-                f"yet (an fp8 output that is float8_e4m3fnuz on gfx942 and float8_e4m3fn on gfx950); declare one op "
-                f"per dtype, each limited to its targets (op('{d.name}_fnuz', ..., Output({o!r}, ..., "
-                f"dtype='float8_e4m3fnuz'), specs=[Spec(..., targets=('gfx942',))]) and op('{d.name}_fn', ... "
-                f"targets=('gfx950',))), or let {o!r} take the dtype of an input whose dtype per_target sets")
+                f"{w} spec {s.name}: dtypes names output {o!r}; an output's dtype is the op's, declared on its "
+                f"Output (one per target at most), not per spec: for a dtype that differs per target write "
+                f"Output({o!r}, ..., dtype='float8_e4m3fn', per_target={{'gfx942': 'float8_e4m3fnuz'}}), or let "
+                f"{o!r} take the dtype of an input (dtype='<input>') whose dtype the spec's per_target sets")
         if unknown:
             raise SpecError(f"{w} spec {s.name}: {key} key {unknown[0]!r} names no input tensor; the op's input "
                             f"tensors are {', '.join(sorted(tensors))} (outputs take their dtype and shape from "
@@ -285,7 +283,8 @@ def manifest_head(d: OpDecl) -> _m.Op:
     has_tensor = any(isinstance(a, Tensor) for a in d.args)
     outputs = tuple(_m.Output(name=o.name, shape=d.output_shape(o),
                               dtype=d.output_dtype(o) if o.like or o.dtype or has_tensor else "",
-                              batch=d.output_batch(o), zero=bool(o.zero)) for o in d.outputs)
+                              batch=d.output_batch(o), zero=bool(o.zero), target_dtypes=d.output_target_dtypes(o))
+                    for o in d.outputs)
     return _m.Op(name=d.name, frontend=d.frontend, doc=d.doc, args=args, outputs=outputs, reference=d.reference,
                  specializations=(), backward=d.backward, tuning_key=d.key)
 

@@ -113,6 +113,23 @@ class OpDecl:
             return o.like
         return next(a.name for a in self.args if isinstance(a, Tensor))
 
+    def for_target(self, target: str) -> "OpDecl":
+        """The declaration as built for ``target``: each output's ``per_target`` dtype, where one applies, as its
+        ``dtype`` (the kernel is traced, checked and lowered with it)."""
+        if not any(o.per_target for o in self.outputs):
+            return self
+        return dataclasses.replace(self, args=tuple(a.for_target(target) if isinstance(a, Output) else a
+                                                    for a in self.args))
+
+    def output_target_dtypes(self, o: Output, targets: Optional[Sequence[str]] = None) -> dict[str, str]:
+        """The manifest's ``target_dtypes`` of output ``o``: its ``per_target`` entries, only those some of
+        ``targets`` (the built variants' targets; None: all entries) takes, as :meth:`Output.for_target` picks."""
+        pt = dict(o.per_target)
+        if targets is None:
+            return pt
+        used = {t if t in pt else t.split(":")[0] for t in targets}
+        return {k: v for k, v in pt.items() if k in used}
+
     def output_dtype_for(self, o: Output, spec: Spec) -> str:
         d = self.output_dtype(o)
         return spec.dtypes[d] if d in spec.dtypes else d

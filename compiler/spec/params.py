@@ -62,6 +62,11 @@ class Output:
         pointee: for a FlyDSL launcher parameter annotated ``fx.Pointer``: the element type of the pointer
             flyc-build passes, when it is not the output's dtype (as for ``Tensor``: a caller that passes bytes,
             ``flyc.from_c_void_p(fx.Uint8, c.data_ptr())``, is ``pointee="uint8"``).
+        per_target: a processor (``"gfx942"``) or full target ID -> the output's dtype there, as ``dtype`` takes
+            it, where it differs from ``dtype`` (``Output("y", like="x", dtype="float8_e4m3fn",
+            per_target={"gfx942": "float8_e4m3fnuz"})``); ``dtype`` serves every other target and the CPU path.
+            Each target's kernel is built with its dtype; the loader allocates the output with the dtype of the
+            device's target (manifest ``target_dtypes``, schema 6.0). Kept as sorted ``(target, dtype)`` pairs.
     """
 
     name: str
@@ -71,6 +76,33 @@ class Output:
     batch: Optional[bool] = None
     zero: bool = False
     pointee: Optional[str] = None
+    per_target: Any = ()
+
+    def __post_init__(self) -> None:
+        pt = {} if self.per_target is None else self.per_target
+        if isinstance(pt, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in pt):
+            pt = dict(pt)
+        if not isinstance(pt, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
+                                               for k, v in pt.items()):
+            raise SpecError(f"Output {self.name!r}: expected per_target to be a dict of target -> dtype name "
+                            f"({{'gfx942': 'float8_e4m3fnuz'}}), got {pt!r}")
+        from flyship.bundle import targets as _targets
+
+        for key in pt:
+            try:
+                _targets.check_known(key)
+            except Exception as e:  # noqa: BLE001 - said as the spec's error
+                raise SpecError(f"Output {self.name!r}: per_target[{key!r}]: {e}") from None
+        object.__setattr__(self, "per_target", tuple(sorted(pt.items())))
+
+    def for_target(self, target: str) -> "Output":
+        """This output as built for ``target``: its ``per_target`` dtype for the full target ID, else for the
+        processor (as :meth:`Spec.for_target` picks an entry), as its ``dtype``; itself when none applies."""
+        pt = dict(self.per_target)
+        dtype = pt.get(target, pt.get(target.split(":")[0]))
+        if dtype is None and not pt:
+            return self
+        return dataclasses.replace(self, dtype=dtype or self.dtype, per_target=())
 
 
 @dataclasses.dataclass(frozen=True)

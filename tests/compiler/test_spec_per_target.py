@@ -90,14 +90,49 @@ def test_an_fx_pointer_must_point_to_the_tensors_dtype_or_the_declared_pointee()
         check_pointee("!fly.ptr<f32, shared>", op.args[0], op, spec, "w")
 
 
-def test_an_output_dtype_given_per_target_is_refused_naming_the_limit_and_the_ways_around_it():
-    # Issue 34 item 2 (per-target Output dtypes are not supported yet): the refusal said "'out' names no input tensor".
+def test_an_output_dtype_in_a_specs_dtypes_is_refused_naming_output_per_target():
+    # Issue 34 item 2: the refusal said "'out' names no input tensor"; an output's dtype is the op's, on its Output.
     op = OpDecl(name="quant", kernel=None, args=(Tensor("x", rank=1), Output("out", like="x", dtype="float8_e4m3fnuz"),
                                                  Constexpr("BLOCK")),
                 specs=(Spec("bf16", dtypes={"x": "bfloat16"}, shapes={"x": (1000,)}, constexprs={"BLOCK": 256},
                             per_target={"gfx950": dict(dtypes={"out": "float8_e4m3fn"})}),),
                 reference=None, doc="", grid=("x.numel",), frontend="triton")
     with pytest.raises(SpecError, match=r"op quant \(per_target gfx950\) spec bf16: dtypes names output 'out'; an "
-                                        r"Output has one dtype per op in this flyship .* declare one op per dtype, "
-                                        r"each limited to its targets \(op\('quant_fnuz'"):
+                                        r"output's dtype is the op's, declared on its Output .* Output\('out', \.\.\., "
+                                        r"dtype='float8_e4m3fn', per_target=\{'gfx942': 'float8_e4m3fnuz'\}\)"):
         validate(op)
+
+
+def _fp8_op(**output):
+    return OpDecl(name="quant", kernel=None, args=(Tensor("x", rank=1), Output("out", like="x", **output),
+                                                   Constexpr("BLOCK")),
+                  specs=(Spec("bf16", dtypes={"x": "bfloat16"}, shapes={"x": (1000,)}, constexprs={"BLOCK": 256}),),
+                  reference=None, doc="", grid=("x.numel",), frontend="triton")
+
+
+def test_an_output_dtype_per_target_is_the_outputs_dtype_where_it_applies():
+    from flyship.compiler.spec.checks import manifest_head
+
+    op = _fp8_op(dtype="float8_e4m3fn", per_target={"gfx942": "float8_e4m3fnuz", "gfx90a:xnack+": "bfloat16"})
+    validate(op)
+    spec = op.specs[0]
+    assert op.outputs[0].per_target == (("gfx90a:xnack+", "bfloat16"), ("gfx942", "float8_e4m3fnuz"))
+    got = {t: op.for_target(t).output_dtype_for(op.for_target(t).outputs[0], spec)
+           for t in ("gfx942", "gfx942:sramecc+:xnack-", "gfx950", "gfx90a", "gfx90a:xnack+")}
+    assert got == {"gfx942": "float8_e4m3fnuz", "gfx942:sramecc+:xnack-": "float8_e4m3fnuz",
+                   "gfx950": "float8_e4m3fn", "gfx90a": "float8_e4m3fn", "gfx90a:xnack+": "bfloat16"}
+    out = manifest_head(op).outputs[0]
+    assert out.dtype == "float8_e4m3fn" and out.target_dtypes == {"gfx942": "float8_e4m3fnuz",
+                                                                  "gfx90a:xnack+": "bfloat16"}
+    assert op.output_target_dtypes(op.outputs[0], ["gfx950", "gfx942"]) == {"gfx942": "float8_e4m3fnuz"}
+
+
+@pytest.mark.parametrize("output, message", [
+    (dict(dtype="float8_e4m3fn", per_target={"gfx0942": "float8_e4m3fnuz"}), r"per_target\['gfx0942'\]: .*gfx942"),
+    (dict(dtype="float8_e4m3fn", per_target={"gfx942": 8}), r"expected per_target to be a dict of target -> dtype"),
+    (dict(dtype="float8_e4m3fn", per_target={"gfx942": "float9"}), r"dtype 'float9' is neither a dtype"),
+    (dict(dtype="float8_e4m3fn", per_target={"gfx942": "float8_e4m3fn"}), r"its dtype everywhere \(dtype\) too"),
+])
+def test_a_bad_per_target_output_dtype_is_refused_when_declared(output, message):
+    with pytest.raises(SpecError, match=message):
+        validate(_fp8_op(**output))

@@ -32,10 +32,11 @@ def load(path):
 
 
 def test_an_unknown_major_version_is_refused_naming_both_versions(bundle_copy):
-    root = bundle_copy(lambda d: d.update(schema_version="6.0"))
+    root = bundle_copy(lambda d: d.update(schema_version="7.0"))
     with pytest.raises(ManifestVersionError,
-                       match=r"schema version 6\.0 .* reads 1\.x \(up to 1\.5\) and 2\.x \(up to 2\.3\) and 3\.x "
-                             r"\(up to 3\.2\) and 4\.x \(up to 4\.1\) and 5\.x \(up to 5\.0\)"):
+                       match=r"schema version 7\.0 .* reads 1\.x \(up to 1\.5\) and 2\.x \(up to 2\.3\) and 3\.x "
+                             r"\(up to 3\.2\) and 4\.x \(up to 4\.1\) and 5\.x \(up to 5\.0\) and 6\.x "
+                             r"\(up to 6\.0\)"):
         load(root)
 
 
