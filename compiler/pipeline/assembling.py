@@ -18,7 +18,7 @@ from flyship.bundle import rules as _rules
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import offload as _off
 from flyship.compiler.pipeline.checking import (check_reachable, check_references_module, guard_constraints,
-                                                 needed_references)
+                                                 mutable_written, needed_references)
 from flyship.compiler.pipeline.options import Row
 from flyship.compiler.spec import OpDecl, Scalar, SpecFile, Tensor
 from flyship.errors import CompileError
@@ -95,8 +95,7 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
     if not op.key:  # a config space's candidates share a guard by design: a tuning table picks among them
         check_reachable(op.name, specs)
     # op(..., mutable=True): the inputs some launch of some variant stores through (the write check's finding)
-    written = {n for (o, _s, _t), v in results.items() if o == op.name for step in (v, *v.then)
-               for n in getattr(step, "writes", ())} if op.mutable_written else set()
+    written = mutable_written(op.name, results) if op.mutable_written else set()
     args = []
     for a in op.args:
         if isinstance(a, Tensor):
