@@ -171,7 +171,11 @@ def check_reference_outputs(sf: SpecFile, references_path: Path,
                 if a.name in written and not unknown and torch.equal(t, before[a.name]):
                     raise CompileError(f"{where}: expected reference {op.reference}() to write {a.name} in place (the "
                                        f"kernel does: Tensor({a.name!r}, mutable=True)), got {a.name} unchanged after "
-                                       f"a call on random example values; write it in place, e.g. {a.name}.copy_(...)")
+                                       f"a call on random example values; if the kernel writes {a.name}, write it "
+                                       f"in place in the reference, e.g. {a.name}.copy_(...); if the kernel writes "
+                                       "another input instead, declare that one mutable (op(..., mutable=True) "
+                                       "takes exactly the inputs the kernel stores through, as the compile finds "
+                                       "them)")
             for o, t in zip(op.outputs, got):
                 want_dtype = op.output_dtype_for(o, s)
                 if tuple(t.shape) != tuple(shapes[o.name]) or str(t.dtype) != f"torch.{want_dtype}":

@@ -263,3 +263,13 @@ def test_op_mutable_true_with_no_outputs_builds_and_its_reference_is_checked_aga
     err = _refused(tmp_path, _accum(tmp_path, "nothing", "True"), "sm_90")
     assert "expected reference nothing() to write acc in place" in err, err
 
+
+def test_a_reference_left_unchanged_names_both_fixes_when_the_kernel_may_write_another_input(tmp_path):
+    # mutable=["x"] while the kernel writes acc: the reference check runs before the write check, so its message
+    # names both possibilities (write x in the reference, or declare the input the kernel writes).
+    from flyship.compiler import pipeline
+
+    sf = pipeline.load_spec_file(str(_accum(tmp_path, "accum", '["x"]')))
+    with pytest.raises(CompileError) as e:
+        pipeline.check_reference_outputs(sf, tmp_path / "refs.py")
+    assert "to write x in place" in str(e.value) and "if the kernel writes another input instead" in str(e.value)
