@@ -120,8 +120,11 @@ def _note_shared_files(op: M.Op) -> None:
         for v in s.variants:
             for t in (v, *v.then):
                 users.setdefault(t.code_object.file, []).append(s.name)
+    fe = _frontends.get(op.frontend)
     for f, names in users.items():
         names = list(dict.fromkeys(names))
+        # a twin flyship made (Triton's <spec>__generic) that came out the same is no one's mistake: not named
+        names = [n for n in names if fe.twin_of(n) not in names]
         if len(names) > 1:
             print(f"flyc-build: note: op {op.name}: specializations {', '.join(names)} compiled to byte-identical "
                   f"code objects, kept once as {f} (what tells them apart, e.g. a waves_per_eu or another option, "
