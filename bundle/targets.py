@@ -216,6 +216,20 @@ def example_cu_count(target: TargetID | str) -> int | None:
     return EXAMPLE_CU_COUNT.get(t.processor if t.vendor == "amd" else f"sm_{t.sm}")
 
 
+FALLBACK_CU_COUNT = 304  # a target flyship knows no example device of: the largest gfx942 product (MI300X)
+
+
+def usual_cu_count(target: TargetID | str) -> int:
+    """The compute units a device of ``target`` is described with when the caller names none (a dry run, an
+    interpreted verify): :func:`example_cu_count` (132 for sm_90, 256 for gfx950), else :data:`FALLBACK_CU_COUNT`.
+
+    Raises:
+        BundleError: ``target`` is not a target ID (:func:`parse_target`).
+    """
+    n = example_cu_count(target)
+    return FALLBACK_CU_COUNT if n is None else n
+
+
 def select(candidates: list[str], device: str) -> int | None:
     """Index of the best code-object target in ``candidates`` for ``device``, or None if none runs."""
     dev = parse_target(device)

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as _m
 from flyship.bundle.errors import BundleError
-from flyship.errors import CallError
+from flyship.errors import CallError, CallTypeError
 from flyship.loader import opschema as _opschema
 from flyship.loader import references as _references
 
@@ -130,5 +130,17 @@ def register(lib: Any, namespace: str, root: Path, manifest: _m.Manifest,
             raise BundleError(f"register composite {namespace}::{c.name}: torch refused the schema {text!r}: {e}; "
                               "load the bundle under another namespace (load(..., namespace='...'))") from e
         lib.impl(c.name, _kernel(c, fn, namespace, cu_count), "CompositeImplicitAutograd")
-        out[c.name] = getattr(getattr(torch.ops, namespace), c.name)
+        out[c.name] = packet = getattr(getattr(torch.ops, namespace), c.name)
+        packet.dispatch = _no_dispatch(namespace, c)  # a flyship answer where torch would raise its AttributeError
     return out
+
+
+def _no_dispatch(namespace: str, c: _m.Composite) -> Callable[..., Any]:
+    """``ops.<composite>.dispatch``: a composite runs torch code that calls ops, so no one specialization answers
+    for it; the refusal names what to ask instead."""
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        raise CallTypeError(f"{namespace}::{c.name}.dispatch: expected an op with kernels, got a composite (torch code "
+                            f"in {c.function}() over this bundle's ops), which has no dispatch of its own; ask "
+                            "dispatch(...) of each op it calls, e.g. ops.<op>.dispatch(*args, target=...), or run it "
+                            "under flyship.dry_run(...) and read .launches()")
+    return dispatch

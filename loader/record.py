@@ -27,7 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
-from flyship.errors import ConfigError
+from flyship.bundle import targets as _targets
+from flyship.errors import BundleError, ConfigError
 
 # One recording device per process (the driver's device table is global): dry runs describing it are serialised.
 _lock = threading.Lock()
@@ -79,7 +80,7 @@ class DryRun:
         return f"DryRun({self.ops!r}, target={self.target!r})"
 
 
-def dry_run(bundle: str | Path, target: str = "gfx942:sramecc+:xnack-", *, cu_count: int = 304,
+def dry_run(bundle: str | Path, target: str = "gfx942:sramecc+:xnack-", *, cu_count: Optional[int] = None,
             max_shared_per_block: int = 64 * 1024, max_threads_per_block: int = 1024,
             namespace: Optional[str] = None, **load_kwargs: Any) -> DryRun:
     """Load ``bundle`` on the recording driver, as a device of ``target`` would run it.
@@ -89,7 +90,9 @@ def dry_run(bundle: str | Path, target: str = "gfx942:sramecc+:xnack-", *, cu_co
         target: the device's target ID (``"gfx942:sramecc+:xnack-"``, ``"gfx950"``, ``"sm_90"``): the
             specializations and variants a call takes are chosen for it, as on such a GPU.
         cu_count, max_shared_per_block, max_threads_per_block: the device's compute units (SMs), LDS (shared
-            memory) per workgroup and work-items per workgroup, which guards and launch checks read.
+            memory) per workgroup and work-items per workgroup, which guards and launch checks read. ``cu_count``
+            defaults to the target's usual count (:func:`flyship.bundle.targets.usual_cu_count`: 304 for gfx942,
+            256 for gfx950, 132 for sm_90), the one a build's example grids and ``dispatch`` assume.
         namespace: the torch namespace to register the ops under (default: a fresh one, so a dry run never
             collides with the bundle loaded for real in the same process).
         load_kwargs: passed to :func:`flyship.load` (``fallback``, ``references``, ``tuning``...).
@@ -108,6 +111,11 @@ def dry_run(bundle: str | Path, target: str = "gfx942:sramecc+:xnack-", *, cu_co
 
     if not isinstance(target, str) or not target:
         raise ConfigError(f"dry_run: expected target to be a target ID string such as 'gfx942', got {target!r}")
+    if cu_count is None:
+        try:
+            cu_count = _targets.usual_cu_count(target)
+        except BundleError as e:
+            raise ConfigError(f"dry_run: {e}") from None
     for name, v in (("cu_count", cu_count), ("max_shared_per_block", max_shared_per_block),
                     ("max_threads_per_block", max_threads_per_block)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:

@@ -308,6 +308,11 @@ class Frontend(abc.ABC):
         (Triton: the JIT's specialization for aligned inputs, then the generic one). Default: as declared."""
         return op.specs
 
+    def twin_of(self, spec_name: str) -> Optional[str]:
+        """The declared specialization that :meth:`expand_specs` made ``spec_name`` from (Triton: ``f32`` for
+        ``f32__generic``), or None for a declared one. Default: None."""
+        return None
+
     def build_note(self, op: OpDecl, spec: Spec, target: str) -> str:
         """A note for flyc-build's table on how this build differs from what the DSL's own JIT would run for the
         example call (empty: nothing to say). Default: empty."""

@@ -26,7 +26,7 @@ from flyship.compiler import hygiene as _hygiene
 from flyship.compiler import outlock as _outlock
 from flyship.compiler.pipeline.assembling import assemble_manifest, frontend_versions, offload_bundles, summary_rows
 from flyship.compiler.pipeline.checking import (check_reachable, check_reference_outputs, check_references_module,
-                                                guard_constraints, _example_tensor)
+                                                check_resolved_references, guard_constraints, _example_tensor)
 from flyship.compiler.pipeline.options import BuildOptions, PartialBuildError, Row
 from flyship.compiler.pipeline.planning import (check_archs, check_offload_targets, check_output, check_request,
                                                 early_tools, find_tools, plan, plan_tasks, read_declarations)
@@ -83,6 +83,7 @@ def build(opts: BuildOptions, progress: Callable[[str], None] = lambda s: print(
                 tasks, sf, tools, opts, cache, progress,
                 lambda todo: _executors.run(todo, opts, *workers_tools, scratch, progress, frontends_used, early))
             results, variants, failures = verdict(sf, results, opts.keep_going, progress)
+            check_resolved_references(sf, variants)  # op(..., mutable=True): now that the writes are known
             write_results(sf, variants, failures, tools, toolchain, scratch, out_dir, opts)
         rows = summary_rows(sf, variants, hits)
         if failures:  # a partial bundle is never the cached answer to an unchanged build: it would hide them

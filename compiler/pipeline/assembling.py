@@ -18,7 +18,7 @@ from flyship.bundle import rules as _rules
 from flyship.compiler import frontends as _frontends
 from flyship.compiler import offload as _off
 from flyship.compiler.pipeline.checking import (check_reachable, check_references_module, guard_constraints,
-                                                 needed_references)
+                                                 mutable_written, needed_references)
 from flyship.compiler.pipeline.options import Row
 from flyship.compiler.spec import OpDecl, Scalar, SpecFile, Tensor
 from flyship.errors import CompileError
@@ -95,8 +95,7 @@ def _op_entry(op: OpDecl, sf_specs: dict, results: dict) -> tuple[M.Op, dict[str
     if not op.key:  # a config space's candidates share a guard by design: a tuning table picks among them
         check_reachable(op.name, specs)
     # op(..., mutable=True): the inputs some launch of some variant stores through (the write check's finding)
-    written = {n for (o, _s, _t), v in results.items() if o == op.name for step in (v, *v.then)
-               for n in getattr(step, "writes", ())} if op.mutable_written else set()
+    written = mutable_written(op.name, results) if op.mutable_written else set()
     args = []
     for a in op.args:
         if isinstance(a, Tensor):
@@ -122,8 +121,11 @@ def _note_shared_files(op: M.Op) -> None:
         for v in s.variants:
             for t in (v, *v.then):
                 users.setdefault(t.code_object.file, []).append(s.name)
+    fe = _frontends.get(op.frontend)
     for f, names in users.items():
         names = list(dict.fromkeys(names))
+        # a twin flyship made (Triton's <spec>__generic) that came out the same is no one's mistake: not named
+        names = [n for n in names if fe.twin_of(n) not in names]
         if len(names) > 1:
             print(f"flyc-build: note: op {op.name}: specializations {', '.join(names)} compiled to byte-identical "
                   f"code objects, kept once as {f} (what tells them apart, e.g. a waves_per_eu or another option, "

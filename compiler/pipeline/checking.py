@@ -9,7 +9,7 @@ import importlib.util
 import inspect
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from flyship.bundle import expr as _expr
 from flyship.bundle import manifest as M
@@ -103,10 +103,23 @@ def _check_reference_arity(op: Any, fn: Any, where: str) -> None:
                        f"parameter(s){hint}")
 
 
-def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
+def mutable_written(op_name: str, results: dict) -> set[str]:
+    """The inputs some launch of some variant of ``op_name`` stores through (the write check's finding): what
+    ``op(..., mutable=True)`` makes mutable in the manifest."""
+    return {n for (o, _s, _t), v in results.items() if o == op_name for step in (v, *v.then)
+            for n in getattr(step, "writes", ())}
+
+
+def check_reference_outputs(sf: SpecFile, references_path: Path,
+                            resolved: Optional[dict[str, set[str]]] = None) -> None:
     """Call each op's reference on each specialization's example (zero-filled CPU tensors) and compare what it
     returns with the op's ``Output`` rules: a shape or dtype rule that disagrees with the reference would
     otherwise show only at the first call (an output of the wrong size, a verify failure).
+
+    Args:
+        resolved: after the compile, ``op(..., mutable=True)`` op -> the inputs its kernels store through (the
+            write check's finding): only those ops are checked, against that set. Without it (before the
+            compile) such an op's written set is not known yet: its reference may write any input in place.
 
     Raises:
         CompileError: naming the op, the spec, the output, the rule's shape and the reference's.
@@ -117,15 +130,17 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
     mod = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(mod)
     for op in sf.ops:
-        if not op.reference:
+        if not op.reference or (resolved is not None and op.name not in resolved):
             continue
         fn = getattr(mod, op.reference)
+        unknown = op.mutable_written and resolved is None  # mutable=True before the compile tells what it writes
         for s in (form for spec in op.specs for _, form in spec.resolved()):
             shapes = op.example_shapes(s)
             scalars = op.example_scalars(s)
             if any(v is None for v in scalars.values()):
                 continue  # no example value to call with; the frontend reports the missing scalar
-            written = [a.name for a in op.inputs if isinstance(a, Tensor) and a.mutable]
+            written = [a.name for a in op.inputs if isinstance(a, Tensor)
+                       and (a.mutable or unknown or a.name in (resolved or {}).get(op.name, ()))]
             args = [_example_tensor(torch, s.shapes[a.name], s.dtypes[a.name], random=bool(written),
                                     written=a.name in written)
                     if isinstance(a, Tensor) else scalars[a.name] for a in op.inputs]
@@ -143,7 +158,8 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
             returned = got
             got = list(got) if isinstance(got, (tuple, list)) else [] if got is None and written else [got]
             if len(got) != len(op.outputs):
-                hint = (f"; the kernel writes {', '.join(written)} in place, so the reference must write "
+                said = "the inputs it stores through" if unknown else ", ".join(written)
+                hint = (f"; the kernel writes {said} in place, so the reference must write "
                         f"{'it' if len(written) == 1 else 'them'} in place "
                         f"(e.g. {written[0]}.copy_(new_value)) and return only the outputs"
                         if written and len(got) > len(op.outputs) else
@@ -152,10 +168,14 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
                 raise CompileError(f"{where}: expected reference {op.reference}() to return {len(op.outputs)} "
                                    f"tensor(s) ({', '.join(o.name for o in op.outputs) or 'None'}), got {found}{hint}")
             for a, t in zip(op.inputs, args):
-                if a.name in written and torch.equal(t, before[a.name]):
+                if a.name in written and not unknown and torch.equal(t, before[a.name]):
                     raise CompileError(f"{where}: expected reference {op.reference}() to write {a.name} in place (the "
                                        f"kernel does: Tensor({a.name!r}, mutable=True)), got {a.name} unchanged after "
-                                       f"a call on random example values; write it in place, e.g. {a.name}.copy_(...)")
+                                       f"a call on random example values; if the kernel writes {a.name}, write it "
+                                       f"in place in the reference, e.g. {a.name}.copy_(...); if the kernel writes "
+                                       "another input instead, declare that one mutable (op(..., mutable=True) "
+                                       "takes exactly the inputs the kernel stores through, as the compile finds "
+                                       "them)")
             for o, t in zip(op.outputs, got):
                 want_dtype = op.output_dtype_for(o, s)
                 if tuple(t.shape) != tuple(shapes[o.name]) or str(t.dtype) != f"torch.{want_dtype}":
@@ -164,6 +184,18 @@ def check_reference_outputs(sf: SpecFile, references_path: Path) -> None:
                         f"(shape {list(op.output_shape(o))} = {list(shapes[o.name])}, dtype {want_dtype}), got shape "
                         f"{list(t.shape)}, dtype {str(t.dtype).removeprefix('torch.')} from {op.reference}() at the "
                         "example; fix the Output's shape=/dtype= rule (or the reference)")
+
+
+def check_resolved_references(sf: SpecFile, variants: dict) -> None:
+    """After the compile: check each ``op(..., mutable=True)`` op's reference against the inputs its kernels
+    store through (:func:`mutable_written`), which the check before the compile could not know.
+
+    Raises:
+        CompileError: as :func:`check_reference_outputs`.
+    """
+    resolved = {op.name: mutable_written(op.name, variants) for op in sf.ops if op.mutable_written and op.reference}
+    if resolved and sf.references:
+        check_reference_outputs(sf, (Path(sf.path).parent / sf.references).resolve(), resolved)
 
 
 def guard_constraints(where: str, constraints: tuple[str, ...]) -> tuple[str, ...]:

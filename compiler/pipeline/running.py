@@ -80,10 +80,12 @@ def failure_report(failed: list[TaskResult]) -> str:
     """One block per failed (op, spec, target): the error, then what to do about it. A refusal of the
     declaration itself (:func:`spec_refusal`) that reads the same on several targets is one block naming them."""
     blocks: dict[tuple, list[TaskResult]] = {}
-    for r in failed:
-        same = (r.error or "").replace(r.target, "\0") if spec_refusal(r) else r.target
-        blocks.setdefault((r.op, r.spec, same), []).append(r)
-    return "\n".join(f"  {rs[0].op}.{rs[0].spec} on {', '.join(r.target for r in rs)}: {rs[0].error}\n"
+    for r in failed:  # a refusal that reads the same for several specs (a spec and its JIT twin) is one block too
+        key = ((r.op, (r.error or "").replace(r.spec, "\1").replace(r.target, "\0")) if spec_refusal(r) else
+               (r.op, r.spec, r.target))
+        blocks.setdefault(key, []).append(r)
+    return "\n".join(f"  {rs[0].op}.{', '.join(dict.fromkeys(r.spec for r in rs))} on "
+                     f"{', '.join(dict.fromkeys(r.target for r in rs))}: {rs[0].error}\n"
                      f"    next step: {next_step(rs[0])}" for rs in blocks.values())
 
 

@@ -169,7 +169,25 @@ def _verify_emulated(bundle: Path, targets: tuple[str, ...], op_names: tuple[str
                                    f"specialization {first.spec!r}, {first.target}, {first.case}: {first.note}")
     if not report.ok:
         raise click.ClickException("verify --emulate: expected at least one AMD specialization to run on the emulated "
-                                   "device, got none (an sm_*-only bundle is not executed)")
+                                   f"device, got none; {_nothing_emulated(bundle, targets)}")
+
+
+def _nothing_emulated(bundle: Path, targets: tuple[str, ...]) -> str:
+    """Why ``verify --emulate`` ran nothing: the targets asked for that the bundle has no code objects for (and the
+    ones it has), or a bundle with no AMD code objects the emulator models."""
+    from flyship.loader.tools import verify_emulated as _ve
+
+    try:
+        has = _ve.bundle_targets(bundle)
+    except FlyshipError:
+        has = ()
+    if not has:
+        return "the bundle has no AMD code objects the emulator models (an sm_*-only bundle is not executed)"
+    missing = [t for t in targets if t.split(":", 1)[0] not in has]
+    if missing:
+        return (f"the bundle has no {', '.join(missing)} code objects (it has {', '.join(has)}); pass "
+                f"{' '.join(f'--target {t}' for t in has)} or leave --target out")
+    return f"every case was skipped (see the table above); the bundle's AMD targets: {', '.join(has)}"
 
 
 @main.command("prebuild")

@@ -140,7 +140,9 @@ def verify(ops: "Ops", device: Optional[Any] = None) -> Report:
 
     if not torch.cuda.is_available():
         raise VerificationError("verify: expected a GPU (torch.cuda.is_available()), got none; verification runs each "
-                                "kernel against its reference, so it needs a GPU and a ROCm or CUDA build of torch")
+                                "kernel against its reference, so it needs a GPU and a ROCm or CUDA build of torch; "
+                                "without one, `flyship verify --emulate BUNDLE` runs the AMD code objects on the "
+                                "emulated device")
     device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
     target = ops.device_target(device.index)
     rows: list[Row] = []

@@ -47,7 +47,6 @@ PLAN_KIND = "InterpretPlanError"  # LoadError kinds: the plan or a kernel file i
 REPLAY_KIND = "NotReplayable"  # a recorded launch the interpreter cannot take (said as a skip)
 MAX_PLAN_BYTES = 16 << 20
 MAX_SOURCE_BYTES = 8 << 20
-DEFAULT_CU_COUNT = 304  # a target flyship knows no example device of: dry_run's own default
 _UNPACK = {"i64": "<q", "u64": "<Q", "i32": "<i", "u32": "<I", "i16": "<h", "i8": "<b", "f64": "<d", "f32": "<f",
            "f16": "<e", "ptr": "<Q"}
 
@@ -414,7 +413,7 @@ def verify_interpreted(bundle: str | Path, plan: dict[str, Any], *, budget_s: fl
     if compat and echo is not None:
         echo(f"note: {compat}")
     lim = _targets.limits(plan["target"])  # the device the build planned for, as the guards and launch checks see it
-    cus = _targets.example_cu_count(plan["target"]) or DEFAULT_CU_COUNT  # the build's example device
+    cus = _targets.usual_cu_count(plan["target"])  # the build's example device
     dev = dry_run(bundle, target=plan["target"], max_shared_per_block=lim["lds_bytes"],
                   max_threads_per_block=lim["max_workgroup_size"], cu_count=cus)
     tg = Target(dev, plan, kernels, {"cu_count": cus})

@@ -224,3 +224,52 @@ def test_a_reference_returning_none_for_an_op_with_outputs_says_none_and_gives_n
     msg = str(e.value)
     assert "expected reference none_back() to return 1 tensor(s) (out), got None; return out from none_back()" in msg
     assert "in place" not in msg
+
+
+ACCUM = """
+    import triton
+    import triton.language as tl
+    from flyship.compiler.spec import Constexpr, Spec, Tensor, Value, namespace, op, references
+
+    @triton.jit
+    def accum_kernel(acc, x, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(acc + offs, tl.load(acc + offs, mask=m) + tl.load(x + offs, mask=m), mask=m)
+
+    namespace("t")
+    references("refs.py")
+    op("accum", kernel=accum_kernel, reference=REF, mutable=MUT, grid=("cdiv(acc.numel, BLOCK)",),
+       args=[Tensor("acc", rank=1), Tensor("x", rank=1), Value("n", "acc.numel"), Constexpr("BLOCK")],
+       specs=[Spec("f32", dtypes={"acc": "float32", "x": "float32"}, shapes={"acc": (256,), "x": (256,)},
+                   constexprs={"BLOCK": 256}, constraints=("x.shape[0] == acc.shape[0]",))])
+"""
+ACCUM_REFS = "def accum(acc, x):\n    acc.add_(x)\n\ndef nothing(acc, x):\n    pass\n"
+
+
+def _accum(tmp_path: Path, ref: str, mutable: str) -> Path:
+    (tmp_path / "refs.py").write_text(ACCUM_REFS)
+    (tmp_path / "spec.py").write_text(textwrap.dedent(ACCUM).replace("REF", repr(ref)).replace("MUT", mutable))
+    return tmp_path / "spec.py"
+
+
+def test_op_mutable_true_with_no_outputs_builds_and_its_reference_is_checked_against_the_found_writes(tmp_path):
+    # A trial user's spec: op(..., mutable=True) whose reference writes acc in place and returns None was refused
+    # ("expected ... to return 0 tensor(s) (None), got None"): the check ran before mutable=True was resolved.
+    run_build(_accum(tmp_path, "accum", "True"), tmp_path / "ok", ["sm_90"])
+    op = M.read(tmp_path / "ok").op("accum")
+    assert op.mutable == ("acc",) and not op.outputs
+    # After the compile, the reference is held to the written set the kernel showed (acc).
+    err = _refused(tmp_path, _accum(tmp_path, "nothing", "True"), "sm_90")
+    assert "expected reference nothing() to write acc in place" in err, err
+
+
+def test_a_reference_left_unchanged_names_both_fixes_when_the_kernel_may_write_another_input(tmp_path):
+    # mutable=["x"] while the kernel writes acc: the reference check runs before the write check, so its message
+    # names both possibilities (write x in the reference, or declare the input the kernel writes).
+    from flyship.compiler import pipeline
+
+    sf = pipeline.load_spec_file(str(_accum(tmp_path, "accum", '["x"]')))
+    with pytest.raises(CompileError) as e:
+        pipeline.check_reference_outputs(sf, tmp_path / "refs.py")
+    assert "to write x in place" in str(e.value) and "if the kernel writes another input instead" in str(e.value)

@@ -320,3 +320,18 @@ def test_a_refused_declaration_is_reported_once_for_all_targets_with_fix_the_spe
     # the DSL's own failure may depend on the target: one block per target, as before
     assert report.count("k.s on gfx942:") == 1 and report.count("k.s on gfx950:") == 1
     assert report.count("next step: fix the kernel or the spec for gfx9") == 2
+
+
+def test_a_refusal_that_reads_the_same_for_a_spec_and_its_jit_twin_is_reported_once():
+    # A trial user's Launch(options={"num_warp": 8}) was refused twice, for f32 and the auto-made f32__generic.
+    from flyship.compiler.pipeline import failure_report
+    from flyship.compiler.worker import TaskResult
+
+    msg = "FrontendError: op r spec {s} target {t} launch 1 (k): options ['num_warp'] are not Triton cuda options"
+    refused = [TaskResult("r", s, t, None, msg.format(s=s, t=t), deterministic=True)
+               for s in ("f32", "f32__generic") for t in ("sm_90", "sm_80")]
+    report = failure_report(refused)
+    assert report.count("next step") == 1 and "r.f32, f32__generic on sm_90, sm_80: FrontendError: op r spec f32 " \
+        "target sm_90" in report, report
+    other = TaskResult("r", "bf16", "sm_90", None, "FrontendError: op r spec bf16: something else", deterministic=True)
+    assert failure_report([*refused, other]).count("next step") == 2  # a different refusal keeps its own block

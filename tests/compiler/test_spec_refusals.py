@@ -143,6 +143,34 @@ def test_specializations_that_compile_to_the_same_bytes_share_one_file_and_the_b
             in r.stderr), r.stderr
 
 
+def test_a_jit_twin_flyship_made_that_compiles_to_the_same_bytes_is_not_named_in_the_note(tmp_path):
+    # A trial user was told "specializations f32, f32__generic compiled to byte-identical code objects ... one
+    # specialization would do" of a twin flyship made (docs/triton.md), not one they declared: nothing to drop.
+    spec = tmp_path / "spec.py"
+    spec.write_text(textwrap.dedent("""
+        import triton
+        import triton.language as tl
+        from flyship.compiler.spec import Output, Spec, Tensor, namespace, op
+
+        @triton.jit
+        def one_kernel(x, y):
+            pid = tl.program_id(0)
+            tl.store(y + pid, tl.load(x + pid) * 2)
+
+        namespace("t")
+        op("one", kernel=one_kernel, grid=("x.shape[0]",), args=[Tensor("x", rank=1), Output("y", like="x")],
+           specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (64,)})])
+    """))
+    r = run_build(spec, tmp_path / "o", ["sm_90"], check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    from flyship.bundle import manifest as M
+
+    specs = M.read(tmp_path / "o").op("one").specializations
+    assert [s.name for s in specs] == ["f32", "f32__generic"]
+    assert len({v.code_object.file for s in specs for v in s.variants}) == 1  # the same bytes, one file
+    assert "byte-identical" not in r.stderr, r.stderr
+
+
 def test_equal_ints_an_entry_passes_through_are_bound_to_the_argument_each_is_not_refused_as_ambiguous(tmp_path):
     # Q's and O's row strides are equal at the example; the entry passes each to its own launcher call. They were
     # refused ("the value 512, which is more than one of the op's scalar arguments ... give the example scalars

@@ -275,6 +275,7 @@ def test_options_the_bundle_cannot_launch_are_refused(ops):
     op = ops["add"]
     for opt, msg in [({"num_ctas": 2}, "num_ctas=2 is not supported"), ({"launch_pdl": True}, "launch_pdl"),
                      ({"num_warps": 3}, "power of two"), ({"bogus": 1}, r"options \['bogus'\] are not Triton"),
+                     ({"num_warp": 8}, "did you mean 'num_warps' for 'num_warp'"),
                      ({"cuda": {"divisible_by_16": ["x"]}}, "must be the same for every target"),
                      ({"nvidia": {"num_warps": 8}}, "neither 'cuda' nor 'hip' nor a known target ID"),
                      ({"gfx0942": {"num_warps": 8}}, "did you mean 'gfx942'")]:

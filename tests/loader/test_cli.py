@@ -106,6 +106,22 @@ def test_verify_without_a_gpu_fails_saying_it_needs_one(tiny_bundle, ext):
     r = flyship_cli("verify", str(tiny_bundle))
     assert r.returncode == 1
     assert r.stderr.startswith("Error: verify: expected a GPU (torch.cuda.is_available()), got none")
+    assert "without one, `flyship verify --emulate BUNDLE`" in r.stderr  # what to do on a machine without a GPU
+
+
+def _no_gfx950(data: dict) -> None:
+    """The tiny bundle as a gfx942 (+ sm_*) build: every gfx950 variant left out."""
+    for op in data["ops"]:
+        for spec in op["specializations"]:
+            spec["variants"] = [v for v in spec["variants"] if not v["target"].startswith("gfx950")]
+
+
+def test_verify_emulate_for_a_target_the_bundle_lacks_names_the_targets_it_has(bundle_copy, ext):
+    # A trial user's gfx942-only bundle with --target gfx950 was told "(an sm_*-only bundle is not executed)".
+    r = flyship_cli("verify", "--emulate", "--target", "gfx950", "--op", "add", str(bundle_copy(_no_gfx950)))
+    assert r.returncode == 1
+    assert "the bundle has no gfx950 code objects (it has gfx942); pass --target gfx942 or leave --target out" \
+        in r.stderr, r.stderr
 
 
 def test_prebuild_builds_or_finds_the_extension_and_puts_it_where_asked(ext, tmp_path):

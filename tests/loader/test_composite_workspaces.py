@@ -60,6 +60,18 @@ def test_a_composite_gets_a_workspace_of_one_row_per_cu_of_the_device_that_runs_
         assert y.shape == x.shape and [(k.symbol, k.grid) for k in run.launches()] == [("add_kernel", (4, 1, 1))]
 
 
+def test_a_composite_s_dispatch_is_a_flyship_refusal_saying_what_to_ask_instead(bundle_copy):
+    # A trial user's ops.<composite>.dispatch(...) got torch's raw AttributeError from the op packet.
+    import flyship
+    from flyship.errors import CallTypeError
+
+    run = flyship.dry_run(with_composite(bundle_copy), target="gfx942")
+    with pytest.raises(CallTypeError, match=r"per_cu\.dispatch: expected an op with kernels, got a composite .*"
+                                            r"ask dispatch\(\.\.\.\) of each op it calls"):
+        run.ops.per_cu.dispatch(torch.randn(64), target="gfx942")
+    assert run.ops.add.dispatch(torch.randn(64), torch.randn(64), target="gfx942").spec  # an op's still answers
+
+
 def test_a_composite_s_workspace_on_cpu_tensors_of_a_gpu_flavor_has_one_row(bundle_copy, ext):
     import flyship
     import uuid

@@ -48,6 +48,19 @@ def test_a_persistent_grid_follows_the_devices_cu_count(bundle_copy, recorded, l
     assert launches()[0]["grid"] == (3, 1, 1)
 
 
+@pytest.mark.parametrize("target, cus", [("sm_90", 132), ("gfx950", 256), (GFX942, 304)])
+def test_a_dry_run_without_cu_count_describes_the_targets_usual_device(bundle_copy, recorded, launches, record_ext,
+                                                                        target, cus):
+    # A trial user's dry_run(target="sm_90") recorded grids for 304 CUs (an MI300X) while dispatch and the build
+    # assume 132 for sm_90: the default follows the target (bundle.targets.usual_cu_count, the one owner).
+    from flyship.bundle import targets
+
+    assert targets.usual_cu_count(target) == cus
+    x = torch.randn(1024 * 500)
+    recorded(bundle_copy(_persistent_grid), target=target).add(x, x)
+    assert launches()[0]["grid"] == (cus, 1, 1)
+
+
 def test_a_kernel_built_for_304_cus_falls_back_on_an_80_cu_device_saying_why(bundle_copy, recorded, launches,
                                                                               record_ext):
     bundle = bundle_copy(_baked_in_304)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import re
 from typing import Any, Optional
 
@@ -64,8 +65,11 @@ def run_triton(p: TritonPlan, tid: _targets.TargetID, ctx: BuildContext, where: 
     known = {f.name for f in dataclasses.fields(backend.parse_options({}))}
     unknown = set(p.options) - known
     if unknown:
+        close = {u: difflib.get_close_matches(u, [*known, *OWN_OPTIONS], n=1) for u in sorted(unknown)}
+        meant = "; ".join(f"did you mean {m[0]!r} for {u!r}?" for u, m in close.items() if m)
         raise FrontendError(f"{where}: options {sorted(unknown)} are not Triton {gpu_target.backend} options; "
-                            f"known: {', '.join(sorted(known))} (plus flyship's {', '.join(OWN_OPTIONS)})")
+                            f"{meant + ' ' if meant else ''}known: {', '.join(sorted(known))} (plus flyship's "
+                            f"{', '.join(OWN_OPTIONS)})")
     try:
         with _triton_cache(ctx):
             return triton.compile(ASTSource(p.fn, p.signature, p.constexprs, p.attrs), target=gpu_target,

@@ -112,6 +112,9 @@ class TritonFrontend(Frontend):
     def expand_specs(self, op: OpDecl) -> tuple[Spec, ...]:
         return _jitspec.expand_specs(op, op.kernel)
 
+    def twin_of(self, spec_name: str) -> Optional[str]:
+        return spec_name.removesuffix(_jitspec.GENERIC_SUFFIX) if spec_name.endswith(_jitspec.GENERIC_SUFFIX) else None
+
     def check_declaration(self, op: OpDecl) -> None:
         # Each kernel's parameters against its declaration, before any worker compiles (a Launch's mismatch
         # used to surface per task, after the whole build had compiled).
