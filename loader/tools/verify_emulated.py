@@ -166,6 +166,20 @@ class Arena:
 
 # -- one case, both schedules ----------------------------------------------------------------------------------------
 
+def written_name(op: _m.Op, k: int) -> str:
+    """How notes name the ``k``-th tensor a call writes (its outputs, then the inputs it writes in place, in the op's
+    argument order): ``output 'out'`` or ``input 'x' (written in place)``."""
+    if k < len(op.outputs):
+        return f"output {op.outputs[k].name!r}"
+    return f"input {[a.name for a in op.args if a.mutable][k - len(op.outputs)]!r} (written in place)"
+
+
+def declared_names(note: str, private: str, declared: str) -> str:
+    """``note`` with the ops of ``private`` (the namespace verify loads under) named in the bundle's ``declared``
+    namespace: one owner for the emulated and the interpreted notes."""
+    return note.replace(f"{private}::", f"{declared}::")
+
+
 def _first_wrong(got: Any, want: Any, limit: int = 3) -> str:
     import torch
 
@@ -259,9 +273,9 @@ def run_case(handle: Any, spec: _m.Specialization, reference: Any, inputs: list[
             break
         results[order] = got
         for k, (g, w) in enumerate(zip(got, want)):
-            name = op.outputs[k].name if k < len(op.outputs) else f"in-place {k - len(op.outputs)}"
+            name = written_name(op, k)
             if g.shape != w.shape or g.dtype != w.dtype:
-                problems.append(f"{order}: output {name!r} has shape {list(g.shape)} and dtype "
+                problems.append(f"{order}: {name} has shape {list(g.shape)} and dtype "
                                 f"{str(g.dtype).removeprefix('torch.')}, the reference returned shape "
                                 f"{list(w.shape)} and dtype {str(w.dtype).removeprefix('torch.')}: the reference "
                                 "does not match the op's declared output; fix the reference (or the Output)")
@@ -269,18 +283,18 @@ def run_case(handle: Any, spec: _m.Specialization, reference: Any, inputs: list[
             if not fresh and k < len(op.outputs) and not op.outputs[k].zero:
                 mask = _verify.unwritten_mask(g, w)
                 if bool(mask.any()):
-                    problems.append(f"{order}: output {name!r}: "
+                    problems.append(f"{order}: {name}: "
                                     + _unwritten(handle, spec, inputs, want, order, k, g, mask))
                     continue
             wrong = _first_wrong(g, w)
             if wrong:
-                problems.append(f"{order}: output {name!r}: {wrong}")
+                problems.append(f"{order}: {name}: {wrong}")
         if problems:
             break
         if order == orders[-1] and _conflicts and "serial" not in orders:
             orders.append("serial")  # lockstep runs a read after every wave's earlier writes: try whole turns
     if not problems and len(results) >= 2:
-        problems += _schedule_differences(results)
+        problems += _schedule_differences(op, results)
     elif problems and _conflicts:  # a wrong result with an LDS race under it: the race is the likely cause
         problems.append(_race_words())
     if not problems and _conflicts:  # the same outputs either way: listed, not failed (the order did not matter here)
@@ -298,7 +312,7 @@ def _race_words() -> str:
             "(a barrier, s_barrier / fx.barrier(), between the write and the other waves' reads is missing)")
 
 
-def _schedule_differences(results: dict[str, tuple[Any, ...]]) -> list[str]:
+def _schedule_differences(op: _m.Op, results: dict[str, tuple[Any, ...]]) -> list[str]:
     import torch
 
     problems = []
@@ -310,8 +324,8 @@ def _schedule_differences(results: dict[str, tuple[Any, ...]]) -> list[str]:
                 diff = (f.double() - r.double()).abs().nan_to_num(float("inf"))
                 idx = [int(i) for i in (diff > 0).nonzero()[0]] if bool((diff > 0).any()) else []
                 where = f"; {_race_words()}" if _conflicts else ""
-                problems.append(f"race: output {k} differs between the forward and {other} wave schedules (first "
-                                f"at {idx}): a result that depends on wave order, e.g. LDS read before another "
+                problems.append(f"race: {written_name(op, k)} differs between the forward and {other} wave "
+                                f"schedules (first at {idx}): a result that depends on wave order, e.g. LDS read before another "
                                 f"wave's write with no barrier between{where}")
         if problems:
             break
@@ -469,7 +483,7 @@ def verify_emulated(bundle: str | Path, targets: Optional[Sequence[str]] = None,
     declared = _m.read(_bundle_root(bundle)).namespace
 
     def add(r: Run) -> None:
-        r = dataclasses.replace(r, note=r.note.replace(f"{private}::", f"{declared}::"))  # the user's op names
+        r = dataclasses.replace(r, note=declared_names(r.note, private, declared))  # the user's op names
         runs.append(r)
         if echo is not None:
             echo(Report((r,)).table().splitlines()[1])

@@ -325,20 +325,20 @@ def run_case(tg: Target, handle: Any, spec: _m.Specialization, reference: Any, i
         return "skipped", f"not interpreted: {unreplayed}"
     values: list[str] = []  # wrong numbers (unwritten elements, shapes, guard zones and refusals are problems)
     for k, (g, w) in enumerate(zip(got, want) if not problems else ()):
-        name = op.outputs[k].name if k < len(op.outputs) else f"in-place {k - len(op.outputs)}"
+        name = _ve.written_name(op, k)
         if g.shape != w.shape:
-            problems.append(f"output {name!r} has shape {list(g.shape)}, the reference {list(w.shape)}")
+            problems.append(f"{name} has shape {list(g.shape)}, the reference {list(w.shape)}")
             continue
         if not fresh and k < len(op.outputs) and not op.outputs[k].zero:
             mask = _verify.unwritten_mask(g, w)
             left = int(mask.sum())
             if left:
-                problems.append(f"output {name!r}: {left} of {g.numel()} elements never written (first at "
+                problems.append(f"{name}: {left} of {g.numel()} elements never written (first at "
                                 f"{[int(i) for i in mask.nonzero()[0]]})")
                 continue
         wrong = _ve._first_wrong(g, w)
         if wrong:
-            values.append(f"output {name!r}: {wrong}")
+            values.append(f"{name}: {wrong}")
     if values and not problems and _has_bfloat16(op, inputs, got):
         return "skipped", (f"not checked: {BF16_UNSUPPORTED}; under it: {'; '.join(values)}")
     problems += values
@@ -402,12 +402,6 @@ def verify_interpreted(bundle: str | Path, plan: dict[str, Any], *, budget_s: fl
     from flyship.loader.record import dry_run
 
     runs: list[_ve.Run] = []
-
-    def add(r: _ve.Run) -> None:
-        runs.append(r)
-        if echo is not None:
-            echo(_ve.Report((r,)).table().splitlines()[1])
-
     kernels = Kernels(plan)
     compat = numpy_compat()
     if compat and echo is not None:
@@ -416,6 +410,14 @@ def verify_interpreted(bundle: str | Path, plan: dict[str, Any], *, budget_s: fl
     cus = _targets.usual_cu_count(plan["target"])  # the build's example device
     dev = dry_run(bundle, target=plan["target"], max_shared_per_block=lim["lds_bytes"],
                   max_threads_per_block=lim["max_workgroup_size"], cu_count=cus)
+    declared = _m.read(_ve._bundle_root(bundle)).namespace
+
+    def add(r: _ve.Run) -> None:  # notes name the user's ops, never the dry run's private namespace
+        r = dataclasses.replace(r, note=_ve.declared_names(r.note, dev.ops.namespace, declared))
+        runs.append(r)
+        if echo is not None:
+            echo(_ve.Report((r,)).table().splitlines()[1])
+
     tg = Target(dev, plan, kernels, {"cu_count": cus})
     tg.dry.ops.check()
     for handle in tg.dry.ops:

@@ -7,6 +7,9 @@ import re
 from typing import Any, Optional
 
 from flyship.bundle import manifest as _m
+from flyship.bundle.errors import ExprError
+from flyship.bundle.expr import forms as _forms
+from flyship.bundle.expr.evaluate import evaluate_with_shapes
 
 LARGE_ROWS = (513, 1025)  # more rows than 512 and 1024 (odd: a tail too), run when the guard admits them and ...
 LARGE_ROWS_ELEMENTS = 1 << 17  # ... all tensors of the call hold at most this many elements (the emulator's cost)
@@ -37,6 +40,39 @@ def upper_bound(spec: _m.Specialization, group: set[tuple[str, int]]) -> Optiona
     return min(bounds) if bounds else None
 
 
+def lower_bound(spec: _m.Specialization, group: set[tuple[str, int]]) -> Optional[int]:
+    """The largest ``name.shape[d] >= N`` bound (``> N`` as N + 1) of the guard over ``group`` (None when none)."""
+    bounds = [int(m.group(4)) + (m.group(3) == ">") for c in spec.guard.constraints
+              if (m := re.match(r"^(\w+)\.shape\[(\d+)\] (>=|>) (\d+)$", c.strip()))
+              and (m.group(1), int(m.group(2))) in group]
+    return max(bounds) if bounds else None
+
+
+def admits_shapes(spec: _m.Specialization, shapes: dict[str, tuple[int, ...]]) -> bool:
+    """False when a guard constraint that reads only sizes (``x.shape[1] % 8 == 0``) refuses ``shapes``; a constraint
+    that reads anything else (strides, scalars, the device) is left to the launch."""
+    for c in spec.guard.constraints:
+        try:
+            if any(what not in ("shape", "numel") for _, what, _ in _forms.reads(c)):
+                continue
+            if not evaluate_with_shapes(c, shapes):
+                return False
+        except ExprError:
+            continue
+    return True
+
+
+def fewer_columns(spec: _m.Specialization, c: int, low: Optional[int]) -> list[tuple[int, str]]:
+    """Column counts below the example's ``c``, fewest (cheapest) first: the fewest the guard allows (one, or its
+    ``>= N`` bound), half, and ``c - 1``; each with the words that say why."""
+    fewest = (max(low, 1), "the guard's lower bound") if low is not None else (1, "one column")
+    picked: dict[int, str] = {}
+    for n, why in (fewest, (c // 2, "half the example's"), (c - 1, "one fewer than the example's")):
+        if 1 <= n < c and (low is None or n >= low):
+            picked.setdefault(n, why)
+    return sorted(picked.items())
+
+
 def _resize(shapes: dict[str, tuple[int, ...]], group: set[tuple[str, int]], n: int) -> dict[str, tuple[int, ...]]:
     return {k: tuple(n if (k, d) in group else s for d, s in enumerate(v)) for k, v in shapes.items()}
 
@@ -45,7 +81,8 @@ def shape_groups(op: _m.Op, spec: _m.Specialization, b: int) -> list[tuple[str, 
     """The shapes to run beyond the smallest admitted one, cheapest first: each a (kind, alternatives) pair where the
     first alternative the guard admits runs. Rows are dim 0 of the first tensor input and every dim the guard ties to
     it; columns its last dim and theirs. With B the base case's rows (``b``, the first of :func:`base_rows` the guard
-    admits): one row; B + 1 rows (a tail no
+    admits): one row; B rows and fewer columns than the example's C (the fewest the guard's ``>= N`` bound allows, else
+    one; C // 2; C - 1; a count its size constraints refuse is left out); B + 1 rows (a tail no
     block of rows divides); the columns + 1 (a tail no vector width divides); the largest column count a ``<= N``
     bound allows (up to 65536), one row; more than 256 rows and more than the base's grid covers
     (max(2B + 3, 259), else max(3B, 384)); 513 and 1025 rows (past the power-of-two breaks at 512 and 1024) where
@@ -66,6 +103,10 @@ def shape_groups(op: _m.Op, spec: _m.Specialization, b: int) -> list[tuple[str, 
         cols_group = tied(spec, (first, rank - 1))
         if not cols_group & rows_group:
             c = shapes[first][-1]
+            low = lower_bound(spec, cols_group)
+            fewer = [(n, why, _resize(base, cols_group, n)) for n, why in fewer_columns(spec, c, low)]
+            groups[1:1] = [("fewer columns", [(f"{b} rows x {n} column{'s' * (n != 1)} ({why})", new)])
+                           for n, why, new in fewer if admits_shapes(spec, new)]  # a count the sizes refuse: not tried
             groups.append(("a column tail", [(f"{b} rows x {c + 1} columns", _resize(base, cols_group, c + 1))]))
             top = upper_bound(spec, cols_group)
             if top is not None and c < top <= 65536:

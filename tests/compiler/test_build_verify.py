@@ -1,7 +1,7 @@
 """``flyc-build --verify``: after writing, every AMD specialization runs on the emulated device (``flyship verify
 --emulate`` in a child process of the build Python); a kernel right on its example but wrong beyond it (rows past
-256 or 512, an admitted layout it ignores, an LDS race) refuses the build, naming op, specialization, target, case and
-the first wrong elements, and nothing is left at OUT to load.
+256 or 512, an admitted layout it ignores, an LDS race, fewer columns than it bakes in) refuses the build, naming
+op, specialization, target, case and the first wrong elements, and nothing is left at OUT to load.
 Emulated results, never a GPU's."""
 
 from __future__ import annotations
@@ -47,12 +47,15 @@ def test_verify_refuses_a_fixed_layout_a_fixed_token_stride_an_lds_race_and_rows
             "lds_broadcast    f32        gfx942   8 rows, fresh outputs": "LDS race: LDS bytes two waves touched "
                                                                           "with no barrier between: ['0x0', '0x1'",
             "wrap_512         f32        gfx942   past 512 rows: 513 rows":
-                "64 of 32832 elements wrong, first [512, 0]"}
+                "64 of 32832 elements wrong, first [512, 0]",
+            # N columns baked in behind a guard that admits fewer (x.shape[1] <= N): it reads past x there
+            "cols_baked       n64        gfx942   fewer columns: 8 rows x 32 columns (half the example's)":
+                "outside every region of the launch's memory (nearest: 0 bytes past the end of x"}
     for head, words in want.items():
         assert any(line.startswith(head) and words in line for line in failed), (head, text)
     assert not any(line.startswith("wrap_512") for line in failed if "513 rows" not in line
                    and "1025 rows" not in line), text  # right on every shape up to 512 rows
-    assert ("got 23 failing; first: op 'gemm_colb', specialization 'f32_k16', gfx942, 8 rows, b with padded "
+    assert ("got 27 failing; first: op 'gemm_colb', specialization 'f32_k16', gfx942, 8 rows, b with padded "
             "columns (strides [1, 19]): forward: output 'out': ") in r.stderr, text
 
 

@@ -39,6 +39,21 @@ def test_verify_refuses_a_triton_grid_short_of_the_rows(tmp_path: Path) -> None:
     assert "sm_90 code objects not executed (no NVIDIA GPU" in r.stdout, text
 
 
+def test_verify_names_the_input_a_triton_op_writes_in_place_and_the_declared_namespace(tmp_path: Path) -> None:
+    out = tmp_path / "inplace"
+    r = run_build(DATA / "inplace.py", out, ["sm_90"], "--verify", check=False)
+    text = r.stdout + r.stderr
+    assert r.returncode == 1, text
+    lines = [line for line in r.stdout.splitlines() if line.startswith("scale_rows_inplace")]
+    tail = [line for line in lines if "a row tail: 9 rows" in line]
+    assert len(tail) == 1 and " FAIL " in tail[0], text
+    assert "input 'x' (written in place): " in tail[0] and "in-place 0" not in text, text
+    # a layout the guard refuses (x.stride[1] == 1) names the op by the spec's namespace
+    refused = [line for line in lines if " not admitted " in line]
+    assert refused and all("flyship flyship_tl_inplace::scale_rows_inplace" in line for line in refused), text
+    assert "flyship_dry_" not in text, text
+
+
 def test_verify_passes_a_right_triton_op(tmp_path: Path) -> None:
     out = tmp_path / "right"
     r = run_build(DATA / "right.py", out, ["sm_90"], "--verify", check=False)

@@ -35,7 +35,7 @@ def beyond(tmp_path_factory: pytest.TempPathFactory) -> Any:
     # the boundary shapes (up to 1025 rows: most of the cost) only where the case needs them
     layouts = verify_emulated(out, ("gfx942",), shapes=False,
                               ops=["gemm_colb", "gemm_colb_ptr", "q_scale", "lds_broadcast"])
-    rows = verify_emulated(out, ("gfx942",), ops=["wrap_512"])
+    rows = verify_emulated(out, ("gfx942",), ops=["wrap_512", "cols_baked"])
     return out, Report(layouts.runs + rows.runs)
 
 
@@ -90,6 +90,17 @@ def test_rows_wrong_from_512_are_caught_past_512_rows(beyond: Any) -> None:
     assert _row(report, "wrap_512", "past the base's grid: 259 rows").result == "ok"  # where it used to stop
     r = _row(report, "wrap_512", "past 512 rows: 513 rows")
     assert r.result == "FAIL" and "64 of 32832 elements wrong, first [512, 0]" in r.note, r.note
+
+
+def test_a_column_count_baked_in_is_refused_on_fewer_columns_the_guard_admits(beyond: Any) -> None:
+    _, report = beyond
+    # right on every row count at 64 columns; the guard (x.shape[1] <= 64) admits fewer, which the kernel reads past
+    assert _row(report, "cols_baked", "8 rows, fresh").result == "ok", report.table()
+    assert _row(report, "cols_baked", "past the base's grid").result == "ok", report.table()
+    for n, why in ((1, "one column"), (32, "half the example's"), (63, "one fewer than the example's")):
+        r = _row(report, "cols_baked", f"fewer columns: 8 rows x {n} column{'s' * (n != 1)} ({why})")
+        assert r.result == "FAIL", report.table()
+    assert not report.ok
 
 
 def test_the_users_op_names_and_only_the_asked_targets(beyond: Any) -> None:

@@ -119,3 +119,19 @@ def test_an_output_declared_zero_true_is_not_reported_unwritten(recorded, launch
     # x[::2]-like layouts: the kernel is passed no strides, so the guard refuses every other layout.
     assert "differs from the reference on" not in forgot.note + zeroed.note
     assert len(launches()) == 4  # two ops, each the example call and the sentinel run
+
+
+def test_emulated_and_interpreted_notes_name_what_a_call_writes_and_the_declared_namespace():
+    from flyship.bundle import manifest as M
+    from flyship.loader.tools import verify_emulated as VE
+
+    # outputs first, then the inputs the kernel writes in place in argument order (the order run_case compares)
+    op = M.Op(name="k", frontend="triton", doc="", args=(M.Arg(name="acc", kind="tensor", rank=1, mutable=True),
+                                                        M.Arg(name="x", kind="tensor", rank=1),
+                                                        M.Arg(name="cache", kind="tensor", rank=1, mutable=True)),
+              outputs=(M.Output(name="y", shape=("x.shape[0]",), dtype="x"),), reference=None, specializations=())
+    assert [VE.written_name(op, k) for k in range(3)] == [
+        "output 'y'", "input 'acc' (written in place)", "input 'cache' (written in place)"]
+    note = "flyship flyship_dry_0123456789::k: these inputs do not fit specialization f32"
+    assert VE.declared_names(note, "flyship_dry_0123456789", "mine") == \
+        "flyship mine::k: these inputs do not fit specialization f32"

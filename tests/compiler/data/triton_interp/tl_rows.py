@@ -40,3 +40,14 @@ def row_combine_kernel(partial, y, SPLIT: tl.constexpr):
     """Phase 2: each row's SPLIT partial sums added."""
     row = tl.program_id(0).to(tl.int64)
     tl.store(y + row, tl.sum(tl.load(partial + row * SPLIT + tl.arange(0, SPLIT)), axis=0))
+
+
+@triton.jit
+def scale_row_pairs_inplace_kernel(x, x_row_stride, n_rows, n_cols, BLOCK_N: tl.constexpr):
+    """scale_row_pairs_kernel writing x in place: the grid must be cdiv(rows, 2)."""
+    cols = tl.arange(0, BLOCK_N)
+    for i in tl.static_range(2):
+        row = tl.program_id(0).to(tl.int64) * 2 + i
+        mask = (cols < n_cols) & (row < n_rows)
+        v = tl.load(x + row * x_row_stride + cols, mask=mask, other=0.0)
+        tl.store(x + row * x_row_stride + cols, v * 2.0 + 1.0, mask=mask)

@@ -1,9 +1,10 @@
 """flyship spec: issue 33's silent cases beyond silent.py and mixed.py (beyond_kernels.py): a GEMM built for a
 column-major b (fed a padded one; and, b a bare pointer, a row-major one its guard admits), a flash-attention-style
-fixed per-token stride, an LDS race and rows wrong from 512. Each builds; `flyc-build --verify` and
-`flyship verify --emulate` refuse it (tests/loader/test_emulated_silent.py, tests/compiler/test_build_verify.py)."""
+fixed per-token stride, an LDS race, rows wrong from 512 and a column count baked in. Each builds;
+`flyc-build --verify` and `flyship verify --emulate` refuse it (tests/loader/test_emulated_silent.py,
+tests/compiler/test_build_verify.py)."""
 
-from beyond_kernels import gemm_colb, gemm_colb_ptr, lds_broadcast, q_scale, wrap_512
+from beyond_kernels import cols_baked, gemm_colb, gemm_colb_ptr, lds_broadcast, q_scale, wrap_512
 
 from flyship.compiler.spec import Constexpr, Output, Spec, Tensor, namespace, op, references
 
@@ -39,3 +40,9 @@ op("lds_broadcast", kernel=lds_broadcast, reference="broadcast_64", args=[Tensor
 op("wrap_512", kernel=wrap_512, reference="plus_one", args=[Tensor("x", rank=2), Output("out", like="x")],
    doc="out = x + 1, wrong from row 512 (reads row r % 512)",
    specs=[Spec("f32", dtypes={"x": "float32"}, shapes={"x": (64, 64)}, constraints=("x.shape[1] <= 64",))])
+
+op("cols_baked", kernel=cols_baked, reference="plus_one", args=[Tensor("x", rank=2), Output("out", like="x"),
+   Constexpr("N")],
+   doc="out = x + 1 with N columns baked in, the guard admitting fewer (x.shape[1] <= N)",
+   specs=[Spec("n64", dtypes={"x": "float32"}, shapes={"x": (40, 64)}, constexprs={"N": 64},
+               constraints=("x.shape[1] <= N",))])

@@ -13,7 +13,9 @@ silent_kernels.py and mixed_kernels.py leave out). Each builds and loads:
   a padded q (rows of D + pad) or q = k.transpose(0, 1) is read wrongly;
 * ``lds_broadcast``: every wave of a 128-thread workgroup reads the slot of LDS wave 0 stages, with no barrier
   between wave 0's write and the other waves' reads: right only when wave 0 runs first (an LDS race);
-* ``wrap_512``: ``out = x + 1`` that reads row ``r % 512``: right for the first 512 rows only.
+* ``wrap_512``: ``out = x + 1`` that reads row ``r % 512``: right for the first 512 rows only;
+* ``cols_baked``: ``out = x + 1`` with x's column count N baked in (a Constexpr, also its row stride) while the
+  guard admits ``x.shape[1] <= N``: right for N columns only, reads past x for fewer.
 """
 
 import flydsl.compiler as flyc
@@ -108,3 +110,18 @@ def gemm_colb_ptr(a: fx.Tensor, b: fx.Pointer, out: fx.Tensor, K: fx.Constexpr[i
     M, N = out.shape.unpack()
     bs = fx.Tensor(fx.make_view(b, fx.make_layout((K, ROWS_MAX), (1, K))))
     gemm_colb_kernel(a, bs, out, K).launch(grid=(M, 1, 1), block=(THREADS, 1, 1), stream=stream)
+
+
+@flyc.kernel
+def cols_baked_kernel(X: fx.Tensor, Out: fx.Tensor, N: fx.Constexpr[int]):
+    col = fx.thread_idx.x
+    row = fx.block_idx.x
+    if col < N:  # the bug: N columns (and a row stride of N) baked in, never x's own
+        v = fx.generic_load(X.iter + (row * N + col))
+        fx.generic_store(Out.iter + (row * N + col), v + 1.0)
+
+
+@flyc.jit
+def cols_baked(x: fx.Tensor, out: fx.Tensor, N: fx.Constexpr[int], stream: fx.Stream = fx.Stream(None)):
+    M, _ = x.shape.unpack()
+    cols_baked_kernel(x, out, N).launch(grid=(M, 1, 1), block=(THREADS, 1, 1), stream=stream)
