@@ -16,6 +16,7 @@ nothing in TMPDIR or beside OUT but a whole bundle or none.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -53,18 +54,12 @@ PHASES = {
 }
 
 
-def _session_alive(sid: int) -> list[int]:
-    out = []
-    for e in os.listdir("/proc"):
-        if e.isdigit():
-            try:
-                stat = Path(f"/proc/{e}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
-                out.append(int(e))
-    return out
+def _session_alive(sid: int) -> list[str]:
+    """Live processes of the build's session: the trial script's own reading of /proc (one owner)."""
+    spec = importlib.util.spec_from_file_location("flyship_sigterm_trial", ROOT / "scripts" / "sigterm_trial.py")
+    trial = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trial)
+    return trial.session_pids(sid)
 
 
 @pytest.mark.parametrize("phase", list(PHASES))
