@@ -271,6 +271,8 @@ def register(lib: Any, namespace: str, manifest: _m.Manifest) -> list[str]:
         if op.backward is None:
             continue
         rule = _Rule(namespace, op, manifest.backward_op(op.backward.op), op.backward)
+        if rule.consumes_grads:  # measure now, in plain eager mode, not first inside a backward (or a trace)
+            _owners.baseline("function" if op.mutable else "generated")
         overload = getattr(getattr(torch.ops, namespace), op.name).default
         # A forward that writes inputs in place (schema 5.0) gets the mark_dirty kernel; torch's generated one
         # supports functional ops only.

@@ -44,6 +44,8 @@ def references(grads: tuple[Any, ...]) -> tuple[Counts | None, ...]:
 def held(counts: tuple[Counts | None, ...], kind: str) -> frozenset[int]:
     """Indexes of the gradients (by ``counts`` from :func:`references`) that something else may hold: a count above
     the path's baseline, a gradient that is not a plain tensor, or every index when the path has no baseline."""
+    if all(c is None for c in counts):  # traced (torch.compile's fake/functional tensors): never handed over
+        return frozenset(range(len(counts)))
     base = baseline(kind)
     return frozenset(i for i, c in enumerate(counts)
                      if base is None or c is None or any(x > b for x, b in zip(c, base)))

@@ -360,3 +360,18 @@ def test_a_gradient_that_also_feeds_another_node_is_not_handed_over(training_bun
     out = ops.rope_fwd(leaf(64, 8, 64) * 1, cos, sin)
     ((out + b) * torch.randn(64, 8, 64)).sum().backward()
     assert (True, True) not in verdicts
+
+
+def test_loading_a_bundle_whose_backward_consumes_gradients_measures_both_paths_first(training_bundle, ext):
+    # Measured at load, in plain eager mode: a first backward inside torch.compile's trace (fake tensors) or inside
+    # another backward must not be where the probe runs (it would give no baseline: every gradient copied).
+    import subprocess
+    import sys
+
+    code = ("import warnings, sys; warnings.simplefilter('ignore'); import flyship; "
+            "from flyship.loader import autograd_owners as o; assert not o._BASELINE; "
+            f"flyship.load({str(training_bundle)!r}, namespace='flyship_tiprobe'); "
+            "print(sorted((k, v is not None) for k, v in o._BASELINE.items()))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[('function', True), ('generated', True)]", r.stdout
