@@ -78,10 +78,9 @@ class _Rule:
     def backward(self, ctx: Any, *grads: Any, held: frozenset[int] | None = None) -> tuple[Any, ...]:
         # First: who else holds each incoming gradient's Python object (flyship.loader.autograd_owners; ``held`` is
         # given when autograd_dirty's Function measured it on its own path).
-        counts = _owners.references(grads)
-        if held is None:
-            held = _owners.held(counts, "generated") if self.consumes_grads else frozenset(range(len(grads)))
-        del counts
+        if held is None:  # (the counts are taken before anything here holds a gradient; only a consumer asks)
+            held = (_owners.held(_owners.references(grads), "generated") if self.consumes_grads
+                    else frozenset(range(len(grads))))
         import torch
 
         if self.twice or not torch.is_grad_enabled():

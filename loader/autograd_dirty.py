@@ -100,9 +100,8 @@ def make_kernel(overload: Any, rule: Any) -> Any:
 
     def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
         # First: who else holds each incoming gradient (flyship.loader.autograd_owners, measured on this path).
-        counts = _owners.references(grads)
-        held = _owners.held(counts, "function") if rule.consumes_grads else frozenset(range(len(grads)))
-        del counts
+        held = (_owners.held(_owners.references(grads), "function") if rule.consumes_grads
+                else frozenset(range(len(grads))))
         filled = []
         for name, g, (shape, dtype, device) in zip(rule.grad_names, grads, ctx.flyship_like):
             if g is not None and name in unread:
