@@ -16,11 +16,9 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle import manifest as M
-from flyship.bundle import rules
-from flyship.bundle.codeobject import CodeObjectFile
 
 from ..conftest import run_build
-from .upstream import upstream_kernels
+from .upstream import assert_proven, upstream_kernels
 
 pytestmark = pytest.mark.compile
 ARCHS = ["gfx942", "gfx950"]
@@ -105,14 +103,8 @@ def _check_proven(bundle: Path, m: M.Manifest) -> dict[tuple[str, str], int]:
         for spec in op.specializations:
             assert sorted(v.target for v in spec.variants) == ARCHS, (op.name, spec.name)
             for v in spec.variants:
-                where = f"{op.name}.{spec.name}.{v.target}"
-                (t,) = v.launches
-                data = (bundle / t.code_object.file).read_bytes()
-                assert t.proof.method == "flydsl-binary" and t.proof.metadata == "equal", where
-                assert t.proof.differences == () and ".text" in t.proof.identical_sections, where
-                rules.check_layout(t.kernargs, t.metadata, where)
-                assert CodeObjectFile(data).kernel_metadata(t.code_object.symbol) == t.metadata, where
-                text[(op.name, v.target)] = len(CodeObjectFile(data).section_bytes(".text"))
+                co = assert_proven(bundle, f"{op.name}.{spec.name}.{v.target}", v)
+                text[(op.name, v.target)] = len(co.section_bytes(".text"))
     return text
 
 

@@ -16,11 +16,9 @@ from pathlib import Path
 import pytest
 
 from flyship.bundle import manifest as M
-from flyship.bundle import rules
-from flyship.bundle.codeobject import CodeObjectFile
 
 from ..conftest import run_build
-from .upstream import upstream_kernels
+from .upstream import assert_proven, upstream_kernels
 
 pytestmark = pytest.mark.compile
 BOTH = ["gfx942", "gfx950"]
@@ -166,13 +164,7 @@ def test_upstream_new_kernels_build_for_the_archs_upstream_supports_equal_to_fly
     for op in m.ops:
         for spec in op.specializations:
             for v in spec.variants:
-                where = f"{op.name}.{spec.name}.{v.target}"
-                (t,) = v.launches
-                data = (bundle / t.code_object.file).read_bytes()
-                assert t.proof.method == "flydsl-binary" and t.proof.metadata == "equal", where
-                assert t.proof.differences == () and ".text" in t.proof.identical_sections, where
-                rules.check_layout(t.kernargs, t.metadata, where)
-                assert CodeObjectFile(data).kernel_metadata(t.code_object.symbol) == t.metadata, where
+                assert_proven(bundle, f"{op.name}.{spec.name}.{v.target}", v)
                 proofs += 1
                 kernargs += 1
     targets = {op.name: sorted({v.target for s in op.specializations for v in s.variants}) for op in m.ops}
