@@ -192,7 +192,7 @@ def manifest_reader(tmp: Path) -> tuple[Any, Callable[[bytes], Any], Callable[[b
     def check(raw: bytes, m: Any) -> None:
         doc = plain(raw)
         minor = int(str(doc.get("schema_version", "0.0")).split(".")[1])
-        covers(doc, M.to_json_data(m), minor > M.NEWEST_MINOR.get(m.schema_version.split(".")[0], 99), "")
+        covers(doc, M.to_json_data(m), minor > M.NEWEST_MINOR.get(int(m.schema_version.split(".")[0]), 99), "")
         for op in m.ops:
             for s in op.specializations:
                 for v in s.variants:
